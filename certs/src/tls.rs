@@ -1,0 +1,198 @@
+//! rustls configurations from PEM files, and peer identity extraction.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use rustls::RootCertStore;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+
+use crate::{Error, Result};
+
+fn read(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| Error::Read {
+        path: path.display().to_string(),
+        reason: e.to_string(),
+    })
+}
+
+/// Loads every certificate of a PEM file.
+pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
+    let data = read(path)?;
+    let certs: Vec<_> = rustls_pemfile::certs(&mut data.as_slice())
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|e| Error::Read {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })?;
+    if certs.is_empty() {
+        return Err(Error::Read {
+            path: path.display().to_string(),
+            reason: "no certificate found".into(),
+        });
+    }
+    Ok(certs)
+}
+
+/// Loads the first private key of a PEM file.
+pub fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>> {
+    let data = read(path)?;
+    rustls_pemfile::private_key(&mut data.as_slice())
+        .map_err(|e| Error::Read {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })?
+        .ok_or_else(|| Error::Read {
+            path: path.display().to_string(),
+            reason: "no private key found".into(),
+        })
+}
+
+fn roots(ca: &Path) -> Result<RootCertStore> {
+    let mut store = RootCertStore::empty();
+    for c in load_certs(ca)? {
+        store.add(c)?;
+    }
+    Ok(store)
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+}
+
+/// A server configuration; with `client_ca` set, clients must present a
+/// certificate issued by it (mTLS). ALPN offers `alpn` in order.
+pub fn server_config(
+    cert: &Path,
+    key: &Path,
+    client_ca: Option<&Path>,
+    alpn: &[&[u8]],
+) -> Result<rustls::ServerConfig> {
+    let builder = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()?;
+    let builder = match client_ca {
+        Some(ca) => {
+            let verifier = WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots(ca)?),
+                provider(),
+            )
+            .build()
+            .map_err(|e| Error::Verifier(e.to_string()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_single_cert(load_certs(cert)?, load_key(key)?)?;
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Ok(config)
+}
+
+/// A client configuration trusting `ca`, presenting `identity` (cert, key)
+/// when given.
+pub fn client_config(
+    ca: &Path,
+    identity: Option<(&Path, &Path)>,
+    alpn: &[&[u8]],
+) -> Result<rustls::ClientConfig> {
+    let builder = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots(ca)?);
+    let mut config = match identity {
+        Some((cert, key)) => builder.with_client_auth_cert(load_certs(cert)?, load_key(key)?)?,
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Ok(config)
+}
+
+/// The subject common name of a DER certificate.
+pub fn peer_common_name(der: &[u8]) -> Option<String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    cert.subject()
+        .iter_common_name()
+        .next()
+        .and_then(|cn| cn.as_str().ok())
+        .map(str::to_owned)
+}
+
+/// Writes a secret file readable by its owner only.
+pub fn write_private(path: &Path, contents: &[u8]) -> Result<()> {
+    use std::io::Write;
+    #[cfg(unix)]
+    use std::os::unix::fs::OpenOptionsExt;
+    let err = |source| Error::Write {
+        path: path.display().to_string(),
+        source,
+    };
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    opts.mode(0o600);
+    let mut f = opts.open(path).map_err(err)?;
+    f.write_all(contents).map_err(err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Ca, LeafSpec};
+
+    fn write(dir: &Path, name: &str, data: &str) -> std::path::PathBuf {
+        let p = dir.join(name);
+        std::fs::write(&p, data).unwrap();
+        p
+    }
+
+    #[test]
+    fn issued_leaf_builds_mtls_configs_and_names_its_subject() {
+        let dir = tempfile_dir();
+        let ca = Ca::generate("test ca", 1).unwrap();
+        let leaf = ca
+            .issue(&LeafSpec {
+                common_name: "kruntimes-gateway".into(),
+                dns_names: vec!["localhost".into()],
+                ips: vec!["127.0.0.1".parse().unwrap()],
+                server: true,
+                client: true,
+                valid_days: 1,
+            })
+            .unwrap();
+        let ca_p = write(&dir, "ca.pem", &ca.cert_pem);
+        let cert_p = write(&dir, "cert.pem", &leaf.cert_pem);
+        let key_p = write(&dir, "key.pem", &leaf.key_pem);
+        server_config(&cert_p, &key_p, Some(&ca_p), &[b"h2"]).unwrap();
+        client_config(&ca_p, Some((&cert_p, &key_p)), &[b"h2"]).unwrap();
+        let der = load_certs(&cert_p).unwrap();
+        assert_eq!(
+            peer_common_name(der[0].as_ref()).as_deref(),
+            Some("kruntimes-gateway")
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn missing_or_empty_pem_is_a_clear_error() {
+        let dir = tempfile_dir();
+        let empty = write(&dir, "empty.pem", "");
+        let e = load_certs(&empty).unwrap_err().to_string();
+        assert!(e.contains("no certificate"), "{e}");
+        let e = load_key(&dir.join("absent.pem")).unwrap_err().to_string();
+        assert!(e.contains("absent.pem"), "{e}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    fn tempfile_dir() -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("krt-certs-{}", rand_suffix()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn rand_suffix() -> String {
+        use std::time::{SystemTime, UNIX_EPOCH};
+        let n = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        format!("{n}-{}", std::process::id())
+    }
+}
