@@ -72,12 +72,10 @@ pub fn server_config(
         .with_safe_default_protocol_versions()?;
     let builder = match client_ca {
         Some(ca) => {
-            let verifier = WebPkiClientVerifier::builder_with_provider(
-                Arc::new(roots(ca)?),
-                provider(),
-            )
-            .build()
-            .map_err(|e| Error::Verifier(e.to_string()))?;
+            let verifier =
+                WebPkiClientVerifier::builder_with_provider(Arc::new(roots(ca)?), provider())
+                    .build()
+                    .map_err(|e| Error::Verifier(e.to_string()))?;
             builder.with_client_cert_verifier(verifier)
         }
         None => builder.with_no_client_auth(),

@@ -21,7 +21,11 @@ fn subscribe_frames_the_current_table_as_a_snapshot() {
     assert!(matches!(events[0].event, Some(Event::SnapshotBegin(_))));
     assert!(matches!(&events[1].event, Some(Event::Upsert(e)) if e.run_uid == "a"));
     assert!(matches!(events[3].event, Some(Event::SnapshotEnd(_))));
-    assert!(events.iter().all(|e| e.revision == 2 && e.source_instance_id == "pod-1"));
+    assert!(
+        events
+            .iter()
+            .all(|e| e.revision == 2 && e.source_instance_id == "pod-1")
+    );
 }
 
 #[test]

@@ -3,6 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
+mod path;
+pub use path::{ApiPath, PathError, SessionOp, parse_path};
+
 /// Caller-supplied or generated invocation id, echoed on every response.
 pub const HEADER_INVOCATION_ID: &str = "x-kruntimes-invocation-id";
 /// Name of the runtimed instance that served the request.
@@ -49,8 +52,10 @@ pub enum ErrorCode {
     Busy,
     /// Run known but not Ready (pending, recovering, draining).
     NotReady,
-    /// Owner stale or unreachable, or the table cannot vouch for it.
+    /// Owner unreachable, or the table cannot vouch for it any more.
     OwnerUnavailable,
+    /// The owner no longer holds this registration (fenced: other Pod or attempt).
+    StaleOwner,
     /// The gateway's global in-flight limit is reached.
     Overloaded,
     /// The authentication/authorization backend is unavailable on a cache miss.
@@ -79,7 +84,7 @@ impl ErrorCode {
             PayloadTooLarge => 413,
             HeadersTooLarge => 431,
             Busy => 429,
-            NotReady | OwnerUnavailable | Overloaded | AuthUnavailable => 503,
+            NotReady | OwnerUnavailable | StaleOwner | Overloaded | AuthUnavailable => 503,
             FunctionError | WorkerCrashed | InvalidOutput | Internal => 500,
             DeadlineExceeded => 504,
         }
@@ -109,6 +114,7 @@ impl ErrorCode {
             Busy => "Busy",
             NotReady => "NotReady",
             OwnerUnavailable => "OwnerUnavailable",
+            StaleOwner => "StaleOwner",
             Overloaded => "Overloaded",
             AuthUnavailable => "AuthUnavailable",
             FunctionError => "FunctionError",

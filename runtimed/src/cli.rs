@@ -1,0 +1,132 @@
+//! Command-line configuration and the daemon's main loop, shared by the
+//! `runtimed` binary and `krt runtimed`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+use crate::engine::{Engine, EngineConfig};
+use crate::server::{PeerPolicy, ServeConfig, serve};
+
+/// runtimed flags (also readable from `KRUNTIMES_RUNTIMED_*` variables).
+#[derive(Debug, Clone, Parser)]
+#[command(name = "runtimed", about = "kruntimes per-Pod daemon")]
+pub struct Args {
+    /// Instance (Pod) name, reported as X-Kruntimes-Served-By.
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_NAME")]
+    pub name: String,
+    /// Instance UID; a new random one per process start when omitted.
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_POD_UID")]
+    pub pod_uid: Option<String>,
+    /// Listen address for gRPC and the dataplane (one TLS port).
+    #[arg(
+        long,
+        env = "KRUNTIMES_RUNTIMED_LISTEN",
+        default_value = "127.0.0.1:7443"
+    )]
+    pub listen: SocketAddr,
+    /// Address published to the gateway (defaults to --listen).
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_ADVERTISE")]
+    pub advertise: Option<String>,
+    /// Serving certificate (PEM).
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_TLS_CERT")]
+    pub tls_cert: PathBuf,
+    /// Serving key (PEM).
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_TLS_KEY")]
+    pub tls_key: PathBuf,
+    /// Internal CA that client certificates must chain to.
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_CLIENT_CA")]
+    pub client_ca: PathBuf,
+    /// Client CNs allowed on the dataplane.
+    #[arg(long, value_delimiter = ',', default_value = "kruntimes-gateway")]
+    pub dataplane_clients: Vec<String>,
+    /// Client CNs allowed to call FunctionRuntime.
+    #[arg(long, value_delimiter = ',', default_value = "kruntimes-control-plane")]
+    pub control_clients: Vec<String>,
+    /// Root of the Runs' working directories.
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_WORK_ROOT")]
+    pub work_root: PathBuf,
+    /// Python interpreter.
+    #[arg(long, env = "KRUNTIMES_PYTHON", default_value = "python3")]
+    pub python: PathBuf,
+    /// Default invocation timeout, seconds.
+    #[arg(long, default_value_t = 30)]
+    pub default_timeout_secs: u64,
+    /// Maximum invocation timeout, seconds.
+    #[arg(long, default_value_t = 300)]
+    pub max_timeout_secs: u64,
+}
+
+/// JSON logs to stderr, filtered by `RUST_LOG` (default `info`).
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// Runs the daemon until SIGTERM or Ctrl-C.
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&args.work_root)?;
+    let listener = tokio::net::TcpListener::bind(args.listen).await?;
+    let address = args.advertise.clone().unwrap_or_else(|| {
+        listener
+            .local_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default()
+    });
+    let pod_uid = args
+        .pod_uid
+        .clone()
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let engine = Engine::new(EngineConfig {
+        pod_name: args.name.clone(),
+        pod_uid: pod_uid.clone(),
+        dataplane_address: address.clone(),
+        work_root: args.work_root.clone(),
+        python: args.python.clone(),
+        default_timeout: Duration::from_secs(args.default_timeout_secs),
+        max_timeout: Duration::from_secs(args.max_timeout_secs),
+        start_timeout: Duration::from_secs(30),
+    });
+    engine.spawn_idle_reaper(Duration::from_secs(1));
+    let tls = kruntimes_certs::server_config(
+        &args.tls_cert,
+        &args.tls_key,
+        Some(&args.client_ca),
+        &[b"h2", b"http/1.1"],
+    )?;
+    tracing::info!(name = %args.name, pod_uid = %pod_uid, address = %address, "runtimed serving");
+    let cfg = ServeConfig {
+        listener,
+        tls,
+        policy: PeerPolicy {
+            dataplane_clients: args.dataplane_clients.clone(),
+            control_clients: args.control_clients.clone(),
+        },
+    };
+    serve(engine.clone(), cfg, shutdown_signal()).await?;
+    engine.shutdown().await;
+    tracing::info!("runtimed stopped");
+    Ok(())
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

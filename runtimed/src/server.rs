@@ -1,0 +1,122 @@
+//! One TLS port for everything runtimed serves: gRPC (`FunctionRuntime`,
+//! `OwnershipTable`) and the HTTP/2 dataplane. Clients must present a
+//! certificate from the internal CA; the peer's common name then decides what
+//! it may call.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::routing::post;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+use tower::ServiceExt;
+
+use crate::dataplane::{self, Dataplane};
+use crate::engine::Engine;
+use crate::grpc::FunctionService;
+
+/// The authenticated peer of a connection (subject CN of its client cert).
+#[derive(Debug, Clone, Default)]
+pub struct PeerIdentity {
+    /// Subject common name, when a certificate was presented.
+    pub common_name: Option<String>,
+}
+
+/// Which client identities may use which interface.
+#[derive(Debug, Clone)]
+pub struct PeerPolicy {
+    /// CNs allowed on the dataplane (gateways).
+    pub dataplane_clients: Vec<String>,
+    /// CNs allowed to call `FunctionRuntime` (control plane).
+    pub control_clients: Vec<String>,
+}
+
+impl PeerPolicy {
+    /// Whether `peer` may send dataplane traffic.
+    pub fn may_use_dataplane(&self, peer: &PeerIdentity) -> bool {
+        peer.common_name
+            .as_ref()
+            .is_some_and(|cn| self.dataplane_clients.iter().any(|c| c == cn))
+    }
+
+    /// Whether `peer` may register and unregister.
+    pub fn may_control(&self, peer: &PeerIdentity) -> bool {
+        peer.common_name
+            .as_ref()
+            .is_some_and(|cn| self.control_clients.iter().any(|c| c == cn))
+    }
+}
+
+/// What [`serve`] needs.
+pub struct ServeConfig {
+    /// Bound listener.
+    pub listener: TcpListener,
+    /// TLS server configuration (with client verification).
+    pub tls: rustls::ServerConfig,
+    /// Client identity policy.
+    pub policy: PeerPolicy,
+}
+
+/// Builds the router for one engine.
+pub fn router(engine: Arc<Engine>, policy: Arc<PeerPolicy>) -> Router {
+    let grpc = tonic::service::Routes::new(FunctionService::new(engine.clone(), policy.clone()))
+        .add_service(engine.publisher().service())
+        .into_axum_router();
+    Router::new()
+        .route("/v1/{*rest}", post(dataplane::invoke))
+        .with_state(Dataplane { engine, policy })
+        .merge(grpc)
+}
+
+/// Serves until `shutdown` resolves.
+pub async fn serve(
+    engine: Arc<Engine>,
+    cfg: ServeConfig,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> std::io::Result<()> {
+    let policy = Arc::new(cfg.policy);
+    let app = router(engine, policy);
+    let acceptor = TlsAcceptor::from(Arc::new(cfg.tls));
+    tokio::pin!(shutdown);
+    loop {
+        let (tcp, remote) = tokio::select! {
+            r = cfg.listener.accept() => r?,
+            _ = &mut shutdown => return Ok(()),
+        };
+        let _ = tcp.set_nodelay(true);
+        let acceptor = acceptor.clone();
+        let app = app.clone();
+        tokio::spawn(async move {
+            if let Err(e) = connection(acceptor, tcp, remote, app).await {
+                tracing::debug!(%remote, error = %e, "connection ended with error");
+            }
+        });
+    }
+}
+
+async fn connection(
+    acceptor: TlsAcceptor,
+    tcp: tokio::net::TcpStream,
+    remote: SocketAddr,
+    app: Router,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let tls = acceptor.accept(tcp).await?;
+    let common_name = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .and_then(|c| kruntimes_certs::peer_common_name(c.as_ref()));
+    let identity = PeerIdentity { common_name };
+    tracing::trace!(%remote, peer = ?identity.common_name, "accepted connection");
+    let svc = app.map_request(move |mut req: axum::http::Request<hyper::body::Incoming>| {
+        req.extensions_mut().insert(identity.clone());
+        req
+    });
+    hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+        .serve_connection(TokioIo::new(tls), TowerToHyperService::new(svc))
+        .await
+}
