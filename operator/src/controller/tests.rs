@@ -1,0 +1,315 @@
+use super::*;
+use crate::model::{FunctionMode, ObjectMeta, RunMode, RunSpec, SourceSpec};
+
+fn manifest(name: &str) -> RunManifest {
+    RunManifest {
+        api_version: crate::model::API_VERSION.into(),
+        kind: "Run".into(),
+        metadata: ObjectMeta {
+            name: name.into(),
+            namespace: None,
+        },
+        spec: RunSpec {
+            runtime: "python".into(),
+            source: SourceSpec {
+                inline: Some("def invoke(r): return r".into()),
+                inline_path: Some("main.py".into()),
+            },
+            mode: RunMode {
+                function: Some(FunctionMode {
+                    handler: "main.invoke".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    }
+}
+
+fn store(names: &[&str]) -> BTreeMap<String, RunManifest> {
+    names
+        .iter()
+        .map(|n| (format!("default/{n}"), manifest(n)))
+        .collect()
+}
+
+fn pods(n: usize) -> Vec<PodConfig> {
+    (0..n)
+        .map(|i| PodConfig {
+            name: format!("runtimed-{i}"),
+            address: format!("127.0.0.1:{}", 9000 + i),
+            capacity: 2,
+        })
+        .collect()
+}
+
+fn controller(n: usize) -> Controller {
+    Controller::new(pods(n), Duration::from_secs(5), Duration::from_millis(100))
+}
+
+fn snapshot(instance: &str, entries: Vec<own::OwnershipEntry>) -> SourceUpdate {
+    SourceUpdate::Snapshot {
+        instance_id: instance.into(),
+        entries,
+    }
+}
+
+fn run<'a>(c: &'a Controller, name: &str) -> &'a RunState {
+    c.runs().find(|r| r.manifest.metadata.name == name).unwrap()
+}
+
+fn registers(actions: &[Action]) -> Vec<(String, u64)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Register { pod, request } => Some((pod.clone(), request.attempt)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn entry_for(r: &RunState, pod_uid: &str, phase: own::Phase, reason: &str) -> own::OwnershipEntry {
+    own::OwnershipEntry {
+        run_uid: r.uid.clone(),
+        attempt: r.attempt,
+        phase: phase as i32,
+        reason: reason.into(),
+        owner: Some(own::Owner {
+            pod_uid: pod_uid.into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn runs_wait_for_a_ready_pod_then_register_and_become_ready() {
+    let now = Instant::now();
+    let mut c = controller(1);
+    assert!(c.apply_store(store(&["a"]), now).is_empty());
+    assert_eq!(run(&c, "a").phase, Phase::Pending);
+    let actions = c.apply_pod("runtimed-0", snapshot("uid-0", vec![]), now);
+    assert_eq!(registers(&actions), vec![("runtimed-0".into(), 1)]);
+    assert_eq!(run(&c, "a").phase, Phase::Running);
+    let uid = run(&c, "a").uid.clone();
+    c.register_result(&uid, 1, RegisterOutcome::Ok, now);
+    assert_eq!(run(&c, "a").phase, Phase::Ready);
+    let e = c.ownership_entries().pop().unwrap();
+    assert_eq!(e.phase, own::Phase::Ready as i32);
+    let owner = e.owner.unwrap();
+    assert_eq!(
+        (owner.pod_name.as_str(), owner.pod_uid.as_str()),
+        ("runtimed-0", "uid-0")
+    );
+    let st = c.status("https://gw").pop().unwrap();
+    assert_eq!(
+        st.endpoint.unwrap(),
+        format!("https://gw/v1/namespaces/default/runtimes/python/runs/{uid}:invoke")
+    );
+}
+
+#[test]
+fn runs_spread_over_pods_within_capacity() {
+    let now = Instant::now();
+    let mut c = controller(2);
+    c.apply_pod("runtimed-0", snapshot("u0", vec![]), now);
+    c.apply_pod("runtimed-1", snapshot("u1", vec![]), now);
+    let actions = c.apply_store(store(&["a", "b", "c", "d", "e"]), now);
+    let mut per_pod = BTreeMap::new();
+    for (pod, _) in registers(&actions) {
+        *per_pod.entry(pod).or_insert(0) += 1;
+    }
+    assert_eq!(per_pod.get("runtimed-0"), Some(&2));
+    assert_eq!(per_pod.get("runtimed-1"), Some(&2));
+    assert_eq!(c.runs().filter(|r| r.phase == Phase::Pending).count(), 1);
+}
+
+#[test]
+fn deleting_a_run_unregisters_it_and_frees_capacity() {
+    let now = Instant::now();
+    let mut c = Controller::new(
+        vec![PodConfig {
+            name: "p".into(),
+            address: "x".into(),
+            capacity: 1,
+        }],
+        Duration::from_secs(5),
+        Duration::from_millis(100),
+    );
+    c.apply_pod("p", snapshot("u", vec![]), now);
+    c.apply_store(store(&["a", "b"]), now);
+    let a_uid = run(&c, "a").uid.clone();
+    assert_eq!(run(&c, "b").phase, Phase::Pending);
+    let actions = c.apply_store(store(&["b"]), now);
+    assert!(actions.contains(&Action::Unregister {
+        pod: "p".into(),
+        run_uid: a_uid,
+        mode: pb::UnregisterMode::Drain
+    }));
+    assert_eq!(registers(&actions), vec![("p".into(), 1)]);
+}
+
+#[test]
+fn a_changed_spec_replaces_the_run_with_a_new_uid() {
+    let now = Instant::now();
+    let mut c = controller(1);
+    c.apply_store(store(&["a"]), now);
+    let old = run(&c, "a").uid.clone();
+    let mut changed = store(&["a"]);
+    changed.get_mut("default/a").unwrap().spec.source.inline =
+        Some("def invoke(r): return 2".into());
+    c.apply_store(changed, now);
+    assert_ne!(run(&c, "a").uid, old);
+}
+
+#[test]
+fn pod_restart_fences_runs_and_reregisters_with_next_attempt() {
+    let now = Instant::now();
+    let mut c = controller(1);
+    c.apply_pod("runtimed-0", snapshot("old", vec![]), now);
+    c.apply_store(store(&["a"]), now);
+    let uid = run(&c, "a").uid.clone();
+    c.register_result(&uid, 1, RegisterOutcome::Ok, now);
+    let actions = c.apply_pod("runtimed-0", snapshot("new", vec![]), now);
+    assert!(registers(&actions).is_empty(), "backoff first");
+    assert_eq!(run(&c, "a").phase, Phase::Pending);
+    assert_eq!(run(&c, "a").attempt, 2);
+    let actions = c.tick(now + Duration::from_millis(150));
+    assert_eq!(registers(&actions), vec![("runtimed-0".into(), 2)]);
+    assert_eq!(run(&c, "a").owner_uid.as_deref(), Some("new"));
+    // A late result of attempt 1 is ignored.
+    c.register_result(&uid, 1, RegisterOutcome::Ok, now);
+    assert_eq!(run(&c, "a").phase, Phase::Running);
+}
+
+#[test]
+fn pod_lost_beyond_grace_moves_its_runs() {
+    let now = Instant::now();
+    let mut c = controller(2);
+    c.apply_pod("runtimed-0", snapshot("u0", vec![]), now);
+    c.apply_store(store(&["a"]), now);
+    let uid = run(&c, "a").uid.clone();
+    c.register_result(&uid, 1, RegisterOutcome::Ok, now);
+    c.apply_pod("runtimed-1", snapshot("u1", vec![]), now);
+    c.apply_pod("runtimed-0", SourceUpdate::Lost, now);
+    assert!(c.tick(now + Duration::from_secs(1)).is_empty());
+    assert_eq!(run(&c, "a").phase, Phase::Ready, "within grace");
+    c.tick(now + Duration::from_secs(6));
+    let actions = c.tick(now + Duration::from_secs(7));
+    assert_eq!(registers(&actions), vec![("runtimed-1".into(), 2)]);
+}
+
+#[test]
+fn retry_policy_exhaustion_fails_the_run() {
+    let now = Instant::now();
+    let mut c = controller(1);
+    let mut m = store(&["a"]);
+    m.get_mut("default/a")
+        .unwrap()
+        .spec
+        .retry_policy
+        .max_retries = 0;
+    c.apply_pod("runtimed-0", snapshot("u0", vec![]), now);
+    c.apply_store(m, now);
+    let uid = run(&c, "a").uid.clone();
+    c.register_result(&uid, 1, RegisterOutcome::Ok, now);
+    c.apply_pod("runtimed-0", snapshot("u0-restarted", vec![]), now);
+    assert_eq!(run(&c, "a").phase, Phase::Failed);
+    assert_eq!(run(&c, "a").reason, "OwnerLost");
+}
+
+#[test]
+fn idle_timeout_ends_the_run_and_releases_capacity() {
+    let now = Instant::now();
+    let mut c = Controller::new(
+        vec![PodConfig {
+            name: "p".into(),
+            address: "x".into(),
+            capacity: 1,
+        }],
+        Duration::from_secs(5),
+        Duration::from_millis(100),
+    );
+    c.apply_pod("p", snapshot("u", vec![]), now);
+    c.apply_store(store(&["a", "b"]), now);
+    let a = run(&c, "a").clone();
+    c.register_result(&a.uid, 1, RegisterOutcome::Ok, now);
+    let e = entry_for(run(&c, "a"), "u", own::Phase::Failed, "IdleTimeout");
+    let actions = c.apply_pod("p", SourceUpdate::Upsert(e), now);
+    assert_eq!(run(&c, "a").phase, Phase::Timeout);
+    assert_eq!(run(&c, "a").reason, "IdleTimeout");
+    assert!(actions.contains(&Action::Unregister {
+        pod: "p".into(),
+        run_uid: a.uid,
+        mode: pb::UnregisterMode::Cancel
+    }));
+    assert_eq!(
+        registers(&actions),
+        vec![("p".into(), 1)],
+        "b takes the freed capacity"
+    );
+}
+
+#[test]
+fn missing_registration_of_a_ready_run_is_reregistered_and_orphans_removed() {
+    let now = Instant::now();
+    let mut c = controller(1);
+    c.apply_pod("runtimed-0", snapshot("u0", vec![]), now);
+    c.apply_store(store(&["a"]), now);
+    let uid = run(&c, "a").uid.clone();
+    c.register_result(&uid, 1, RegisterOutcome::Ok, now);
+    let orphan = own::OwnershipEntry {
+        run_uid: "orphan".into(),
+        ..Default::default()
+    };
+    let actions = c.apply_pod("runtimed-0", SourceUpdate::Lost, now);
+    assert!(actions.is_empty());
+    let actions = c.apply_pod("runtimed-0", snapshot("u0", vec![orphan]), now);
+    assert_eq!(registers(&actions), vec![("runtimed-0".into(), 1)]);
+    assert!(actions.contains(&Action::Unregister {
+        pod: "runtimed-0".into(),
+        run_uid: "orphan".into(),
+        mode: pb::UnregisterMode::Cancel
+    }));
+}
+
+#[test]
+fn registration_failures_fail_or_retry() {
+    let now = Instant::now();
+    let mut c = controller(1);
+    c.apply_pod("runtimed-0", snapshot("u0", vec![]), now);
+    c.apply_store(store(&["a", "b"]), now);
+    let a = run(&c, "a").uid.clone();
+    let b = run(&c, "b").uid.clone();
+    c.register_result(
+        &a,
+        1,
+        RegisterOutcome::Permanent("SyntaxError: bad".into()),
+        now,
+    );
+    assert_eq!(run(&c, "a").phase, Phase::Failed);
+    assert!(run(&c, "a").message.contains("SyntaxError"));
+    c.register_result(&b, 1, RegisterOutcome::Retryable("unavailable".into()), now);
+    assert_eq!(run(&c, "b").phase, Phase::Pending);
+    let actions = c.tick(now + Duration::from_millis(200));
+    assert_eq!(registers(&actions), vec![("runtimed-0".into(), 1)]);
+}
+
+#[test]
+fn invalid_and_unsupported_manifests_fail_without_scheduling() {
+    let now = Instant::now();
+    let mut c = controller(1);
+    c.apply_pod("runtimed-0", snapshot("u0", vec![]), now);
+    let mut m = store(&["bad", "task"]);
+    m.get_mut("default/bad").unwrap().spec.mode.task = Some(serde_json::json!({}));
+    let t = m.get_mut("default/task").unwrap();
+    t.spec.mode.function = None;
+    t.spec.mode.task = Some(serde_json::json!({"entrypoint": "main.py"}));
+    let actions = c.apply_store(m, now);
+    assert!(actions.is_empty());
+    assert_eq!(run(&c, "bad").phase, Phase::Failed);
+    assert_eq!(run(&c, "bad").reason, "Invalid");
+    assert_eq!(run(&c, "task").reason, "UnsupportedMode");
+    assert!(c.ownership_entries().is_empty());
+}

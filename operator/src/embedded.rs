@@ -1,0 +1,349 @@
+//! The embedded control plane: the [`Controller`] driven by a directory of
+//! Run manifests and the runtimed instances' ownership watches, performing
+//! register/unregister over mTLS gRPC, serving the control plane's ownership
+//! table to gateways, and writing Run status to `STATE_DIR/runs.json`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kruntimes_proto::function::v1 as pb;
+use kruntimes_proto::function::v1::function_runtime_client::FunctionRuntimeClient;
+use kruntimes_proto::ownership::v1::SourceKind;
+use kruntimes_proto::watch::{DEFAULT_LAG_CAPACITY, Publisher, SourceUpdate, watch_source};
+use serde::Serialize;
+use tokio::sync::mpsc;
+use tonic::transport::{
+    Certificate, Channel, ClientTlsConfig, Endpoint, Identity, Server, ServerTlsConfig,
+};
+
+use crate::controller::{Action, Controller, PodConfig, RegisterOutcome, RunStatus};
+use crate::store::{self, FileError, Scan};
+
+/// Errors of starting the embedded control plane.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Reading certificate material failed.
+    #[error("read {path}: {source}")]
+    Read {
+        /// File.
+        path: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// I/O failed.
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+    /// gRPC transport setup failed.
+    #[error("grpc transport: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    /// Invalid address.
+    #[error("invalid endpoint {0}")]
+    Endpoint(String),
+    /// Watching the runs directory failed.
+    #[error("watch runs directory: {0}")]
+    Notify(#[from] notify::Error),
+}
+
+/// Result alias.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// PEM files of one TLS identity plus the CA it trusts.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    /// CA bundle of the peer.
+    pub ca: PathBuf,
+    /// Own certificate.
+    pub cert: PathBuf,
+    /// Own key.
+    pub key: PathBuf,
+}
+
+/// Configuration of the embedded control plane.
+#[derive(Debug, Clone)]
+pub struct EmbeddedConfig {
+    /// Directory of Run manifests.
+    pub runs_dir: PathBuf,
+    /// Where `runs.json` is written.
+    pub state_dir: PathBuf,
+    /// The runtimed instances.
+    pub pods: Vec<PodConfig>,
+    /// Public gateway URL, for Run endpoints.
+    pub gateway_url: String,
+    /// Identity used to call runtimed and to serve the ownership watch
+    /// (the certificate carries both server and client usages).
+    pub tls: TlsFiles,
+    /// TLS server name of runtimed certificates.
+    pub runtimed_server_name: String,
+    /// How long a lost runtimed may stay away before its Runs move.
+    pub owner_grace: Duration,
+}
+
+/// What `STATE_DIR/runs.json` holds.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct StatusFile<'a> {
+    gateway: &'a str,
+    runs: Vec<RunStatus>,
+    errors: &'a [FileError],
+}
+
+enum Msg {
+    Store(Scan),
+    Pod(String, SourceUpdate),
+    Registered {
+        uid: String,
+        attempt: u64,
+        outcome: RegisterOutcome,
+    },
+}
+
+fn read(path: &PathBuf) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|source| Error::Read {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+/// A tonic endpoint to a runtimed (or any internal service) over mTLS.
+pub fn internal_endpoint(address: &str, server_name: &str, tls: &TlsFiles) -> Result<Endpoint> {
+    let cfg = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(read(&tls.ca)?))
+        .identity(Identity::from_pem(read(&tls.cert)?, read(&tls.key)?))
+        .domain_name(server_name);
+    Ok(Endpoint::from_shared(format!("https://{address}"))
+        .map_err(|_| Error::Endpoint(address.to_owned()))?
+        .tls_config(cfg)?
+        .connect_timeout(Duration::from_secs(2))
+        .tcp_nodelay(true))
+}
+
+/// Runs the embedded control plane until `shutdown` resolves. The ownership
+/// watch is served on `listener`.
+pub async fn run(
+    cfg: EmbeddedConfig,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    std::fs::create_dir_all(&cfg.runs_dir)?;
+    std::fs::create_dir_all(&cfg.state_dir)?;
+    let publisher = Publisher::new(
+        SourceKind::ControlPlane,
+        uuid::Uuid::new_v4().to_string(),
+        DEFAULT_LAG_CAPACITY,
+    );
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+
+    // Ownership watch server for gateways.
+    let server_tls = ServerTlsConfig::new()
+        .identity(Identity::from_pem(
+            read(&cfg.tls.cert)?,
+            read(&cfg.tls.key)?,
+        ))
+        .client_ca_root(Certificate::from_pem(read(&cfg.tls.ca)?));
+    let server = Server::builder()
+        .tls_config(server_tls)?
+        .add_service(publisher.service());
+    let mut server_stop = stop_rx.clone();
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    let server_task = tokio::spawn(async move {
+        let stop = async move {
+            let _ = server_stop.wait_for(|s| *s).await;
+        };
+        if let Err(e) = server.serve_with_incoming_shutdown(incoming, stop).await {
+            tracing::error!(error = %e, "ownership watch server failed");
+        }
+    });
+
+    // Event sources. Per-Pod event volume is bounded by that Pod's
+    // registrations, so an unbounded queue into the single loop is safe.
+    let (tx, mut rx) = mpsc::unbounded_channel::<Msg>();
+    let mut clients = std::collections::HashMap::new();
+    for pod in &cfg.pods {
+        let endpoint = internal_endpoint(&pod.address, &cfg.runtimed_server_name, &cfg.tls)?;
+        clients.insert(
+            pod.name.clone(),
+            FunctionRuntimeClient::new(endpoint.connect_lazy()),
+        );
+        let tx = tx.clone();
+        let name = pod.name.clone();
+        let stop = stop_rx.clone();
+        tokio::spawn(async move {
+            watch_source(endpoint, "kruntimes-control-plane".into(), move |u| {
+                !*stop.borrow() && tx.send(Msg::Pod(name.clone(), u)).is_ok()
+            })
+            .await;
+        });
+    }
+    let _watcher = spawn_store_watcher(cfg.runs_dir.clone(), tx.clone())?;
+
+    let mut ctl = Controller::new(
+        cfg.pods.clone(),
+        cfg.owner_grace,
+        Duration::from_millis(200),
+    );
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    let mut errors: Vec<FileError> = Vec::new();
+    let mut last_status = Vec::new();
+    let mut stop = stop_rx.clone();
+    let clients = Arc::new(clients);
+    loop {
+        let now = Instant::now();
+        let actions = tokio::select! {
+            msg = rx.recv() => match msg {
+                Some(Msg::Store(scan)) => {
+                    for e in &scan.errors {
+                        tracing::warn!(file = %e.file, error = %e.message, "skipping run manifest");
+                    }
+                    errors = scan.errors;
+                    ctl.apply_store(scan.runs, now)
+                }
+                Some(Msg::Pod(pod, update)) => ctl.apply_pod(&pod, update, now),
+                Some(Msg::Registered { uid, attempt, outcome }) => ctl.register_result(&uid, attempt, outcome, now),
+                None => break,
+            },
+            _ = tick.tick() => ctl.tick(now),
+            _ = stop.wait_for(|s| *s) => break,
+        };
+        for action in actions {
+            perform(action, &clients, &tx);
+        }
+        sync_publisher(&publisher, &ctl);
+        let status = serde_json::to_vec_pretty(&StatusFile {
+            gateway: &cfg.gateway_url,
+            runs: ctl.status(&cfg.gateway_url),
+            errors: &errors,
+        })
+        .unwrap_or_default();
+        if status != last_status {
+            write_atomic(&cfg.state_dir.join("runs.json"), &status)?;
+            last_status = status;
+        }
+    }
+    let _ = server_task.await;
+    Ok(())
+}
+
+fn perform(
+    action: Action,
+    clients: &Arc<std::collections::HashMap<String, FunctionRuntimeClient<Channel>>>,
+    tx: &mpsc::UnboundedSender<Msg>,
+) {
+    match action {
+        Action::Register { pod, request } => {
+            let Some(mut client) = clients.get(&pod).cloned() else {
+                return;
+            };
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let run = request.run.clone().unwrap_or_default();
+                let attempt = request.attempt;
+                let outcome = match client.register(request).await {
+                    Ok(_) => RegisterOutcome::Ok,
+                    Err(s) => {
+                        tracing::warn!(uid = %run.uid, pod = %pod, code = ?s.code(), message = %s.message(), "register failed");
+                        match s.code() {
+                            tonic::Code::InvalidArgument
+                            | tonic::Code::FailedPrecondition
+                            | tonic::Code::AlreadyExists => {
+                                RegisterOutcome::Permanent(s.message().to_owned())
+                            }
+                            _ => RegisterOutcome::Retryable(s.message().to_owned()),
+                        }
+                    }
+                };
+                let _ = tx.send(Msg::Registered {
+                    uid: run.uid,
+                    attempt,
+                    outcome,
+                });
+            });
+        }
+        Action::Unregister { pod, run_uid, mode } => {
+            let Some(mut client) = clients.get(&pod).cloned() else {
+                return;
+            };
+            tokio::spawn(async move {
+                let req = pb::UnregisterRequest {
+                    run_uid: run_uid.clone(),
+                    registration_id: String::new(),
+                    mode: mode as i32,
+                };
+                if let Err(s) = client.unregister(req).await {
+                    // The next snapshot from the Pod lists the orphan again.
+                    tracing::warn!(uid = %run_uid, pod = %pod, code = ?s.code(), "unregister failed");
+                }
+            });
+        }
+    }
+}
+
+fn sync_publisher(publisher: &Publisher, ctl: &Controller) {
+    let entries = ctl.ownership_entries();
+    let keep: std::collections::HashSet<&str> =
+        entries.iter().map(|e| e.run_uid.as_str()).collect();
+    for old in publisher.entries() {
+        if !keep.contains(old.run_uid.as_str()) {
+            publisher.delete(&old.run_uid);
+        }
+    }
+    for e in entries {
+        publisher.upsert(e);
+    }
+}
+
+fn write_atomic(path: &std::path::Path, data: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, data)?;
+    std::fs::rename(tmp, path)
+}
+
+/// Rescans on every change notification (and every 2 s as a backstop) and
+/// sends the scan when it differs from the previous one.
+fn spawn_store_watcher(
+    dir: PathBuf,
+    tx: mpsc::UnboundedSender<Msg>,
+) -> Result<notify::RecommendedWatcher> {
+    use notify::Watcher;
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let w = wake.clone();
+    let mut watcher = notify::recommended_watcher(move |_res: notify::Result<notify::Event>| {
+        w.notify_one();
+    })?;
+    watcher.watch(&dir, notify::RecursiveMode::NonRecursive)?;
+    tokio::spawn(async move {
+        let mut last: Option<Scan> = None;
+        let mut backstop = tokio::time::interval(Duration::from_secs(2));
+        loop {
+            let d = dir.clone();
+            let scan = match tokio::task::spawn_blocking(move || store::scan(&d)).await {
+                Ok(s) => s,
+                Err(_) => return,
+            };
+            if last.as_ref() != Some(&scan) {
+                if tx.send(Msg::Store(scan.clone())).is_err() {
+                    return;
+                }
+                last = Some(scan);
+            }
+            tokio::select! {
+                _ = wake.notified() => {
+                    // Let a burst of writes settle before rescanning.
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                _ = backstop.tick() => {}
+            }
+        }
+    });
+    Ok(watcher)
+}
+
+/// Binds a loopback listener for the ownership watch.
+pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr).await
+}

@@ -1,0 +1,369 @@
+//! The `Run` resource in its CRD shape (`kruntimes.io/v1alpha1`), as read from
+//! manifests, with pure validation and the registration digest.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// API version of Run manifests.
+pub const API_VERSION: &str = "kruntimes.io/v1alpha1";
+
+/// A Run manifest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunManifest {
+    /// Must be [`API_VERSION`].
+    pub api_version: String,
+    /// Must be `Run`.
+    pub kind: String,
+    /// Name and namespace.
+    pub metadata: ObjectMeta,
+    /// Desired state.
+    pub spec: RunSpec,
+}
+
+/// Object metadata (the subset the control plane uses).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ObjectMeta {
+    /// Run name (DNS-1123 label).
+    pub name: String,
+    /// Namespace; `default` when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+/// `spec` of a Run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct RunSpec {
+    /// Runtime name (`python`, `bash`, or a custom Runtime).
+    pub runtime: String,
+    /// Code source, shared by all modes.
+    #[serde(default)]
+    pub source: SourceSpec,
+    /// Exactly one mode.
+    #[serde(default)]
+    pub mode: RunMode,
+    /// Environment of the handler.
+    #[serde(default)]
+    pub env: Vec<EnvVar>,
+    /// Retry policy for registration failures and owner loss.
+    #[serde(default)]
+    pub retry_policy: RetryPolicy,
+    /// How the Run ends.
+    #[serde(default)]
+    pub termination: Termination,
+}
+
+/// `spec.source`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceSpec {
+    /// Inline source text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inline: Option<String>,
+    /// Where the inline source is written, relative to the working directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inline_path: Option<String>,
+}
+
+/// `spec.mode`: exactly one of the fields.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct RunMode {
+    /// One-shot task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<serde_json::Value>,
+    /// Function mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function: Option<FunctionMode>,
+    /// Session (sandbox) mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<serde_json::Value>,
+}
+
+/// `spec.mode.function`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct FunctionMode {
+    /// `module.function` (Python) or `file.function` (Bash).
+    pub handler: String,
+    /// Idle timeout that ends the reservation; none when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout_seconds: Option<u32>,
+    /// Per-invocation timeout; the runtime default when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invocation_timeout_seconds: Option<u32>,
+}
+
+/// One environment variable.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EnvVar {
+    /// Name.
+    pub name: String,
+    /// Value.
+    #[serde(default)]
+    pub value: String,
+}
+
+/// `spec.retryPolicy`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RetryPolicy {
+    /// Re-registrations allowed after owner loss or transient failures.
+    #[serde(default = "default_retries")]
+    pub max_retries: u32,
+}
+
+fn default_retries() -> u32 {
+    3
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            max_retries: default_retries(),
+        }
+    }
+}
+
+/// `spec.termination`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Termination {
+    /// `Drain` (default) finishes accepted work; `Immediate` cancels it.
+    #[serde(default)]
+    pub mode: TerminationMode,
+}
+
+/// How a Run ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum TerminationMode {
+    /// Let in-flight work finish.
+    #[default]
+    Drain,
+    /// Cancel in-flight work.
+    Immediate,
+}
+
+/// Which mode a valid Run has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum ModeKind {
+    /// Task.
+    Task,
+    /// Function.
+    Function,
+    /// Session.
+    Session,
+}
+
+impl ModeKind {
+    /// Lowercase name as shown by `krt runs`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Task => "task",
+            Self::Function => "function",
+            Self::Session => "session",
+        }
+    }
+}
+
+fn dns_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+}
+
+impl RunManifest {
+    /// Namespace, defaulting to `default`.
+    pub fn namespace(&self) -> &str {
+        self.metadata.namespace.as_deref().unwrap_or("default")
+    }
+
+    /// `namespace/name`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace(), self.metadata.name)
+    }
+
+    /// Validates the manifest as the CRD's schema and CEL rules would.
+    pub fn validate(&self) -> Result<ModeKind, String> {
+        if self.api_version != API_VERSION {
+            return Err(format!("apiVersion must be {API_VERSION}"));
+        }
+        if self.kind != "Run" {
+            return Err("kind must be Run".into());
+        }
+        if !dns_label(&self.metadata.name) {
+            return Err(format!(
+                "metadata.name {:?} is not a DNS-1123 label",
+                self.metadata.name
+            ));
+        }
+        if !dns_label(self.namespace()) {
+            return Err(format!(
+                "metadata.namespace {:?} is not a DNS-1123 label",
+                self.namespace()
+            ));
+        }
+        if !dns_label(&self.spec.runtime) {
+            return Err(format!(
+                "spec.runtime {:?} is not a DNS-1123 label",
+                self.spec.runtime
+            ));
+        }
+        let m = &self.spec.mode;
+        let kind = match (m.task.is_some(), m.function.is_some(), m.session.is_some()) {
+            (true, false, false) => ModeKind::Task,
+            (false, true, false) => ModeKind::Function,
+            (false, false, true) => ModeKind::Session,
+            (false, false, false) => {
+                return Err("spec.mode requires exactly one of task, function, session".into());
+            }
+            _ => return Err("spec.mode must set exactly one of task, function, session".into()),
+        };
+        if let Some(f) = &m.function
+            && f.handler.is_empty()
+        {
+            return Err("spec.mode.function.handler is required".into());
+        }
+        if self
+            .spec
+            .source
+            .inline
+            .as_ref()
+            .is_some_and(|s| s.len() > 1024 * 1024)
+        {
+            return Err("spec.source.inline is larger than 1 MiB".into());
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for e in &self.spec.env {
+            if e.name.is_empty() || e.name.contains('=') || !seen.insert(&e.name) {
+                return Err(format!(
+                    "spec.env name {:?} is empty, contains '=' or repeats",
+                    e.name
+                ));
+            }
+        }
+        Ok(kind)
+    }
+
+    /// The environment as a map.
+    pub fn env(&self) -> BTreeMap<String, String> {
+        self.spec
+            .env
+            .iter()
+            .map(|e| (e.name.clone(), e.value.clone()))
+            .collect()
+    }
+
+    /// Digest of the immutable registration inputs (runtime, source, mode,
+    /// env): equal digests mean an idempotent re-registration.
+    pub fn digest(&self) -> String {
+        #[derive(Serialize)]
+        struct Inputs<'a> {
+            runtime: &'a str,
+            source: &'a SourceSpec,
+            mode: &'a RunMode,
+            env: BTreeMap<String, String>,
+        }
+        let inputs = Inputs {
+            runtime: &self.spec.runtime,
+            source: &self.spec.source,
+            mode: &self.spec.mode,
+            env: self.env(),
+        };
+        // Serializing plain structs with string keys cannot fail.
+        let bytes = serde_json::to_vec(&inputs).unwrap_or_default();
+        let d = Sha256::digest(&bytes);
+        d.iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(y: &str) -> RunManifest {
+        serde_yaml::from_str(y).unwrap()
+    }
+
+    const HELLO: &str = r#"
+apiVersion: kruntimes.io/v1alpha1
+kind: Run
+metadata:
+  name: hello-python
+spec:
+  runtime: python
+  source:
+    inlinePath: main.py
+    inline: |
+      def invoke(request):
+          return {"message": "hello " + request["name"]}
+  mode:
+    function:
+      handler: main.invoke
+      idleTimeoutSeconds: 600
+"#;
+
+    #[test]
+    fn function_manifest_validates_with_defaults() {
+        let m = parse(HELLO);
+        assert_eq!(m.validate(), Ok(ModeKind::Function));
+        assert_eq!(m.key(), "default/hello-python");
+        assert_eq!(m.spec.retry_policy.max_retries, 3);
+        assert_eq!(m.spec.termination.mode, TerminationMode::Drain);
+    }
+
+    #[test]
+    fn modes_are_mutually_exclusive_and_required() {
+        let mut m = parse(HELLO);
+        m.spec.mode.task = Some(serde_json::json!({}));
+        assert!(m.validate().unwrap_err().contains("exactly one"));
+        m.spec.mode = RunMode::default();
+        assert!(m.validate().unwrap_err().contains("exactly one"));
+    }
+
+    #[test]
+    fn bad_names_versions_and_env_are_rejected() {
+        let mut m = parse(HELLO);
+        m.metadata.name = "Hello".into();
+        assert!(m.validate().is_err());
+        let mut m = parse(HELLO);
+        m.api_version = "v1".into();
+        assert!(m.validate().is_err());
+        let mut m = parse(HELLO);
+        m.spec.env = vec![
+            EnvVar {
+                name: "A".into(),
+                value: "1".into(),
+            },
+            EnvVar {
+                name: "A".into(),
+                value: "2".into(),
+            },
+        ];
+        assert!(m.validate().is_err());
+        let mut m = parse(HELLO);
+        m.spec.mode.function.as_mut().unwrap().handler.clear();
+        assert!(m.validate().is_err());
+    }
+
+    #[test]
+    fn digest_covers_execution_inputs_only() {
+        let a = parse(HELLO);
+        let mut b = a.clone();
+        b.spec.retry_policy.max_retries = 9;
+        assert_eq!(a.digest(), b.digest());
+        b.spec.source.inline = Some("def invoke(r): return 1".into());
+        assert_ne!(a.digest(), b.digest());
+        let mut c = a.clone();
+        c.spec.env.push(EnvVar {
+            name: "X".into(),
+            value: "y".into(),
+        });
+        assert_ne!(a.digest(), c.digest());
+    }
+}

@@ -1,0 +1,136 @@
+//! The file-backed Run store of the embedded control plane: every `*.yaml` /
+//! `*.yml` file in one directory holds one or more Run manifests. Adding or
+//! removing a file while running adds or removes those Runs.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::RunManifest;
+
+/// Largest manifest file read.
+const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
+
+/// A manifest that could not be used.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileError {
+    /// The file.
+    pub file: String,
+    /// Why.
+    pub message: String,
+}
+
+/// One scan of the directory.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Scan {
+    /// Manifests by `namespace/name`.
+    pub runs: BTreeMap<String, RunManifest>,
+    /// Files (or documents) that were skipped.
+    pub errors: Vec<FileError>,
+}
+
+/// Reads every manifest in `dir`; a missing directory is empty.
+pub fn scan(dir: &Path) -> Scan {
+    let mut out = Scan::default();
+    let Ok(read) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    let mut files: Vec<PathBuf> = read
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml")))
+        .collect();
+    files.sort();
+    for file in files {
+        let name = file.display().to_string();
+        let err = |message: String| FileError {
+            file: name.clone(),
+            message,
+        };
+        match std::fs::metadata(&file) {
+            Ok(md) if md.len() > MAX_FILE_BYTES => {
+                out.errors
+                    .push(err(format!("larger than {MAX_FILE_BYTES} bytes")));
+                continue;
+            }
+            Err(e) => {
+                out.errors.push(err(e.to_string()));
+                continue;
+            }
+            Ok(_) => {}
+        }
+        let text = match std::fs::read_to_string(&file) {
+            Ok(t) => t,
+            Err(e) => {
+                out.errors.push(err(e.to_string()));
+                continue;
+            }
+        };
+        for doc in serde_yaml::Deserializer::from_str(&text) {
+            let value = match serde_yaml::Value::deserialize(doc) {
+                Ok(serde_yaml::Value::Null) => continue,
+                Ok(v) => v,
+                Err(e) => {
+                    out.errors.push(err(e.to_string()));
+                    break;
+                }
+            };
+            match serde_yaml::from_value::<RunManifest>(value) {
+                Ok(m) => {
+                    let key = m.key();
+                    if out.runs.contains_key(&key) {
+                        out.errors.push(err(format!("duplicate Run {key}")));
+                    } else {
+                        out.runs.insert(key, m);
+                    }
+                }
+                Err(e) => out.errors.push(err(e.to_string())),
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RUN: &str = "apiVersion: kruntimes.io/v1alpha1\nkind: Run\nmetadata:\n  name: NAME\nspec:\n  runtime: python\n  mode:\n    function:\n      handler: main.invoke\n";
+
+    #[test]
+    fn scans_single_and_multi_document_files() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.yaml"), RUN.replace("NAME", "a")).unwrap();
+        let multi = format!(
+            "{}---\n{}",
+            RUN.replace("NAME", "b"),
+            RUN.replace("NAME", "c")
+        );
+        std::fs::write(dir.path().join("bc.yml"), multi).unwrap();
+        std::fs::write(dir.path().join("notes.txt"), "ignored").unwrap();
+        let s = scan(dir.path());
+        assert_eq!(
+            s.runs.keys().collect::<Vec<_>>(),
+            ["default/a", "default/b", "default/c"]
+        );
+        assert!(s.errors.is_empty());
+    }
+
+    #[test]
+    fn bad_files_and_duplicates_are_reported_not_fatal() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.yaml"), RUN.replace("NAME", "a")).unwrap();
+        std::fs::write(dir.path().join("b.yaml"), RUN.replace("NAME", "a")).unwrap();
+        std::fs::write(dir.path().join("c.yaml"), "spec: [unclosed").unwrap();
+        std::fs::write(dir.path().join("d.yaml"), "kind: Run\n").unwrap();
+        let s = scan(dir.path());
+        assert_eq!(s.runs.len(), 1);
+        assert_eq!(s.errors.len(), 3);
+        assert!(s.errors.iter().any(|e| e.message.contains("duplicate")));
+    }
+
+    #[test]
+    fn missing_directory_is_empty() {
+        assert_eq!(scan(Path::new("/nonexistent/krt-runs")), Scan::default());
+    }
+}
