@@ -1,1 +1,191 @@
-//! placeholder for fetch
+//! The kruntimes gateway: a Pingora HTTPS/HTTP proxy that authenticates
+//! callers, authorizes them per Run through a bounded decision cache,
+//! enforces size and concurrency limits, and forwards each request in one hop
+//! (HTTP/2, mTLS, pooled) to the runtimed that owns the Run, as named by the
+//! ownership table it watches.
+#![forbid(unsafe_code)]
+
+pub mod auth;
+pub mod config;
+pub mod metrics;
+pub mod proxy;
+pub mod table;
+pub mod watch;
+
+pub use config::Args;
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use async_trait::async_trait;
+use pingora::listeners::tls::TlsSettings;
+use pingora::server::configuration::ServerConf;
+use pingora::server::{Server, ShutdownWatch};
+use pingora::services::background::{BackgroundService, background_service};
+use pingora::utils::tls::{CertKey, WrappedX509, parse_x509};
+
+use crate::auth::cache::{CacheConfig, DecisionCache};
+use crate::auth::jwt::JwtAuthenticator;
+use crate::auth::policy::{Policy, PolicyAuthorizer};
+use crate::config::AuthMode;
+use crate::metrics::Metrics;
+use crate::proxy::{Gateway, Limits, Upstream};
+use crate::table::Table;
+use crate::watch::InternalTls;
+
+/// JSON logs to stderr, filtered by `RUST_LOG` (default `info`).
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+struct WatchService {
+    table: Arc<RwLock<Table>>,
+    control_plane: String,
+    tls: InternalTls,
+}
+
+#[async_trait]
+impl BackgroundService for WatchService {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        tokio::select! {
+            _ = watch::run(self.table.clone(), self.control_plane.clone(), self.tls.clone()) => {}
+            _ = shutdown.changed() => {}
+        }
+    }
+}
+
+fn read(path: &std::path::Path) -> anyhow::Result<Vec<u8>> {
+    std::fs::read(path).with_context(|| format!("read {}", path.display()))
+}
+
+/// Builds the decision cache from the flags (`None` when auth is disabled).
+fn build_auth(args: &Args, metrics: &Metrics) -> anyhow::Result<Option<Arc<DecisionCache>>> {
+    match args.auth {
+        AuthMode::None => {
+            tracing::warn!("authentication is DISABLED; every caller may invoke every run");
+            Ok(None)
+        }
+        AuthMode::Jwt => {
+            let key_path = args
+                .jwt_public_key
+                .as_ref()
+                .context("--jwt-public-key is required with --auth jwt")?;
+            let policy_path = args
+                .policy
+                .as_ref()
+                .context("--policy is required with --auth jwt")?;
+            let authn =
+                JwtAuthenticator::new(&read(key_path)?, &args.jwt_issuer, &args.jwt_audience)
+                    .context("load JWT public key")?;
+            let policy: Policy =
+                serde_yaml::from_slice(&read(policy_path)?).context("parse policy")?;
+            let cfg = CacheConfig {
+                authn_max_ttl: Duration::from_secs(args.authn_cache_ttl_secs),
+                ..CacheConfig::default()
+            };
+            Ok(Some(Arc::new(DecisionCache::new(
+                Arc::new(authn),
+                Arc::new(PolicyAuthorizer(policy)),
+                cfg,
+                Some(metrics.auth_cache.clone()),
+            ))))
+        }
+    }
+}
+
+fn upstream(args: &Args) -> anyhow::Result<Upstream> {
+    let ca: Vec<WrappedX509> = kruntimes_certs::load_certs(&args.internal_ca)?
+        .into_iter()
+        .map(|c| WrappedX509::new(c.as_ref().to_vec(), parse_x509))
+        .collect();
+    let certs: Vec<Vec<u8>> = kruntimes_certs::load_certs(&args.client_cert)?
+        .into_iter()
+        .map(|c| c.as_ref().to_vec())
+        .collect();
+    let key = kruntimes_certs::load_key(&args.client_key)?;
+    Ok(Upstream {
+        ca: ca.into(),
+        cert_key: Arc::new(CertKey::new(certs, key.secret_der().to_vec())),
+        server_name: args.runtimed_server_name.clone(),
+        connect_timeout: Duration::from_millis(args.connect_timeout_ms),
+        default_timeout: Duration::from_secs(args.default_timeout_secs),
+    })
+}
+
+/// Builds and runs the gateway; returns only on a setup error (Pingora
+/// exits the process on shutdown).
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    init_logging();
+    if args.https_listen.is_none() && args.http_listen.is_none() {
+        anyhow::bail!("at least one of --https-listen and --http-listen is required");
+    }
+    let metrics = Arc::new(Metrics::new()?);
+    let table = Arc::new(RwLock::new(Table::new(Duration::from_secs(
+        args.staleness_secs,
+    ))));
+    let auth = build_auth(&args, &metrics)?;
+    let gateway = Gateway::new(
+        table.clone(),
+        auth,
+        metrics,
+        Limits {
+            max_body_bytes: args.max_body_bytes,
+            max_header_bytes: args.max_header_bytes,
+            max_in_flight: args.max_in_flight,
+        },
+        upstream(&args)?,
+    );
+    let conf = ServerConf {
+        threads: args.threads,
+        grace_period_seconds: Some(0),
+        graceful_shutdown_timeout_seconds: Some(2),
+        ..ServerConf::default()
+    };
+    let mut server = Server::new_with_opt_and_conf(None, conf);
+    let mut proxy = pingora::proxy::http_proxy_service(&server.configuration, gateway);
+    if let Some(addr) = &args.https_listen {
+        let cert = args
+            .tls_cert
+            .as_ref()
+            .context("--tls-cert is required with --https-listen")?;
+        let key = args
+            .tls_key
+            .as_ref()
+            .context("--tls-key is required with --https-listen")?;
+        let mut tls =
+            TlsSettings::intermediate(&cert.display().to_string(), &key.display().to_string())?;
+        tls.enable_h2();
+        proxy.add_tls_with_settings(addr, None, tls);
+    }
+    if let Some(addr) = &args.http_listen {
+        proxy.add_tcp(addr);
+    }
+    let tls = InternalTls {
+        ca_pem: read(&args.internal_ca)?,
+        cert_pem: read(&args.client_cert)?,
+        key_pem: read(&args.client_key)?,
+        control_plane_name: args.control_plane_server_name.clone(),
+        runtimed_name: args.runtimed_server_name.clone(),
+    };
+    let watch = background_service(
+        "ownership watch",
+        WatchService {
+            table,
+            control_plane: args.control_plane.clone(),
+            tls,
+        },
+    );
+    server.add_service(proxy);
+    server.add_service(watch);
+    server.bootstrap();
+    tracing::info!(https = ?args.https_listen, http = ?args.http_listen, "gateway starting");
+    server.run_forever()
+}

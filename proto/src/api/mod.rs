@@ -36,8 +36,10 @@ pub enum ErrorCode {
     InvalidJson,
     /// `X-Kruntimes-Invocation-Id` is too long or not printable ASCII.
     InvalidInvocationId,
-    /// Other malformed request (method, headers).
+    /// Other malformed request (headers, content-length).
     BadRequest,
+    /// The route exists but not for this method.
+    MethodNotAllowed,
     /// Missing, malformed, expired or unknown bearer token.
     Unauthenticated,
     /// Authenticated caller is not allowed to use this Run.
@@ -78,6 +80,7 @@ impl ErrorCode {
         use ErrorCode::*;
         match self {
             InvalidPath | InvalidJson | InvalidInvocationId | BadRequest => 400,
+            MethodNotAllowed => 405,
             Unauthenticated => 401,
             Forbidden => 403,
             NotFound => 404,
@@ -106,6 +109,7 @@ impl ErrorCode {
             InvalidJson => "InvalidJson",
             InvalidInvocationId => "InvalidInvocationId",
             BadRequest => "BadRequest",
+            MethodNotAllowed => "MethodNotAllowed",
             Unauthenticated => "Unauthenticated",
             Forbidden => "Forbidden",
             NotFound => "NotFound",

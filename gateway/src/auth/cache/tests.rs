@@ -1,0 +1,155 @@
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use async_trait::async_trait;
+
+use super::*;
+
+struct CountingAuthn {
+    calls: AtomicUsize,
+    down: std::sync::atomic::AtomicBool,
+    exp: Option<SystemTime>,
+}
+
+#[async_trait]
+impl Authenticator for CountingAuthn {
+    async fn authenticate(&self, token: &str) -> Result<Identity, AuthError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        if self.down.load(Ordering::SeqCst) {
+            return Err(AuthError::Unavailable("backend down".into()));
+        }
+        match token {
+            "good" | "good2" => Ok(Identity {
+                subject: "alice".into(),
+                groups: vec![],
+                expires_at: self.exp,
+            }),
+            _ => Err(AuthError::Unauthenticated("unknown token".into())),
+        }
+    }
+}
+
+struct CountingAuthz(AtomicUsize);
+
+#[async_trait]
+impl Authorizer for CountingAuthz {
+    async fn authorize(&self, _: &Identity, t: &Target) -> Result<bool, AuthError> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Ok(t.namespace == "a")
+    }
+}
+
+fn target(ns: &str) -> Target {
+    Target {
+        namespace: ns.into(),
+        name: "r".into(),
+        uid: "u".into(),
+        verb: Verb::Invoke,
+    }
+}
+
+fn setup(exp: Option<SystemTime>) -> (Arc<CountingAuthn>, Arc<CountingAuthz>, Arc<DecisionCache>) {
+    let authn = Arc::new(CountingAuthn {
+        calls: AtomicUsize::new(0),
+        down: false.into(),
+        exp,
+    });
+    let authz = Arc::new(CountingAuthz(AtomicUsize::new(0)));
+    let cache = Arc::new(DecisionCache::new(
+        authn.clone(),
+        authz.clone(),
+        CacheConfig::default(),
+        None,
+    ));
+    (authn, authz, cache)
+}
+
+#[tokio::test]
+async fn concurrent_misses_coalesce_into_one_call_per_layer() {
+    let (authn, authz, cache) = setup(None);
+    let mut tasks = Vec::new();
+    for _ in 0..32 {
+        let c = cache.clone();
+        tasks.push(tokio::spawn(
+            async move { c.check("good", &target("a")).await },
+        ));
+    }
+    for t in tasks {
+        assert!(matches!(t.await.unwrap().unwrap(), Outcome::Allowed(_)));
+    }
+    assert_eq!(authn.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(authz.0.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn denials_and_rejections_are_cached_and_distinct() {
+    let (authn, authz, cache) = setup(None);
+    assert!(matches!(
+        cache.check("good", &target("b")).await.unwrap(),
+        Outcome::Denied(_)
+    ));
+    assert!(matches!(
+        cache.check("good", &target("b")).await.unwrap(),
+        Outcome::Denied(_)
+    ));
+    assert_eq!(authz.0.load(Ordering::SeqCst), 1);
+    for _ in 0..10 {
+        assert!(matches!(
+            cache.check("bad", &target("a")).await.unwrap(),
+            Outcome::Unauthenticated(_)
+        ));
+    }
+    assert_eq!(
+        authn.calls.load(Ordering::SeqCst),
+        2,
+        "one call for good, one for bad"
+    );
+}
+
+#[tokio::test]
+async fn backend_errors_fail_closed_and_are_not_cached() {
+    let (authn, _, cache) = setup(None);
+    authn.down.store(true, Ordering::SeqCst);
+    assert!(matches!(
+        cache.check("good", &target("a")).await,
+        Err(AuthError::Unavailable(_))
+    ));
+    authn.down.store(false, Ordering::SeqCst);
+    assert!(matches!(
+        cache.check("good", &target("a")).await.unwrap(),
+        Outcome::Allowed(_)
+    ));
+    assert_eq!(authn.calls.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn cached_identity_never_outlives_token_expiry() {
+    let (authn, _, cache) = setup(Some(SystemTime::now() + Duration::from_millis(300)));
+    assert!(matches!(
+        cache.check("good", &target("a")).await.unwrap(),
+        Outcome::Allowed(_)
+    ));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let out = cache.check("good", &target("a")).await.unwrap();
+    assert!(matches!(out, Outcome::Unauthenticated(_)), "{out:?}");
+    assert_eq!(
+        authn.calls.load(Ordering::SeqCst),
+        2,
+        "expired entry was not reused"
+    );
+}
+
+#[test]
+fn ttl_is_bounded_by_expiry() {
+    let now = SystemTime::now();
+    let d = Duration::from_secs(30);
+    assert_eq!(bounded_ttl(d, None, now), d);
+    assert_eq!(
+        bounded_ttl(d, Some(now + Duration::from_secs(10)), now),
+        Duration::from_secs(10)
+    );
+    assert_eq!(
+        bounded_ttl(d, Some(now - Duration::from_secs(10)), now),
+        Duration::ZERO
+    );
+}

@@ -1,0 +1,83 @@
+//! Authentication and authorization behind traits, with a bounded decision
+//! cache in front of them.
+//!
+//! The embedded implementations verify the control plane's ES256 JWTs
+//! locally ([`jwt::JwtAuthenticator`]) and apply a static policy
+//! ([`policy::PolicyAuthorizer`]); the Kubernetes TokenReview /
+//! SubjectAccessReview implementations plug into the same traits.
+
+pub mod cache;
+pub mod jwt;
+pub mod policy;
+
+use std::time::SystemTime;
+
+use async_trait::async_trait;
+
+/// Who the caller is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// Subject (user name).
+    pub subject: String,
+    /// Groups.
+    pub groups: Vec<String>,
+    /// When the credential expires; cached decisions never outlive it.
+    pub expires_at: Option<SystemTime>,
+}
+
+/// The authz subresource of a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Verb {
+    /// `runs/invoke` (function Runs).
+    Invoke,
+    /// `runs/session` (session Runs).
+    Session,
+}
+
+impl Verb {
+    /// Subresource name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Invoke => "invoke",
+            Self::Session => "session",
+        }
+    }
+}
+
+/// What is being accessed.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Target {
+    /// Namespace.
+    pub namespace: String,
+    /// Run name.
+    pub name: String,
+    /// Run UID.
+    pub uid: String,
+    /// Subresource.
+    pub verb: Verb,
+}
+
+/// Why authentication or authorization did not produce a decision.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    /// The credential is missing, malformed, expired or unknown (401).
+    #[error("unauthenticated: {0}")]
+    Unauthenticated(String),
+    /// The backend could not decide (503, not cached).
+    #[error("authentication backend unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// Turns a bearer token into an identity.
+#[async_trait]
+pub trait Authenticator: Send + Sync {
+    /// Verifies `token`.
+    async fn authenticate(&self, token: &str) -> Result<Identity, AuthError>;
+}
+
+/// Decides whether an identity may use a target.
+#[async_trait]
+pub trait Authorizer: Send + Sync {
+    /// `Ok(true)` when allowed.
+    async fn authorize(&self, identity: &Identity, target: &Target) -> Result<bool, AuthError>;
+}

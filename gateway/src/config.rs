@@ -1,0 +1,89 @@
+//! Gateway flags (each also readable from a `KRUNTIMES_GATEWAY_*` variable).
+
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+
+/// How callers are authenticated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AuthMode {
+    /// Embedded mode: ES256 JWTs verified locally + static policy.
+    Jwt,
+    /// No authentication (benchmarking the proxy path only).
+    None,
+}
+
+/// Gateway configuration.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "kruntimes-gateway", about = "kruntimes gateway")]
+pub struct Args {
+    /// HTTPS listen address (protocol set: https).
+    #[arg(long, env = "KRUNTIMES_GATEWAY_HTTPS_LISTEN")]
+    pub https_listen: Option<String>,
+    /// Plain HTTP listen address (protocol set: http).
+    #[arg(long, env = "KRUNTIMES_GATEWAY_HTTP_LISTEN")]
+    pub http_listen: Option<String>,
+    /// HTTPS serving certificate chain (PEM).
+    #[arg(long, env = "KRUNTIMES_GATEWAY_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// HTTPS serving key (PEM).
+    #[arg(long, env = "KRUNTIMES_GATEWAY_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// Control plane ownership watch address (host:port).
+    #[arg(long, env = "KRUNTIMES_GATEWAY_CONTROL_PLANE")]
+    pub control_plane: String,
+    /// TLS server name of the control plane's certificate.
+    #[arg(long, default_value = "kruntimes-control-plane")]
+    pub control_plane_server_name: String,
+    /// TLS server name of runtimed certificates.
+    #[arg(long, default_value = "runtimed.kruntimes.internal")]
+    pub runtimed_server_name: String,
+    /// Internal CA (PEM) of the control plane and runtimed.
+    #[arg(long, env = "KRUNTIMES_GATEWAY_INTERNAL_CA")]
+    pub internal_ca: PathBuf,
+    /// Gateway client certificate for mTLS to runtimed (PEM).
+    #[arg(long, env = "KRUNTIMES_GATEWAY_CLIENT_CERT")]
+    pub client_cert: PathBuf,
+    /// Gateway client key (PEM).
+    #[arg(long, env = "KRUNTIMES_GATEWAY_CLIENT_KEY")]
+    pub client_key: PathBuf,
+    /// Authentication mode.
+    #[arg(long, value_enum, default_value = "jwt")]
+    pub auth: AuthMode,
+    /// ES256 public key verifying embedded-mode tokens (PEM).
+    #[arg(long, env = "KRUNTIMES_GATEWAY_JWT_PUBLIC_KEY")]
+    pub jwt_public_key: Option<PathBuf>,
+    /// Expected `iss` of tokens.
+    #[arg(long, default_value = "kruntimes-embedded")]
+    pub jwt_issuer: String,
+    /// Expected `aud` of tokens.
+    #[arg(long, default_value = "kruntimes-gateway")]
+    pub jwt_audience: String,
+    /// Static authorization policy (YAML).
+    #[arg(long, env = "KRUNTIMES_GATEWAY_POLICY")]
+    pub policy: Option<PathBuf>,
+    /// Longest a verified token is reused (never beyond its exp).
+    #[arg(long, default_value_t = 120)]
+    pub authn_cache_ttl_secs: u64,
+    /// Largest request body in bytes (413 beyond).
+    #[arg(long, default_value_t = 1024 * 1024)]
+    pub max_body_bytes: u64,
+    /// Largest total request header size in bytes (431 beyond).
+    #[arg(long, default_value_t = 16 * 1024)]
+    pub max_header_bytes: usize,
+    /// Requests in flight at once (503 beyond).
+    #[arg(long, default_value_t = 4096)]
+    pub max_in_flight: usize,
+    /// How long entries of a lost watch stream stay routable, seconds.
+    #[arg(long, default_value_t = 10)]
+    pub staleness_secs: u64,
+    /// Bound on connecting to an owner, milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    pub connect_timeout_ms: u64,
+    /// Invocation timeout assumed when the table has none, seconds.
+    #[arg(long, default_value_t = 30)]
+    pub default_timeout_secs: u64,
+    /// Pingora worker threads.
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+}

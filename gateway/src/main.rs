@@ -1,0 +1,7 @@
+//! `kruntimes-gateway` binary: parse flags, run the proxy.
+
+use clap::Parser;
+
+fn main() -> anyhow::Result<()> {
+    kruntimes_gateway::run(kruntimes_gateway::Args::parse())
+}

@@ -1,0 +1,222 @@
+//! The gateway's merged ownership table. Pure.
+//!
+//! Two kinds of sources feed it: the control plane (assignments: which Pod
+//! owns a Run at which attempt) and every runtimed that assignments name
+//! (readiness of its local registrations). A Run is routed only when the
+//! assignment and the owner's readiness agree on Pod UID and attempt and both
+//! sources are live or within the staleness window.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use kruntimes_proto::ownership::v1::{OwnershipEntry, Phase};
+use kruntimes_proto::watch::SourceUpdate;
+
+#[derive(Debug, Default)]
+struct Source {
+    instance: Option<String>,
+    connected: bool,
+    lost_at: Option<Instant>,
+    entries: HashMap<String, OwnershipEntry>,
+}
+
+impl Source {
+    fn apply(&mut self, update: SourceUpdate, now: Instant) {
+        match update {
+            SourceUpdate::Snapshot {
+                instance_id,
+                entries,
+            } => {
+                self.instance = Some(instance_id);
+                self.connected = true;
+                self.lost_at = None;
+                self.entries = entries
+                    .into_iter()
+                    .map(|e| (e.run_uid.clone(), e))
+                    .collect();
+            }
+            SourceUpdate::Upsert(e) => {
+                self.entries.insert(e.run_uid.clone(), e);
+            }
+            SourceUpdate::Delete(uid) => {
+                self.entries.remove(&uid);
+            }
+            SourceUpdate::Lost => {
+                if self.connected || self.lost_at.is_none() {
+                    self.lost_at = Some(now);
+                }
+                self.connected = false;
+            }
+        }
+    }
+
+    /// Whether the source can vouch for its entries at `now`.
+    fn fresh(&self, now: Instant, window: Duration) -> bool {
+        self.instance.is_some()
+            && (self.connected || self.lost_at.is_some_and(|t| now.duration_since(t) < window))
+    }
+}
+
+/// Where to send a Run's request, with the fencing values to attach.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    /// Owner dataplane address.
+    pub address: String,
+    /// Owner Pod name.
+    pub pod_name: String,
+    /// Owner Pod UID.
+    pub pod_uid: String,
+    /// Registration attempt.
+    pub attempt: u64,
+    /// Run name (for authorization).
+    pub run_name: String,
+    /// Invocation timeout of the registration, when known.
+    pub timeout: Option<Duration>,
+}
+
+/// Why a Run cannot be routed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouteError {
+    /// No such Run UID, or not in that namespace/Runtime (404).
+    NotFound,
+    /// Known but not Ready (503).
+    NotReady(&'static str),
+    /// The table can no longer vouch for the owner (503).
+    Stale(&'static str),
+}
+
+/// The merged table.
+#[derive(Debug)]
+pub struct Table {
+    control: Source,
+    runtimed: HashMap<String, Source>,
+    window: Duration,
+}
+
+impl Table {
+    /// An empty table with a staleness window.
+    pub fn new(window: Duration) -> Self {
+        Self {
+            control: Source::default(),
+            runtimed: HashMap::new(),
+            window,
+        }
+    }
+
+    /// Applies a control-plane update.
+    pub fn apply_control_plane(&mut self, update: SourceUpdate, now: Instant) {
+        self.control.apply(update, now);
+    }
+
+    /// Applies an update from the runtimed watched at `address`.
+    pub fn apply_runtimed(&mut self, address: &str, update: SourceUpdate, now: Instant) {
+        self.runtimed
+            .entry(address.to_owned())
+            .or_default()
+            .apply(update, now);
+    }
+
+    /// Forgets a runtimed no assignment names any more.
+    pub fn remove_runtimed(&mut self, address: &str) {
+        self.runtimed.remove(address);
+    }
+
+    /// Dataplane addresses the assignments name: the runtimed to watch.
+    pub fn owner_addresses(&self) -> BTreeSet<String> {
+        self.control
+            .entries
+            .values()
+            .filter_map(|e| e.owner.as_ref())
+            .filter(|o| !o.dataplane_address.is_empty())
+            .map(|o| o.dataplane_address.clone())
+            .collect()
+    }
+
+    /// Whether the control plane's table is usable (for `/readyz`).
+    pub fn control_plane_fresh(&self, now: Instant) -> bool {
+        self.control.fresh(now, self.window)
+    }
+
+    /// Number of assignments (for metrics).
+    pub fn len(&self) -> usize {
+        self.control.entries.len()
+    }
+
+    /// Whether there are no assignments.
+    pub fn is_empty(&self) -> bool {
+        self.control.entries.is_empty()
+    }
+
+    /// The name of the Run with this UID in that namespace/Runtime, if the
+    /// control plane knows it (routable or not).
+    pub fn run_name(&self, namespace: &str, runtime: &str, uid: &str) -> Option<String> {
+        self.control
+            .entries
+            .get(uid)
+            .filter(|a| a.namespace == namespace && a.runtime == runtime)
+            .map(|a| a.run_name.clone())
+    }
+
+    /// Routes a Run.
+    pub fn route(
+        &self,
+        namespace: &str,
+        runtime: &str,
+        uid: &str,
+        now: Instant,
+    ) -> Result<Route, RouteError> {
+        if !self.control.fresh(now, self.window) {
+            return Err(RouteError::Stale("control plane table is stale"));
+        }
+        let a = self.control.entries.get(uid).ok_or(RouteError::NotFound)?;
+        if a.namespace != namespace || a.runtime != runtime {
+            return Err(RouteError::NotFound);
+        }
+        if a.phase != Phase::Ready as i32 {
+            return Err(RouteError::NotReady("run is not ready"));
+        }
+        let owner = a
+            .owner
+            .as_ref()
+            .ok_or(RouteError::NotReady("run has no owner"))?;
+        let source = self
+            .runtimed
+            .get(&owner.dataplane_address)
+            .ok_or(RouteError::NotReady("owner readiness not yet known"))?;
+        if !source.fresh(now, self.window) {
+            return Err(RouteError::Stale("owner is unreachable"));
+        }
+        if source.instance.as_deref() != Some(owner.pod_uid.as_str()) {
+            return Err(RouteError::NotReady(
+                "owner pod does not match the assignment",
+            ));
+        }
+        let r = source
+            .entries
+            .get(uid)
+            .ok_or(RouteError::NotReady("owner has not registered the run"))?;
+        if r.attempt != a.attempt {
+            return Err(RouteError::NotReady(
+                "owner registration attempt does not match",
+            ));
+        }
+        if r.phase != Phase::Ready as i32 {
+            return Err(RouteError::NotReady("owner registration is not ready"));
+        }
+        Ok(Route {
+            address: owner.dataplane_address.clone(),
+            pod_name: owner.pod_name.clone(),
+            pod_uid: owner.pod_uid.clone(),
+            attempt: a.attempt,
+            run_name: a.run_name.clone(),
+            timeout: r
+                .limits
+                .as_ref()
+                .filter(|l| l.timeout_ms > 0)
+                .map(|l| Duration::from_millis(l.timeout_ms.into())),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,195 @@
+use super::*;
+use kruntimes_proto::ownership::v1::Owner;
+
+const W: Duration = Duration::from_secs(10);
+
+fn assignment(uid: &str, pod_uid: &str, addr: &str, attempt: u64, phase: Phase) -> OwnershipEntry {
+    OwnershipEntry {
+        namespace: "default".into(),
+        run_name: format!("run-{uid}"),
+        run_uid: uid.into(),
+        runtime: "python".into(),
+        owner: Some(Owner {
+            pod_name: "runtimed-0".into(),
+            pod_uid: pod_uid.into(),
+            dataplane_address: addr.into(),
+        }),
+        attempt,
+        phase: phase as i32,
+        ..Default::default()
+    }
+}
+
+fn snap(instance: &str, entries: Vec<OwnershipEntry>) -> SourceUpdate {
+    SourceUpdate::Snapshot {
+        instance_id: instance.into(),
+        entries,
+    }
+}
+
+fn ready_table(now: Instant) -> Table {
+    let mut t = Table::new(W);
+    t.apply_control_plane(
+        snap(
+            "cp",
+            vec![assignment("u1", "pod-a", "10.0.0.1:1", 2, Phase::Ready)],
+        ),
+        now,
+    );
+    t.apply_runtimed(
+        "10.0.0.1:1",
+        snap(
+            "pod-a",
+            vec![assignment("u1", "pod-a", "10.0.0.1:1", 2, Phase::Ready)],
+        ),
+        now,
+    );
+    t
+}
+
+#[test]
+fn routes_when_assignment_and_readiness_agree() {
+    let now = Instant::now();
+    let t = ready_table(now);
+    let r = t.route("default", "python", "u1", now).unwrap();
+    assert_eq!(
+        (r.address.as_str(), r.pod_uid.as_str(), r.attempt),
+        ("10.0.0.1:1", "pod-a", 2)
+    );
+    assert_eq!(
+        t.owner_addresses().into_iter().collect::<Vec<_>>(),
+        ["10.0.0.1:1"]
+    );
+}
+
+#[test]
+fn unknown_uid_or_wrong_namespace_or_runtime_is_not_found() {
+    let now = Instant::now();
+    let t = ready_table(now);
+    assert_eq!(
+        t.route("default", "python", "nope", now),
+        Err(RouteError::NotFound)
+    );
+    assert_eq!(
+        t.route("other", "python", "u1", now),
+        Err(RouteError::NotFound)
+    );
+    assert_eq!(
+        t.route("default", "bash", "u1", now),
+        Err(RouteError::NotFound)
+    );
+}
+
+#[test]
+fn disagreement_on_attempt_or_pod_is_not_ready() {
+    let now = Instant::now();
+    let mut t = ready_table(now);
+    t.apply_runtimed(
+        "10.0.0.1:1",
+        SourceUpdate::Upsert(assignment("u1", "pod-a", "10.0.0.1:1", 1, Phase::Ready)),
+        now,
+    );
+    assert!(matches!(
+        t.route("default", "python", "u1", now),
+        Err(RouteError::NotReady(_))
+    ));
+    let mut t = ready_table(now);
+    t.apply_runtimed("10.0.0.1:1", snap("pod-restarted", vec![]), now);
+    assert!(matches!(
+        t.route("default", "python", "u1", now),
+        Err(RouteError::NotReady(_))
+    ));
+}
+
+#[test]
+fn non_ready_phases_and_missing_readiness_are_not_ready() {
+    let now = Instant::now();
+    let mut t = Table::new(W);
+    t.apply_control_plane(
+        snap(
+            "cp",
+            vec![assignment("u1", "pod-a", "a:1", 1, Phase::Running)],
+        ),
+        now,
+    );
+    assert!(matches!(
+        t.route("default", "python", "u1", now),
+        Err(RouteError::NotReady(_))
+    ));
+    t.apply_control_plane(
+        SourceUpdate::Upsert(assignment("u1", "pod-a", "a:1", 1, Phase::Ready)),
+        now,
+    );
+    assert!(matches!(
+        t.route("default", "python", "u1", now),
+        Err(RouteError::NotReady(_))
+    ));
+    t.apply_runtimed(
+        "a:1",
+        snap(
+            "pod-a",
+            vec![assignment("u1", "pod-a", "a:1", 1, Phase::Draining)],
+        ),
+        now,
+    );
+    assert!(matches!(
+        t.route("default", "python", "u1", now),
+        Err(RouteError::NotReady(_))
+    ));
+    t.apply_runtimed("a:1", SourceUpdate::Delete("u1".into()), now);
+    assert!(matches!(
+        t.route("default", "python", "u1", now),
+        Err(RouteError::NotReady(_))
+    ));
+}
+
+#[test]
+fn lost_streams_serve_within_the_window_then_go_stale() {
+    let now = Instant::now();
+    let mut t = ready_table(now);
+    t.apply_runtimed("10.0.0.1:1", SourceUpdate::Lost, now);
+    assert!(
+        t.route("default", "python", "u1", now + Duration::from_secs(5))
+            .is_ok()
+    );
+    // Repeated loss reports (failed reconnects) do not extend the window.
+    t.apply_runtimed(
+        "10.0.0.1:1",
+        SourceUpdate::Lost,
+        now + Duration::from_secs(5),
+    );
+    assert!(matches!(
+        t.route("default", "python", "u1", now + Duration::from_secs(11)),
+        Err(RouteError::Stale(_))
+    ));
+    let mut t = ready_table(now);
+    t.apply_control_plane(SourceUpdate::Lost, now);
+    assert!(t.control_plane_fresh(now + Duration::from_secs(9)));
+    assert!(matches!(
+        t.route("default", "python", "u1", now + Duration::from_secs(10)),
+        Err(RouteError::Stale(_))
+    ));
+}
+
+#[test]
+fn reconnect_resnapshot_restores_routing_and_drops_deleted_runs() {
+    let now = Instant::now();
+    let mut t = ready_table(now);
+    t.apply_control_plane(SourceUpdate::Lost, now);
+    t.apply_control_plane(snap("cp-2", vec![]), now + Duration::from_secs(20));
+    assert_eq!(
+        t.route("default", "python", "u1", now + Duration::from_secs(20)),
+        Err(RouteError::NotFound)
+    );
+    assert!(t.is_empty());
+}
+
+#[test]
+fn empty_table_is_stale_until_first_snapshot() {
+    let t = Table::new(W);
+    assert!(!t.control_plane_fresh(Instant::now()));
+    assert!(matches!(
+        t.route("default", "python", "u1", Instant::now()),
+        Err(RouteError::Stale(_))
+    ));
+}
