@@ -1,1 +1,173 @@
-fn main() {}
+//! `krt`: the kruntimes CLI. `krt up` runs the embedded stack; `krt runs`
+//! and `krt invoke` are its clients. `krt runtimed` and `krt gateway` run the
+//! daemons themselves (the stack starts them as child processes).
+#![forbid(unsafe_code)]
+
+mod client;
+mod pki;
+mod up;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "krt",
+    version,
+    about = "kruntimes: warm execution on Kubernetes, and on one machine"
+)]
+struct Cli {
+    /// Directory of the embedded stack's state (certificates, client config, Run status).
+    #[arg(
+        long,
+        global = true,
+        env = "KRUNTIMES_STATE_DIR",
+        default_value = ".kruntimes"
+    )]
+    state_dir: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Start the embedded stack: control plane, runtimed instances, gateway.
+    Up(up::UpArgs),
+    /// List Runs with their phase, owner and endpoint.
+    Runs {
+        /// Output format.
+        #[arg(short, long, value_parser = ["table", "json"], default_value = "table")]
+        output: String,
+    },
+    /// Invoke a function Run through the gateway.
+    Invoke {
+        /// Run name.
+        name: String,
+        /// Namespace.
+        #[arg(short, long, default_value = "default")]
+        namespace: String,
+        /// JSON input.
+        #[arg(long, conflicts_with = "data_file")]
+        data: Option<String>,
+        /// File holding the JSON input (`-` for stdin).
+        #[arg(long)]
+        data_file: Option<PathBuf>,
+    },
+    /// Run the per-Pod daemon.
+    #[command(hide = true)]
+    Runtimed {
+        #[command(flatten)]
+        args: runtimed::cli::Args,
+        /// Exit when the parent process exits.
+        #[arg(long)]
+        exit_with_parent: bool,
+    },
+    /// Run the gateway.
+    #[command(hide = true)]
+    Gateway {
+        #[command(flatten)]
+        args: kruntimes_gateway::Args,
+        /// Exit when the parent process exits.
+        #[arg(long)]
+        exit_with_parent: bool,
+    },
+}
+
+/// The parent's pid; a change means the parent died and we were reparented.
+pub(crate) fn parent_pid() -> i32 {
+    nix::unistd::getppid().as_raw()
+}
+
+/// Exits this process once its parent is gone, so children of a killed
+/// `krt up` never linger.
+fn exit_with_parent() {
+    let parent = parent_pid();
+    std::thread::spawn(move || {
+        loop {
+            std::thread::sleep(std::time::Duration::from_millis(250));
+            if parent_pid() != parent {
+                std::process::exit(0);
+            }
+        }
+    });
+}
+
+/// Makes a file readable by its owner only (it holds a token).
+pub(crate) fn restrict(path: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .with_context(|| format!("chmod {}", path.display()))
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn read_data(data: Option<String>, file: Option<PathBuf>) -> anyhow::Result<Vec<u8>> {
+    Ok(match (data, file) {
+        (Some(d), _) => d.into_bytes(),
+        (None, Some(f)) if f.as_os_str() == "-" => {
+            let mut buf = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf)?;
+            buf
+        }
+        (None, Some(f)) => std::fs::read(&f).with_context(|| format!("read {}", f.display()))?,
+        (None, None) => b"{}".to_vec(),
+    })
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Gateway {
+            args,
+            exit_with_parent: e,
+        } => {
+            if e {
+                exit_with_parent();
+            }
+            // Pingora owns its runtimes; run it outside of any tokio runtime.
+            kruntimes_gateway::run(args)
+        }
+        Command::Runtimed {
+            args,
+            exit_with_parent: e,
+        } => {
+            if e {
+                exit_with_parent();
+            }
+            runtimed::cli::init_logging();
+            tokio::runtime::Runtime::new()?.block_on(runtimed::cli::run(args))
+        }
+        Command::Up(args) => {
+            let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+            init_logging();
+            tokio::runtime::Runtime::new()?.block_on(up::up(&cli.state_dir, args))
+        }
+        Command::Runs { output } => client::print_runs(&cli.state_dir, output == "json"),
+        Command::Invoke {
+            name,
+            namespace,
+            data,
+            data_file,
+        } => {
+            let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+            init_logging();
+            let body = read_data(data, data_file)?;
+            let code = tokio::runtime::Runtime::new()?.block_on(client::invoke(
+                &cli.state_dir,
+                &namespace,
+                &name,
+                body,
+            ))?;
+            std::process::exit(code);
+        }
+    }
+}

@@ -142,6 +142,7 @@ pub struct Controller {
     seq: u64,
     owner_grace: Duration,
     retry_backoff: Duration,
+    hold_until: Option<Instant>,
 }
 
 fn bounded(s: impl Into<String>) -> String {
@@ -172,7 +173,16 @@ impl Controller {
             seq: 0,
             owner_grace,
             retry_backoff,
+            hold_until: None,
         }
+    }
+
+    /// Defers scheduling until every Pod reported its table once or `until`
+    /// passes, so Runs present at start-up spread over all Pods instead of
+    /// piling onto the first one to connect.
+    pub fn with_startup_hold(mut self, until: Instant) -> Self {
+        self.hold_until = Some(until);
+        self
     }
 
     /// Runs by key.
@@ -458,6 +468,12 @@ impl Controller {
     }
 
     fn schedule(&mut self, now: Instant) -> Vec<Action> {
+        if let Some(until) = self.hold_until {
+            if now < until && self.pods.values().any(|p| p.uid.is_none()) {
+                return Vec::new();
+            }
+            self.hold_until = None;
+        }
         let mut pending: Vec<&RunState> = self
             .runs
             .values()

@@ -313,3 +313,27 @@ fn invalid_and_unsupported_manifests_fail_without_scheduling() {
     assert_eq!(run(&c, "task").reason, "UnsupportedMode");
     assert!(c.ownership_entries().is_empty());
 }
+
+#[test]
+fn startup_hold_waits_for_every_pod_or_the_deadline() {
+    let now = Instant::now();
+    let mut c = controller(2).with_startup_hold(now + Duration::from_secs(3));
+    c.apply_store(store(&["a", "b"]), now);
+    assert!(
+        c.apply_pod("runtimed-0", snapshot("u0", vec![]), now)
+            .is_empty()
+    );
+    let actions = c.apply_pod("runtimed-1", snapshot("u1", vec![]), now);
+    let pods: std::collections::BTreeSet<_> =
+        registers(&actions).into_iter().map(|(p, _)| p).collect();
+    assert_eq!(pods.len(), 2, "runs spread over both pods");
+
+    let mut c = controller(2).with_startup_hold(now + Duration::from_secs(3));
+    c.apply_store(store(&["a"]), now);
+    c.apply_pod("runtimed-0", snapshot("u0", vec![]), now);
+    assert!(c.tick(now + Duration::from_secs(1)).is_empty());
+    assert_eq!(
+        registers(&c.tick(now + Duration::from_secs(4))),
+        vec![("runtimed-0".into(), 1)]
+    );
+}

@@ -1,0 +1,343 @@
+//! `krt up`: the embedded stack on one machine — the control plane in this
+//! process, N runtimed instances and the gateway as supervised child
+//! processes, all on loopback with real TLS.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use kruntimes_operator::controller::PodConfig;
+use kruntimes_operator::embedded::{self, EmbeddedConfig, TlsFiles};
+use tokio::process::{Child, Command};
+
+use crate::client::ClientConfig;
+use crate::pki::{self, Pki};
+
+/// `krt up` options.
+#[derive(Debug, Clone, clap::Args)]
+pub struct UpArgs {
+    /// Directory of Run manifests (default: STATE_DIR/runs).
+    #[arg(long)]
+    pub runs: Option<PathBuf>,
+    /// Gateway HTTPS listen address.
+    #[arg(long, default_value = "127.0.0.1:8443")]
+    pub gateway_addr: String,
+    /// Optional plain HTTP listener of the gateway.
+    #[arg(long)]
+    pub gateway_http_addr: Option<String>,
+    /// Number of runtimed instances.
+    #[arg(long, default_value_t = 2)]
+    pub runtimed: usize,
+    /// `runs` capacity of each runtimed instance.
+    #[arg(long, default_value_t = 8)]
+    pub capacity: u32,
+    /// Lifetime of the generated client token, hours.
+    #[arg(long, default_value_t = 24)]
+    pub token_ttl_hours: u64,
+    /// How long a lost runtimed may stay away before its Runs move, seconds.
+    #[arg(long, default_value_t = 5)]
+    pub owner_grace_secs: u64,
+    /// Exit when the parent process exits (used by test harnesses).
+    #[arg(long, hide = true)]
+    pub exit_with_parent: bool,
+}
+
+struct Supervised {
+    name: String,
+    args: Vec<String>,
+    log: PathBuf,
+    child: Option<Child>,
+    restarts: u32,
+    next_start: Option<Instant>,
+}
+
+impl Supervised {
+    fn spawn(&mut self, exe: &Path) -> anyhow::Result<()> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .with_context(|| format!("open {}", self.log.display()))?;
+        let child = Command::new(exe)
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("start {}", self.name))?;
+        tracing::info!(name = %self.name, pid = child.id(), "started");
+        self.child = Some(child);
+        self.next_start = None;
+        Ok(())
+    }
+
+    fn pid(&self) -> Option<u32> {
+        self.child.as_ref().and_then(Child::id)
+    }
+}
+
+fn free_port() -> anyhow::Result<SocketAddr> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(l.local_addr()?)
+}
+
+fn write_json(path: &Path, v: &impl serde::Serialize) -> anyhow::Result<()> {
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(v)?)?;
+    std::fs::rename(tmp, path)?;
+    Ok(())
+}
+
+fn s(p: &Path) -> String {
+    p.display().to_string()
+}
+
+fn runtimed_args(pki: &Pki, name: &str, addr: SocketAddr, work_root: &Path) -> Vec<String> {
+    vec![
+        "runtimed".into(),
+        "--exit-with-parent".into(),
+        "--name".into(),
+        name.into(),
+        "--listen".into(),
+        addr.to_string(),
+        "--tls-cert".into(),
+        s(&pki.runtimed_cert),
+        "--tls-key".into(),
+        s(&pki.runtimed_key),
+        "--client-ca".into(),
+        s(&pki.internal_ca),
+        "--work-root".into(),
+        s(work_root),
+    ]
+}
+
+fn gateway_args(pki: &Pki, args: &UpArgs, control: SocketAddr) -> Vec<String> {
+    let mut v = vec![
+        "gateway".into(),
+        "--exit-with-parent".into(),
+        "--https-listen".into(),
+        args.gateway_addr.clone(),
+        "--tls-cert".into(),
+        s(&pki.gateway_cert),
+        "--tls-key".into(),
+        s(&pki.gateway_key),
+        "--control-plane".into(),
+        control.to_string(),
+        "--internal-ca".into(),
+        s(&pki.internal_ca),
+        "--client-cert".into(),
+        s(&pki.gateway_client_cert),
+        "--client-key".into(),
+        s(&pki.gateway_client_key),
+        "--auth".into(),
+        "jwt".into(),
+        "--jwt-public-key".into(),
+        s(&pki.jwt_public),
+        "--policy".into(),
+        s(&pki.policy),
+    ];
+    if let Some(h) = &args.gateway_http_addr {
+        v.push("--http-listen".into());
+        v.push(h.clone());
+    }
+    v
+}
+
+async fn wait_ready(client: &reqwest::Client, url: &str, deadline: Duration) -> anyhow::Result<()> {
+    let start = Instant::now();
+    loop {
+        if let Ok(r) = client.get(url).send().await
+            && r.status().is_success()
+        {
+            return Ok(());
+        }
+        if start.elapsed() > deadline {
+            anyhow::bail!("gateway did not become ready at {url} within {deadline:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Runs the stack until SIGINT/SIGTERM.
+pub async fn up(state_dir: &Path, args: UpArgs) -> anyhow::Result<()> {
+    let exe = std::env::current_exe().context("locate the krt executable")?;
+    std::fs::create_dir_all(state_dir)?;
+    let state_dir = state_dir.canonicalize()?;
+    let runs_dir = args.runs.clone().unwrap_or_else(|| state_dir.join("runs"));
+    std::fs::create_dir_all(&runs_dir)?;
+    let runs_dir = runs_dir.canonicalize()?;
+    let logs = state_dir.join("logs");
+    std::fs::create_dir_all(&logs)?;
+    let pki = pki::generate(&state_dir.join("pki"))?;
+    let token = pki::issue_token(
+        &pki.jwt_private,
+        "krt-admin",
+        &[pki::ADMIN_GROUP.to_owned()],
+        Duration::from_secs(args.token_ttl_hours * 3600),
+    )?;
+
+    let control_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let control_addr = control_listener.local_addr()?;
+    let gateway_url = format!(
+        "https://{}",
+        args.gateway_addr.replace("0.0.0.0", "127.0.0.1")
+    );
+
+    let mut children = Vec::new();
+    let mut pods = Vec::new();
+    for i in 0..args.runtimed {
+        let name = format!("runtimed-{i}");
+        let addr = free_port()?;
+        let work = state_dir.join("work").join(&name);
+        std::fs::create_dir_all(&work)?;
+        pods.push(PodConfig {
+            name: name.clone(),
+            address: addr.to_string(),
+            capacity: args.capacity,
+        });
+        children.push(Supervised {
+            log: logs.join(format!("{name}.log")),
+            args: runtimed_args(&pki, &name, addr, &work),
+            name,
+            child: None,
+            restarts: 0,
+            next_start: None,
+        });
+    }
+    children.push(Supervised {
+        name: "gateway".into(),
+        log: logs.join("gateway.log"),
+        args: gateway_args(&pki, &args, control_addr),
+        child: None,
+        restarts: 0,
+        next_start: None,
+    });
+    for c in &mut children {
+        c.spawn(&exe)?;
+    }
+
+    let client_cfg = ClientConfig {
+        gateway: gateway_url.clone(),
+        ca_file: pki.public_ca.clone(),
+        token,
+        internal_ca_file: Some(pki.internal_ca.clone()),
+        control_plane: Some(control_addr.to_string()),
+    };
+    write_json(&state_dir.join("client.json"), &client_cfg)?;
+    crate::restrict(&state_dir.join("client.json"))?;
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let cp_cfg = EmbeddedConfig {
+        runs_dir: runs_dir.clone(),
+        state_dir: state_dir.clone(),
+        pods,
+        gateway_url: gateway_url.clone(),
+        tls: TlsFiles {
+            ca: pki.internal_ca.clone(),
+            cert: pki.control_cert.clone(),
+            key: pki.control_key.clone(),
+        },
+        runtimed_server_name: pki::RUNTIMED_SERVER_NAME.into(),
+        owner_grace: Duration::from_secs(args.owner_grace_secs),
+    };
+    let mut cp_stop = stop_rx.clone();
+    let mut control = tokio::spawn(async move {
+        embedded::run(cp_cfg, control_listener, async move {
+            let _ = cp_stop.wait_for(|s| *s).await;
+        })
+        .await
+    });
+
+    let http = crate::client::http_client(&client_cfg)?;
+    let readyz = format!("{gateway_url}/readyz");
+    tokio::select! {
+        r = wait_ready(&http, &readyz, Duration::from_secs(60)) => r?,
+        r = &mut control => {
+            anyhow::bail!("control plane stopped during start-up: {:?}", r);
+        }
+    }
+    write_processes(&state_dir, &children)?;
+    println!(
+        "kruntimes ready: gateway {gateway_url}, runs from {}, state in {} (Ctrl-C to stop)",
+        runs_dir.display(),
+        state_dir.display()
+    );
+
+    let parent = crate::parent_pid();
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut poll = tokio::time::interval(Duration::from_millis(200));
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => break,
+            _ = term.recv() => break,
+            r = &mut control => {
+                tracing::error!(result = ?r, "control plane stopped");
+                break;
+            }
+            _ = poll.tick() => {
+                if args.exit_with_parent && crate::parent_pid() != parent {
+                    break;
+                }
+                if supervise(&exe, &mut children)? {
+                    write_processes(&state_dir, &children)?;
+                }
+            }
+        }
+    }
+    println!("kruntimes stopping");
+    let _ = stop_tx.send(true);
+    for c in &mut children {
+        if let Some(pid) = c.pid() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+    }
+    for c in &mut children {
+        if let Some(child) = c.child.as_mut()
+            && tokio::time::timeout(Duration::from_secs(5), child.wait())
+                .await
+                .is_err()
+        {
+            let _ = child.kill().await;
+        }
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(3), control).await;
+    Ok(())
+}
+
+/// Restarts children that exited, with exponential backoff. Returns whether
+/// any pid changed.
+fn supervise(exe: &Path, children: &mut [Supervised]) -> anyhow::Result<bool> {
+    let mut changed = false;
+    for c in children.iter_mut() {
+        if let Some(child) = c.child.as_mut()
+            && let Ok(Some(status)) = child.try_wait()
+        {
+            c.restarts += 1;
+            let backoff = Duration::from_millis(200 * 2u64.pow(c.restarts.min(5)));
+            tracing::warn!(name = %c.name, %status, restart_in = ?backoff, "child exited; restarting");
+            c.child = None;
+            c.next_start = Some(Instant::now() + backoff);
+            changed = true;
+        }
+        if c.child.is_none() && c.next_start.is_some_and(|t| t <= Instant::now()) {
+            c.spawn(exe)?;
+            changed = true;
+        }
+    }
+    Ok(changed)
+}
+
+fn write_processes(state_dir: &Path, children: &[Supervised]) -> anyhow::Result<()> {
+    let map: BTreeMap<&str, Option<u32>> = children
+        .iter()
+        .map(|c| (c.name.as_str(), c.pid()))
+        .collect();
+    write_json(&state_dir.join("processes.json"), &map)
+}
