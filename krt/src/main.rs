@@ -55,6 +55,18 @@ enum Command {
         #[arg(long)]
         data_file: Option<PathBuf>,
     },
+    /// Mint a token for the embedded stack (signed with its key).
+    Token {
+        /// Subject.
+        #[arg(long)]
+        subject: String,
+        /// Groups (repeatable).
+        #[arg(long = "group")]
+        groups: Vec<String>,
+        /// Lifetime in seconds.
+        #[arg(long, default_value_t = 3600)]
+        ttl_secs: u64,
+    },
     /// Run the per-Pod daemon.
     #[command(hide = true)]
     Runtimed {
@@ -150,6 +162,21 @@ fn main() -> anyhow::Result<()> {
             let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
             init_logging();
             tokio::runtime::Runtime::new()?.block_on(up::up(&cli.state_dir, args))
+        }
+        Command::Token {
+            subject,
+            groups,
+            ttl_secs,
+        } => {
+            let key = cli.state_dir.join("pki").join("token-signing.key");
+            let token = pki::issue_token(
+                &key,
+                &subject,
+                &groups,
+                std::time::Duration::from_secs(ttl_secs),
+            )?;
+            println!("{token}");
+            Ok(())
         }
         Command::Runs { output } => client::print_runs(&cli.state_dir, output == "json"),
         Command::Invoke {

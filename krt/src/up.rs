@@ -40,6 +40,9 @@ pub struct UpArgs {
     /// How long a lost runtimed may stay away before its Runs move, seconds.
     #[arg(long, default_value_t = 5)]
     pub owner_grace_secs: u64,
+    /// Gateway limit of requests in flight (503 `Overloaded` beyond).
+    #[arg(long, default_value_t = 4096)]
+    pub max_in_flight: usize,
     /// Exit when the parent process exits (used by test harnesses).
     #[arg(long, hide = true)]
     pub exit_with_parent: bool,
@@ -47,6 +50,7 @@ pub struct UpArgs {
 
 struct Supervised {
     name: String,
+    address: String,
     args: Vec<String>,
     log: PathBuf,
     child: Option<Child>,
@@ -139,6 +143,8 @@ fn gateway_args(pki: &Pki, args: &UpArgs, control: SocketAddr) -> Vec<String> {
         s(&pki.jwt_public),
         "--policy".into(),
         s(&pki.policy),
+        "--max-in-flight".into(),
+        args.max_in_flight.to_string(),
     ];
     if let Some(h) = &args.gateway_http_addr {
         v.push("--http-listen".into());
@@ -200,6 +206,7 @@ pub async fn up(state_dir: &Path, args: UpArgs) -> anyhow::Result<()> {
             capacity: args.capacity,
         });
         children.push(Supervised {
+            address: addr.to_string(),
             log: logs.join(format!("{name}.log")),
             args: runtimed_args(&pki, &name, addr, &work),
             name,
@@ -210,6 +217,7 @@ pub async fn up(state_dir: &Path, args: UpArgs) -> anyhow::Result<()> {
     }
     children.push(Supervised {
         name: "gateway".into(),
+        address: args.gateway_addr.clone(),
         log: logs.join("gateway.log"),
         args: gateway_args(&pki, &args, control_addr),
         child: None,
@@ -334,10 +342,16 @@ fn supervise(exe: &Path, children: &mut [Supervised]) -> anyhow::Result<bool> {
     Ok(changed)
 }
 
+/// `STATE_DIR/processes.json`: each child's pid and listen address.
 fn write_processes(state_dir: &Path, children: &[Supervised]) -> anyhow::Result<()> {
-    let map: BTreeMap<&str, Option<u32>> = children
+    let map: BTreeMap<&str, serde_json::Value> = children
         .iter()
-        .map(|c| (c.name.as_str(), c.pid()))
+        .map(|c| {
+            (
+                c.name.as_str(),
+                serde_json::json!({"pid": c.pid(), "address": c.address}),
+            )
+        })
         .collect();
     write_json(&state_dir.join("processes.json"), &map)
 }

@@ -186,7 +186,8 @@ pub async fn run(
         cfg.pods.clone(),
         cfg.owner_grace,
         Duration::from_millis(200),
-    );
+    )
+    .with_startup_hold(Instant::now() + Duration::from_secs(5));
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     let mut errors: Vec<FileError> = Vec::new();
     let mut last_status = Vec::new();

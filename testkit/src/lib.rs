@@ -1,1 +1,351 @@
-//! placeholder for fetch
+//! Test support for end-to-end tests: starts a real `krt up` stack (control
+//! plane, runtimed processes, Pingora gateway, real TLS, real Python) in a
+//! temporary state directory and offers typed helpers to drive it. The stack
+//! is stopped (SIGTERM, then SIGKILL) when the [`Stack`] is dropped.
+
+use std::collections::BTreeMap;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use serde_json::Value;
+
+/// How to start a stack.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// runtimed instances.
+    pub runtimed: usize,
+    /// Run manifests written before start: (file name, YAML).
+    pub runs: Vec<(String, String)>,
+    /// Extra `krt up` flags.
+    pub extra_args: Vec<String>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            runtimed: 2,
+            runs: Vec::new(),
+            extra_args: Vec::new(),
+        }
+    }
+}
+
+/// A running embedded stack.
+pub struct Stack {
+    krt: PathBuf,
+    child: Child,
+    dir: tempfile::TempDir,
+    /// Gateway base URL.
+    pub gateway: String,
+    /// Admin bearer token.
+    pub token: String,
+    /// HTTPS client trusting the stack's public CA.
+    pub http: reqwest::Client,
+    output: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(0)
+}
+
+/// A function Run manifest with inline source.
+pub fn function_run(
+    name: &str,
+    runtime: &str,
+    handler: &str,
+    inline_path: &str,
+    source: &str,
+    extra_function_fields: &str,
+) -> String {
+    let indented: String = source.lines().map(|l| format!("      {l}\n")).collect();
+    format!(
+        "apiVersion: kruntimes.io/v1alpha1\nkind: Run\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  runtime: {runtime}\n  source:\n    inlinePath: {inline_path}\n    inline: |\n{indented}  mode:\n    function:\n      handler: {handler}\n{extra_function_fields}"
+    )
+}
+
+impl Stack {
+    /// Starts `krt up` and waits for its ready line.
+    pub fn start(krt: &Path, opts: Options) -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let runs = dir.path().join("runs");
+        std::fs::create_dir_all(&runs)?;
+        for (file, yaml) in &opts.runs {
+            std::fs::write(runs.join(file), yaml)?;
+        }
+        let port = free_port();
+        let mut child = Command::new(krt)
+            .arg("--state-dir")
+            .arg(dir.path().join("state"))
+            .arg("up")
+            .arg("--runs")
+            .arg(&runs)
+            .arg("--gateway-addr")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--runtimed")
+            .arg(opts.runtimed.to_string())
+            .arg("--exit-with-parent")
+            .args(&opts.extra_args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("spawn krt up")?;
+        let output = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (tx, rx) = mpsc::channel::<String>();
+        for stream in [
+            child
+                .stdout
+                .take()
+                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+            child
+                .stderr
+                .take()
+                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            let tx = tx.clone();
+            let out = output.clone();
+            std::thread::spawn(move || {
+                for line in std::io::BufReader::new(stream)
+                    .lines()
+                    .map_while(Result::ok)
+                {
+                    out.lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(line.clone());
+                    let _ = tx.send(line);
+                }
+            });
+        }
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            match rx.recv_timeout(Duration::from_millis(200)) {
+                Ok(line) if line.starts_with("kruntimes ready") => break,
+                Ok(_) | Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    bail!("krt up exited before it was ready")
+                }
+            }
+            if let Some(status) = child.try_wait()? {
+                bail!(
+                    "krt up exited ({status}) before it was ready:\n{}",
+                    output.lock().unwrap_or_else(|p| p.into_inner()).join("\n")
+                );
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                bail!("krt up was not ready within 120 s");
+            }
+        }
+        let client: Value =
+            serde_json::from_slice(&std::fs::read(dir.path().join("state/client.json"))?)?;
+        let ca = std::fs::read(client["caFile"].as_str().context("caFile")?)?;
+        let http = reqwest::Client::builder()
+            .add_root_certificate(reqwest::Certificate::from_pem(&ca)?)
+            .pool_max_idle_per_host(8)
+            .build()?;
+        Ok(Self {
+            krt: krt.to_path_buf(),
+            child,
+            gateway: client["gateway"].as_str().context("gateway")?.to_owned(),
+            token: client["token"].as_str().context("token")?.to_owned(),
+            http,
+            dir,
+            output,
+        })
+    }
+
+    /// The stack's state directory.
+    pub fn state_dir(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
+    /// The watched runs directory.
+    pub fn runs_dir(&self) -> PathBuf {
+        self.dir.path().join("runs")
+    }
+
+    /// Writes a Run manifest file.
+    pub fn add_run(&self, file: &str, yaml: &str) -> anyhow::Result<()> {
+        let tmp = self.dir.path().join(format!(".{file}.tmp"));
+        std::fs::write(&tmp, yaml)?;
+        std::fs::rename(tmp, self.runs_dir().join(file))?;
+        Ok(())
+    }
+
+    /// Removes a Run manifest file.
+    pub fn remove_run(&self, file: &str) -> anyhow::Result<()> {
+        Ok(std::fs::remove_file(self.runs_dir().join(file))?)
+    }
+
+    /// `runs.json` entries.
+    pub fn runs(&self) -> anyhow::Result<Vec<Value>> {
+        let v: Value = serde_json::from_slice(&std::fs::read(self.state_dir().join("runs.json"))?)?;
+        Ok(v["runs"].as_array().cloned().unwrap_or_default())
+    }
+
+    /// The status of a Run, if listed.
+    pub fn run(&self, name: &str) -> Option<Value> {
+        self.runs().ok()?.into_iter().find(|r| r["name"] == name)
+    }
+
+    /// Waits until `pred` holds for the Run's status.
+    pub async fn wait_run(
+        &self,
+        name: &str,
+        timeout: Duration,
+        pred: impl Fn(&Value) -> bool,
+    ) -> anyhow::Result<Value> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(r) = self.run(name)
+                && pred(&r)
+            {
+                return Ok(r);
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "run {name} did not reach the expected state; last: {:?}",
+                    self.run(name)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits until the Run is in `phase`.
+    pub async fn wait_phase(&self, name: &str, phase: &str) -> anyhow::Result<Value> {
+        self.wait_run(name, Duration::from_secs(60), |r| r["phase"] == phase)
+            .await
+    }
+
+    /// The invoke URL of a Run.
+    pub fn url(&self, namespace: &str, runtime: &str, uid: &str) -> String {
+        format!(
+            "{}/v1/namespaces/{namespace}/runtimes/{runtime}/runs/{uid}:invoke",
+            self.gateway
+        )
+    }
+
+    /// The invoke URL of a listed Run.
+    pub fn endpoint(&self, name: &str) -> anyhow::Result<String> {
+        Ok(self
+            .run(name)
+            .with_context(|| format!("run {name} not listed"))?["endpoint"]
+            .as_str()
+            .context("endpoint")?
+            .to_owned())
+    }
+
+    /// POSTs `body` to a Run with the admin token.
+    pub async fn invoke(&self, name: &str, body: &str) -> anyhow::Result<reqwest::Response> {
+        Ok(self
+            .http
+            .post(self.endpoint(name)?)
+            .bearer_auth(&self.token)
+            .body(body.to_owned())
+            .send()
+            .await?)
+    }
+
+    /// Retries an invoke until it answers 200 (for recovery tests).
+    pub async fn invoke_until_ok(
+        &self,
+        name: &str,
+        body: &str,
+        timeout: Duration,
+    ) -> anyhow::Result<reqwest::Response> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.invoke(name, body).await {
+                Ok(r) if r.status() == 200 => return Ok(r),
+                other => {
+                    if Instant::now() > deadline {
+                        bail!("no 200 within {timeout:?}; last: {other:?}");
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// `processes.json`: child name → pid and address.
+    pub fn processes(&self) -> anyhow::Result<BTreeMap<String, Value>> {
+        Ok(serde_json::from_slice(&std::fs::read(
+            self.state_dir().join("processes.json"),
+        )?)?)
+    }
+
+    /// SIGKILLs a child of the stack (e.g. `runtimed-0`).
+    pub fn kill(&self, name: &str) -> anyhow::Result<u32> {
+        let p = self.processes()?;
+        let pid = p
+            .get(name)
+            .and_then(|v| v["pid"].as_u64())
+            .context("no such process")? as u32;
+        let status = Command::new("kill")
+            .arg("-KILL")
+            .arg(pid.to_string())
+            .status()?;
+        if !status.success() {
+            bail!("kill {pid} failed");
+        }
+        Ok(pid)
+    }
+
+    /// Runs the `krt` CLI against this stack.
+    pub fn krt(&self, args: &[&str]) -> anyhow::Result<std::process::Output> {
+        Ok(Command::new(&self.krt)
+            .arg("--state-dir")
+            .arg(self.state_dir())
+            .args(args)
+            .output()?)
+    }
+
+    /// Everything the stack logged so far (its children's log files and
+    /// `krt up`'s own output).
+    pub fn all_logs(&self) -> String {
+        let mut out = self
+            .output
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .join("\n");
+        if let Ok(dir) = std::fs::read_dir(self.state_dir().join("logs")) {
+            for e in dir.flatten() {
+                if let Ok(text) = std::fs::read_to_string(e.path()) {
+                    out.push('\n');
+                    out.push_str(&text);
+                }
+            }
+        }
+        out
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

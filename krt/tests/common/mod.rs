@@ -1,0 +1,82 @@
+//! Shared pieces of the end-to-end tests.
+#![allow(dead_code)]
+
+use kruntimes_testkit::{Options, Stack, function_run};
+
+/// A Python handler that greets, reports its pid, raises or sleeps on request.
+pub const PY: &str = r#"import os, time
+
+def invoke(request):
+    if request.get("raise"):
+        raise ValueError("bad " + str(request["raise"]))
+    if request.get("sleep"):
+        time.sleep(request["sleep"])
+    return {"message": "hello " + request.get("name", "world"), "pid": os.getpid()}
+"#;
+
+/// A Bash handler that greets.
+pub const SH: &str = r#"greet() {
+  local name
+  name=$(printf '%s' "$1" | sed -n 's/.*"name"[[:space:]]*:[[:space:]]*"\([^"]*\)".*/\1/p')
+  printf '{"message": "hello %s"}\n' "${name:-world}"
+}
+"#;
+
+pub fn python_run(name: &str) -> (String, String) {
+    (
+        format!("{name}.yaml"),
+        function_run(name, "python", "main.invoke", "main.py", PY, ""),
+    )
+}
+
+pub fn python_run_with(name: &str, extra: &str) -> (String, String) {
+    (
+        format!("{name}.yaml"),
+        function_run(name, "python", "main.invoke", "main.py", PY, extra),
+    )
+}
+
+pub fn bash_run(name: &str) -> (String, String) {
+    (
+        format!("{name}.yaml"),
+        function_run(name, "bash", "hello.greet", "hello.sh", SH, ""),
+    )
+}
+
+pub fn start(runtimed: usize, runs: Vec<(String, String)>, extra_args: &[&str]) -> Stack {
+    Stack::start(
+        std::path::Path::new(env!("CARGO_BIN_EXE_krt")),
+        Options {
+            runtimed,
+            runs,
+            extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+        },
+    )
+    .expect("start the embedded stack")
+}
+
+pub async fn json(resp: reqwest::Response) -> serde_json::Value {
+    let bytes = resp.bytes().await.expect("body");
+    serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| panic!("not JSON: {}", String::from_utf8_lossy(&bytes)))
+}
+
+/// Asserts a typed error response and returns its body.
+pub async fn expect_error(resp: reqwest::Response, status: u16, code: &str) -> serde_json::Value {
+    assert_eq!(resp.status().as_u16(), status, "status for {code}");
+    let has_id = resp.headers().contains_key("x-kruntimes-invocation-id");
+    let retry_after = resp.headers().get("retry-after").cloned();
+    let body = json(resp).await;
+    assert_eq!(body["error"]["code"], code, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "{body}"
+    );
+    assert!(has_id, "invocation id header on {code}");
+    if status == 429 || status == 503 {
+        assert!(retry_after.is_some(), "Retry-After on {status} {code}");
+    }
+    body
+}
