@@ -475,10 +475,13 @@ impl ProxyHttp for Gateway {
             if ctx.body_bytes > self.limits.max_body_bytes {
                 // Chunked bodies without Content-Length are counted here; the
                 // owner sees a reset stream and never invokes the handler.
+                // Marked downstream so Pingora stops at once instead of
+                // waiting for the owner to answer an unfinished request.
                 return Err(Error::explain(
                     ErrorType::HTTPStatus(413),
                     "request body over the limit",
-                ));
+                )
+                .into_down());
             }
         }
         Ok(())

@@ -312,6 +312,12 @@ impl Stack {
             .output()?)
     }
 
+    /// The log file of one child (`gateway`, `runtimed-0`, …).
+    pub fn log_of(&self, name: &str) -> String {
+        std::fs::read_to_string(self.state_dir().join("logs").join(format!("{name}.log")))
+            .unwrap_or_default()
+    }
+
     /// Everything the stack logged so far (its children's log files and
     /// `krt up`'s own output).
     pub fn all_logs(&self) -> String {
