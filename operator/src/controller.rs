@@ -36,8 +36,8 @@ pub enum Action {
     Register {
         /// Pod name.
         pod: String,
-        /// The request.
-        request: pb::RegisterRequest,
+        /// The request (boxed: it carries the inline source).
+        request: Box<pb::RegisterRequest>,
     },
     /// Unregister a Run from a Pod.
     Unregister {
@@ -348,7 +348,7 @@ impl Controller {
                     run.phase = Phase::Running;
                     actions.push(Action::Register {
                         pod: pod.to_owned(),
-                        request: register_request(run),
+                        request: Box::new(register_request(run)),
                     });
                 }
                 _ => {}
@@ -526,7 +526,7 @@ impl Controller {
             tracing::info!(uid = %run.uid, pod = %pod, attempt = run.attempt, "run scheduled");
             actions.push(Action::Register {
                 pod,
-                request: register_request(run),
+                request: Box::new(register_request(run)),
             });
         }
         actions

@@ -244,7 +244,7 @@ fn perform(
             tokio::spawn(async move {
                 let run = request.run.clone().unwrap_or_default();
                 let attempt = request.attempt;
-                let outcome = match client.register(request).await {
+                let outcome = match client.register(*request).await {
                     Ok(_) => RegisterOutcome::Ok,
                     Err(s) => {
                         tracing::warn!(uid = %run.uid, pod = %pod, code = ?s.code(), message = %s.message(), "register failed");

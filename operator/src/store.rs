@@ -78,10 +78,13 @@ pub fn scan(dir: &Path) -> Scan {
             match serde_yaml::from_value::<RunManifest>(value) {
                 Ok(m) => {
                     let key = m.key();
-                    if out.runs.contains_key(&key) {
-                        out.errors.push(err(format!("duplicate Run {key}")));
-                    } else {
-                        out.runs.insert(key, m);
+                    match out.runs.entry(key) {
+                        std::collections::btree_map::Entry::Occupied(e) => {
+                            out.errors.push(err(format!("duplicate Run {}", e.key())));
+                        }
+                        std::collections::btree_map::Entry::Vacant(e) => {
+                            e.insert(m);
+                        }
                     }
                 }
                 Err(e) => out.errors.push(err(e.to_string())),

@@ -41,7 +41,7 @@ impl Policy {
     /// Whether `identity` may use `target`. Pure.
     pub fn allows(&self, identity: &Identity, target: &Target) -> bool {
         self.rules.iter().any(|r| {
-            let who = r.subjects.iter().any(|s| *s == identity.subject)
+            let who = r.subjects.contains(&identity.subject)
                 || r.groups.iter().any(|g| identity.groups.contains(g));
             let ns = r
                 .namespaces

@@ -160,7 +160,7 @@ pub enum InvokeError {
 #[derive(Debug)]
 pub enum Backend {
     /// Persistent Python worker.
-    Python(PythonWorker),
+    Python(Box<PythonWorker>),
     /// Bash function.
     Bash(BashFunction),
 }
@@ -169,7 +169,7 @@ impl Backend {
     /// Starts (and validates) the handler.
     pub async fn start(kind: Kind, spec: Spec) -> Result<Self, StartError> {
         Ok(match kind {
-            Kind::Python => Self::Python(PythonWorker::start(spec).await?),
+            Kind::Python => Self::Python(Box::new(PythonWorker::start(spec).await?)),
             Kind::Bash => Self::Bash(BashFunction::start(spec).await?),
         })
     }
