@@ -108,13 +108,13 @@ impl BashFunction {
             .map_err(|e| InvokeError::Crashed(e.to_string()))?;
         let pid = child.id();
         let tail = logs::Tail::default();
-        if let Some(stderr) = child.stderr.take() {
+        let stderr_done = child.stderr.take().map(|stderr| {
             tokio::spawn(logs::forward(
                 stderr,
                 self.spec.run_uid.clone(),
                 Some(tail.clone()),
-            ));
-        }
+            ))
+        });
         let mut stdin = child.stdin.take();
         let mut stdout = child.stdout.take();
         let input = input.to_vec();
@@ -161,6 +161,10 @@ impl BashFunction {
         // Reap anything the function left running in its group.
         kill_group(pid);
         if !status.success() {
+            // The message quotes stderr's tail: let the forwarder drain it.
+            if let Some(done) = stderr_done {
+                let _ = tokio::time::timeout(Duration::from_secs(1), done).await;
+            }
             let code = status
                 .code()
                 .map_or_else(|| status.to_string(), |c| format!("exit status {c}"));
