@@ -193,8 +193,11 @@ impl BashFunction {
 
 /// Stdout that is JSON passes through; anything else becomes a JSON string
 /// (without the trailing newline).
-fn to_json(out: Vec<u8>) -> Vec<u8> {
+fn to_json(mut out: Vec<u8>) -> Vec<u8> {
     if serde_json::from_slice::<serde::de::IgnoredAny>(&out).is_ok() {
+        while out.last().is_some_and(u8::is_ascii_whitespace) {
+            out.pop();
+        }
         return out;
     }
     let text = String::from_utf8_lossy(&out);
@@ -208,7 +211,7 @@ mod tests {
 
     #[test]
     fn json_stdout_passes_through_and_text_is_quoted() {
-        assert_eq!(to_json(b"{\"a\":1}\n".to_vec()), b"{\"a\":1}\n");
+        assert_eq!(to_json(b"{\"a\":1}\n".to_vec()), b"{\"a\":1}");
         assert_eq!(to_json(b"hello X\n".to_vec()), b"\"hello X\"");
         assert_eq!(to_json(b"".to_vec()), b"\"\"");
     }
