@@ -86,4 +86,9 @@ pub struct Args {
     /// Pingora worker threads.
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
+    /// Let idle worker threads steal tasks from busy ones. Off by default:
+    /// pinning each connection (and its upstream HTTP/2 sessions) to one
+    /// thread avoids cross-thread wake-ups on every request.
+    #[arg(long)]
+    pub work_stealing: bool,
 }

@@ -145,6 +145,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     );
     let conf = ServerConf {
         threads: args.threads,
+        work_stealing: args.work_stealing,
         grace_period_seconds: Some(0),
         graceful_shutdown_timeout_seconds: Some(2),
         ..ServerConf::default()

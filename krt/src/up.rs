@@ -40,6 +40,10 @@ pub struct UpArgs {
     /// How long a lost runtimed may stay away before its Runs move, seconds.
     #[arg(long, default_value_t = 5)]
     pub owner_grace_secs: u64,
+    /// Gateway worker threads. One is best on small machines, where the
+    /// runtimed instances and their workers need the other cores.
+    #[arg(long, default_value_t = 1)]
+    pub gateway_threads: usize,
     /// Gateway limit of requests in flight (503 `Overloaded` beyond).
     #[arg(long, default_value_t = 4096)]
     pub max_in_flight: usize,
@@ -145,6 +149,8 @@ fn gateway_args(pki: &Pki, args: &UpArgs, control: SocketAddr) -> Vec<String> {
         s(&pki.policy),
         "--max-in-flight".into(),
         args.max_in_flight.to_string(),
+        "--threads".into(),
+        args.gateway_threads.to_string(),
     ];
     if let Some(h) = &args.gateway_http_addr {
         v.push("--http-listen".into());

@@ -1,0 +1,142 @@
+//! `kruntimes-bench`: the latency and cost harness. It starts its own
+//! embedded stack (or, with `--gateway`, targets an existing one), measures
+//! the gateway path beside the direct path to the owner runtimed and beside
+//! nginx and HAProxy in front of the same runtimed, the warm Python worker
+//! beside an interpreter per call, the decision cache, Run propagation, the
+//! ownership table's memory, and the gateway's CPU and memory cost.
+#![forbid(unsafe_code)]
+
+pub mod baselines;
+pub mod load;
+pub mod paths;
+pub mod report;
+pub mod scenarios;
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+/// Flags.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "kruntimes-bench",
+    about = "Latency and cost harness for the kruntimes gateway"
+)]
+pub struct Args {
+    /// Small sizes: finishes in under 3 minutes on 2 cores.
+    #[arg(long)]
+    pub quick: bool,
+    /// The `krt` binary (default: next to this executable).
+    #[arg(long)]
+    pub krt: Option<PathBuf>,
+    /// Existing gateway URL (cluster mode; needs --ca and --token and an --endpoint path).
+    #[arg(long, requires_all = ["ca", "token", "endpoint"])]
+    pub gateway: Option<String>,
+    /// CA bundle of an existing gateway.
+    #[arg(long)]
+    pub ca: Option<PathBuf>,
+    /// Bearer token for an existing gateway.
+    #[arg(long)]
+    pub token: Option<String>,
+    /// Invoke path of an echo Run on an existing gateway (`/v1/namespaces/…:invoke`).
+    #[arg(long)]
+    pub endpoint: Option<String>,
+    /// Sequential requests per path and repetition.
+    #[arg(long)]
+    pub requests: Option<u64>,
+    /// Repetitions of the sequential comparison (interleaved across paths).
+    #[arg(long)]
+    pub reps: Option<u64>,
+    /// Open-loop rate, requests per second.
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Entries of the synthetic ownership table.
+    #[arg(long)]
+    pub table_entries: Option<u64>,
+    /// Install nginx and HAProxy with apt-get when missing.
+    #[arg(long)]
+    pub install_baselines: bool,
+    /// Skip the nginx and HAProxy baselines.
+    #[arg(long)]
+    pub no_baselines: bool,
+    /// Write every figure as JSON.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Draw latency percentiles per path as SVG.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+/// Sizes derived from the flags.
+#[derive(Debug, Clone)]
+pub struct Sizes {
+    /// Sequential requests per path per repetition.
+    pub requests: u64,
+    /// Warm-up requests (not recorded).
+    pub warmup: u64,
+    /// Repetitions.
+    pub reps: u64,
+    /// Open-loop rate.
+    pub rate: f64,
+    /// Open-loop requests per path.
+    pub open_requests: u64,
+    /// Interpreter-per-call samples.
+    pub spawn: u64,
+    /// Unique-token samples.
+    pub auth_misses: u64,
+    /// Propagation samples.
+    pub propagation: u64,
+    /// Synthetic table size.
+    pub table_entries: u64,
+}
+
+impl Sizes {
+    /// From the flags.
+    pub fn from_args(a: &Args) -> Self {
+        let q = a.quick;
+        Self {
+            requests: a.requests.unwrap_or(if q { 300 } else { 2000 }),
+            warmup: if q { 50 } else { 200 },
+            reps: a.reps.unwrap_or(if q { 1 } else { 3 }),
+            rate: a.rate.unwrap_or(200.0),
+            open_requests: if q { 600 } else { 4000 },
+            spawn: if q { 20 } else { 100 },
+            auth_misses: if q { 100 } else { 1000 },
+            propagation: if q { 5 } else { 20 },
+            table_entries: a.table_entries.unwrap_or(if q { 20_000 } else { 100_000 }),
+        }
+    }
+}
+
+/// Runs the benchmark and prints the Markdown report.
+pub async fn run(args: Args) -> anyhow::Result<report::Report> {
+    let report = scenarios::run(&args, &Sizes::from_args(&args)).await?;
+    println!("{}", report.markdown());
+    if let Some(p) = &args.json {
+        std::fs::write(p, serde_json::to_vec_pretty(&report)?)?;
+    }
+    if let Some(p) = &args.plot {
+        std::fs::write(
+            p,
+            report.svg(&[
+                "direct-python",
+                "gateway-python",
+                "nginx-python",
+                "haproxy-python",
+                "gateway-bash",
+                "open-direct",
+                "open-gateway",
+                "open-nginx",
+                "open-haproxy",
+                "auth-hit",
+                "auth-miss",
+                "auth-disabled",
+                "spawn-python",
+            ]),
+        )?;
+    }
+    Ok(report)
+}

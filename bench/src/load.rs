@@ -1,0 +1,306 @@
+//! Load models and latency summaries.
+//!
+//! - **Sequential**: one request at a time (the "warm invoke" model).
+//! - **Open loop**: requests are *scheduled* at a constant rate and each
+//!   latency counts from its intended send time, so a stall is charged to
+//!   every request it delayed (coordinated-omission correction).
+//! - **Closed loop**: K workers send back to back, for maximum throughput.
+//!
+//! Latencies go into HDR histograms (microseconds, 3 significant digits).
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+/// What one request produced: an HTTP status, or a transport error.
+pub type Outcome = Result<u16, String>;
+
+/// Latencies and errors of one measured run.
+pub struct Recorder {
+    hist: Histogram<u64>,
+    errors: BTreeMap<String, u64>,
+    ok: u64,
+}
+
+impl Default for Recorder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Recorder {
+    /// An empty recorder (1 µs .. 120 s).
+    pub fn new() -> Self {
+        Self {
+            // Constant bounds that hdrhistogram always accepts (low ≥ 1,
+            // high ≥ 2 × low, 3 significant figures).
+            hist: Histogram::new_with_bounds(1, 120_000_000, 3).expect("valid histogram bounds"),
+            errors: BTreeMap::new(),
+            ok: 0,
+        }
+    }
+
+    /// Records one request.
+    pub fn record(&mut self, latency: Duration, outcome: &Outcome) {
+        let us = (latency.as_micros() as u64).clamp(1, 120_000_000);
+        let _ = self.hist.record(us);
+        match outcome {
+            Ok(200) => self.ok += 1,
+            Ok(code) => *self.errors.entry(code.to_string()).or_default() += 1,
+            Err(e) => *self.errors.entry(format!("transport: {e}")).or_default() += 1,
+        }
+    }
+
+    /// Merges another recorder (repetitions).
+    pub fn merge(&mut self, other: &Recorder) {
+        let _ = self.hist.add(&other.hist);
+        self.ok += other.ok;
+        for (k, v) in &other.errors {
+            *self.errors.entry(k.clone()).or_default() += v;
+        }
+    }
+
+    /// Summary over `elapsed` wall time.
+    pub fn summary(&self, elapsed: Duration) -> Summary {
+        let h = &self.hist;
+        let n = h.len();
+        Summary {
+            count: n,
+            ok: self.ok,
+            errors: self.errors.clone(),
+            p50_us: h.value_at_quantile(0.50),
+            p90_us: h.value_at_quantile(0.90),
+            p99_us: h.value_at_quantile(0.99),
+            p999_us: h.value_at_quantile(0.999),
+            max_us: h.max(),
+            mean_us: h.mean(),
+            achieved_rps: if elapsed.is_zero() {
+                0.0
+            } else {
+                n as f64 / elapsed.as_secs_f64()
+            },
+        }
+    }
+}
+
+/// Figures of one scenario.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    /// Requests measured.
+    pub count: u64,
+    /// 200 answers.
+    pub ok: u64,
+    /// Non-200 answers by status, and transport errors.
+    pub errors: BTreeMap<String, u64>,
+    /// Median, µs.
+    pub p50_us: u64,
+    /// 90th percentile, µs.
+    pub p90_us: u64,
+    /// 99th percentile, µs.
+    pub p99_us: u64,
+    /// 99.9th percentile, µs.
+    pub p999_us: u64,
+    /// Maximum, µs.
+    pub max_us: u64,
+    /// Mean, µs.
+    pub mean_us: f64,
+    /// Requests per second achieved.
+    pub achieved_rps: f64,
+}
+
+/// Intended send time of request `i` at `rate` per second. Pure.
+pub fn intended_offset(i: u64, rate: f64) -> Duration {
+    Duration::from_secs_f64(i as f64 / rate.max(f64::MIN_POSITIVE))
+}
+
+/// Sequential: `warmup` unrecorded requests, then `n` recorded ones.
+pub async fn sequential<F, Fut>(
+    warmup: u64,
+    n: u64,
+    mut call: F,
+    tick: impl Fn(),
+) -> (Recorder, Duration)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Outcome>,
+{
+    for _ in 0..warmup {
+        let _ = call().await;
+    }
+    let mut rec = Recorder::new();
+    let start = Instant::now();
+    for _ in 0..n {
+        let t0 = Instant::now();
+        let out = call().await;
+        rec.record(t0.elapsed(), &out);
+        tick();
+    }
+    (rec, start.elapsed())
+}
+
+/// Open loop at `rate` for `n` requests, at most `max_outstanding` in flight
+/// (requests beyond that are recorded as `dropped`). A dedicated thread keeps
+/// the schedule with `std::thread::sleep` (tens of microseconds of jitter on
+/// Linux, where tokio's timer wheel has millisecond granularity), so the
+/// latency charged from the intended send time is not the client's timer.
+pub async fn open_loop<F, Fut>(
+    rate: f64,
+    n: u64,
+    max_outstanding: usize,
+    call: F,
+    tick: impl Fn() + Send + Sync + 'static,
+) -> (Recorder, Duration)
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Outcome> + Send + 'static,
+{
+    let rec = Arc::new(Mutex::new(Recorder::new()));
+    let limit = Arc::new(tokio::sync::Semaphore::new(max_outstanding.max(1)));
+    let call = Arc::new(call);
+    let tick = Arc::new(tick);
+    let start = Instant::now();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Instant>();
+    let pacer = std::thread::spawn(move || {
+        for i in 0..n {
+            let intended = start + intended_offset(i, rate);
+            let now = Instant::now();
+            if intended > now {
+                std::thread::sleep(intended - now);
+            }
+            if tx.send(intended).is_err() {
+                return;
+            }
+        }
+    });
+    let mut tasks = Vec::with_capacity(n as usize);
+    while let Some(intended) = rx.recv().await {
+        let Ok(permit) = limit.clone().try_acquire_owned() else {
+            rec.lock().unwrap_or_else(|p| p.into_inner()).record(
+                intended.elapsed(),
+                &Err("dropped (too many outstanding)".into()),
+            );
+            continue;
+        };
+        let (rec, call, tick) = (rec.clone(), call.clone(), tick.clone());
+        tasks.push(tokio::spawn(async move {
+            let out = call().await;
+            let latency = intended.elapsed();
+            rec.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .record(latency, &out);
+            tick();
+            drop(permit);
+        }));
+    }
+    let _ = pacer.join();
+    for t in tasks {
+        let _ = t.await;
+    }
+    let elapsed = start.elapsed();
+    let rec = Arc::try_unwrap(rec)
+        .map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()))
+        .unwrap_or_default();
+    (rec, elapsed)
+}
+
+/// Closed loop: `workers` send back to back for `duration`.
+pub async fn closed_loop<F, Fut>(
+    workers: usize,
+    duration: Duration,
+    call: F,
+) -> (Recorder, Duration)
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Outcome> + Send + 'static,
+{
+    let call = Arc::new(call);
+    let start = Instant::now();
+    let deadline = start + duration;
+    let mut tasks = Vec::new();
+    for _ in 0..workers.max(1) {
+        let call = call.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut rec = Recorder::new();
+            while Instant::now() < deadline {
+                let t0 = Instant::now();
+                let out = call().await;
+                rec.record(t0.elapsed(), &out);
+            }
+            rec
+        }));
+    }
+    let mut all = Recorder::new();
+    for t in tasks {
+        if let Ok(r) = t.await {
+            all.merge(&r);
+        }
+    }
+    (all, start.elapsed())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intended_times_are_evenly_spaced() {
+        assert_eq!(intended_offset(0, 100.0), Duration::ZERO);
+        assert_eq!(intended_offset(100, 100.0), Duration::from_secs(1));
+        assert_eq!(intended_offset(5, 1000.0), Duration::from_millis(5));
+    }
+
+    #[test]
+    fn summary_reports_percentiles_and_errors() {
+        let mut r = Recorder::new();
+        for ms in 1..=100u64 {
+            r.record(Duration::from_millis(ms), &Ok(200));
+        }
+        r.record(Duration::from_millis(1), &Ok(503));
+        r.record(Duration::from_millis(1), &Err("refused".into()));
+        let s = r.summary(Duration::from_secs(1));
+        assert_eq!(s.count, 102);
+        assert_eq!(s.ok, 100);
+        assert_eq!(s.errors.get("503"), Some(&1));
+        assert!((49_000..=51_100).contains(&s.p50_us), "{}", s.p50_us);
+        assert!(s.p99_us >= 98_000);
+        assert_eq!(s.achieved_rps, 102.0);
+    }
+
+    #[tokio::test]
+    async fn open_loop_charges_stalls_to_every_delayed_request() {
+        // The "server" stalls 300 ms once; with a 10 ms schedule every later
+        // request queues behind the stall and must show the wait, not just
+        // its own service time (coordinated omission).
+        let first = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let gate = Arc::new(tokio::sync::Mutex::new(()));
+        let (rec, _) = open_loop(
+            100.0,
+            20,
+            100,
+            move || {
+                let first = first.clone();
+                let gate = gate.clone();
+                async move {
+                    let _g = gate.lock().await;
+                    if first.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                        tokio::time::sleep(Duration::from_millis(300)).await;
+                    }
+                    Ok(200)
+                }
+            },
+            || {},
+        )
+        .await;
+        let s = rec.summary(Duration::from_secs(1));
+        assert_eq!(s.count, 20);
+        assert!(
+            s.p50_us >= 100_000,
+            "queued requests carry the stall: p50 {}",
+            s.p50_us
+        );
+    }
+}

@@ -1,0 +1,726 @@
+//! The scenarios, run in one process against one stack so every figure is
+//! measured side by side on the same machine at the same time.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context as _, bail};
+use indicatif::{ProgressBar, ProgressStyle};
+use kruntimes_testkit::{Options, Stack, function_run};
+use serde_json::json;
+
+use crate::baselines;
+use crate::load::{self, Recorder, Summary};
+use crate::paths::{self, Fence, HttpTarget, Pki, Spawn};
+use crate::report::Report;
+use crate::{Args, Sizes};
+
+/// The echo handler every path calls.
+pub const ECHO_PY: &str = "def invoke(request):\n    return request\n";
+const ECHO_SH: &str = "echo() {\n  printf '%s\\n' \"$1\"\n}\n";
+const INPUT: &str = r#"{"name": "bench"}"#;
+
+struct Ctx {
+    report: Report,
+    bar: ProgressBar,
+}
+
+impl Ctx {
+    fn put(&mut self, name: &str, rec: &Recorder, elapsed: Duration) -> Summary {
+        let s = rec.summary(elapsed);
+        self.report.scenarios.insert(name.to_owned(), s.clone());
+        s
+    }
+
+    fn tick(&self) -> impl Fn() + Send + Sync + 'static {
+        let bar = self.bar.clone();
+        move || bar.inc(1)
+    }
+}
+
+fn sibling(name: &str) -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(|d| d.join(name)))
+        .unwrap_or_else(|| PathBuf::from(name))
+}
+
+fn fence(run: &serde_json::Value) -> anyhow::Result<Fence> {
+    Ok(Fence {
+        uid: run["uid"].as_str().context("uid")?.to_owned(),
+        pod_uid: run["assignedPodUid"]
+            .as_str()
+            .context("assignedPodUid")?
+            .to_owned(),
+        attempt: run["attempt"].as_u64().context("attempt")?,
+        namespace: run["namespace"].as_str().context("namespace")?.to_owned(),
+        runtime: run["runtime"].as_str().context("runtime")?.to_owned(),
+    })
+}
+
+/// CPU time (user + system) and peak RSS of a process, from /proc.
+fn proc_usage(pid: u32) -> Option<(Duration, u64, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100) as u64;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kb = |key: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    Some((
+        Duration::from_millis(ticks * 1000 / hz.max(1)),
+        kb("VmRSS:"),
+        kb("VmHWM:"),
+    ))
+}
+
+#[derive(serde::Serialize)]
+struct Claims<'a> {
+    sub: String,
+    groups: [&'a str; 1],
+    iss: &'a str,
+    aud: &'a str,
+    exp: u64,
+    nbf: u64,
+    iat: u64,
+}
+
+/// Mints `n` distinct admin tokens with the stack's signing key.
+fn mint_tokens(pki: &Pki, n: u64) -> anyhow::Result<Vec<String>> {
+    let key =
+        jsonwebtoken::EncodingKey::from_ec_pem(&std::fs::read(pki.file("token-signing.key"))?)?;
+    let now = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs();
+    let header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
+    (0..n)
+        .map(|i| {
+            let c = Claims {
+                sub: format!("bench-{i}"),
+                groups: ["kruntimes:admins"],
+                iss: "kruntimes-embedded",
+                aud: "kruntimes-gateway",
+                exp: now + 3600,
+                nbf: now - 60,
+                iat: now,
+            };
+            Ok(jsonwebtoken::encode(&header, &c, &key)?)
+        })
+        .collect()
+}
+
+/// A gateway process started by the harness (auth disabled, or pointed at a
+/// synthetic table).
+struct ExtraGateway {
+    child: Child,
+    url: String,
+}
+
+impl Drop for ExtraGateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_gateway(
+    krt: &Path,
+    pki: &Pki,
+    control_plane: &str,
+    auth_none: bool,
+    log: &Path,
+) -> anyhow::Result<ExtraGateway> {
+    let port = kruntimes_testkit::free_port();
+    let f = |n: &str| pki.file(n).display().to_string();
+    let mut cmd = Command::new(krt);
+    cmd.args(["gateway", "--exit-with-parent", "--https-listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .args([
+            "--tls-cert",
+            &f("gateway.crt"),
+            "--tls-key",
+            &f("gateway.key"),
+        ])
+        .args(["--control-plane", control_plane])
+        .args(["--internal-ca", &f("internal-ca.crt")])
+        .args([
+            "--client-cert",
+            &f("gateway-client.crt"),
+            "--client-key",
+            &f("gateway-client.key"),
+        ]);
+    if auth_none {
+        cmd.args(["--auth", "none"]);
+    } else {
+        cmd.args([
+            "--jwt-public-key",
+            &f("token-signing.pub"),
+            "--policy",
+            &f("policy.yaml"),
+        ]);
+    }
+    let out = std::fs::File::create(log)?;
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .spawn()
+        .context("start an extra gateway")?;
+    Ok(ExtraGateway {
+        child,
+        url: format!("https://127.0.0.1:{port}"),
+    })
+}
+
+async fn wait_until<F, Fut>(timeout: Duration, mut f: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if f().await {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    bail!("condition not met within {timeout:?}")
+}
+
+/// Runs every scenario.
+pub async fn run(args: &Args, sizes: &Sizes) -> anyhow::Result<Report> {
+    if let Some(gateway) = &args.gateway {
+        return run_remote(args, sizes, gateway).await;
+    }
+    let krt = args.krt.clone().unwrap_or_else(|| sibling("krt"));
+    if !krt.exists() {
+        bail!(
+            "{} not found: build it with `cargo build --release -p krt` or pass --krt",
+            krt.display()
+        );
+    }
+    let mut runs = vec![(
+        "echo-sh.yaml".to_owned(),
+        function_run("echo-sh", "bash", "echo.echo", "echo.sh", ECHO_SH, ""),
+    )];
+    runs.push((
+        "echo-py.yaml".into(),
+        function_run("echo-py", "python", "main.invoke", "main.py", ECHO_PY, ""),
+    ));
+    let krt2 = krt.clone();
+    let stack = tokio::task::spawn_blocking(move || {
+        Stack::start(
+            &krt2,
+            Options {
+                runtimed: 1,
+                runs,
+                extra_args: vec![],
+            },
+        )
+    })
+    .await??;
+    let py = stack.wait_phase("echo-py", "Ready").await?;
+    let sh = stack.wait_phase("echo-sh", "Ready").await?;
+    let (py, sh) = (fence(&py)?, fence(&sh)?);
+    let pki = Pki {
+        dir: stack.state_dir().join("pki"),
+    };
+    let procs = stack.processes()?;
+    let owner: SocketAddr = procs["runtimed-0"]["address"]
+        .as_str()
+        .context("runtimed address")?
+        .parse()?;
+    let gateway_pid = procs["gateway"]["pid"].as_u64().context("gateway pid")? as u32;
+    let body = INPUT.as_bytes();
+
+    let total = sizes.reps * sizes.requests * 5
+        + sizes.open_requests * 4
+        + sizes.spawn
+        + sizes.auth_misses
+        + 2 * sizes.requests;
+    let bar = if args.no_progress {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(total)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {msg:<28} [{bar:40}] {pos}/{len} {elapsed}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    let mut ctx = Ctx {
+        report: Report::default(),
+        bar,
+    };
+    let cfg = &mut ctx.report.config;
+    cfg.insert("quick".into(), json!(args.quick));
+    cfg.insert("sequential_requests".into(), json!(sizes.requests));
+    cfg.insert("reps".into(), json!(sizes.reps));
+    cfg.insert("open_loop_rate".into(), json!(sizes.rate));
+    cfg.insert("open_loop_requests".into(), json!(sizes.open_requests));
+    cfg.insert(
+        "cpus".into(),
+        json!(
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        ),
+    );
+
+    let gateway = paths::via_proxy(&pki, &stack.gateway, &py, Some(&stack.token), body)?;
+    let gateway_sh = paths::via_proxy(&pki, &stack.gateway, &sh, Some(&stack.token), body)?;
+    let direct = paths::direct(&pki, owner, &py, body)?;
+
+    // Baselines in front of the same runtimed.
+    let tmp = tempfile::tempdir()?;
+    let mut proxies: Vec<(&'static str, HttpTarget, baselines::Baseline)> = Vec::new();
+    if !args.no_baselines {
+        let threads = 2;
+        let started = [
+            ("nginx", "nginx", "nginx"),
+            ("haproxy", "haproxy", "haproxy"),
+        ]
+        .map(|(name, bin, pkg)| {
+            let port = kruntimes_testkit::free_port();
+            let dir = tmp.path().join(name);
+            baselines::ensure(bin, pkg, args.install_baselines).and_then(|b| match name {
+                "nginx" => baselines::nginx(&b, &dir, &pki, port, owner, &py, threads),
+                _ => baselines::haproxy(&b, &dir, &pki, port, owner, &py, threads),
+            })
+        });
+        for (name, b) in ["nginx", "haproxy"].into_iter().zip(started) {
+            match b.and_then(|b| Ok((paths::via_proxy(&pki, &b.url, &py, None, body)?, b))) {
+                Ok((t, b)) => match t.call().await {
+                    Ok(200) => proxies.push((name, t, b)),
+                    other => {
+                        ctx.report
+                            .skipped
+                            .insert(name.into(), format!("probe answered {other:?}"));
+                    }
+                },
+                Err(e) => {
+                    ctx.report.skipped.insert(name.into(), e.to_string());
+                }
+            }
+        }
+    }
+
+    // 1. Sequential, interleaved repetitions.
+    ctx.bar.set_message("sequential");
+    let mut seq: BTreeMap<String, (Recorder, Duration)> = BTreeMap::new();
+    let mut paths_seq: Vec<(String, HttpTarget)> = vec![
+        ("direct-python".into(), direct.clone()),
+        ("gateway-python".into(), gateway.clone()),
+        ("gateway-bash".into(), gateway_sh.clone()),
+    ];
+    for (name, t, _) in &proxies {
+        paths_seq.push((format!("{name}-python"), t.clone()));
+    }
+    for _ in 0..sizes.reps {
+        for (name, t) in &paths_seq {
+            let (rec, el) =
+                load::sequential(sizes.warmup, sizes.requests, || t.call(), ctx.tick()).await;
+            let e = seq
+                .entry(name.clone())
+                .or_insert_with(|| (Recorder::new(), Duration::ZERO));
+            e.0.merge(&rec);
+            e.1 += el;
+        }
+    }
+    for (name, (rec, el)) in &seq {
+        ctx.put(name, rec, *el);
+    }
+
+    // 2. Open loop at a fixed rate (coordinated-omission corrected), with
+    //    the gateway's CPU and memory cost.
+    let mut open_paths: Vec<(String, HttpTarget)> = vec![
+        ("open-direct".into(), direct.clone()),
+        ("open-gateway".into(), gateway.clone()),
+    ];
+    for (name, t, _) in &proxies {
+        open_paths.push((format!("open-{name}"), t.clone()));
+    }
+    let mut cost = None;
+    for (name, t) in open_paths {
+        ctx.bar.set_message(name.clone());
+        let before = proc_usage(gateway_pid);
+        let t = Arc::new(t);
+        let (rec, el) = load::open_loop(
+            sizes.rate,
+            sizes.open_requests,
+            1024,
+            move || {
+                let t = t.clone();
+                async move { t.call().await }
+            },
+            ctx.tick(),
+        )
+        .await;
+        if name == "open-gateway"
+            && let (Some(b), Some(a)) = (before, proc_usage(gateway_pid))
+        {
+            let cpu_ms = (a.0 - b.0).as_secs_f64() * 1000.0;
+            cost = Some((
+                cpu_ms * 10_000.0 / sizes.open_requests as f64,
+                a.2 as f64 / 1024.0,
+            ));
+        }
+        ctx.put(&name, &rec, el);
+    }
+
+    // 3. The original model: an interpreter per call.
+    ctx.bar.set_message("spawn-python");
+    let spawn = Spawn::new(&tmp.path().join("spawn"), ECHO_PY, INPUT)?;
+    let (rec, el) = load::sequential(3, sizes.spawn, || spawn.call(), ctx.tick()).await;
+    ctx.put("spawn-python", &rec, el);
+
+    // 4. Decision cache: hits (one token), misses (a new token per request),
+    //    and the same invoke through a gateway with auth disabled.
+    ctx.bar.set_message("auth");
+    let (rec, el) =
+        load::sequential(sizes.warmup, sizes.requests, || gateway.call(), ctx.tick()).await;
+    ctx.put("auth-hit", &rec, el);
+    let tokens = mint_tokens(&pki, sizes.auth_misses)?;
+    let mut misses = Recorder::new();
+    let start = Instant::now();
+    for t in &tokens {
+        let target = gateway.with_token(t);
+        let t0 = Instant::now();
+        let out = target.call().await;
+        misses.record(t0.elapsed(), &out);
+        ctx.bar.inc(1);
+    }
+    ctx.put("auth-miss", &misses, start.elapsed());
+    let control_plane = serde_json::from_slice::<serde_json::Value>(&std::fs::read(
+        stack.state_dir().join("client.json"),
+    )?)?["controlPlane"]
+        .as_str()
+        .context("controlPlane")?
+        .to_owned();
+    match start_gateway(
+        &krt,
+        &pki,
+        &control_plane,
+        true,
+        &tmp.path().join("gateway-noauth.log"),
+    ) {
+        Ok(g) => {
+            let t = paths::via_proxy(&pki, &g.url, &py, None, body)?;
+            if wait_until(Duration::from_secs(30), || async {
+                t.call().await == Ok(200)
+            })
+            .await
+            .is_ok()
+            {
+                let (rec, el) =
+                    load::sequential(sizes.warmup, sizes.requests, || t.call(), ctx.tick()).await;
+                ctx.put("auth-disabled", &rec, el);
+            } else {
+                ctx.report.skipped.insert(
+                    "auth-disabled".into(),
+                    "gateway without auth never routed".into(),
+                );
+            }
+        }
+        Err(e) => {
+            ctx.report
+                .skipped
+                .insert("auth-disabled".into(), e.to_string());
+        }
+    }
+
+    // 5. Propagation: a Run file appears → first successful invoke.
+    ctx.bar.set_message("propagation");
+    let mut prop = Recorder::new();
+    let start = Instant::now();
+    for i in 0..sizes.propagation {
+        let name = format!("prop-{i}");
+        let yaml = function_run(&name, "python", "main.invoke", "main.py", ECHO_PY, "");
+        let t0 = Instant::now();
+        stack.add_run(&format!("{name}.yaml"), &yaml)?;
+        let outcome = loop {
+            if t0.elapsed() > Duration::from_secs(30) {
+                break Err("not invocable within 30 s".to_owned());
+            }
+            if let Some(r) = stack.run(&name)
+                && let Ok(f) = fence(&r).or_else(|_| {
+                    Ok::<_, anyhow::Error>(Fence {
+                        uid: r["uid"].as_str().unwrap_or_default().to_owned(),
+                        pod_uid: String::new(),
+                        attempt: 0,
+                        namespace: "default".into(),
+                        runtime: "python".into(),
+                    })
+                })
+                && !f.uid.is_empty()
+            {
+                let t = paths::via_proxy(&pki, &stack.gateway, &f, Some(&stack.token), body)?;
+                if t.call().await == Ok(200) {
+                    break Ok(200);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        };
+        prop.record(t0.elapsed(), &outcome);
+        stack.remove_run(&format!("{name}.yaml"))?;
+    }
+    let prop = ctx.put("propagation", &prop, start.elapsed());
+
+    // 6. Ownership table memory with a synthetic watch source.
+    ctx.bar.set_message("table");
+    let table = match table_memory(&krt, &pki, sizes.table_entries, tmp.path()).await {
+        Ok(v) => Some(v),
+        Err(e) => {
+            ctx.report.skipped.insert("table".into(), e.to_string());
+            None
+        }
+    };
+    ctx.bar.finish_and_clear();
+
+    // Summary.
+    let sc = &ctx.report.scenarios;
+    let p = |n: &str, f: fn(&Summary) -> u64| sc.get(n).map(f);
+    let mut sum = BTreeMap::new();
+    let added = |proxy: &str, f: fn(&Summary) -> u64| match (p(proxy, f), p("open-direct", f)) {
+        (Some(a), Some(b)) => Some(a.saturating_sub(b)),
+        _ => None,
+    };
+    let g50 = added("open-gateway", |s| s.p50_us);
+    let g99 = added("open-gateway", |s| s.p99_us);
+    let n50 = added("open-nginx", |s| s.p50_us);
+    let n99 = added("open-nginx", |s| s.p99_us);
+    let h50 = added("open-haproxy", |s| s.p50_us);
+    let h99 = added("open-haproxy", |s| s.p99_us);
+    sum.insert("gateway_added_p50_us".into(), json!(g50));
+    sum.insert("gateway_added_p99_us".into(), json!(g99));
+    sum.insert("nginx_added_p50_us".into(), json!(n50));
+    sum.insert("nginx_added_p99_us".into(), json!(n99));
+    sum.insert("haproxy_added_p50_us".into(), json!(h50));
+    sum.insert("haproxy_added_p99_us".into(), json!(h99));
+    let ratio = |a: Option<u64>, b: Option<u64>| match (a, b) {
+        (Some(a), Some(b)) if b > 0 => json!((a as f64 / b as f64 * 100.0).round() / 100.0),
+        _ => json!(null),
+    };
+    sum.insert("gateway_vs_nginx_added_p50_ratio".into(), ratio(g50, n50));
+    sum.insert("gateway_vs_nginx_added_p99_ratio".into(), ratio(g99, n99));
+    sum.insert("gateway_vs_haproxy_added_p50_ratio".into(), ratio(g50, h50));
+    sum.insert("gateway_vs_haproxy_added_p99_ratio".into(), ratio(g99, h99));
+    let seq_added = |proxy: &str| match (p(proxy, |s| s.p50_us), p("direct-python", |s| s.p50_us)) {
+        (Some(a), Some(b)) => json!(a.saturating_sub(b)),
+        _ => json!(null),
+    };
+    sum.insert(
+        "sequential_gateway_added_p50_us".into(),
+        seq_added("gateway-python"),
+    );
+    sum.insert(
+        "sequential_nginx_added_p50_us".into(),
+        seq_added("nginx-python"),
+    );
+    sum.insert(
+        "sequential_haproxy_added_p50_us".into(),
+        seq_added("haproxy-python"),
+    );
+    let warm = p("gateway-python", |s| s.p50_us);
+    let spawn50 = p("spawn-python", |s| s.p50_us);
+    sum.insert("python_warm_p50_us".into(), json!(warm));
+    sum.insert(
+        "python_warm_p99_us".into(),
+        json!(p("gateway-python", |s| s.p99_us)),
+    );
+    sum.insert(
+        "python_direct_p50_us".into(),
+        json!(p("direct-python", |s| s.p50_us)),
+    );
+    sum.insert(
+        "python_direct_p99_us".into(),
+        json!(p("direct-python", |s| s.p99_us)),
+    );
+    sum.insert("python_spawn_p50_us".into(), json!(spawn50));
+    sum.insert("python_warm_vs_spawn_speedup".into(), ratio(spawn50, warm));
+    let hit = p("auth-hit", |s| s.p50_us);
+    let off = p("auth-disabled", |s| s.p50_us);
+    sum.insert("auth_hit_p50_us".into(), json!(hit));
+    sum.insert(
+        "auth_miss_p50_us".into(),
+        json!(p("auth-miss", |s| s.p50_us)),
+    );
+    sum.insert("auth_disabled_p50_us".into(), json!(off));
+    sum.insert(
+        "auth_hit_overhead_pct".into(),
+        match (hit, off) {
+            (Some(h), Some(o)) if o > 0 => {
+                json!(((h as f64 / o as f64 - 1.0) * 1000.0).round() / 10.0)
+            }
+            _ => json!(null),
+        },
+    );
+    sum.insert(
+        "propagation_p50_ms".into(),
+        json!(prop.p50_us as f64 / 1000.0),
+    );
+    sum.insert(
+        "propagation_p99_ms".into(),
+        json!(prop.p99_us as f64 / 1000.0),
+    );
+    if let Some((bytes_per_run, rss0, rss1)) = table {
+        sum.insert("table_bytes_per_run".into(), json!(bytes_per_run));
+        sum.insert("table_entries".into(), json!(sizes.table_entries));
+        sum.insert("table_gateway_rss_empty_mb".into(), json!(rss0));
+        sum.insert("table_gateway_rss_full_mb".into(), json!(rss1));
+    }
+    if let Some((cpu, rss)) = cost {
+        sum.insert(
+            "gateway_cpu_ms_per_10k".into(),
+            json!((cpu * 10.0).round() / 10.0),
+        );
+        sum.insert(
+            "gateway_peak_rss_mb".into(),
+            json!((rss * 10.0).round() / 10.0),
+        );
+    }
+    ctx.report.summary = sum;
+    drop(proxies);
+    drop(stack);
+    Ok(ctx.report)
+}
+
+/// Memory of a gateway holding `n` synthetic Runs: RSS growth per entry.
+async fn table_memory(
+    krt: &Path,
+    pki: &Pki,
+    n: u64,
+    tmp: &Path,
+) -> anyhow::Result<(u64, f64, f64)> {
+    use kruntimes_proto::ownership::v1 as own;
+    use kruntimes_proto::watch::Publisher;
+    use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
+
+    let publisher = Publisher::new(own::SourceKind::ControlPlane, "synthetic", 1 << 20);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let tls = ServerTlsConfig::new()
+        .identity(Identity::from_pem(
+            std::fs::read(pki.file("control-plane.crt"))?,
+            std::fs::read(pki.file("control-plane.key"))?,
+        ))
+        .client_ca_root(Certificate::from_pem(std::fs::read(
+            pki.file("internal-ca.crt"),
+        )?));
+    let server = Server::builder()
+        .tls_config(tls)?
+        .add_service(publisher.service());
+    let serve = tokio::spawn(server.serve_with_incoming(tokio_stream_listener(listener)));
+    let g = start_gateway(
+        krt,
+        pki,
+        &addr.to_string(),
+        true,
+        &tmp.join("gateway-table.log"),
+    )?;
+    let client = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(&std::fs::read(
+            pki.file("public-ca.crt"),
+        )?)?)
+        .build()?;
+    let ready = format!("{}/readyz", g.url);
+    wait_until(Duration::from_secs(30), || async {
+        client
+            .get(&ready)
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let pid = g.child.id();
+    let rss0 = proc_usage(pid).context("read gateway memory")?.1;
+    for i in 0..n {
+        publisher.upsert(own::OwnershipEntry {
+            namespace: format!("team-{}", i % 50),
+            run_name: format!("run-{i}"),
+            run_uid: uuid::Uuid::new_v4().to_string(),
+            runtime: "python".into(),
+            mode: own::Mode::Function as i32,
+            owner: Some(own::Owner {
+                pod_name: format!("runtime-python-{}", i % 100),
+                pod_uid: format!("00000000-0000-4000-8000-{:012}", i % 100),
+                dataplane_address: "127.0.0.1:9".into(),
+            }),
+            attempt: 1,
+            phase: own::Phase::Ready as i32,
+            limits: None,
+            reason: String::new(),
+        });
+    }
+    let metrics = format!("{}/metrics", g.url);
+    let want = format!("kruntimes_gateway_ownership_table_entries{{source=\"control-plane\"}} {n}");
+    wait_until(Duration::from_secs(120), || async {
+        match client.get(&metrics).send().await {
+            Ok(r) => r.text().await.is_ok_and(|t| t.contains(&want)),
+            Err(_) => false,
+        }
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss1 = proc_usage(pid).context("read gateway memory")?.1;
+    serve.abort();
+    let per_run = rss1.saturating_sub(rss0) * 1024 / n.max(1);
+    Ok((per_run, rss0 as f64 / 1024.0, rss1 as f64 / 1024.0))
+}
+
+fn tokio_stream_listener(
+    l: tokio::net::TcpListener,
+) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    futures::stream::unfold(l, |l| async move {
+        let r = l.accept().await.map(|(s, _)| s);
+        Some((r, l))
+    })
+}
+
+/// Cluster mode: only the gateway path of an existing deployment.
+async fn run_remote(args: &Args, sizes: &Sizes, gateway: &str) -> anyhow::Result<Report> {
+    let ca = args.ca.as_ref().context("--ca")?;
+    let token = args.token.as_ref().context("--token")?;
+    let endpoint = args.endpoint.as_ref().context("--endpoint")?;
+    let client = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(&std::fs::read(ca)?)?)
+        .build()?;
+    let url = format!("{gateway}{endpoint}");
+    let token = token.clone();
+    let call = move || {
+        let (client, url, token) = (client.clone(), url.clone(), token.clone());
+        async move {
+            let r = client
+                .post(url)
+                .bearer_auth(token)
+                .body(INPUT)
+                .send()
+                .await
+                .map_err(|e| e.to_string())?;
+            let s = r.status().as_u16();
+            r.bytes().await.map_err(|e| e.to_string())?;
+            Ok(s)
+        }
+    };
+    let mut report = Report::default();
+    let (rec, el) = load::sequential(sizes.warmup, sizes.requests, &call, || {}).await;
+    report.scenarios.insert("gateway".into(), rec.summary(el));
+    let (rec, el) = load::open_loop(sizes.rate, sizes.open_requests, 1024, call, || {}).await;
+    report
+        .scenarios
+        .insert("open-gateway".into(), rec.summary(el));
+    Ok(report)
+}

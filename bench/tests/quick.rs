@@ -1,0 +1,96 @@
+//! Runs `kruntimes-bench --quick` once to prove the harness works end to end
+//! (its own stack, every scenario, JSON and SVG output). No timing is
+//! asserted: these machines are shared and noisy.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn krt() -> PathBuf {
+    // The bench drives the `krt` binary of this workspace; build it (a no-op
+    // when up to date) next to this test's binaries.
+    let bench = PathBuf::from(env!("CARGO_BIN_EXE_kruntimes-bench"));
+    let dir = bench.parent().expect("binary directory").to_path_buf();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "-p", "krt"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .expect("run cargo build -p krt");
+    assert!(status.success(), "cargo build -p krt failed");
+    dir.join("krt")
+}
+
+#[test]
+fn quick_run_produces_every_scenario_and_summary_figure() {
+    let krt = krt();
+    let out_dir = tempfile::tempdir().unwrap();
+    let json = out_dir.path().join("bench.json");
+    let svg = out_dir.path().join("bench.svg");
+    let out = Command::new(env!("CARGO_BIN_EXE_kruntimes-bench"))
+        .arg("--quick")
+        .arg("--no-progress")
+        .arg("--krt")
+        .arg(&krt)
+        .arg("--json")
+        .arg(&json)
+        .arg("--plot")
+        .arg(&svg)
+        .args(["--requests", "100", "--table-entries", "5000"])
+        .output()
+        .expect("run kruntimes-bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "bench failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("| gateway-python |"), "{stdout}");
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    for scenario in [
+        "direct-python",
+        "gateway-python",
+        "gateway-bash",
+        "open-gateway",
+        "open-direct",
+        "spawn-python",
+        "auth-hit",
+        "auth-miss",
+        "propagation",
+    ] {
+        let s = &report["scenarios"][scenario];
+        assert!(s["count"].as_u64().unwrap_or(0) > 0, "{scenario} ran: {s}");
+        assert_eq!(s["count"], s["ok"], "{scenario} had errors: {s}");
+    }
+    let summary = &report["summary"];
+    for key in [
+        "gateway_added_p50_us",
+        "gateway_added_p99_us",
+        "python_warm_p50_us",
+        "python_spawn_p50_us",
+        "python_warm_vs_spawn_speedup",
+        "auth_hit_p50_us",
+        "auth_miss_p50_us",
+        "propagation_p99_ms",
+        "table_bytes_per_run",
+        "gateway_cpu_ms_per_10k",
+        "gateway_peak_rss_mb",
+    ] {
+        assert!(
+            !summary[key].is_null(),
+            "summary.{key} is missing: {summary}"
+        );
+    }
+    // nginx/HAProxy figures exist when those proxies are installed here.
+    for (proxy, key) in [
+        ("nginx", "nginx_added_p50_us"),
+        ("haproxy", "haproxy_added_p50_us"),
+    ] {
+        let skipped = report["skipped"].get(proxy).is_some();
+        assert!(
+            skipped || !summary[key].is_null(),
+            "{proxy}: neither measured nor skipped"
+        );
+    }
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("gateway-python"));
+}
