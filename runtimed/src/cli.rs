@@ -54,6 +54,9 @@ pub struct Args {
     /// Default invocation timeout, seconds.
     #[arg(long, default_value_t = 30)]
     pub default_timeout_secs: u64,
+    /// Pre-started Python interpreters kept ready for registrations.
+    #[arg(long, default_value_t = 2)]
+    pub python_spares: usize,
     /// Maximum invocation timeout, seconds.
     #[arg(long, default_value_t = 300)]
     pub max_timeout_secs: u64,
@@ -93,6 +96,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         default_timeout: Duration::from_secs(args.default_timeout_secs),
         max_timeout: Duration::from_secs(args.max_timeout_secs),
         start_timeout: Duration::from_secs(30),
+        python_spares: args.python_spares,
     });
     engine.spawn_idle_reaper(Duration::from_secs(1));
     let tls = kruntimes_certs::server_config(

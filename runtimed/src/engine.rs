@@ -38,6 +38,8 @@ pub struct EngineConfig {
     pub max_timeout: Duration,
     /// Bound on handler loading at registration.
     pub start_timeout: Duration,
+    /// Pre-started Python interpreters kept ready (0 disables).
+    pub python_spares: usize,
 }
 
 /// Registration failures, mapped onto gRPC codes by the service.
@@ -142,6 +144,7 @@ impl Function {
 /// The engine. Cheap to share behind an `Arc`.
 pub struct Engine {
     cfg: EngineConfig,
+    spares: Option<Arc<backend::SparePool>>,
     functions: RwLock<HashMap<String, Arc<Function>>>,
     registering: tokio::sync::Mutex<()>,
     publisher: Publisher,
@@ -159,8 +162,12 @@ impl Engine {
             cfg.pod_uid.clone(),
             kruntimes_proto::watch::DEFAULT_LAG_CAPACITY,
         );
+        let spares = (cfg.python_spares > 0).then(|| {
+            backend::SparePool::new(cfg.python.clone(), cfg.work_root.clone(), cfg.python_spares)
+        });
         Arc::new(Self {
             cfg,
+            spares,
             functions: RwLock::new(HashMap::new()),
             registering: tokio::sync::Mutex::new(()),
             publisher,
@@ -338,6 +345,7 @@ impl Engine {
             env: req.env.into_iter().collect(),
             python: self.cfg.python.clone(),
             start_timeout: self.cfg.start_timeout,
+            spares: self.spares.clone(),
         };
         let backend = match Backend::start(kind, spec).await {
             Ok(b) => b,

@@ -32,8 +32,36 @@ impl Tail {
     }
 }
 
+/// The Run UID a process's output is logged under; a spare worker gets its
+/// Run only when it is assigned.
+#[derive(Debug, Clone, Default)]
+pub struct Label(Arc<Mutex<String>>);
+
+impl Label {
+    /// A label naming `run_uid`.
+    pub fn new(run_uid: &str) -> Self {
+        Self(Arc::new(Mutex::new(run_uid.to_owned())))
+    }
+
+    /// Renames the label.
+    pub fn set(&self, run_uid: &str) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = run_uid.to_owned();
+    }
+
+    fn get(&self) -> String {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+impl From<String> for Label {
+    fn from(s: String) -> Self {
+        Self(Arc::new(Mutex::new(s)))
+    }
+}
+
 /// Reads `stream` to its end, logging each line with the Run UID.
-pub async fn forward<R: AsyncRead + Unpin>(stream: R, run_uid: String, tail: Option<Tail>) {
+pub async fn forward<R: AsyncRead + Unpin>(stream: R, label: impl Into<Label>, tail: Option<Tail>) {
+    let label = label.into();
     let mut reader = BufReader::new(stream);
     let mut line = Vec::new();
     loop {
@@ -49,7 +77,7 @@ pub async fn forward<R: AsyncRead + Unpin>(stream: R, run_uid: String, tail: Opt
                     t.push(&line);
                 }
                 let text = String::from_utf8_lossy(&line);
-                tracing::info!(run_uid = %run_uid, stream = "stderr", line = %text.trim_end(), "handler output");
+                tracing::info!(run_uid = %label.get(), stream = "stderr", line = %text.trim_end(), "handler output");
             }
         }
     }

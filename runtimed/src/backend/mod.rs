@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use bash::BashFunction;
-pub use python::PythonWorker;
+pub use python::{PythonWorker, SparePool};
 
 /// Which built-in backend serves a Runtime.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,6 +98,8 @@ pub struct Spec {
     pub python: PathBuf,
     /// Bound on worker start-up (import) and Bash validation.
     pub start_timeout: Duration,
+    /// Pre-started Python interpreters, when enabled.
+    pub spares: Option<std::sync::Arc<SparePool>>,
 }
 
 impl Spec {

@@ -5,7 +5,12 @@ then serves invocations over a framed protocol on the original stdin/stdout
 (4-byte big-endian length, then a one-byte tag and the payload). The handler's
 own prints go to stderr, which runtimed forwards to its logs.
 
-Tags runtimed -> worker: b"i" + JSON input.
+Started without a handler (argv has no module), the worker is a *spare*: the
+interpreter is already running and waits for b"l" + JSON {"module",
+"function", "cwd", "env"}, so a registration only pays for the import.
+
+Tags runtimed -> worker: b"l" + JSON load request (spares only), b"i" + JSON
+input.
 Tags worker -> runtimed: b"r" ready, b"f" + JSON error (import failed),
 b"o" + JSON output, b"e" + JSON {"type", "message"} (handler raised).
 """
@@ -21,7 +26,6 @@ MAX_MESSAGE = 1024
 
 
 def main():
-    module_name, function_name = sys.argv[1], sys.argv[2]
     proto_in = os.fdopen(os.dup(0), "rb", buffering=0)
     proto_out = os.fdopen(os.dup(1), "wb", buffering=0)
     # Keep the protocol channel private: handler output goes to stderr and
@@ -50,6 +54,22 @@ def main():
             chunks.append(chunk)
             n -= len(chunk)
         return b"".join(chunks)
+
+    if len(sys.argv) >= 3:
+        module_name, function_name = sys.argv[1], sys.argv[2]
+    else:
+        header = read_exact(4)
+        if header is None:
+            return
+        (length,) = struct.unpack(">I", header)
+        frame = read_exact(length)
+        if frame is None or frame[:1] != b"l":
+            return
+        load = json.loads(frame[1:])
+        module_name, function_name = load["module"], load["function"]
+        os.chdir(load["cwd"])
+        os.environ.clear()
+        os.environ.update(load["env"])
 
     sys.path.insert(0, os.getcwd())
     try:

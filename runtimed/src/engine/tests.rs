@@ -18,6 +18,7 @@ fn fixture() -> Fixture {
         default_timeout: Duration::from_secs(10),
         max_timeout: Duration::from_secs(30),
         start_timeout: Duration::from_secs(20),
+        python_spares: 1,
     });
     Fixture { _dir: dir, engine }
 }
@@ -417,4 +418,21 @@ async fn idle_registrations_expire_and_report_idle_timeout() {
         fx.engine.invoke(call(b"{}")).await,
         Err(EngineError::NotReady(_))
     ));
+}
+
+#[tokio::test]
+async fn spare_interpreters_load_the_handler_with_the_runs_directory_and_environment() {
+    let fx = fixture();
+    const ENV_PY: &str = "import os\ndef invoke(request):\n    return {\"cwd\": os.getcwd(), \"greeting\": os.environ.get(\"GREETING\"), \"home\": os.environ.get(\"HOME\"), \"leak\": os.environ.get(\"CARGO\")}\n";
+    for attempt in 1..=3u64 {
+        let mut req = request("python", attempt, &format!("d{attempt}"), "main.invoke", ENV_PY);
+        req.env.insert("GREETING".into(), format!("hi-{attempt}"));
+        fx.engine.register(req).await.unwrap();
+        let out = json(&fx.engine.invoke(call(b"{}")).await.unwrap());
+        let workdir = fx._dir.path().join(UID);
+        assert_eq!(out["cwd"], workdir.display().to_string());
+        assert_eq!(out["home"], workdir.display().to_string());
+        assert_eq!(out["greeting"], format!("hi-{attempt}"));
+        assert!(out["leak"].is_null(), "the daemon's environment is not inherited");
+    }
 }
