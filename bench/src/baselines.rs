@@ -21,6 +21,13 @@ pub struct Baseline {
     child: Child,
 }
 
+impl Baseline {
+    /// The main process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
 impl Drop for Baseline {
     fn drop(&mut self) {
         let _ = self.child.kill();

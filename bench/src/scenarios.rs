@@ -88,6 +88,29 @@ fn proc_usage(pid: u32) -> Option<(Duration, u64, u64)> {
     ))
 }
 
+/// CPU time of a process and its direct children (nginx's workers).
+fn tree_cpu(pid: u32) -> Option<Duration> {
+    let mut total = proc_usage(pid)?.0;
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(child) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
+            continue;
+        };
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(pid)
+            && let Some(u) = proc_usage(child)
+        {
+            total += u.0;
+        }
+    }
+    Some(total)
+}
+
 #[derive(serde::Serialize)]
 struct Claims<'a> {
     sub: String,
@@ -226,7 +249,8 @@ pub async fn run(args: &Args, sizes: &Sizes) -> anyhow::Result<Report> {
             Options {
                 runtimed: 1,
                 runs,
-                extra_args: vec![],
+                // nginx and HAProxy run without access logs too.
+                extra_args: vec!["--gateway-access-log".into(), "false".into()],
             },
         )
     })
@@ -345,17 +369,19 @@ pub async fn run(args: &Args, sizes: &Sizes) -> anyhow::Result<Report> {
 
     // 2. Open loop at a fixed rate (coordinated-omission corrected), with
     //    the gateway's CPU and memory cost.
-    let mut open_paths: Vec<(String, HttpTarget)> = vec![
-        ("open-direct".into(), direct.clone()),
-        ("open-gateway".into(), gateway.clone()),
+    let mut open_paths: Vec<(String, HttpTarget, Option<u32>)> = vec![
+        ("open-direct".into(), direct.clone(), None),
+        ("open-gateway".into(), gateway.clone(), Some(gateway_pid)),
     ];
-    for (name, t, _) in &proxies {
-        open_paths.push((format!("open-{name}"), t.clone()));
+    for (name, t, b) in &proxies {
+        open_paths.push((format!("open-{name}"), t.clone(), Some(b.pid())));
     }
     let mut cost = None;
-    for (name, t) in open_paths {
+    let mut proxy_cpu = BTreeMap::new();
+    for (name, t, pid) in open_paths {
         ctx.bar.set_message(name.clone());
         let before = proc_usage(gateway_pid);
+        let cpu_before = pid.and_then(tree_cpu);
         let t = Arc::new(t);
         let (rec, el) = load::open_loop(
             sizes.rate,
@@ -376,6 +402,12 @@ pub async fn run(args: &Args, sizes: &Sizes) -> anyhow::Result<Report> {
                 cpu_ms * 10_000.0 / sizes.open_requests as f64,
                 a.2 as f64 / 1024.0,
             ));
+        }
+        if let (Some(pid), Some(b)) = (pid, cpu_before)
+            && let Some(a) = tree_cpu(pid)
+        {
+            let per_10k = (a - b).as_secs_f64() * 1000.0 * 10_000.0 / sizes.open_requests as f64;
+            proxy_cpu.insert(format!("{}_cpu_ms_per_10k", name.trim_start_matches("open-")), per_10k);
         }
         ctx.put(&name, &rec, el);
     }
@@ -583,6 +615,11 @@ pub async fn run(args: &Args, sizes: &Sizes) -> anyhow::Result<Report> {
         sum.insert("table_entries".into(), json!(sizes.table_entries));
         sum.insert("table_gateway_rss_empty_mb".into(), json!(rss0));
         sum.insert("table_gateway_rss_full_mb".into(), json!(rss1));
+    }
+    for (k, v) in proxy_cpu {
+        if k != "gateway_cpu_ms_per_10k" {
+            sum.insert(k, json!((v * 10.0).round() / 10.0));
+        }
     }
     if let Some((cpu, rss)) = cost {
         sum.insert(

@@ -83,6 +83,10 @@ pub struct Args {
     /// Invocation timeout assumed when the table has none, seconds.
     #[arg(long, default_value_t = 30)]
     pub default_timeout_secs: u64,
+    /// Log one structured line per invoke (run UID, invocation id, subject,
+    /// owner, status, duration; never tokens or payloads).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub access_log: bool,
     /// Pingora worker threads.
     #[arg(long, default_value_t = 2)]
     pub threads: usize,

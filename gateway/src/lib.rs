@@ -132,7 +132,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         args.staleness_secs,
     ))));
     let auth = build_auth(&args, &metrics)?;
-    let gateway = Gateway::new(
+    let mut gateway = Gateway::new(
         table.clone(),
         auth,
         metrics,
@@ -143,6 +143,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         },
         upstream(&args)?,
     );
+    gateway.access_log = args.access_log;
     let conf = ServerConf {
         threads: args.threads,
         work_stealing: args.work_stealing,

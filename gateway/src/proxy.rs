@@ -67,6 +67,8 @@ pub struct Gateway {
     pub limits: Limits,
     /// Upstream settings.
     pub upstream: Upstream,
+    /// Whether every invoke is logged.
+    pub access_log: bool,
     in_flight: Arc<AtomicUsize>,
 }
 
@@ -85,6 +87,7 @@ impl Gateway {
             metrics,
             limits,
             upstream,
+            access_log: true,
             in_flight: Arc::new(AtomicUsize::new(0)),
         }
     }
@@ -572,7 +575,7 @@ impl ProxyHttp for Gateway {
             .latency
             .with_label_values(&[ctx.route_label])
             .observe(elapsed.as_secs_f64());
-        if ctx.route_label == "invoke" {
+        if self.access_log && ctx.route_label == "invoke" {
             tracing::info!(
                 run_uid = %ctx.uid,
                 invocation_id = %ctx.invocation_id,

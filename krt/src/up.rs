@@ -44,6 +44,9 @@ pub struct UpArgs {
     /// runtimed instances and their workers need the other cores.
     #[arg(long, default_value_t = 1)]
     pub gateway_threads: usize,
+    /// Whether the gateway logs one line per invoke.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub gateway_access_log: bool,
     /// Gateway limit of requests in flight (503 `Overloaded` beyond).
     #[arg(long, default_value_t = 4096)]
     pub max_in_flight: usize,
@@ -151,6 +154,8 @@ fn gateway_args(pki: &Pki, args: &UpArgs, control: SocketAddr) -> Vec<String> {
         args.max_in_flight.to_string(),
         "--threads".into(),
         args.gateway_threads.to_string(),
+        "--access-log".into(),
+        args.gateway_access_log.to_string(),
     ];
     if let Some(h) = &args.gateway_http_addr {
         v.push("--http-listen".into());
