@@ -134,7 +134,6 @@ pub async fn run(args: Args) -> anyhow::Result<report::Report> {
                 "auth-hit",
                 "auth-miss",
                 "auth-disabled",
-                "spawn-python",
             ]),
         )?;
     }

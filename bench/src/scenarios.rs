@@ -92,7 +92,11 @@ fn proc_usage(pid: u32) -> Option<(Duration, u64, u64)> {
 fn tree_cpu(pid: u32) -> Option<Duration> {
     let mut total = proc_usage(pid)?.0;
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Some(child) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+        let Some(child) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
             continue;
         };
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
@@ -407,7 +411,10 @@ pub async fn run(args: &Args, sizes: &Sizes) -> anyhow::Result<Report> {
             && let Some(a) = tree_cpu(pid)
         {
             let per_10k = (a - b).as_secs_f64() * 1000.0 * 10_000.0 / sizes.open_requests as f64;
-            proxy_cpu.insert(format!("{}_cpu_ms_per_10k", name.trim_start_matches("open-")), per_10k);
+            proxy_cpu.insert(
+                format!("{}_cpu_ms_per_10k", name.trim_start_matches("open-")),
+                per_10k,
+            );
         }
         ctx.put(&name, &rec, el);
     }

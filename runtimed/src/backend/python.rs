@@ -111,7 +111,13 @@ impl SparePool {
                 ),
                 ("LANG".to_owned(), "C.UTF-8".to_owned()),
             ];
-            match spawn_process(&self.python, &self.root, env, None, logs::Label::new("spare")) {
+            match spawn_process(
+                &self.python,
+                &self.root,
+                env,
+                None,
+                logs::Label::new("spare"),
+            ) {
                 Ok(p) => spares.push(p),
                 Err(e) => {
                     tracing::warn!(error = %e, "could not start a spare python worker");

@@ -425,7 +425,13 @@ async fn spare_interpreters_load_the_handler_with_the_runs_directory_and_environ
     let fx = fixture();
     const ENV_PY: &str = "import os\ndef invoke(request):\n    return {\"cwd\": os.getcwd(), \"greeting\": os.environ.get(\"GREETING\"), \"home\": os.environ.get(\"HOME\"), \"leak\": os.environ.get(\"CARGO\")}\n";
     for attempt in 1..=3u64 {
-        let mut req = request("python", attempt, &format!("d{attempt}"), "main.invoke", ENV_PY);
+        let mut req = request(
+            "python",
+            attempt,
+            &format!("d{attempt}"),
+            "main.invoke",
+            ENV_PY,
+        );
         req.env.insert("GREETING".into(), format!("hi-{attempt}"));
         fx.engine.register(req).await.unwrap();
         let out = json(&fx.engine.invoke(call(b"{}")).await.unwrap());
@@ -433,6 +439,9 @@ async fn spare_interpreters_load_the_handler_with_the_runs_directory_and_environ
         assert_eq!(out["cwd"], workdir.display().to_string());
         assert_eq!(out["home"], workdir.display().to_string());
         assert_eq!(out["greeting"], format!("hi-{attempt}"));
-        assert!(out["leak"].is_null(), "the daemon's environment is not inherited");
+        assert!(
+            out["leak"].is_null(),
+            "the daemon's environment is not inherited"
+        );
     }
 }

@@ -1,0 +1,108 @@
+//! Operating the stack: probes and metrics, the plain HTTP listener, idle
+//! timeout, and clean shutdown.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_and_metrics_report_the_gateway_state() {
+    let stack = start(1, vec![python_run("probed")], &[]);
+    stack.wait_phase("probed", "Ready").await.unwrap();
+    let get = |path: &str| stack.http.get(format!("{}{path}", stack.gateway)).send();
+    assert_eq!(get("/healthz").await.unwrap().status(), 200);
+    assert_eq!(get("/readyz").await.unwrap().status(), 200);
+    assert_eq!(stack.invoke("probed", "{}").await.unwrap().status(), 200);
+    assert_eq!(stack.invoke("probed", "{}").await.unwrap().status(), 200);
+    let text = get("/metrics").await.unwrap().text().await.unwrap();
+    for needle in [
+        "kruntimes_gateway_requests_total{code=\"200\",route=\"invoke\"} 2",
+        "kruntimes_gateway_request_duration_seconds_bucket{route=\"invoke\"",
+        "kruntimes_gateway_in_flight_requests 0",
+        "kruntimes_gateway_ownership_table_entries{source=\"control-plane\"} 1",
+        "kruntimes_gateway_auth_cache_total{layer=\"authn\",result=\"hit\"} 1",
+        "kruntimes_gateway_auth_cache_total{layer=\"authn\",result=\"miss\"} 1",
+    ] {
+        assert!(text.contains(needle), "metrics lack {needle}:\n{text}");
+    }
+    assert!(!text.contains(&stack.token), "no token in metrics");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_http_listener_serves_the_same_api_when_enabled() {
+    let port = kruntimes_testkit::free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let stack = start(1, vec![bash_run("plain")], &["--gateway-http-addr", &addr]);
+    let run = stack.wait_phase("plain", "Ready").await.unwrap();
+    let url = format!(
+        "http://{addr}/v1/namespaces/default/runtimes/bash/runs/{}:invoke",
+        run["uid"].as_str().unwrap()
+    );
+    let client = reqwest::Client::new();
+    let ok = client
+        .post(&url)
+        .bearer_auth(&stack.token)
+        .body(r#"{"name": "plain"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), 200);
+    assert_eq!(json(ok).await["message"], "hello plain");
+    let denied = client.post(&url).body("{}").send().await.unwrap();
+    expect_error(denied, 401, "Unauthenticated").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_runs_time_out_and_release_their_capacity() {
+    let stack = start(
+        1,
+        vec![
+            python_run_with("idle", "      idleTimeoutSeconds: 1\n"),
+            python_run("waiting"),
+        ],
+        &["--capacity", "1"],
+    );
+    stack.wait_phase("idle", "Ready").await.unwrap();
+    let waiting = stack.run("waiting").unwrap();
+    assert_eq!(
+        waiting["phase"], "Pending",
+        "capacity 1 is taken by the first Run"
+    );
+    let ended = stack
+        .wait_run("idle", Duration::from_secs(30), |r| r["phase"] == "Timeout")
+        .await
+        .unwrap();
+    assert_eq!(ended["reason"], "IdleTimeout");
+    let r = stack.invoke("idle", "{}").await.unwrap();
+    expect_error(r, 503, "NotReady").await;
+    // The freed capacity goes to the waiting Run.
+    stack.wait_phase("waiting", "Ready").await.unwrap();
+    assert_eq!(stack.invoke("waiting", "{}").await.unwrap().status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_every_process_of_the_stack() {
+    let stack = start(2, vec![python_run("bye")], &[]);
+    stack.wait_phase("bye", "Ready").await.unwrap();
+    let pids: Vec<u64> = stack
+        .processes()
+        .unwrap()
+        .values()
+        .filter_map(|v| v["pid"].as_u64())
+        .collect();
+    assert_eq!(pids.len(), 3, "two runtimed and a gateway");
+    drop(stack); // SIGTERM to krt up, then waits for it to exit.
+    for pid in pids {
+        let mut gone = false;
+        for _ in 0..100 {
+            if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                gone = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(gone, "process {pid} outlived krt up");
+    }
+}
