@@ -80,6 +80,22 @@ fn wait_port(addr: SocketAddr, child: &mut Child, name: &str) -> anyhow::Result<
     bail!("{name} did not listen on {addr}")
 }
 
+/// Starts a proxy in the foreground and waits until it listens on `port`.
+fn launch(name: &'static str, mut cmd: Command, port: u16) -> anyhow::Result<Baseline> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .with_context(|| format!("start {name}"))?;
+    wait_port(SocketAddr::from(([127, 0, 0, 1], port)), &mut child, name)?;
+    Ok(Baseline {
+        name,
+        url: format!("https://127.0.0.1:{port}"),
+        child,
+    })
+}
+
 /// Starts nginx (HTTPS + HTTP/2 downstream, TLS + keep-alive upstream).
 pub fn nginx(
     bin: &Path,
@@ -142,26 +158,9 @@ http {{
     );
     let path = dir.join("nginx.conf");
     std::fs::write(&path, conf)?;
-    let mut child = Command::new(bin)
-        .arg("-c")
-        .arg(&path)
-        .arg("-p")
-        .arg(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("start nginx")?;
-    wait_port(
-        SocketAddr::from(([127, 0, 0, 1], port)),
-        &mut child,
-        "nginx",
-    )?;
-    Ok(Baseline {
-        name: "nginx",
-        url: format!("https://127.0.0.1:{port}"),
-        child,
-    })
+    let mut cmd = Command::new(bin);
+    cmd.arg("-c").arg(&path).arg("-p").arg(dir);
+    launch("nginx", cmd, port)
 }
 
 /// Starts HAProxy (HTTPS + HTTP/2 downstream, TLS + HTTP/2 upstream).
@@ -213,23 +212,7 @@ backend be
     );
     let path = dir.join("haproxy.cfg");
     std::fs::write(&path, conf)?;
-    let mut child = Command::new(bin)
-        .arg("-f")
-        .arg(&path)
-        .arg("-db")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("start haproxy")?;
-    wait_port(
-        SocketAddr::from(([127, 0, 0, 1], port)),
-        &mut child,
-        "haproxy",
-    )?;
-    Ok(Baseline {
-        name: "haproxy",
-        url: format!("https://127.0.0.1:{port}"),
-        child,
-    })
+    let mut cmd = Command::new(bin);
+    cmd.arg("-f").arg(&path).arg("-db");
+    launch("haproxy", cmd, port)
 }

@@ -67,28 +67,26 @@ pub struct RunsFile {
     pub errors: Vec<serde_json::Value>,
 }
 
-/// Reads `client.json`.
-pub fn load_client(state_dir: &Path) -> anyhow::Result<ClientConfig> {
-    let p = state_dir.join("client.json");
+/// Reads one of the JSON files `krt up` keeps in the state directory.
+fn read_state<T: serde::de::DeserializeOwned>(state_dir: &Path, name: &str) -> anyhow::Result<T> {
+    let p = state_dir.join(name);
     let text = std::fs::read(&p).with_context(|| {
         format!(
             "read {} (is `krt up` running with this --state-dir?)",
             p.display()
         )
     })?;
-    Ok(serde_json::from_slice(&text)?)
+    serde_json::from_slice(&text).with_context(|| format!("parse {}", p.display()))
+}
+
+/// Reads `client.json`.
+pub fn load_client(state_dir: &Path) -> anyhow::Result<ClientConfig> {
+    read_state(state_dir, "client.json")
 }
 
 /// Reads `runs.json`.
 pub fn load_runs(state_dir: &Path) -> anyhow::Result<RunsFile> {
-    let p = state_dir.join("runs.json");
-    let text = std::fs::read(&p).with_context(|| {
-        format!(
-            "read {} (is `krt up` running with this --state-dir?)",
-            p.display()
-        )
-    })?;
-    Ok(serde_json::from_slice(&text)?)
+    read_state(state_dir, "runs.json")
 }
 
 /// An HTTP client trusting the stack's public CA.

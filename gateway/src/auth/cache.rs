@@ -9,6 +9,7 @@
 //! backend calls in flight are bounded.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use moka::Expiry;
@@ -157,21 +158,44 @@ impl DecisionCache {
         Ok(self.authenticate_digest(token).await?.1)
     }
 
-    async fn authenticate_digest(
+    /// Looks `key` up in `cache`; on a miss runs `load` once for all
+    /// concurrent callers (bounded by the backend-call semaphore) and counts
+    /// the hit or miss under `layer`. Errors of `load` are not cached.
+    async fn cached<K, V>(
         &self,
-        token: &str,
-    ) -> Result<(TokenDigest, Result<Arc<Identity>, Arc<str>>), AuthError> {
-        let digest: TokenDigest = Sha256::digest(token.as_bytes()).into();
-        let missed = std::sync::atomic::AtomicBool::new(false);
-        let authn = self
-            .tokens
-            .try_get_with(digest, async {
-                missed.store(true, std::sync::atomic::Ordering::Relaxed);
+        layer: &str,
+        cache: &Cache<K, V>,
+        key: K,
+        load: impl std::future::Future<Output = Result<V, AuthError>>,
+    ) -> Result<V, AuthError>
+    where
+        K: std::hash::Hash + Eq + Send + Sync + 'static,
+        V: Clone + Send + Sync + 'static,
+    {
+        let missed = AtomicBool::new(false);
+        let value = cache
+            .try_get_with(key, async {
+                missed.store(true, Ordering::Relaxed);
                 let _permit = self
                     .calls
                     .acquire()
                     .await
                     .map_err(|_| AuthError::Unavailable("shutting down".into()))?;
+                load.await
+            })
+            .await
+            .map_err(|e: Arc<AuthError>| (*e).clone())?;
+        self.count(layer, !missed.load(Ordering::Relaxed));
+        Ok(value)
+    }
+
+    async fn authenticate_digest(
+        &self,
+        token: &str,
+    ) -> Result<(TokenDigest, Result<Arc<Identity>, Arc<str>>), AuthError> {
+        let digest: TokenDigest = Sha256::digest(token.as_bytes()).into();
+        let authn = self
+            .cached("authn", &self.tokens, digest, async {
                 match self.authn.authenticate(token).await {
                     Ok(id) => {
                         let ttl =
@@ -188,9 +212,7 @@ impl DecisionCache {
                     Err(e) => Err(e),
                 }
             })
-            .await
-            .map_err(|e: Arc<AuthError>| (*e).clone())?;
-        self.count("authn", !missed.load(std::sync::atomic::Ordering::Relaxed));
+            .await?;
         let result = match authn.result {
             Ok(id) if id.expires_at.is_some_and(|exp| exp <= SystemTime::now()) => {
                 Err("token expired".into())
@@ -214,16 +236,8 @@ impl DecisionCache {
             uid: target.uid.clone(),
             verb: target.verb,
         };
-        let missed = std::sync::atomic::AtomicBool::new(false);
         let decision = self
-            .decisions
-            .try_get_with(key, async {
-                missed.store(true, std::sync::atomic::Ordering::Relaxed);
-                let _permit = self
-                    .calls
-                    .acquire()
-                    .await
-                    .map_err(|_| AuthError::Unavailable("shutting down".into()))?;
+            .cached("authz", &self.decisions, key, async {
                 let allowed = self.authz.authorize(&identity, target).await?;
                 let ttl = if allowed {
                     self.cfg.allowed_ttl
@@ -235,9 +249,7 @@ impl DecisionCache {
                     ttl: bounded_ttl(ttl, identity.expires_at, SystemTime::now()),
                 })
             })
-            .await
-            .map_err(|e: Arc<AuthError>| (*e).clone())?;
-        self.count("authz", !missed.load(std::sync::atomic::Ordering::Relaxed));
+            .await?;
         Ok(if decision.allowed {
             Outcome::Allowed(identity)
         } else {
