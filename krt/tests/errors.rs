@@ -270,6 +270,15 @@ async fn every_error_row_is_a_typed_error() {
     assert_eq!(first.await.unwrap().unwrap().status(), 200);
     assert_eq!(second.await.unwrap().unwrap().status(), 200);
 
+    // Payloads and outputs are never logged.
+    let secret = "payload-marker-7f3a9c";
+    let r = post(url.clone())
+        .body(format!(r#"{{"name": "{secret}"}}"#))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+
     // Nothing crashed: the Run still answers.
     assert_eq!(
         post(url.clone()).body("{}").send().await.unwrap().status(),
@@ -297,4 +306,5 @@ async fn every_error_row_is_a_typed_error() {
     for t in [&stack.token, &eve, &expired] {
         assert!(!logs.contains(t.as_str()), "a token leaked into the logs");
     }
+    assert!(!logs.contains(secret), "a payload leaked into the logs");
 }

@@ -445,3 +445,70 @@ async fn spare_interpreters_load_the_handler_with_the_runs_directory_and_environ
         );
     }
 }
+
+#[tokio::test]
+async fn drain_unregister_lets_the_in_flight_invocation_finish() {
+    let fx = fixture();
+    let reg = fx
+        .engine
+        .register(request("python", 1, "d", "main.invoke", PY))
+        .await
+        .unwrap();
+    let engine = fx.engine.clone();
+    let slow = tokio::spawn(async move {
+        engine
+            .invoke(call(br#"{"sleep": 1, "name": "drained"}"#))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let existed = fx
+        .engine
+        .unregister(UID, &reg.registration_id, pb::UnregisterMode::Drain)
+        .await
+        .unwrap();
+    assert!(existed);
+    let out = json(&slow.await.unwrap().unwrap());
+    assert_eq!(out["message"], "hello drained", "drained work completes");
+    assert!(fx.engine.status(UID).is_none());
+    assert!(matches!(
+        fx.engine.invoke(call(b"{}")).await,
+        Err(EngineError::NotRegistered)
+    ));
+}
+
+#[tokio::test]
+async fn cancel_unregister_stops_the_in_flight_invocation_and_its_worker() {
+    let fx = fixture();
+    let reg = fx
+        .engine
+        .register(request("python", 1, "d", "main.invoke", PY))
+        .await
+        .unwrap();
+    let engine = fx.engine.clone();
+    let slow = tokio::spawn(async move { engine.invoke(call(br#"{"sleep": 30}"#)).await });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let pid: i32 = std::fs::read_to_string(fx._dir.path().join(UID).join("pid"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let started = std::time::Instant::now();
+    fx.engine
+        .unregister(UID, &reg.registration_id, pb::UnregisterMode::Cancel)
+        .await
+        .unwrap();
+    let err = slow.await.unwrap().unwrap_err();
+    assert!(matches!(err, EngineError::NotReady("cancelled")), "{err:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "cancel does not wait for the handler"
+    );
+    let mut gone = false;
+    for _ in 0..50 {
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(gone, "the cancelled worker {pid} is killed");
+}
