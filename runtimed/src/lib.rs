@@ -12,6 +12,7 @@ pub mod engine;
 pub mod grpc;
 pub mod registry;
 pub mod server;
+pub mod session;
 pub mod source;
 
 pub use engine::{Engine, EngineConfig};

@@ -1,0 +1,414 @@
+//! The session wire shapes (`operations:execute` request and result, stream
+//! events) and their validation. Pure.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Largest file written or read through the API.
+pub const MAX_FILE_BYTES: usize = 32 * 1024 * 1024;
+/// Largest stdin of a command.
+pub const MAX_STDIN_BYTES: usize = 1024 * 1024;
+/// Captured bytes per output stream.
+pub const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
+/// Longest argv (entries) / shell command (bytes).
+pub const MAX_ARGV: usize = 4096;
+
+/// `command`: exactly one of `argv` or `shell`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommandSpec {
+    /// Program and arguments, executed without a shell.
+    #[serde(default)]
+    pub argv: Option<Vec<String>>,
+    /// A `bash -c` script.
+    #[serde(default)]
+    pub shell: Option<String>,
+}
+
+/// A path-only operation.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PathOp {
+    /// Workspace-relative path.
+    pub path: String,
+}
+
+/// `writeFile`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WriteFile {
+    /// Workspace-relative path.
+    pub path: String,
+    /// Content, base64.
+    pub content_base64: String,
+}
+
+/// `rename`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rename {
+    /// Source.
+    pub from: String,
+    /// Destination.
+    pub to: String,
+}
+
+/// The body of `operations:execute` / `operations:stream`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OperationRequest {
+    /// Run a command.
+    #[serde(default)]
+    pub command: Option<CommandSpec>,
+    /// Command stdin.
+    #[serde(default)]
+    pub stdin: Option<String>,
+    /// Command working directory (workspace-relative).
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// Command environment overrides.
+    #[serde(default)]
+    pub env: Option<BTreeMap<String, String>>,
+    /// Command timeout.
+    #[serde(default)]
+    pub timeout_seconds: Option<u64>,
+    /// Write a file.
+    #[serde(default)]
+    pub write_file: Option<WriteFile>,
+    /// Create a directory (and its parents).
+    #[serde(default)]
+    pub mkdir: Option<PathOp>,
+    /// Delete a file or directory tree.
+    #[serde(default)]
+    pub delete: Option<PathOp>,
+    /// Rename a file or directory.
+    #[serde(default)]
+    pub rename: Option<Rename>,
+}
+
+/// A validated operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Operation {
+    /// A command.
+    Command {
+        /// Program and arguments (`bash -c …` for shell commands).
+        argv: Vec<String>,
+        /// Stdin bytes.
+        stdin: Vec<u8>,
+        /// Working directory.
+        cwd: String,
+        /// Environment overrides.
+        env: BTreeMap<String, String>,
+        /// Requested timeout, seconds.
+        timeout_seconds: Option<u64>,
+    },
+    /// Write a file.
+    WriteFile {
+        /// Path.
+        path: String,
+        /// Content.
+        content: Vec<u8>,
+    },
+    /// Create a directory.
+    Mkdir {
+        /// Path.
+        path: String,
+    },
+    /// Delete.
+    Delete {
+        /// Path.
+        path: String,
+    },
+    /// Rename.
+    Rename {
+        /// Source.
+        from: String,
+        /// Destination.
+        to: String,
+    },
+}
+
+impl Operation {
+    /// Kind for audit logs (never the command text or file contents).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Command { .. } => "command",
+            Self::WriteFile { .. } => "writeFile",
+            Self::Mkdir { .. } => "mkdir",
+            Self::Delete { .. } => "delete",
+            Self::Rename { .. } => "rename",
+        }
+    }
+}
+
+/// Validates a request into an operation.
+pub fn validate(req: OperationRequest) -> Result<Operation, String> {
+    use base64::Engine as _;
+    let n = [
+        req.command.is_some(),
+        req.write_file.is_some(),
+        req.mkdir.is_some(),
+        req.delete.is_some(),
+        req.rename.is_some(),
+    ]
+    .iter()
+    .filter(|b| **b)
+    .count();
+    if n != 1 {
+        return Err("exactly one of command, writeFile, mkdir, delete, rename is required".into());
+    }
+    let command_only = req.stdin.is_some()
+        || req.cwd.is_some()
+        || req.env.is_some()
+        || req.timeout_seconds.is_some();
+    if let Some(cmd) = req.command {
+        let argv = match (cmd.argv, cmd.shell) {
+            (Some(argv), None) => {
+                if argv.is_empty() || argv[0].is_empty() {
+                    return Err("command.argv must name a program".into());
+                }
+                if argv.len() > MAX_ARGV || argv.iter().any(|a| a.contains('\0')) {
+                    return Err("command.argv is too long or contains NUL".into());
+                }
+                argv
+            }
+            (None, Some(shell)) => {
+                if shell.len() > 1024 * 1024 || shell.contains('\0') {
+                    return Err("command.shell is too long or contains NUL".into());
+                }
+                vec!["bash".into(), "-c".into(), shell]
+            }
+            _ => return Err("command needs exactly one of argv or shell".into()),
+        };
+        let stdin = req.stdin.unwrap_or_default().into_bytes();
+        if stdin.len() > MAX_STDIN_BYTES {
+            return Err("stdin exceeds 1 MiB".into());
+        }
+        let env = req.env.unwrap_or_default();
+        if env
+            .keys()
+            .any(|k| k.is_empty() || k.contains('=') || k.contains('\0'))
+            || env.values().any(|v| v.contains('\0'))
+        {
+            return Err("env names must be non-empty without '=' or NUL".into());
+        }
+        return Ok(Operation::Command {
+            argv,
+            stdin,
+            cwd: req.cwd.unwrap_or_default(),
+            env,
+            timeout_seconds: req.timeout_seconds,
+        });
+    }
+    if command_only {
+        return Err("stdin, cwd, env and timeoutSeconds apply to commands only".into());
+    }
+    if let Some(w) = req.write_file {
+        let content = base64::engine::general_purpose::STANDARD
+            .decode(w.content_base64.as_bytes())
+            .map_err(|e| format!("writeFile.contentBase64: {e}"))?;
+        if content.len() > MAX_FILE_BYTES {
+            return Err("writeFile content exceeds 32 MiB".into());
+        }
+        return Ok(Operation::WriteFile {
+            path: w.path,
+            content,
+        });
+    }
+    if let Some(m) = req.mkdir {
+        return Ok(Operation::Mkdir { path: m.path });
+    }
+    if let Some(d) = req.delete {
+        return Ok(Operation::Delete { path: d.path });
+    }
+    match req.rename {
+        Some(r) => Ok(Operation::Rename {
+            from: r.from,
+            to: r.to,
+        }),
+        None => Err("no operation".into()),
+    }
+}
+
+/// Terminal state of an operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OpState {
+    /// Completed; commands exited 0.
+    Succeeded,
+    /// Command exited non-zero, or a file operation failed.
+    Failed,
+    /// Cancelled (session closed).
+    Cancelled,
+    /// The timeout killed the command.
+    TimedOut,
+}
+
+/// Result of one operation (the unary response and the `completed` event).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OperationResult {
+    /// Operation id.
+    pub operation_id: String,
+    /// Terminal state.
+    pub state: OpState,
+    /// Exit code (commands that exited).
+    pub exit_code: Option<i32>,
+    /// Captured stdout (lossy UTF-8, bounded).
+    pub stdout: String,
+    /// Captured stderr (lossy UTF-8, bounded).
+    pub stderr: String,
+    /// Whether stdout was cut at the bound.
+    pub stdout_truncated: bool,
+    /// Whether stderr was cut at the bound.
+    pub stderr_truncated: bool,
+    /// Wall time.
+    pub duration_ms: u64,
+    /// Why a file operation failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl OperationResult {
+    /// A result without output.
+    pub fn bare(
+        operation_id: &str,
+        state: OpState,
+        duration_ms: u64,
+        error: Option<String>,
+    ) -> Self {
+        Self {
+            operation_id: operation_id.to_owned(),
+            state,
+            exit_code: None,
+            stdout: String::new(),
+            stderr: String::new(),
+            stdout_truncated: false,
+            stderr_truncated: false,
+            duration_ms,
+            error,
+        }
+    }
+}
+
+/// A streamed event (`operations:stream`, one JSON object per line).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum Event {
+    /// Admitted to the queue.
+    #[serde(rename_all = "camelCase")]
+    Accepted {
+        /// Strictly increasing per stream.
+        sequence: u64,
+        /// Operation id.
+        operation_id: String,
+    },
+    /// Output bytes.
+    Output {
+        /// Strictly increasing per stream.
+        sequence: u64,
+        /// `stdout` or `stderr`.
+        stream: String,
+        /// Lossy UTF-8 text.
+        data: String,
+    },
+    /// Finished (any terminal state).
+    Completed {
+        /// Strictly increasing per stream.
+        sequence: u64,
+        /// The result.
+        #[serde(flatten)]
+        result: OperationResult,
+    },
+    /// The stream broke after it started.
+    Failed {
+        /// Strictly increasing per stream.
+        sequence: u64,
+        /// Error body.
+        error: serde_json::Value,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(v: serde_json::Value) -> Result<Operation, String> {
+        let r: OperationRequest = serde_json::from_value(v).map_err(|e| e.to_string())?;
+        validate(r)
+    }
+
+    #[test]
+    fn commands_are_argv_or_shell() {
+        let op = req(
+            serde_json::json!({"command": {"argv": ["ls", "-l"]}, "cwd": "d", "timeoutSeconds": 3}),
+        )
+        .unwrap();
+        assert!(
+            matches!(op, Operation::Command { ref argv, ref cwd, timeout_seconds: Some(3), .. } if argv == &["ls", "-l"] && cwd == "d")
+        );
+        let op = req(serde_json::json!({"command": {"shell": "echo hi"}})).unwrap();
+        assert!(
+            matches!(op, Operation::Command { ref argv, .. } if argv == &["bash", "-c", "echo hi"])
+        );
+        assert!(req(serde_json::json!({"command": {"argv": ["a"], "shell": "b"}})).is_err());
+        assert!(req(serde_json::json!({"command": {}})).is_err());
+        assert!(req(serde_json::json!({"command": {"argv": []}})).is_err());
+    }
+
+    #[test]
+    fn exactly_one_operation_and_no_stray_fields() {
+        assert!(req(serde_json::json!({})).is_err());
+        assert!(req(serde_json::json!({"mkdir": {"path": "a"}, "delete": {"path": "b"}})).is_err());
+        assert!(req(serde_json::json!({"mkdir": {"path": "a"}, "stdin": "x"})).is_err());
+        assert!(req(serde_json::json!({"bogus": 1})).is_err());
+        assert_eq!(
+            req(serde_json::json!({"delete": {"path": "a"}})).unwrap(),
+            Operation::Delete { path: "a".into() }
+        );
+        assert_eq!(
+            req(serde_json::json!({"rename": {"from": "a", "to": "b"}})).unwrap(),
+            Operation::Rename {
+                from: "a".into(),
+                to: "b".into()
+            }
+        );
+    }
+
+    #[test]
+    fn write_file_decodes_and_bounds_content() {
+        let op =
+            req(serde_json::json!({"writeFile": {"path": "f", "contentBase64": "aGk="}})).unwrap();
+        assert_eq!(
+            op,
+            Operation::WriteFile {
+                path: "f".into(),
+                content: b"hi".to_vec()
+            }
+        );
+        assert!(
+            req(serde_json::json!({"writeFile": {"path": "f", "contentBase64": "!!"}})).is_err()
+        );
+    }
+
+    #[test]
+    fn events_serialize_with_type_and_sequence() {
+        let e = Event::Output {
+            sequence: 2,
+            stream: "stdout".into(),
+            data: "x".into(),
+        };
+        assert_eq!(
+            serde_json::to_value(&e).unwrap(),
+            serde_json::json!({"type": "output", "sequence": 2, "stream": "stdout", "data": "x"})
+        );
+        let done = Event::Completed {
+            sequence: 3,
+            result: OperationResult::bare("op-1", OpState::Succeeded, 5, None),
+        };
+        let v = serde_json::to_value(&done).unwrap();
+        assert_eq!(v["type"], "completed");
+        assert_eq!(v["operationId"], "op-1");
+        assert_eq!(v["state"], "Succeeded");
+    }
+}
