@@ -5,6 +5,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let files = [
         "proto/kruntimes/function/v1/function.proto",
         "proto/kruntimes/ownership/v1/ownership.proto",
+        "proto/kruntimes/session/v1/session.proto",
     ];
     for f in files {
         println!("cargo:rerun-if-changed={f}");

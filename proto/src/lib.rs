@@ -16,6 +16,15 @@ pub mod function {
     }
 }
 
+/// `kruntimes.session.v1`: session lifecycle on a Runtime Server.
+pub mod session {
+    /// Version 1 of the SessionRuntime contract.
+    pub mod v1 {
+        #![allow(missing_docs, clippy::all)]
+        tonic::include_proto!("kruntimes.session.v1");
+    }
+}
+
 /// `kruntimes.ownership.v1`: the ownership table watch.
 pub mod ownership {
     /// Version 1 of the OwnershipTable watch.

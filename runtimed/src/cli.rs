@@ -99,6 +99,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         python_spares: args.python_spares,
     });
     engine.spawn_idle_reaper(Duration::from_secs(1));
+    let sessions = crate::sessions::Sessions::new(engine.clone());
+    sessions.spawn_idle_reaper(Duration::from_secs(1));
     let tls = kruntimes_certs::server_config(
         &args.tls_cert,
         &args.tls_key,
@@ -114,7 +116,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             control_clients: args.control_clients.clone(),
         },
     };
-    serve(engine.clone(), cfg, shutdown_signal()).await?;
+    serve(engine.clone(), sessions.clone(), cfg, shutdown_signal()).await?;
+    sessions.shutdown().await;
     engine.shutdown().await;
     tracing::info!("runtimed stopped");
     Ok(())

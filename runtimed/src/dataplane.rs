@@ -1,5 +1,5 @@
-//! The dataplane: the public invoke route as forwarded by the gateway, with
-//! its fencing headers. Only peers presenting a gateway client certificate
+//! The dataplane: the public API routes as forwarded by the gateway, with its
+//! fencing headers. Only peers presenting a gateway client certificate
 //! (checked by common name after mTLS) are served.
 
 use std::sync::Arc;
@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Extension, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
 use kruntimes_proto::api::{self, ApiPath, ErrorBody, ErrorCode};
@@ -16,43 +16,57 @@ use crate::backend::InvokeError;
 use crate::engine::{Engine, EngineError, Invocation, MAX_IO_BYTES};
 use crate::registry::{Fence, FenceError};
 use crate::server::{PeerIdentity, PeerPolicy};
+use crate::sessions::Sessions;
 
 /// Shared state of the dataplane routes.
 #[derive(Clone)]
 pub struct Dataplane {
-    /// The engine.
+    /// The function engine.
     pub engine: Arc<Engine>,
+    /// The sessions.
+    pub sessions: Arc<Sessions>,
     /// Who may call.
     pub policy: Arc<PeerPolicy>,
 }
 
-fn error(
-    code: ErrorCode,
-    message: impl Into<String>,
-    inv: Option<&str>,
-    served_by: &str,
-) -> Response {
+/// What every response carries: the serving instance and invocation id.
+pub struct Reply<'a> {
+    /// This instance's name.
+    pub served_by: &'a str,
+    /// The request's invocation id (empty before it is validated).
+    pub invocation_id: &'a str,
+}
+
+impl Reply<'_> {
+    /// Adds `X-Kruntimes-Served-By` and the invocation id.
+    pub fn decorate(&self, mut resp: Response) -> Response {
+        let h = resp.headers_mut();
+        if let Ok(v) = HeaderValue::from_str(self.served_by) {
+            h.insert(api::HEADER_SERVED_BY, v);
+        }
+        if !self.invocation_id.is_empty()
+            && let Ok(v) = HeaderValue::from_str(self.invocation_id)
+        {
+            h.insert(api::HEADER_INVOCATION_ID, v);
+        }
+        resp
+    }
+}
+
+/// A typed JSON error response.
+pub fn error(code: ErrorCode, message: impl Into<String>, r: &Reply<'_>) -> Response {
+    let inv = (!r.invocation_id.is_empty()).then_some(r.invocation_id);
     let mut resp = (
         StatusCode::from_u16(code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
         [(axum::http::header::CONTENT_TYPE, "application/json")],
         ErrorBody::new(code, message, inv).to_json(),
     )
         .into_response();
-    let h = resp.headers_mut();
     if let Some(secs) = code.retry_after_secs() {
-        h.insert(axum::http::header::RETRY_AFTER, HeaderValue::from(secs));
+        resp.headers_mut()
+            .insert(axum::http::header::RETRY_AFTER, HeaderValue::from(secs));
     }
-    decorate(h, inv, served_by);
-    resp
-}
-
-fn decorate(h: &mut HeaderMap, inv: Option<&str>, served_by: &str) {
-    if let Ok(v) = HeaderValue::from_str(served_by) {
-        h.insert(api::HEADER_SERVED_BY, v);
-    }
-    if let Some(v) = inv.and_then(|i| HeaderValue::from_str(i).ok()) {
-        h.insert(api::HEADER_INVOCATION_ID, v);
-    }
+    r.decorate(resp)
 }
 
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
@@ -79,55 +93,52 @@ pub fn classify(e: &EngineError) -> ErrorCode {
     }
 }
 
-/// `POST /v1/namespaces/{ns}/runtimes/{runtime}/runs/{uid}:invoke`
-pub async fn invoke(
+/// Every `/v1/…` request: peer, hop marker, invocation id and fencing
+/// headers are checked, then the route is served.
+pub async fn dispatch(
     State(dp): State<Dataplane>,
     Extension(peer): Extension<PeerIdentity>,
+    method: Method,
     uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     let me = dp.engine.config().pod_name.clone();
-    let inv = header(&headers, api::HEADER_INVOCATION_ID).filter(|i| api::valid_invocation_id(i));
+    let supplied =
+        header(&headers, api::HEADER_INVOCATION_ID).filter(|i| api::valid_invocation_id(i));
+    let pre = Reply {
+        served_by: &me,
+        invocation_id: supplied.unwrap_or(""),
+    };
     if !dp.policy.may_use_dataplane(&peer) {
         return error(
             ErrorCode::Forbidden,
             "dataplane accepts gateway client certificates only",
-            inv,
-            &me,
+            &pre,
         );
     }
     if header(&headers, api::HEADER_HOP) != Some(api::HOP_GATEWAY) {
         return error(
             ErrorCode::Forbidden,
             "request did not come through a gateway",
-            inv,
-            &me,
+            &pre,
         );
     }
-    let Some(inv) = inv else {
+    let Some(inv) = supplied else {
         return error(
             ErrorCode::InvalidInvocationId,
             "missing or invalid invocation id",
-            None,
-            &me,
+            &pre,
         );
     };
-    let (namespace, runtime, uid) = match api::parse_path(uri.path()) {
-        Ok(ApiPath::Invoke {
-            namespace,
-            runtime,
-            uid,
-        }) => (namespace, runtime, uid),
-        Ok(_) => {
-            return error(
-                ErrorCode::InvalidPath,
-                "not an invoke route",
-                Some(inv),
-                &me,
-            );
-        }
-        Err(e) => return error(ErrorCode::InvalidPath, e.to_string(), Some(inv), &me),
+    let r = Reply {
+        served_by: &me,
+        invocation_id: inv,
+    };
+    let route = match api::parse_path(uri.path()) {
+        Ok(p @ (ApiPath::Invoke { .. } | ApiPath::Session { .. })) => p,
+        Ok(_) => return error(ErrorCode::InvalidPath, "not a Run route", &r),
+        Err(e) => return error(ErrorCode::InvalidPath, e.to_string(), &r),
     };
     let fence = match (
         header(&headers, api::HEADER_RUN_UID),
@@ -139,15 +150,69 @@ pub async fn invoke(
             owner_pod_uid,
             attempt,
         },
-        _ => {
-            return error(
-                ErrorCode::BadRequest,
-                "missing fencing headers",
-                Some(inv),
-                &me,
-            );
-        }
+        _ => return error(ErrorCode::BadRequest, "missing fencing headers", &r),
     };
+    match route {
+        ApiPath::Invoke {
+            namespace,
+            runtime,
+            uid,
+        } => {
+            if method != Method::POST {
+                return error(ErrorCode::MethodNotAllowed, "invoke requires POST", &r);
+            }
+            invoke(&dp, fence, (namespace, runtime, uid), &headers, body, r).await
+        }
+        ApiPath::Session {
+            namespace,
+            runtime,
+            uid,
+            op,
+        } => {
+            let hosted = dp.sessions.get(uid);
+            let record = hosted.as_ref().map(|h| crate::registry::Record {
+                attempt: h.attempt,
+                digest: String::new(),
+                registration_id: String::new(),
+            });
+            if let Err(e) = crate::registry::check_fence(
+                fence,
+                uid,
+                &dp.engine.config().pod_uid,
+                record.as_ref(),
+            ) {
+                let code = if e == FenceError::RunMismatch {
+                    ErrorCode::BadRequest
+                } else {
+                    ErrorCode::StaleOwner
+                };
+                tracing::warn!(run_uid = %uid, invocation_id = %inv, reason = ?e, "refused fenced session request");
+                return error(code, format!("stale owner: {e:?}"), &r);
+            }
+            let Some(h) = hosted else {
+                return error(ErrorCode::StaleOwner, "no session here", &r);
+            };
+            if h.run.namespace != namespace || h.run.runtime != runtime {
+                return error(
+                    ErrorCode::NotFound,
+                    "session does not belong to that namespace/runtime",
+                    &r,
+                );
+            }
+            crate::session_http::handle(h, op, method, uri, body, r).await
+        }
+        _ => error(ErrorCode::InvalidPath, "not a Run route", &r),
+    }
+}
+
+async fn invoke(
+    dp: &Dataplane,
+    fence: Fence<'_>,
+    (namespace, runtime, uid): (&str, &str, &str),
+    headers: &HeaderMap,
+    body: Body,
+    r: Reply<'_>,
+) -> Response {
     let limited = http_body_util::Limited::new(body, MAX_IO_BYTES as usize);
     let input = match limited.collect().await {
         Ok(c) => c.to_bytes(),
@@ -155,23 +220,11 @@ pub async fn invoke(
             if e.downcast_ref::<http_body_util::LengthLimitError>()
                 .is_some() =>
         {
-            return error(
-                ErrorCode::PayloadTooLarge,
-                "input exceeds 1 MiB",
-                Some(inv),
-                &me,
-            );
+            return error(ErrorCode::PayloadTooLarge, "input exceeds 1 MiB", &r);
         }
-        Err(e) => {
-            return error(
-                ErrorCode::BadRequest,
-                format!("read body: {e}"),
-                Some(inv),
-                &me,
-            );
-        }
+        Err(e) => return error(ErrorCode::BadRequest, format!("read body: {e}"), &r),
     };
-    let timeout = header(&headers, "x-kruntimes-timeout-ms")
+    let timeout = header(headers, "x-kruntimes-timeout-ms")
         .and_then(|t| t.parse::<u64>().ok())
         .map(Duration::from_millis);
     let call = Invocation {
@@ -179,27 +232,25 @@ pub async fn invoke(
         fence: Some(fence),
         registration_id: None,
         namespace_runtime: Some((namespace, runtime)),
-        invocation_id: inv,
+        invocation_id: r.invocation_id,
         input: &input,
         timeout,
     };
     match dp.engine.invoke(call).await {
-        Ok(output) => {
-            let mut resp = (
+        Ok(output) => r.decorate(
+            (
                 StatusCode::OK,
                 [(axum::http::header::CONTENT_TYPE, "application/json")],
                 output,
             )
-                .into_response();
-            decorate(resp.headers_mut(), Some(inv), &me);
-            resp
-        }
+                .into_response(),
+        ),
         Err(e) => {
             let code = classify(&e);
             if code == ErrorCode::StaleOwner {
-                tracing::warn!(run_uid = %uid, invocation_id = %inv, reason = %e, "refused fenced request");
+                tracing::warn!(run_uid = %uid, invocation_id = %r.invocation_id, reason = %e, "refused fenced request");
             }
-            error(code, e.to_string(), Some(inv), &me)
+            error(code, e.to_string(), &r)
         }
     }
 }

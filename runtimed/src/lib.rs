@@ -13,6 +13,8 @@ pub mod grpc;
 pub mod registry;
 pub mod server;
 pub mod session;
+pub mod session_http;
+pub mod sessions;
 pub mod source;
 
 pub use engine::{Engine, EngineConfig};

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::routing::post;
+use axum::routing::any;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
@@ -17,6 +17,7 @@ use tower::ServiceExt;
 use crate::dataplane::{self, Dataplane};
 use crate::engine::Engine;
 use crate::grpc::FunctionService;
+use crate::sessions::{SessionService, Sessions};
 
 /// The authenticated peer of a connection (subject CN of its client cert).
 #[derive(Debug, Clone, Default)]
@@ -60,25 +61,31 @@ pub struct ServeConfig {
     pub policy: PeerPolicy,
 }
 
-/// Builds the router for one engine.
-pub fn router(engine: Arc<Engine>, policy: Arc<PeerPolicy>) -> Router {
+/// Builds the router for one engine and its sessions.
+pub fn router(engine: Arc<Engine>, sessions: Arc<Sessions>, policy: Arc<PeerPolicy>) -> Router {
     let grpc = tonic::service::Routes::new(FunctionService::new(engine.clone(), policy.clone()))
+        .add_service(SessionService::new(sessions.clone(), policy.clone()))
         .add_service(engine.publisher().service())
         .into_axum_router();
     Router::new()
-        .route("/v1/{*rest}", post(dataplane::invoke))
-        .with_state(Dataplane { engine, policy })
+        .route("/v1/{*rest}", any(dataplane::dispatch))
+        .with_state(Dataplane {
+            engine,
+            sessions,
+            policy,
+        })
         .merge(grpc)
 }
 
 /// Serves until `shutdown` resolves.
 pub async fn serve(
     engine: Arc<Engine>,
+    sessions: Arc<Sessions>,
     cfg: ServeConfig,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
     let policy = Arc::new(cfg.policy);
-    let app = router(engine, policy);
+    let app = router(engine, sessions, policy);
     let acceptor = TlsAcceptor::from(Arc::new(cfg.tls));
     tokio::pin!(shutdown);
     loop {
