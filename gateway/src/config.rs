@@ -68,6 +68,9 @@ pub struct Args {
     /// Largest request body in bytes (413 beyond).
     #[arg(long, default_value_t = 1024 * 1024)]
     pub max_body_bytes: u64,
+    /// Largest session operation body in bytes (a base64-encoded 32 MiB file).
+    #[arg(long, default_value_t = 45 * 1024 * 1024)]
+    pub max_session_body_bytes: u64,
     /// Largest total request header size in bytes (431 beyond).
     #[arg(long, default_value_t = 16 * 1024)]
     pub max_header_bytes: usize,

@@ -138,6 +138,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         metrics,
         Limits {
             max_body_bytes: args.max_body_bytes,
+            max_session_body_bytes: args.max_session_body_bytes,
             max_header_bytes: args.max_header_bytes,
             max_in_flight: args.max_in_flight,
         },

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use kruntimes_proto::api::{self, ApiPath, ErrorBody, ErrorCode};
+use kruntimes_proto::api::{self, ApiPath, ErrorBody, ErrorCode, SessionOp};
 use pingora::ErrorType;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::HttpPeer;
@@ -29,12 +29,15 @@ use crate::auth::cache::{DecisionCache, Outcome};
 use crate::auth::{AuthError, Target, Verb};
 use crate::metrics::Metrics;
 use crate::table::{Route, RouteError, Table};
+use kruntimes_proto::ownership::v1::Mode;
 
 /// Request limits.
 #[derive(Debug, Clone)]
 pub struct Limits {
-    /// Largest request body (413 beyond).
+    /// Largest request body of invokes (413 beyond).
     pub max_body_bytes: u64,
+    /// Largest request body of session operations (a base64 32 MiB file).
+    pub max_session_body_bytes: u64,
     /// Largest total of header names and values (431 beyond).
     pub max_header_bytes: usize,
     /// Requests in flight at once (503 `Overloaded` beyond).
@@ -115,6 +118,8 @@ pub struct Ctx {
     uid: String,
     subject: Option<String>,
     body_bytes: u64,
+    max_body: u64,
+    session: Option<SessionOp>,
     _in_flight: Option<InFlight>,
 }
 
@@ -207,29 +212,51 @@ impl Gateway {
                 runtime,
                 uid,
             }) => (namespace.to_owned(), runtime.to_owned(), uid.to_owned()),
-            Ok(ApiPath::Session { .. }) => {
-                return Err((
-                    ErrorCode::NotFound,
-                    "session runs are not served by this gateway".into(),
-                ));
+            Ok(ApiPath::Session {
+                namespace,
+                runtime,
+                uid,
+                op,
+            }) => {
+                ctx.session = Some(op);
+                (namespace.to_owned(), runtime.to_owned(), uid.to_owned())
             }
-            Ok(_) => return Err((ErrorCode::InvalidPath, "not an invoke route".into())),
+            Ok(_) => return Err((ErrorCode::InvalidPath, "not a Run route".into())),
             Err(e) => return Err((ErrorCode::InvalidPath, e.to_string())),
         };
         ctx.uid = uid.clone();
-        if req.method != http::Method::POST {
-            return Err((ErrorCode::MethodNotAllowed, "invoke requires POST".into()));
+        let (method, verb) = match ctx.session {
+            None => (http::Method::POST, Verb::Invoke),
+            Some(SessionOp::Execute | SessionOp::Stream) => (http::Method::POST, Verb::Session),
+            Some(SessionOp::WebSocket) => {
+                return Err((
+                    ErrorCode::NotFound,
+                    "operations:ws is not served yet; use operations:stream".into(),
+                ));
+            }
+            Some(_) => (http::Method::GET, Verb::Session),
+        };
+        if req.method != method {
+            return Err((
+                ErrorCode::MethodNotAllowed,
+                format!("this route takes {method}"),
+            ));
         }
+        ctx.max_body = if ctx.session.is_some() {
+            self.limits.max_session_body_bytes
+        } else {
+            self.limits.max_body_bytes
+        };
         let content_length = req
             .headers
             .get(http::header::CONTENT_LENGTH)
             .map(|v| v.to_str().ok().and_then(|s| s.parse::<u64>().ok()));
         match content_length {
             Some(None) => return Err((ErrorCode::BadRequest, "invalid content-length".into())),
-            Some(Some(n)) if n > self.limits.max_body_bytes => {
+            Some(Some(n)) if n > ctx.max_body => {
                 return Err((
                     ErrorCode::PayloadTooLarge,
-                    format!("body exceeds {} bytes", self.limits.max_body_bytes),
+                    format!("body exceeds {} bytes", ctx.max_body),
                 ));
             }
             _ => {}
@@ -269,7 +296,7 @@ impl Gateway {
                         namespace: namespace.clone(),
                         name,
                         uid: uid.clone(),
-                        verb: Verb::Invoke,
+                        verb,
                     };
                     auth.check(token, &target).await
                 }
@@ -290,8 +317,9 @@ impl Gateway {
                     return Err((
                         ErrorCode::Forbidden,
                         format!(
-                            "{} may not invoke this run in namespace {namespace}",
-                            id.subject
+                            "{} may not use runs/{} of this run in namespace {namespace}",
+                            id.subject,
+                            verb.as_str()
                         ),
                     ));
                 }
@@ -306,6 +334,24 @@ impl Gateway {
         }
         match routed {
             Ok(r) => {
+                let want = if ctx.session.is_some() {
+                    Mode::Session
+                } else {
+                    Mode::Function
+                };
+                if r.mode != want as i32 {
+                    return Err((
+                        ErrorCode::NotFound,
+                        format!(
+                            "run {uid} is not a {} run",
+                            if ctx.session.is_some() {
+                                "session"
+                            } else {
+                                "function"
+                            }
+                        ),
+                    ));
+                }
                 ctx.route = Some(r);
                 Ok(())
             }
@@ -330,6 +376,8 @@ impl ProxyHttp for Gateway {
             uid: String::new(),
             subject: None,
             body_bytes: 0,
+            max_body: 0,
+            session: None,
             _in_flight: None,
         }
     }
@@ -475,7 +523,7 @@ impl ProxyHttp for Gateway {
     ) -> Result<()> {
         if let Some(b) = body {
             ctx.body_bytes += b.len() as u64;
-            if ctx.body_bytes > self.limits.max_body_bytes {
+            if ctx.body_bytes > ctx.max_body {
                 // Chunked bodies without Content-Length are counted here; the
                 // owner sees a reset stream and never invokes the handler.
                 // Marked downstream so Pingora stops at once instead of

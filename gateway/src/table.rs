@@ -72,6 +72,8 @@ pub struct Route {
     pub run_name: String,
     /// Invocation timeout of the registration, when known.
     pub timeout: Option<Duration>,
+    /// Mode of the Run (`kruntimes.ownership.v1.Mode`).
+    pub mode: i32,
 }
 
 /// Why a Run cannot be routed.
@@ -209,6 +211,7 @@ impl Table {
             pod_uid: owner.pod_uid.clone(),
             attempt: a.attempt,
             run_name: a.run_name.clone(),
+            mode: a.mode,
             timeout: r
                 .limits
                 .as_ref()

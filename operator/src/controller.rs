@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use kruntimes_proto::function::v1 as pb;
 use kruntimes_proto::ownership::v1 as own;
+use kruntimes_proto::session::v1 as spb;
 use kruntimes_proto::watch::SourceUpdate;
 use serde::Serialize;
 
@@ -38,6 +39,22 @@ pub enum Action {
         pod: String,
         /// The request (boxed: it carries the inline source).
         request: Box<pb::RegisterRequest>,
+    },
+    /// Open a session Run's workspace on a Pod.
+    OpenSession {
+        /// Pod name.
+        pod: String,
+        /// The request (boxed: it carries the inline source).
+        request: Box<spb::OpenSessionRequest>,
+    },
+    /// Close a session; the result comes back through [`Controller::close_result`].
+    CloseSession {
+        /// Pod name.
+        pod: String,
+        /// Run UID.
+        run_uid: String,
+        /// Cancel instead of draining.
+        cancel: bool,
     },
     /// Unregister a Run from a Pod.
     Unregister {
@@ -206,18 +223,37 @@ impl Controller {
         let gone: Vec<String> = self
             .runs
             .iter()
-            .filter(|(k, r)| manifests.get(*k) != Some(&r.manifest))
+            .filter(|(k, r)| {
+                manifests
+                    .get(*k)
+                    .is_none_or(|m| !m.same_inputs(&r.manifest))
+            })
             .map(|(k, _)| k.clone())
             .collect();
         for key in gone {
             if let Some(run) = self.runs.remove(&key) {
                 tracing::info!(run = %key, uid = %run.uid, "run deleted");
                 if let (Some(pod), true) = (&run.owner, run.phase.holds_capacity()) {
-                    actions.push(Action::Unregister {
-                        pod: pod.clone(),
-                        run_uid: run.uid.clone(),
-                        mode: unregister_mode(&run.manifest),
-                    });
+                    actions.push(release(pod, &run));
+                }
+            }
+        }
+        // Termination is the one field that may change in place.
+        for (key, m) in &manifests {
+            if let Some(run) = self.runs.get_mut(key)
+                && run.manifest.termination() != m.termination()
+            {
+                let monotonic = matches!(
+                    (run.manifest.termination(), m.termination()),
+                    (None, Some(_))
+                        | (
+                            Some(TerminationMode::Drain),
+                            Some(TerminationMode::Immediate)
+                        )
+                );
+                if monotonic {
+                    run.manifest.spec.termination = m.spec.termination.clone();
+                    actions.extend(terminate(run));
                 }
             }
         }
@@ -227,12 +263,9 @@ impl Controller {
             }
             self.seq += 1;
             let (mode, phase, reason, message) = match manifest.validate() {
-                Ok(ModeKind::Function) => (
-                    Some(ModeKind::Function),
-                    Phase::Pending,
-                    String::new(),
-                    String::new(),
-                ),
+                Ok(kind @ (ModeKind::Function | ModeKind::Session)) => {
+                    (Some(kind), Phase::Pending, String::new(), String::new())
+                }
                 Ok(other) => (
                     Some(other),
                     Phase::Failed,
@@ -335,13 +368,16 @@ impl Controller {
                         tracing::info!(uid = %run.uid, "run idle timeout");
                         run.phase = next;
                         run.reason = "IdleTimeout".into();
-                        run.message = "no invocation within idleTimeoutSeconds".into();
-                        actions.push(Action::Unregister {
-                            pod: pod.to_owned(),
-                            run_uid: run.uid.clone(),
-                            mode: pb::UnregisterMode::Cancel,
-                        });
+                        run.message = "no activity within idleTimeoutSeconds".into();
+                        actions.push(cancel_on(pod, &run.uid, run.mode));
                     }
+                }
+                None if run.phase == Phase::Ready && run.mode == Some(ModeKind::Session) => {
+                    // A workspace cannot be recreated silently: the session ends.
+                    tracing::warn!(uid = %run.uid, pod, "session missing on its owner");
+                    run.phase = Phase::Failed;
+                    run.reason = "SessionLost".into();
+                    run.message = format!("the session's workspace on {pod} is gone");
                 }
                 None if run.phase == Phase::Ready => {
                     tracing::warn!(uid = %run.uid, pod, "registration missing on owner; re-registering");
@@ -354,16 +390,13 @@ impl Controller {
                 _ => {}
             }
         }
-        for uid in entries.keys() {
+        for (uid, e) in &entries {
             let owned_here = self.runs.values().any(|r| {
                 r.uid == *uid && r.owner.as_deref() == Some(pod) && r.phase.holds_capacity()
             });
             if !owned_here {
-                actions.push(Action::Unregister {
-                    pod: pod.to_owned(),
-                    run_uid: uid.clone(),
-                    mode: pb::UnregisterMode::Cancel,
-                });
+                let mode = (e.mode == own::Mode::Session as i32).then_some(ModeKind::Session);
+                actions.push(cancel_on(pod, uid, mode.or(Some(ModeKind::Function))));
             }
         }
         actions
@@ -375,7 +408,11 @@ impl Controller {
             if run.owner.as_deref() != Some(pod) || run.owner_uid.as_deref() != Some(pod_uid) {
                 continue;
             }
-            let retries_left = run.retries < run.manifest.spec.retry_policy.max_retries;
+            // A Ready session's workspace died with its owner: never resume
+            // it silently elsewhere.
+            let ready_session = run.mode == Some(ModeKind::Session) && run.phase == Phase::Ready;
+            let retries_left =
+                !ready_session && run.retries < run.manifest.spec.retry_policy.max_retries;
             let Some(next) = transition(run.phase, Event::OwnerLost { retries_left }) else {
                 continue;
             };
@@ -416,7 +453,10 @@ impl Controller {
             match outcome {
                 RegisterOutcome::Ok => {
                     run.phase = Phase::Ready;
-                    run.reason = "FunctionRegistered".into();
+                    run.reason = match run.mode {
+                        Some(ModeKind::Session) => "SessionOpened".into(),
+                        _ => "FunctionRegistered".into(),
+                    };
                     run.message.clear();
                 }
                 RegisterOutcome::Retryable(msg) => {
@@ -479,7 +519,9 @@ impl Controller {
             .values()
             .filter(|r| r.phase == Phase::Pending && r.retry_at.is_none_or(|t| t <= now))
             .collect();
-        pending.sort_by_key(|r| r.seq);
+        // Exclusive (session) Runs first: they need an idle Pod, which a
+        // shared Run placed earlier in the same cycle would take.
+        pending.sort_by_key(|r| (r.mode != Some(ModeKind::Session), r.seq));
         let pending: Vec<PendingRun> = pending
             .into_iter()
             .map(|r| PendingRun {
@@ -524,12 +566,45 @@ impl Controller {
             run.retry_at = None;
             run.phase = transition(scheduled, Event::RegisterStarted).unwrap_or(scheduled);
             tracing::info!(uid = %run.uid, pod = %pod, attempt = run.attempt, "run scheduled");
-            actions.push(Action::Register {
-                pod,
-                request: Box::new(register_request(run)),
+            actions.push(match run.mode {
+                Some(ModeKind::Session) => Action::OpenSession {
+                    pod,
+                    request: Box::new(open_session_request(run)),
+                },
+                _ => Action::Register {
+                    pod,
+                    request: Box::new(register_request(run)),
+                },
             });
         }
         actions
+    }
+
+    /// Records the end of a CloseSession: a draining session has finished
+    /// its accepted work.
+    pub fn close_result(&mut self, uid: &str, ok: bool, now: Instant) -> Vec<Action> {
+        if let Some(run) = self.by_uid(uid)
+            && run.phase == Phase::Finalizing
+        {
+            let cancel = run.manifest.termination() == Some(TerminationMode::Immediate);
+            let event = if cancel {
+                Event::Cancel
+            } else {
+                Event::Finalized
+            };
+            if let Some(next) = transition(run.phase, event) {
+                run.phase = next;
+                run.reason = if cancel {
+                    "Cancelled".into()
+                } else {
+                    "Drained".into()
+                };
+                if !ok {
+                    run.message = "the owner was unreachable while closing".into();
+                }
+            }
+        }
+        self.schedule(now)
     }
 
     /// The control plane's ownership table: every valid function Run with
@@ -537,7 +612,7 @@ impl Controller {
     pub fn ownership_entries(&self) -> Vec<own::OwnershipEntry> {
         self.runs
             .values()
-            .filter(|r| r.mode == Some(ModeKind::Function))
+            .filter(|r| matches!(r.mode, Some(ModeKind::Function | ModeKind::Session)))
             .map(|r| {
                 let owner = r
                     .owner
@@ -561,7 +636,10 @@ impl Controller {
                     run_name: r.manifest.metadata.name.clone(),
                     run_uid: r.uid.clone(),
                     runtime: r.manifest.spec.runtime.clone(),
-                    mode: own::Mode::Function as i32,
+                    mode: match r.mode {
+                        Some(ModeKind::Session) => own::Mode::Session as i32,
+                        _ => own::Mode::Function as i32,
+                    },
                     owner,
                     attempt: r.attempt,
                     phase: phase as i32,
@@ -591,22 +669,132 @@ impl Controller {
                     assigned_pod: r.owner.clone(),
                     assigned_pod_uid: r.owner_uid.clone(),
                     attempt: r.attempt,
-                    endpoint: (r.mode == Some(ModeKind::Function)).then(|| {
-                        format!(
+                    endpoint: match r.mode {
+                        Some(ModeKind::Function) => Some(format!(
                             "{gateway_url}/v1/namespaces/{ns}/runtimes/{rt}/runs/{}:invoke",
                             r.uid
-                        )
-                    }),
+                        )),
+                        Some(ModeKind::Session) => Some(format!(
+                            "{gateway_url}/v1/namespaces/{ns}/runtimes/{rt}/sessions/{}",
+                            r.uid
+                        )),
+                        _ => None,
+                    },
                 }
             })
             .collect()
     }
 }
 
-fn unregister_mode(m: &RunManifest) -> pb::UnregisterMode {
-    match m.spec.termination.mode {
-        TerminationMode::Drain => pb::UnregisterMode::Drain,
-        TerminationMode::Immediate => pb::UnregisterMode::Cancel,
+/// Releases a deleted Run on its owner: functions drain unless termination
+/// says `Immediate`; sessions are cancelled unless it says `Drain`.
+fn release(pod: &str, run: &RunState) -> Action {
+    match run.mode {
+        Some(ModeKind::Session) => Action::CloseSession {
+            pod: pod.to_owned(),
+            run_uid: run.uid.clone(),
+            cancel: run.manifest.termination() != Some(TerminationMode::Drain),
+        },
+        _ => Action::Unregister {
+            pod: pod.to_owned(),
+            run_uid: run.uid.clone(),
+            mode: match run.manifest.termination() {
+                Some(TerminationMode::Immediate) => pb::UnregisterMode::Cancel,
+                _ => pb::UnregisterMode::Drain,
+            },
+        },
+    }
+}
+
+/// Cancels a Run's registration or session on a Pod.
+fn cancel_on(pod: &str, uid: &str, mode: Option<ModeKind>) -> Action {
+    match mode {
+        Some(ModeKind::Session) => Action::CloseSession {
+            pod: pod.to_owned(),
+            run_uid: uid.to_owned(),
+            cancel: true,
+        },
+        _ => Action::Unregister {
+            pod: pod.to_owned(),
+            run_uid: uid.to_owned(),
+            mode: pb::UnregisterMode::Cancel,
+        },
+    }
+}
+
+/// Applies a newly requested termination to a live Run.
+fn terminate(run: &mut RunState) -> Vec<Action> {
+    let Some(mode) = run.manifest.termination() else {
+        return Vec::new();
+    };
+    let owner = run.owner.clone();
+    match (run.phase, mode, owner) {
+        (Phase::Ready, TerminationMode::Drain, Some(pod))
+            if run.mode == Some(ModeKind::Session) =>
+        {
+            run.phase = Phase::Finalizing;
+            run.reason = "Draining".into();
+            vec![Action::CloseSession {
+                pod,
+                run_uid: run.uid.clone(),
+                cancel: false,
+            }]
+        }
+        (Phase::Finalizing, TerminationMode::Immediate, Some(pod)) => {
+            vec![Action::CloseSession {
+                pod,
+                run_uid: run.uid.clone(),
+                cancel: true,
+            }]
+        }
+        (phase, TerminationMode::Immediate, owner) if !phase.is_terminal() => {
+            let release = owner
+                .filter(|_| phase.holds_capacity())
+                .map(|pod| cancel_on(&pod, &run.uid, run.mode));
+            if run.mode == Some(ModeKind::Session) && release.is_some() {
+                // Cancelled once the owner confirms the close.
+                run.phase = Phase::Finalizing;
+                run.reason = "Cancelling".into();
+            } else {
+                run.phase = Phase::Cancelled;
+                run.reason = "Cancelled".into();
+            }
+            release.into_iter().collect()
+        }
+        (Phase::Ready, TerminationMode::Drain, Some(pod)) => {
+            // A function Run: drain its registration and end.
+            run.phase = Phase::Succeeded;
+            run.reason = "Drained".into();
+            vec![Action::Unregister {
+                pod,
+                run_uid: run.uid.clone(),
+                mode: pb::UnregisterMode::Drain,
+            }]
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// The OpenSession request of a session Run's current attempt.
+pub fn open_session_request(run: &RunState) -> spb::OpenSessionRequest {
+    let m = &run.manifest;
+    let s = m.spec.mode.session.clone().unwrap_or_default();
+    spb::OpenSessionRequest {
+        run: Some(pb::RunRef {
+            namespace: m.namespace().to_owned(),
+            name: m.metadata.name.clone(),
+            uid: run.uid.clone(),
+            runtime: m.spec.runtime.clone(),
+        }),
+        attempt: run.attempt,
+        source: m.spec.source.inline.as_ref().map(|inline| pb::Source {
+            inline: inline.clone(),
+            inline_path: m.spec.source.inline_path.clone().unwrap_or_default(),
+        }),
+        env: m.env().into_iter().collect(),
+        queue_size: s.queue_size.unwrap_or(0),
+        operation_timeout_seconds: s.operation_timeout.unwrap_or(0),
+        idle_timeout_seconds: s.idle_timeout_seconds.unwrap_or(0),
     }
 }
 

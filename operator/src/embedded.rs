@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use kruntimes_proto::function::v1 as pb;
 use kruntimes_proto::function::v1::function_runtime_client::FunctionRuntimeClient;
 use kruntimes_proto::ownership::v1::SourceKind;
+use kruntimes_proto::session::v1 as spb;
+use kruntimes_proto::session::v1::session_runtime_client::SessionRuntimeClient;
 use kruntimes_proto::watch::{DEFAULT_LAG_CAPACITY, Publisher, SourceUpdate, watch_source};
 use serde::Serialize;
 use tokio::sync::mpsc;
@@ -97,6 +99,26 @@ enum Msg {
         attempt: u64,
         outcome: RegisterOutcome,
     },
+    Closed {
+        uid: String,
+        ok: bool,
+    },
+}
+
+/// gRPC clients of one runtimed (one shared channel).
+#[derive(Clone)]
+struct PodClients {
+    functions: FunctionRuntimeClient<Channel>,
+    sessions: SessionRuntimeClient<Channel>,
+}
+
+fn classify(s: &tonic::Status) -> RegisterOutcome {
+    match s.code() {
+        tonic::Code::InvalidArgument
+        | tonic::Code::FailedPrecondition
+        | tonic::Code::AlreadyExists => RegisterOutcome::Permanent(s.message().to_owned()),
+        _ => RegisterOutcome::Retryable(s.message().to_owned()),
+    }
 }
 
 fn read(path: &PathBuf) -> Result<Vec<u8>> {
@@ -166,9 +188,13 @@ pub async fn run(
     let mut clients = std::collections::HashMap::new();
     for pod in &cfg.pods {
         let endpoint = internal_endpoint(&pod.address, &cfg.runtimed_server_name, &cfg.tls)?;
+        let channel = endpoint.connect_lazy();
         clients.insert(
             pod.name.clone(),
-            FunctionRuntimeClient::new(endpoint.connect_lazy()),
+            PodClients {
+                functions: FunctionRuntimeClient::new(channel.clone()),
+                sessions: SessionRuntimeClient::new(channel),
+            },
         );
         let tx = tx.clone();
         let name = pod.name.clone();
@@ -206,6 +232,7 @@ pub async fn run(
                 }
                 Some(Msg::Pod(pod, update)) => ctl.apply_pod(&pod, update, now),
                 Some(Msg::Registered { uid, attempt, outcome }) => ctl.register_result(&uid, attempt, outcome, now),
+                Some(Msg::Closed { uid, ok }) => ctl.close_result(&uid, ok, now),
                 None => break,
             },
             _ = tick.tick() => ctl.tick(now),
@@ -232,56 +259,90 @@ pub async fn run(
 
 fn perform(
     action: Action,
-    clients: &Arc<std::collections::HashMap<String, FunctionRuntimeClient<Channel>>>,
+    clients: &Arc<std::collections::HashMap<String, PodClients>>,
     tx: &mpsc::UnboundedSender<Msg>,
 ) {
-    match action {
-        Action::Register { pod, request } => {
-            let Some(mut client) = clients.get(&pod).cloned() else {
-                return;
-            };
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                let run = request.run.clone().unwrap_or_default();
+    let pod = match &action {
+        Action::Register { pod, .. }
+        | Action::OpenSession { pod, .. }
+        | Action::CloseSession { pod, .. }
+        | Action::Unregister { pod, .. } => pod.clone(),
+    };
+    let Some(c) = clients.get(&pod).cloned() else {
+        return;
+    };
+    let tx = tx.clone();
+    tokio::spawn(async move {
+        match action {
+            Action::Register { request, .. } => {
+                let uid = request
+                    .run
+                    .as_ref()
+                    .map(|r| r.uid.clone())
+                    .unwrap_or_default();
                 let attempt = request.attempt;
-                let outcome = match client.register(*request).await {
+                let outcome = match c.functions.clone().register(*request).await {
                     Ok(_) => RegisterOutcome::Ok,
                     Err(s) => {
-                        tracing::warn!(uid = %run.uid, pod = %pod, code = ?s.code(), message = %s.message(), "register failed");
-                        match s.code() {
-                            tonic::Code::InvalidArgument
-                            | tonic::Code::FailedPrecondition
-                            | tonic::Code::AlreadyExists => {
-                                RegisterOutcome::Permanent(s.message().to_owned())
-                            }
-                            _ => RegisterOutcome::Retryable(s.message().to_owned()),
-                        }
+                        tracing::warn!(uid = %uid, pod = %pod, code = ?s.code(), message = %s.message(), "register failed");
+                        classify(&s)
                     }
                 };
                 let _ = tx.send(Msg::Registered {
-                    uid: run.uid,
+                    uid,
                     attempt,
                     outcome,
                 });
-            });
-        }
-        Action::Unregister { pod, run_uid, mode } => {
-            let Some(mut client) = clients.get(&pod).cloned() else {
-                return;
-            };
-            tokio::spawn(async move {
+            }
+            Action::OpenSession { request, .. } => {
+                let uid = request
+                    .run
+                    .as_ref()
+                    .map(|r| r.uid.clone())
+                    .unwrap_or_default();
+                let attempt = request.attempt;
+                let outcome = match c.sessions.clone().open(*request).await {
+                    Ok(_) => RegisterOutcome::Ok,
+                    Err(s) => {
+                        tracing::warn!(uid = %uid, pod = %pod, code = ?s.code(), message = %s.message(), "open session failed");
+                        classify(&s)
+                    }
+                };
+                let _ = tx.send(Msg::Registered {
+                    uid,
+                    attempt,
+                    outcome,
+                });
+            }
+            Action::CloseSession {
+                run_uid, cancel, ..
+            } => {
+                let req = spb::CloseSessionRequest {
+                    run_uid: run_uid.clone(),
+                    cancel,
+                };
+                let ok = match c.sessions.clone().close(req).await {
+                    Ok(_) => true,
+                    Err(s) => {
+                        tracing::warn!(uid = %run_uid, pod = %pod, code = ?s.code(), "close session failed");
+                        false
+                    }
+                };
+                let _ = tx.send(Msg::Closed { uid: run_uid, ok });
+            }
+            Action::Unregister { run_uid, mode, .. } => {
                 let req = pb::UnregisterRequest {
                     run_uid: run_uid.clone(),
                     registration_id: String::new(),
                     mode: mode as i32,
                 };
-                if let Err(s) = client.unregister(req).await {
+                if let Err(s) = c.functions.clone().unregister(req).await {
                     // The next snapshot from the Pod lists the orphan again.
                     tracing::warn!(uid = %run_uid, pod = %pod, code = ?s.code(), "unregister failed");
                 }
-            });
+            }
         }
-    }
+    });
 }
 
 fn sync_publisher(publisher: &Publisher, ctl: &Controller) {

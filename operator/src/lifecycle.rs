@@ -70,6 +70,10 @@ pub enum Event {
     IdleTimeout,
     /// Explicit cancellation (termination Immediate).
     Cancel,
+    /// Termination `Drain` was requested.
+    Finalize,
+    /// The owner finished draining.
+    Finalized,
 }
 
 /// The next phase, or `None` when the event does not apply in this phase.
@@ -93,6 +97,9 @@ pub fn transition(phase: Phase, event: Event) -> Option<Phase> {
             },
         ) => Some(Failed),
         (Ready, IdleTimeout) => Some(Timeout),
+        (Ready, Finalize) => Some(Finalizing),
+        (Finalizing, Finalized) => Some(Succeeded),
+        (Finalizing, Cancel) => Some(Cancelled),
         (_, Cancel) => Some(Cancelled),
         _ => None,
     }
@@ -165,6 +172,15 @@ mod tests {
         assert!(!Pending.holds_capacity());
         assert!(Scheduled.holds_capacity() && Running.holds_capacity() && Ready.holds_capacity());
         assert!(!Timeout.holds_capacity());
+    }
+
+    #[test]
+    fn drain_finalizes_then_succeeds_and_immediate_cancels() {
+        assert_eq!(transition(Ready, Finalize), Some(Finalizing));
+        assert_eq!(transition(Finalizing, Finalized), Some(Succeeded));
+        assert_eq!(transition(Finalizing, Cancel), Some(Cancelled));
+        assert_eq!(transition(Pending, Cancel), Some(Cancelled));
+        assert_eq!(transition(Pending, Finalize), None);
     }
 
     #[test]

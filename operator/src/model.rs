@@ -51,9 +51,10 @@ pub struct RunSpec {
     /// Retry policy for registration failures and owner loss.
     #[serde(default)]
     pub retry_policy: RetryPolicy,
-    /// How the Run ends.
-    #[serde(default)]
-    pub termination: Termination,
+    /// Ends the Run: `Drain` finishes accepted work, `Immediate` cancels it.
+    /// Monotonic: once set it can only move from `Drain` to `Immediate`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub termination: Option<Termination>,
 }
 
 /// `spec.source`.
@@ -79,7 +80,22 @@ pub struct RunMode {
     pub function: Option<FunctionMode>,
     /// Session (sandbox) mode.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub session: Option<serde_json::Value>,
+    pub session: Option<SessionMode>,
+}
+
+/// `spec.mode.session`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SessionMode {
+    /// End the session after this long without operations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout_seconds: Option<u32>,
+    /// Operations that may wait behind the running one (default 16, max 1024).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_size: Option<u32>,
+    /// Default command timeout in seconds (default 300, max 3600).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation_timeout: Option<u32>,
 }
 
 /// `spec.mode.function`.
@@ -130,7 +146,7 @@ impl Default for RetryPolicy {
 /// `spec.termination`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct Termination {
-    /// `Drain` (default) finishes accepted work; `Immediate` cancels it.
+    /// `Drain` finishes accepted work; `Immediate` cancels it.
     #[serde(default)]
     pub mode: TerminationMode,
 }
@@ -250,6 +266,21 @@ impl RunManifest {
         Ok(kind)
     }
 
+    /// Requested termination, if any.
+    pub fn termination(&self) -> Option<TerminationMode> {
+        self.spec.termination.as_ref().map(|t| t.mode)
+    }
+
+    /// Whether `other` differs from this manifest only in `spec.termination`
+    /// (the one field that may change after creation).
+    pub fn same_inputs(&self, other: &RunManifest) -> bool {
+        let mut a = self.clone();
+        let mut b = other.clone();
+        a.spec.termination = None;
+        b.spec.termination = None;
+        a == b
+    }
+
     /// The environment as a map.
     pub fn env(&self) -> BTreeMap<String, String> {
         self.spec
@@ -314,13 +345,13 @@ spec:
         assert_eq!(m.validate(), Ok(ModeKind::Function));
         assert_eq!(m.key(), "default/hello-python");
         assert_eq!(m.spec.retry_policy.max_retries, 3);
-        assert_eq!(m.spec.termination.mode, TerminationMode::Drain);
+        assert_eq!(m.termination(), None);
     }
 
     #[test]
     fn modes_are_mutually_exclusive_and_required() {
         let mut m = parse(HELLO);
-        m.spec.mode.task = Some(serde_json::json!({}));
+        m.spec.mode.session = Some(SessionMode::default());
         assert!(m.validate().unwrap_err().contains("exactly one"));
         m.spec.mode = RunMode::default();
         assert!(m.validate().unwrap_err().contains("exactly one"));

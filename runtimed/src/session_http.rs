@@ -65,7 +65,22 @@ async fn operation(body: Body, r: &Reply<'_>) -> Result<ops::Operation, Response
     };
     let req: OperationRequest = serde_json::from_slice(&bytes)
         .map_err(|e| error(ErrorCode::InvalidJson, e.to_string(), r))?;
-    ops::validate(req).map_err(|e| error(ErrorCode::BadRequest, e, r))
+    let op = ops::validate(req).map_err(|e| error(ErrorCode::BadRequest, e, r))?;
+    // Lexically bad paths are refused before queueing; symlink escapes are
+    // caught when the operation runs (the file system may change meanwhile).
+    let paths: Vec<&str> = match &op {
+        ops::Operation::Command { cwd, .. } => vec![cwd],
+        ops::Operation::WriteFile { path, .. }
+        | ops::Operation::Mkdir { path }
+        | ops::Operation::Delete { path } => vec![path],
+        ops::Operation::Rename { from, to } => vec![from, to],
+    };
+    for p in paths {
+        if let Err(e) = crate::session::path::normalize(p) {
+            return Err(error(ErrorCode::InvalidPath, format!("{p}: {e}"), r));
+        }
+    }
+    Ok(op)
 }
 
 fn submit_error(e: SubmitError, r: &Reply<'_>) -> Response {
@@ -84,93 +99,76 @@ pub async fn handle(
     body: Body,
     r: Reply<'_>,
 ) -> Response {
-    let expect = |m: Method| {
-        if method == m {
-            Ok(())
-        } else {
-            Err(error(
-                ErrorCode::MethodNotAllowed,
-                format!("this route takes {m}"),
-                &r,
-            ))
-        }
+    let want = match op {
+        SessionOp::Execute | SessionOp::Stream => Method::POST,
+        _ => Method::GET,
     };
+    if method != want {
+        return error(
+            ErrorCode::MethodNotAllowed,
+            format!("this route takes {want}"),
+            &r,
+        );
+    }
     let resp = match op {
-        SessionOp::Status => match expect(Method::GET) {
+        SessionOp::Status => {
+            let st = h.session.status();
+            json(
+                StatusCode::OK,
+                &serde_json::json!({
+                    "uid": h.run.uid,
+                    "attempt": h.attempt,
+                    "pendingOperations": st.pending_operations,
+                    "idleMs": st.idle_ms,
+                    "closing": st.closing,
+                }),
+            )
+        }
+        SessionOp::Execute => match operation(body, &r).await {
             Err(resp) => resp,
-            Ok(()) => {
-                let st = h.session.status();
-                json(
-                    StatusCode::OK,
-                    &serde_json::json!({
-                        "uid": h.run.uid,
-                        "attempt": h.attempt,
-                        "pendingOperations": st.pending_operations,
-                        "idleMs": st.idle_ms,
-                        "closing": st.closing,
-                    }),
-                )
-            }
-        },
-        SessionOp::Execute => match expect(Method::POST) {
-            Err(resp) => resp,
-            Ok(()) => match operation(body, &r).await {
-                Err(resp) => resp,
-                Ok(op) => match h.session.submit(op, None) {
-                    Err(e) => submit_error(e, &r),
-                    Ok((_, done)) => match done.await {
-                        Ok(result) => json(StatusCode::OK, &result),
-                        Err(_) => error(ErrorCode::Internal, "operation was dropped", &r),
-                    },
+            Ok(op) => match h.session.submit(op, None) {
+                Err(e) => submit_error(e, &r),
+                Ok((_, done)) => match done.await {
+                    Ok(result) => json(StatusCode::OK, &result),
+                    Err(_) => error(ErrorCode::Internal, "operation was dropped", &r),
                 },
             },
         },
-        SessionOp::Stream => match expect(Method::POST) {
+        SessionOp::Stream => match operation(body, &r).await {
             Err(resp) => resp,
-            Ok(()) => match operation(body, &r).await {
-                Err(resp) => resp,
-                Ok(op) => stream(&h, op, &r),
-            },
+            Ok(op) => stream(&h, op, &r),
         },
-        SessionOp::ListFiles => match expect(Method::GET) {
-            Err(resp) => resp,
-            Ok(()) => {
-                let q = query(&uri);
-                let limit = match q.get("limit").map(|l| l.parse::<usize>()) {
-                    Some(Err(_)) => {
-                        return error(ErrorCode::BadRequest, "limit must be a number", &r);
-                    }
-                    Some(Ok(l)) => Some(l),
-                    None => None,
-                };
-                let path = q.get("path").map(String::as_str).unwrap_or("");
-                match h
-                    .session
-                    .list(path, limit, q.get("pageToken").map(String::as_str))
-                {
-                    Ok(listing) => json(StatusCode::OK, &listing),
-                    Err(e) => file_error(e, &r),
-                }
+        SessionOp::ListFiles => {
+            let q = query(&uri);
+            let limit = match q.get("limit").map(|l| l.parse::<usize>()) {
+                Some(Err(_)) => return error(ErrorCode::BadRequest, "limit must be a number", &r),
+                Some(Ok(l)) => Some(l),
+                None => None,
+            };
+            let path = q.get("path").map(String::as_str).unwrap_or("");
+            match h
+                .session
+                .list(path, limit, q.get("pageToken").map(String::as_str))
+            {
+                Ok(listing) => json(StatusCode::OK, &listing),
+                Err(e) => file_error(e, &r),
             }
-        },
-        SessionOp::ReadFile => match expect(Method::GET) {
-            Err(resp) => resp,
-            Ok(()) => {
-                let q = query(&uri);
-                let Some(path) = q.get("path") else {
-                    return error(ErrorCode::BadRequest, "path is required", &r);
-                };
-                match h.session.read_file(path) {
-                    Ok(bytes) => (
-                        StatusCode::OK,
-                        [(axum::http::header::CONTENT_TYPE, "application/octet-stream")],
-                        bytes,
-                    )
-                        .into_response(),
-                    Err(e) => file_error(e, &r),
-                }
+        }
+        SessionOp::ReadFile => {
+            let q = query(&uri);
+            let Some(path) = q.get("path") else {
+                return error(ErrorCode::BadRequest, "path is required", &r);
+            };
+            match h.session.read_file(path) {
+                Ok(bytes) => (
+                    StatusCode::OK,
+                    [(axum::http::header::CONTENT_TYPE, "application/octet-stream")],
+                    bytes,
+                )
+                    .into_response(),
+                Err(e) => file_error(e, &r),
             }
-        },
+        }
         SessionOp::WebSocket => error(
             ErrorCode::NotFound,
             "operations:ws is not served yet; use operations:stream",

@@ -337,3 +337,143 @@ fn startup_hold_waits_for_every_pod_or_the_deadline() {
         vec![("runtimed-0".into(), 1)]
     );
 }
+
+fn session_manifest(name: &str) -> RunManifest {
+    let mut m = manifest(name);
+    m.spec.runtime = "bash".into();
+    m.spec.mode = RunMode {
+        session: Some(crate::model::SessionMode {
+            idle_timeout_seconds: Some(60),
+            queue_size: Some(4),
+            operation_timeout: Some(30),
+        }),
+        ..Default::default()
+    };
+    m
+}
+
+fn opens(actions: &[Action]) -> Vec<(String, u64)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::OpenSession { pod, request } => Some((pod.clone(), request.attempt)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn sessions_take_an_idle_pod_exclusively_and_open_there() {
+    let now = Instant::now();
+    let mut c = controller(2);
+    c.apply_pod("runtimed-0", snapshot("u0", vec![]), now);
+    c.apply_pod("runtimed-1", snapshot("u1", vec![]), now);
+    let mut m = store(&["f"]);
+    m.insert("default/s1".into(), session_manifest("s1"));
+    m.insert("default/s2".into(), session_manifest("s2"));
+    let actions = c.apply_store(m, now);
+    // f takes one pod; s1 gets the idle one; s2 waits.
+    assert_eq!(registers(&actions).len(), 1);
+    assert_eq!(opens(&actions).len(), 1);
+    let s1 = run(&c, "s1");
+    let req = open_session_request(s1);
+    assert_eq!(
+        (
+            req.queue_size,
+            req.operation_timeout_seconds,
+            req.idle_timeout_seconds
+        ),
+        (4, 30, 60)
+    );
+    assert_eq!(run(&c, "s2").phase, Phase::Pending);
+    assert!(c.status("https://gw").iter().any(|r| {
+        r.endpoint
+            .as_deref()
+            .is_some_and(|e| e.ends_with(&format!("/sessions/{}", s1.uid)))
+    }));
+}
+
+#[test]
+fn a_lost_owner_ends_a_ready_session_instead_of_resuming_it() {
+    let now = Instant::now();
+    let mut c = controller(1);
+    c.apply_pod("runtimed-0", snapshot("u0", vec![]), now);
+    let mut m = BTreeMap::new();
+    m.insert("default/s".to_owned(), session_manifest("s"));
+    c.apply_store(m, now);
+    let uid = run(&c, "s").uid.clone();
+    c.register_result(&uid, 1, RegisterOutcome::Ok, now);
+    assert_eq!(run(&c, "s").phase, Phase::Ready);
+    let actions = c.apply_pod("runtimed-0", snapshot("u0-restarted", vec![]), now);
+    assert!(opens(&actions).is_empty());
+    assert_eq!(run(&c, "s").phase, Phase::Failed);
+    assert_eq!(run(&c, "s").reason, "OwnerLost");
+}
+
+#[test]
+fn drain_termination_finalizes_then_succeeds_and_immediate_cancels() {
+    let now = Instant::now();
+    let mut c = controller(2);
+    c.apply_pod("runtimed-0", snapshot("u0", vec![]), now);
+    c.apply_pod("runtimed-1", snapshot("u1", vec![]), now);
+    let mut m = BTreeMap::new();
+    m.insert("default/a".to_owned(), session_manifest("a"));
+    m.insert("default/b".to_owned(), session_manifest("b"));
+    c.apply_store(m.clone(), now);
+    for n in ["a", "b"] {
+        let uid = run(&c, n).uid.clone();
+        c.register_result(&uid, 1, RegisterOutcome::Ok, now);
+    }
+    let a_uid = run(&c, "a").uid.clone();
+    m.get_mut("default/a").unwrap().spec.termination = Some(crate::model::Termination {
+        mode: TerminationMode::Drain,
+    });
+    m.get_mut("default/b").unwrap().spec.termination = Some(crate::model::Termination {
+        mode: TerminationMode::Immediate,
+    });
+    let actions = c.apply_store(m.clone(), now);
+    assert_eq!(
+        run(&c, "a").uid,
+        a_uid,
+        "termination does not replace the Run"
+    );
+    assert_eq!(run(&c, "a").phase, Phase::Finalizing);
+    assert!(actions.iter().any(
+        |a| matches!(a, Action::CloseSession { run_uid, cancel: false, .. } if *run_uid == a_uid)
+    ));
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::CloseSession { cancel: true, .. }))
+    );
+    c.close_result(&a_uid, true, now);
+    assert_eq!(run(&c, "a").phase, Phase::Succeeded);
+    let b_uid = run(&c, "b").uid.clone();
+    c.close_result(&b_uid, true, now);
+    assert_eq!(run(&c, "b").phase, Phase::Cancelled);
+    // Monotonic: going back to Drain or removing termination changes nothing.
+    m.get_mut("default/b").unwrap().spec.termination = None;
+    assert!(c.apply_store(m, now).is_empty());
+    assert_eq!(run(&c, "b").phase, Phase::Cancelled);
+}
+
+#[test]
+fn idle_sessions_time_out_and_are_closed() {
+    let now = Instant::now();
+    let mut c = controller(1);
+    c.apply_pod("runtimed-0", snapshot("u0", vec![]), now);
+    let mut m = BTreeMap::new();
+    m.insert("default/s".to_owned(), session_manifest("s"));
+    c.apply_store(m, now);
+    let uid = run(&c, "s").uid.clone();
+    c.register_result(&uid, 1, RegisterOutcome::Ok, now);
+    let mut e = entry_for(run(&c, "s"), "u0", own::Phase::Failed, "IdleTimeout");
+    e.mode = own::Mode::Session as i32;
+    let actions = c.apply_pod("runtimed-0", SourceUpdate::Upsert(e), now);
+    assert_eq!(run(&c, "s").phase, Phase::Timeout);
+    assert!(actions.contains(&Action::CloseSession {
+        pod: "runtimed-0".into(),
+        run_uid: uid,
+        cancel: true
+    }));
+}

@@ -1,0 +1,292 @@
+//! Session (sandbox) Runs end to end through the gateway.
+
+mod common;
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use common::*;
+
+fn sandbox(name: &str, extra: &str) -> (String, String) {
+    (
+        format!("{name}.yaml"),
+        format!(
+            "apiVersion: kruntimes.io/v1alpha1\nkind: Run\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  runtime: bash\n  env:\n    - name: GREETING\n      value: hello\n  mode:\n    session:\n      queueSize: 1\n      operationTimeout: 30\n{extra}"
+        ),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_run_commands_and_file_operations_through_the_gateway() {
+    let stack = start(2, vec![sandbox("sbx", ""), python_run("fn")], &[]);
+    let run = stack.wait_phase("sbx", "Ready").await.unwrap();
+    let fn_run = stack.wait_phase("fn", "Ready").await.unwrap();
+    assert_ne!(
+        run["assignedPod"], fn_run["assignedPod"],
+        "a session holds its Pod alone"
+    );
+    let base = run["endpoint"].as_str().unwrap().to_owned();
+    let http = &stack.http;
+    let token = stack.token.clone();
+    let exec = |body: serde_json::Value| {
+        http.post(format!("{base}/operations:execute"))
+            .bearer_auth(token.clone())
+            .json(&body)
+            .send()
+    };
+
+    let r = exec(serde_json::json!({"command": {"shell": "echo $GREETING from $(pwd | xargs basename); echo oops >&2; exit 3"}}))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let out = json(r).await;
+    assert_eq!(out["state"], "Failed");
+    assert_eq!(out["exitCode"], 3);
+    assert_eq!(
+        out["stdout"],
+        format!("hello from {}\n", run["uid"].as_str().unwrap())
+    );
+    assert_eq!(out["stderr"], "oops\n");
+    assert!(out["operationId"].as_str().unwrap().starts_with("op-"));
+
+    let content = "x".repeat(4096);
+    let b64 = base64::engine::general_purpose::STANDARD.encode(&content);
+    for op in [
+        serde_json::json!({"mkdir": {"path": "work/in"}}),
+        serde_json::json!({"writeFile": {"path": "work/in/a.txt", "contentBase64": b64}}),
+        serde_json::json!({"rename": {"from": "work/in/a.txt", "to": "work/b.txt"}}),
+        serde_json::json!({"command": {"argv": ["cp", "b.txt", "c.txt"]}, "cwd": "work", "env": {"X": "1"}}),
+    ] {
+        let res = json(exec(op.clone()).await.unwrap()).await;
+        assert_eq!(res["state"], "Succeeded", "{op}: {res}");
+    }
+    let read = http
+        .get(format!("{base}/files:content?path=work/c.txt"))
+        .bearer_auth(&stack.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(read.status(), 200);
+    assert_eq!(read.bytes().await.unwrap(), content.as_bytes());
+    let list = json(
+        http.get(format!("{base}/files?path=work&limit=1"))
+            .bearer_auth(&stack.token)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(list["entries"][0]["name"], "b.txt");
+    assert_eq!(list["entries"][0]["type"], "file");
+    assert_eq!(list["entries"][0]["size"], 4096);
+    let token_next = list["nextPageToken"].as_str().unwrap();
+    let next = json(
+        http.get(format!(
+            "{base}/files?path=work&limit=10&pageToken={token_next}"
+        ))
+        .bearer_auth(&stack.token)
+        .send()
+        .await
+        .unwrap(),
+    )
+    .await;
+    let names: Vec<_> = next["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["c.txt", "in"]);
+    assert!(next.get("nextPageToken").is_none());
+
+    // Escapes are refused for every file operation.
+    for op in [
+        serde_json::json!({"writeFile": {"path": "../x", "contentBase64": ""}}),
+        serde_json::json!({"mkdir": {"path": "/tmp/x"}}),
+        serde_json::json!({"delete": {"path": "../../etc"}}),
+        serde_json::json!({"rename": {"from": "work/b.txt", "to": "../b.txt"}}),
+        serde_json::json!({"command": {"argv": ["true"]}, "cwd": "../.."}),
+    ] {
+        expect_error(exec(op).await.unwrap(), 400, "InvalidPath").await;
+    }
+    let ln = json(
+        exec(serde_json::json!({"command": {"argv": ["ln", "-s", "/etc", "etc-link"]}}))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(ln["state"], "Succeeded");
+    let through = json(
+        exec(serde_json::json!({"writeFile": {"path": "etc-link/evil", "contentBase64": "eA=="}}))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(through["state"], "Failed", "{through}");
+    for url in [
+        format!("{base}/files:content?path=etc-link/passwd"),
+        format!("{base}/files?path=etc-link"),
+    ] {
+        let r = http
+            .get(url)
+            .bearer_auth(&stack.token)
+            .send()
+            .await
+            .unwrap();
+        expect_error(r, 400, "InvalidPath").await;
+    }
+    expect_error(
+        http.get(format!("{base}/files:content?path=nope"))
+            .bearer_auth(&stack.token)
+            .send()
+            .await
+            .unwrap(),
+        404,
+        "NotFound",
+    )
+    .await;
+
+    // Status bypasses the queue.
+    let st = json(
+        http.get(&base)
+            .bearer_auth(&stack.token)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(st["pendingOperations"], 0);
+
+    // A session UID is not invocable, and a function UID has no session.
+    let invoke_url = stack.url("default", "bash", run["uid"].as_str().unwrap());
+    expect_error(
+        http.post(invoke_url)
+            .bearer_auth(&stack.token)
+            .body("{}")
+            .send()
+            .await
+            .unwrap(),
+        404,
+        "NotFound",
+    )
+    .await;
+    let fn_session = format!(
+        "{}/v1/namespaces/default/runtimes/python/sessions/{}",
+        stack.gateway,
+        fn_run["uid"].as_str().unwrap()
+    );
+    expect_error(
+        http.get(fn_session)
+            .bearer_auth(&stack.token)
+            .send()
+            .await
+            .unwrap(),
+        404,
+        "NotFound",
+    )
+    .await;
+    expect_error(
+        http.get(&base).send().await.unwrap(),
+        401,
+        "Unauthenticated",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_events_in_order_and_bounds_the_queue() {
+    let stack = start(1, vec![sandbox("sbx", "")], &[]);
+    let run = stack.wait_phase("sbx", "Ready").await.unwrap();
+    let base = run["endpoint"].as_str().unwrap().to_owned();
+    let resp = stack
+        .http
+        .post(format!("{base}/operations:stream"))
+        .bearer_auth(&stack.token)
+        .json(&serde_json::json!({"command": {"shell": "for i in 1 2 3; do echo line$i; sleep 0.1; done"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "application/x-ndjson");
+    let text = resp.text().await.unwrap();
+    let events: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(events.first().unwrap()["type"], "accepted");
+    assert_eq!(events.last().unwrap()["type"], "completed");
+    assert_eq!(events.last().unwrap()["state"], "Succeeded");
+    let seqs: Vec<u64> = events
+        .iter()
+        .map(|e| e["sequence"].as_u64().unwrap())
+        .collect();
+    assert!(
+        seqs.windows(2).all(|w| w[0] < w[1]),
+        "strictly increasing: {seqs:?}"
+    );
+    let output: String = events
+        .iter()
+        .filter(|e| e["type"] == "output")
+        .map(|e| e["data"].as_str().unwrap())
+        .collect();
+    assert_eq!(output, "line1\nline2\nline3\n");
+
+    // queueSize 1: one running, one waiting, the third is refused.
+    let send = || {
+        stack
+            .http
+            .post(format!("{base}/operations:execute"))
+            .bearer_auth(&stack.token)
+            .json(&serde_json::json!({"command": {"shell": "sleep 1"}}))
+            .send()
+    };
+    let a = tokio::spawn(send());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let b = tokio::spawn(send());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    expect_error(send().await.unwrap(), 429, "Busy").await;
+    assert_eq!(a.await.unwrap().unwrap().status(), 200);
+    assert_eq!(b.await.unwrap().unwrap().status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_termination_finishes_accepted_work_then_succeeds() {
+    let (file, yaml) = sandbox("sbx", "");
+    let stack = start(1, vec![(file.clone(), yaml.clone())], &[]);
+    let run = stack.wait_phase("sbx", "Ready").await.unwrap();
+    let base = run["endpoint"].as_str().unwrap().to_owned();
+    let http = stack.http.clone();
+    let token = stack.token.clone();
+    let b = base.clone();
+    let running = tokio::spawn(async move {
+        http.post(format!("{b}/operations:execute"))
+            .bearer_auth(token)
+            .json(&serde_json::json!({"command": {"shell": "sleep 1; echo done"}}))
+            .send()
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stack
+        .add_run(&file, &format!("{yaml}  termination:\n    mode: Drain\n"))
+        .unwrap();
+    let out = json(running.await.unwrap().unwrap()).await;
+    assert_eq!(out["stdout"], "done\n", "accepted work finishes");
+    let ended = stack
+        .wait_run("sbx", Duration::from_secs(30), |r| {
+            r["phase"] == "Succeeded"
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        ended["uid"], run["uid"],
+        "termination does not replace the Run"
+    );
+    let r = stack
+        .http
+        .get(&base)
+        .bearer_auth(&stack.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 503);
+}
