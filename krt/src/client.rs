@@ -22,6 +22,9 @@ pub struct ClientConfig {
     /// Control plane ownership watch address.
     #[serde(default)]
     pub control_plane: Option<String>,
+    /// The watched directory of Run manifests (the embedded store).
+    #[serde(default)]
+    pub runs_dir: Option<PathBuf>,
 }
 
 /// One entry of `STATE_DIR/runs.json`.
@@ -145,12 +148,16 @@ pub async fn invoke(
         .iter()
         .find(|r| r.name == name && r.namespace == namespace)
         .with_context(|| format!("run {namespace}/{name} not found (see `krt runs`)"))?;
-    let url = run.endpoint.clone().with_context(|| {
-        format!(
-            "run {namespace}/{name} is a {} run without an invoke endpoint",
+    if run.mode != "function" {
+        anyhow::bail!(
+            "run {namespace}/{name} is a {} run; only function runs are invoked",
             run.mode
-        )
-    })?;
+        );
+    }
+    let url = run
+        .endpoint
+        .clone()
+        .with_context(|| format!("run {namespace}/{name} has no endpoint yet"))?;
     let resp = http_client(&cfg)?
         .post(url)
         .bearer_auth(&cfg.token)

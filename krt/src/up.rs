@@ -245,6 +245,7 @@ pub async fn up(state_dir: &Path, args: UpArgs) -> anyhow::Result<()> {
         token,
         internal_ca_file: Some(pki.internal_ca.clone()),
         control_plane: Some(control_addr.to_string()),
+        runs_dir: Some(runs_dir.clone()),
     };
     write_json(&state_dir.join("client.json"), &client_cfg)?;
     crate::restrict(&state_dir.join("client.json"))?;
