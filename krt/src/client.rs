@@ -101,6 +101,20 @@ pub fn http_client(cfg: &ClientConfig) -> anyhow::Result<reqwest::Client> {
         .build()?)
 }
 
+/// An HTTP client trusting the stack's public CA that sends its token.
+pub fn authed_client(cfg: &ClientConfig) -> anyhow::Result<reqwest::Client> {
+    let ca =
+        std::fs::read(&cfg.ca_file).with_context(|| format!("read {}", cfg.ca_file.display()))?;
+    let mut auth = reqwest::header::HeaderValue::from_str(&format!("Bearer {}", cfg.token))
+        .context("the token in client.json is not a valid header value")?;
+    auth.set_sensitive(true);
+    let headers = reqwest::header::HeaderMap::from_iter([(reqwest::header::AUTHORIZATION, auth)]);
+    Ok(reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(&ca)?)
+        .default_headers(headers)
+        .build()?)
+}
+
 /// `krt runs`.
 pub fn print_runs(state_dir: &Path, json: bool) -> anyhow::Result<()> {
     let runs = load_runs(state_dir)?;

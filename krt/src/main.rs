@@ -5,6 +5,7 @@
 
 mod client;
 mod pki;
+mod session;
 mod up;
 
 use std::path::{Path, PathBuf};
@@ -55,6 +56,9 @@ enum Command {
         #[arg(long)]
         data_file: Option<PathBuf>,
     },
+    /// Session (sandbox) Runs: create, exec, cp, ls, close.
+    #[command(subcommand)]
+    Session(session::SessionCommand),
     /// Mint a token for the embedded stack (signed with its key).
     Token {
         /// Subject.
@@ -177,6 +181,13 @@ fn main() -> anyhow::Result<()> {
             )?;
             println!("{token}");
             Ok(())
+        }
+        Command::Session(cmd) => {
+            let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+            init_logging();
+            let code =
+                tokio::runtime::Runtime::new()?.block_on(session::run(&cli.state_dir, cmd))?;
+            std::process::exit(code);
         }
         Command::Runs { output } => client::print_runs(&cli.state_dir, output == "json"),
         Command::Invoke {

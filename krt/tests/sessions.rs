@@ -290,3 +290,69 @@ async fn drain_termination_finishes_accepted_work_then_succeeds() {
         .unwrap();
     assert_eq!(r.status().as_u16(), 503);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn krt_session_commands_create_exec_copy_list_and_close() {
+    let stack = start(1, vec![], &[]);
+    let created = stack
+        .krt(&["session", "create", "cli-box", "--env", "WHO=krt"])
+        .unwrap();
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    assert!(String::from_utf8_lossy(&created.stdout).contains("/sessions/"));
+
+    let out = stack
+        .krt(&[
+            "session",
+            "exec",
+            "cli-box",
+            "--shell",
+            "echo hi $WHO; exit 7",
+        ])
+        .unwrap();
+    assert_eq!(out.status.code(), Some(7));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hi krt\n");
+    let ok = stack
+        .krt(&["session", "exec", "cli-box", "--", "uname", "-s"])
+        .unwrap();
+    assert!(ok.status.success());
+
+    let local = stack.state_dir().join("upload.txt");
+    std::fs::write(&local, "copied").unwrap();
+    let up = stack
+        .krt(&[
+            "session",
+            "cp",
+            local.to_str().unwrap(),
+            "cli-box:in/../x.txt",
+        ])
+        .unwrap();
+    assert!(!up.status.success(), "traversal is refused");
+    let up = stack
+        .krt(&["session", "cp", local.to_str().unwrap(), "cli-box:x.txt"])
+        .unwrap();
+    assert!(
+        up.status.success(),
+        "{}",
+        String::from_utf8_lossy(&up.stderr)
+    );
+    let back = stack.state_dir().join("download.txt");
+    let down = stack
+        .krt(&["session", "cp", "cli-box:x.txt", back.to_str().unwrap()])
+        .unwrap();
+    assert!(down.status.success());
+    assert_eq!(std::fs::read_to_string(&back).unwrap(), "copied");
+    let ls = stack.krt(&["session", "ls", "cli-box"]).unwrap();
+    assert!(String::from_utf8_lossy(&ls.stdout).contains("x.txt"));
+
+    let closed = stack.krt(&["session", "close", "cli-box"]).unwrap();
+    assert!(
+        closed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&closed.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&closed.stdout).trim(), "Succeeded");
+}

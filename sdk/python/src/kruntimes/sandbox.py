@@ -135,7 +135,7 @@ class Sandbox:
         return sb
 
     def _manifest_path(self) -> Path:
-        return self._stack.runs_dir() / f"sdk-{self.namespace}-{self.name}.yaml"
+        return self._stack.runs_dir() / f"session-{self.namespace}-{self.name}.yaml"
 
     def _write_manifest(self, termination: Optional[str]) -> None:
         if self._spec is None:
