@@ -91,6 +91,8 @@ pub struct Sizes {
     pub propagation: u64,
     /// Synthetic table size.
     pub table_entries: u64,
+    /// Session operations per small scenario.
+    pub session: u64,
 }
 
 impl Sizes {
@@ -107,6 +109,7 @@ impl Sizes {
             auth_misses: if q { 100 } else { 1000 },
             propagation: if q { 5 } else { 20 },
             table_entries: a.table_entries.unwrap_or(if q { 20_000 } else { 100_000 }),
+            session: if q { 50 } else { 300 },
         }
     }
 }
@@ -134,6 +137,9 @@ pub async fn run(args: Args) -> anyhow::Result<report::Report> {
                 "auth-hit",
                 "auth-miss",
                 "auth-disabled",
+                "session-exec-true",
+                "session-write-4k",
+                "session-read-4k",
             ]),
         )?;
     }

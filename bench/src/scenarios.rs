@@ -246,12 +246,17 @@ pub async fn run(args: &Args, sizes: &Sizes) -> anyhow::Result<Report> {
         "echo-py.yaml".into(),
         function_run("echo-py", "python", "main.invoke", "main.py", ECHO_PY, ""),
     ));
+    // A session on the second runtimed (sessions hold a Pod alone).
+    runs.push((
+        "sandbox.yaml".into(),
+        "apiVersion: kruntimes.io/v1alpha1\nkind: Run\nmetadata:\n  name: sandbox\nspec:\n  runtime: bash\n  mode:\n    session:\n      queueSize: 64\n".into(),
+    ));
     let krt2 = krt.clone();
     let stack = tokio::task::spawn_blocking(move || {
         Stack::start(
             &krt2,
             Options {
-                runtimed: 1,
+                runtimed: 2,
                 runs,
                 // nginx and HAProxy run without access logs too.
                 extra_args: vec!["--gateway-access-log".into(), "false".into()],
@@ -266,14 +271,20 @@ pub async fn run(args: &Args, sizes: &Sizes) -> anyhow::Result<Report> {
         dir: stack.state_dir().join("pki"),
     };
     let procs = stack.processes()?;
-    let owner: SocketAddr = procs["runtimed-0"]["address"]
+    let py_pod = stack.run("echo-py").context("echo-py status")?["assignedPod"]
+        .as_str()
+        .context("echo-py owner")?
+        .to_owned();
+    let owner: SocketAddr = procs[&py_pod]["address"]
         .as_str()
         .context("runtimed address")?
         .parse()?;
     let gateway_pid = procs["gateway"]["pid"].as_u64().context("gateway pid")? as u32;
     let body = INPUT.as_bytes();
 
-    let total = sizes.reps * sizes.requests * 5
+    let total = sizes.session * 4
+        + (sizes.session / 5).max(5) * 2
+        + sizes.reps * sizes.requests * 5
         + sizes.open_requests * 4
         + sizes.spawn
         + sizes.auth_misses
@@ -417,6 +428,97 @@ pub async fn run(args: &Args, sizes: &Sizes) -> anyhow::Result<Report> {
             );
         }
         ctx.put(&name, &rec, el);
+    }
+
+    // Sessions: a trivial command, and 4 KiB / 1 MiB writes and reads.
+    ctx.bar.set_message("session");
+    match stack.wait_phase("sandbox", "Ready").await {
+        Ok(sb) => {
+            let base = sb["endpoint"].as_str().unwrap_or_default().to_owned();
+            let client = reqwest::Client::builder()
+                .add_root_certificate(reqwest::Certificate::from_pem(&std::fs::read(
+                    pki.file("public-ca.crt"),
+                )?)?)
+                .build()?;
+            let token = stack.token.clone();
+            let post = |body: serde_json::Value| {
+                let (client, url, token) = (
+                    client.clone(),
+                    format!("{base}/operations:execute"),
+                    token.clone(),
+                );
+                async move {
+                    let r = client
+                        .post(url)
+                        .bearer_auth(token)
+                        .json(&body)
+                        .send()
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let status = r.status().as_u16();
+                    let v: serde_json::Value = r.json().await.map_err(|e| e.to_string())?;
+                    Ok(if status == 200 && v["state"] != "Succeeded" {
+                        500
+                    } else {
+                        status
+                    })
+                }
+            };
+            let get = |path: &'static str| {
+                let (client, url, token) = (
+                    client.clone(),
+                    format!("{base}/files:content?path={path}"),
+                    token.clone(),
+                );
+                async move {
+                    let r = client
+                        .get(url)
+                        .bearer_auth(token)
+                        .send()
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let status = r.status().as_u16();
+                    r.bytes().await.map_err(|e| e.to_string())?;
+                    Ok(status)
+                }
+            };
+            use base64::Engine as _;
+            let b64 = |n: usize| base64::engine::general_purpose::STANDARD.encode(vec![b'x'; n]);
+            let (small, large) = (b64(4096), b64(1024 * 1024));
+            let n = sizes.session;
+            let m = (n / 5).max(5);
+            let (rec, el) = load::sequential(
+                10,
+                n,
+                || post(json!({"command": {"argv": ["true"]}})),
+                ctx.tick(),
+            )
+            .await;
+            ctx.put("session-exec-true", &rec, el);
+            let (rec, el) = load::sequential(
+                5,
+                n,
+                || post(json!({"writeFile": {"path": "f4k", "contentBase64": small}})),
+                ctx.tick(),
+            )
+            .await;
+            ctx.put("session-write-4k", &rec, el);
+            let (rec, el) = load::sequential(5, n, || get("f4k"), ctx.tick()).await;
+            ctx.put("session-read-4k", &rec, el);
+            let (rec, el) = load::sequential(
+                2,
+                m,
+                || post(json!({"writeFile": {"path": "f1m", "contentBase64": large}})),
+                ctx.tick(),
+            )
+            .await;
+            ctx.put("session-write-1m", &rec, el);
+            let (rec, el) = load::sequential(2, m, || get("f1m"), ctx.tick()).await;
+            ctx.put("session-read-1m", &rec, el);
+        }
+        Err(e) => {
+            ctx.report.skipped.insert("session".into(), e.to_string());
+        }
     }
 
     // 3. The original model: an interpreter per call.

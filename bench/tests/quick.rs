@@ -56,6 +56,11 @@ fn quick_run_produces_every_scenario_and_summary_figure() {
         "auth-hit",
         "auth-miss",
         "propagation",
+        "session-exec-true",
+        "session-write-4k",
+        "session-read-4k",
+        "session-write-1m",
+        "session-read-1m",
     ] {
         let s = &report["scenarios"][scenario];
         assert!(s["count"].as_u64().unwrap_or(0) > 0, "{scenario} ran: {s}");
