@@ -56,7 +56,11 @@ struct Job {
     op: Operation,
     events: Option<mpsc::Sender<exec::Chunk>>,
     done: oneshot::Sender<OperationResult>,
+    cancel: watch::Receiver<bool>,
 }
+
+/// Cancellation handles of the operations not yet finished.
+type OpCancels = Arc<Mutex<BTreeMap<String, watch::Sender<bool>>>>;
 
 /// What a session reports about itself.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -83,6 +87,7 @@ pub struct Session {
     seq: AtomicU64,
     worker: Mutex<Option<tokio::task::JoinHandle<()>>>,
     run_uid: String,
+    op_cancels: OpCancels,
 }
 
 impl std::fmt::Debug for Session {
@@ -119,6 +124,7 @@ impl Session {
         let (cancel, cancel_rx) = watch::channel(false);
         let pending = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let last_activity = Arc::new(Mutex::new(Instant::now()));
+        let op_cancels: OpCancels = Arc::default();
         let mut env = env;
         env.entry("HOME".into())
             .or_insert_with(|| root.display().to_string());
@@ -134,6 +140,7 @@ impl Session {
             seq: AtomicU64::new(0),
             worker: Mutex::new(None),
             run_uid: run_uid.to_owned(),
+            op_cancels: op_cancels.clone(),
         });
         let worker = tokio::spawn(work(
             rx,
@@ -144,6 +151,7 @@ impl Session {
             pending,
             last_activity,
             run_uid.to_owned(),
+            op_cancels,
         ));
         *session.worker.lock().unwrap_or_else(|p| p.into_inner()) = Some(worker);
         Ok(session)
@@ -176,21 +184,45 @@ impl Session {
         }
         let id = format!("op-{}", self.seq.fetch_add(1, Ordering::Relaxed) + 1);
         let (done, rx) = oneshot::channel();
+        let (cancel_tx, cancel) = watch::channel(false);
         self.pending.fetch_add(1, Ordering::AcqRel);
+        self.op_cancels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.clone(), cancel_tx);
         match tx.try_send(Job {
             id: id.clone(),
             op,
             events,
             done,
+            cancel,
         }) {
             Ok(()) => Ok((id, rx)),
             Err(e) => {
                 self.pending.fetch_sub(1, Ordering::AcqRel);
+                self.op_cancels
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&id);
                 Err(match e {
                     mpsc::error::TrySendError::Full(_) => SubmitError::QueueFull,
                     mpsc::error::TrySendError::Closed(_) => SubmitError::Closed,
                 })
             }
+        }
+    }
+
+    /// Cancels one queued or running operation; `false` when it is unknown
+    /// or already finished.
+    pub fn cancel_operation(&self, id: &str) -> bool {
+        match self
+            .op_cancels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+        {
+            Some(tx) => tx.send(true).is_ok(),
+            None => false,
         }
     }
 
@@ -266,6 +298,7 @@ async fn work(
     pending: Arc<std::sync::atomic::AtomicUsize>,
     last_activity: Arc<Mutex<Instant>>,
     run_uid: String,
+    op_cancels: OpCancels,
 ) {
     while let Some(job) = rx.recv().await {
         let started = Instant::now();
@@ -277,9 +310,33 @@ async fn work(
                 0,
                 Some("session closed".into()),
             )
+        } else if *job.cancel.borrow() {
+            OperationResult::bare(
+                &job.id,
+                OpState::Cancelled,
+                0,
+                Some("operation cancelled".into()),
+            )
         } else {
-            execute(&job, &root, &env, &limits, cancel.clone()).await
+            // Either the session closing or this operation's cancel stops it.
+            let (merged_tx, merged) = watch::channel(false);
+            let mut session_cancel = cancel.clone();
+            let mut op_cancel = job.cancel.clone();
+            let watcher = tokio::spawn(async move {
+                tokio::select! {
+                    _ = session_cancel.wait_for(|c| *c) => {}
+                    _ = op_cancel.wait_for(|c| *c) => {}
+                }
+                let _ = merged_tx.send(true);
+            });
+            let r = execute(&job, &root, &env, &limits, merged).await;
+            watcher.abort();
+            r
         };
+        op_cancels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&job.id);
         tracing::info!(
             run_uid = %run_uid,
             operation_id = %job.id,

@@ -235,3 +235,26 @@ async fn a_dropped_stream_does_not_cancel_admitted_work() {
     assert_eq!(done.await.unwrap().state, OpState::Succeeded);
     assert!(s.root().join("finished").exists());
 }
+
+#[tokio::test]
+async fn single_operations_can_be_cancelled_queued_or_running() {
+    let (_d, s) = open(SessionLimits::default());
+    let (running_id, running) = s.submit(shell("echo $$ > pid; sleep 300"), None).unwrap();
+    let (queued_id, queued) = s.submit(shell("touch should-not-run"), None).unwrap();
+    let (_, after) = s.submit(shell("echo after"), None).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(s.cancel_operation(&queued_id));
+    assert!(s.cancel_operation(&running_id));
+    assert_eq!(running.await.unwrap().state, OpState::Cancelled);
+    assert_eq!(queued.await.unwrap().state, OpState::Cancelled);
+    assert_eq!(
+        after.await.unwrap().stdout,
+        "after\n",
+        "the session goes on"
+    );
+    assert!(!s.root().join("should-not-run").exists());
+    assert!(
+        !s.cancel_operation(&running_id),
+        "finished operations are unknown"
+    );
+}
