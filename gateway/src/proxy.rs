@@ -228,12 +228,6 @@ impl Gateway {
         let (method, verb) = match ctx.session {
             None => (http::Method::POST, Verb::Invoke),
             Some(SessionOp::Execute | SessionOp::Stream) => (http::Method::POST, Verb::Session),
-            Some(SessionOp::WebSocket) => {
-                return Err((
-                    ErrorCode::NotFound,
-                    "operations:ws is not served yet; use operations:stream".into(),
-                ));
-            }
             Some(_) => (http::Method::GET, Verb::Session),
         };
         if req.method != method {
@@ -463,16 +457,25 @@ impl ProxyHttp for Gateway {
             )
         })?;
         let mut peer = HttpPeer::new(addr, true, self.upstream.server_name.clone());
+        let websocket = ctx.session == Some(SessionOp::WebSocket);
         peer.client_cert_key = Some(self.upstream.cert_key.clone());
         let o = &mut peer.options;
-        o.alpn = ALPN::H2;
+        // WebSockets upgrade an HTTP/1.1 connection; everything else is
+        // multiplexed over pooled HTTP/2.
+        o.alpn = if websocket { ALPN::H1 } else { ALPN::H2 };
         o.ca = Some(self.upstream.ca.clone());
         o.connection_timeout = Some(self.upstream.connect_timeout);
         o.total_connection_timeout = Some(self.upstream.connect_timeout * 2);
         // runtimed enforces the invocation deadline and answers 504 itself;
         // this is the backstop for an owner that stops answering.
         let timeout = route.timeout.unwrap_or(self.upstream.default_timeout);
-        o.read_timeout = Some(timeout + Duration::from_secs(5));
+        o.read_timeout = if websocket {
+            // A session socket may idle between operations; runtimed's idle
+            // timeout bounds it.
+            None
+        } else {
+            Some(timeout + Duration::from_secs(5))
+        };
         o.write_timeout = Some(Duration::from_secs(10));
         o.idle_timeout = Some(Duration::from_secs(90));
         o.max_h2_streams = 128;

@@ -356,3 +356,111 @@ async fn krt_session_commands_create_exec_copy_list_and_close() {
     );
     assert_eq!(String::from_utf8_lossy(&closed.stdout).trim(), "Succeeded");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_sends_operations_streams_events_and_cancels() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+
+    let stack = start(1, vec![sandbox("sbx", "")], &[]);
+    let run = stack.wait_phase("sbx", "Ready").await.unwrap();
+    let url = format!("{}/operations:ws", run["endpoint"].as_str().unwrap())
+        .replace("https://", "wss://");
+    let ca = stack.state_dir().join("pki/public-ca.crt");
+    let tls = kruntimes_certs::client_config(&ca, None, &[b"http/1.1"]).unwrap();
+    let connect = |token: Option<String>| {
+        let mut req = url.clone().into_client_request().unwrap();
+        if let Some(t) = token {
+            req.headers_mut()
+                .insert("authorization", format!("Bearer {t}").parse().unwrap());
+        }
+        tokio_tungstenite::connect_async_tls_with_config(
+            req,
+            None,
+            false,
+            Some(tokio_tungstenite::Connector::Rustls(std::sync::Arc::new(
+                tls.clone(),
+            ))),
+        )
+    };
+    assert!(connect(None).await.is_err(), "the upgrade needs a token");
+    let (mut ws, _) = connect(Some(stack.token.clone())).await.unwrap();
+    let send = |op: serde_json::Value| {
+        Message::Text(
+            serde_json::json!({"type": "send", "operation": op})
+                .to_string()
+                .into(),
+        )
+    };
+    ws.send(send(
+        serde_json::json!({"command": {"shell": "echo one; sleep 0.2; echo two"}}),
+    ))
+    .await
+    .unwrap();
+    ws.send(send(serde_json::json!({"command": {"shell": "sleep 300"}})))
+        .await
+        .unwrap();
+    ws.send(send(
+        serde_json::json!({"writeFile": {"path": "../x", "contentBase64": ""}}),
+    ))
+    .await
+    .unwrap();
+    let mut events = Vec::new();
+    let mut cancelled_sent = false;
+    while let Some(msg) = tokio::time::timeout(Duration::from_secs(20), ws.next())
+        .await
+        .unwrap()
+    {
+        let Message::Text(t) = msg.unwrap() else {
+            continue;
+        };
+        let ev: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
+        if ev["type"] == "accepted" && ev["operationId"] == "op-2" && !cancelled_sent {
+            let cancel = serde_json::json!({"type": "cancel", "operationId": "op-2"});
+            ws.send(Message::Text(cancel.to_string().into()))
+                .await
+                .unwrap();
+            cancelled_sent = true;
+        }
+        events.push(ev);
+        let completed = |id: &str| {
+            events
+                .iter()
+                .any(|e| e["type"] == "completed" && e["operationId"] == id)
+        };
+        if completed("op-1") && completed("op-2") {
+            break;
+        }
+    }
+    let seqs: Vec<u64> = events
+        .iter()
+        .map(|e| e["sequence"].as_u64().unwrap())
+        .collect();
+    assert!(
+        seqs.windows(2).all(|w| w[0] < w[1]),
+        "strictly increasing: {seqs:?}"
+    );
+    let out: String = events
+        .iter()
+        .filter(|e| e["type"] == "output" && e["operationId"] == "op-1")
+        .map(|e| e["data"].as_str().unwrap())
+        .collect();
+    assert_eq!(out, "one\ntwo\n");
+    let first = events
+        .iter()
+        .find(|e| e["type"] == "completed" && e["operationId"] == "op-1")
+        .unwrap();
+    assert_eq!(first["state"], "Succeeded");
+    let second = events
+        .iter()
+        .find(|e| e["type"] == "completed" && e["operationId"] == "op-2")
+        .unwrap();
+    assert_eq!(second["state"], "Cancelled");
+    assert!(
+        events
+            .iter()
+            .any(|e| e["type"] == "failed" && e["error"]["code"] == "InvalidPath")
+    );
+    ws.close(None).await.unwrap();
+}

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Extension, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
 use kruntimes_proto::api::{self, ApiPath, ErrorBody, ErrorCode};
@@ -98,11 +98,14 @@ pub fn classify(e: &EngineError) -> ErrorCode {
 pub async fn dispatch(
     State(dp): State<Dataplane>,
     Extension(peer): Extension<PeerIdentity>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
+    request: axum::extract::Request,
 ) -> Response {
+    let (mut parts, body) = request.into_parts();
+    let (method, uri, headers) = (
+        parts.method.clone(),
+        parts.uri.clone(),
+        parts.headers.clone(),
+    );
     let me = dp.engine.config().pod_name.clone();
     let supplied =
         header(&headers, api::HEADER_INVOCATION_ID).filter(|i| api::valid_invocation_id(i));
@@ -198,6 +201,19 @@ pub async fn dispatch(
                     "session does not belong to that namespace/runtime",
                     &r,
                 );
+            }
+            if op == api::SessionOp::WebSocket {
+                use axum::extract::FromRequestParts as _;
+                return match axum::extract::WebSocketUpgrade::from_request_parts(&mut parts, &())
+                    .await
+                {
+                    Ok(ws) => r.decorate(crate::session_ws::upgrade(ws, h)),
+                    Err(e) => error(
+                        ErrorCode::BadRequest,
+                        format!("expected a WebSocket upgrade: {e}"),
+                        &r,
+                    ),
+                };
             }
             crate::session_http::handle(h, op, method, uri, body, r).await
         }

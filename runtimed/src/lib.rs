@@ -14,6 +14,7 @@ pub mod registry;
 pub mod server;
 pub mod session;
 pub mod session_http;
+pub mod session_ws;
 pub mod sessions;
 pub mod source;
 

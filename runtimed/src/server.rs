@@ -124,6 +124,6 @@ async fn connection(
         req
     });
     hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-        .serve_connection(TokioIo::new(tls), TowerToHyperService::new(svc))
+        .serve_connection_with_upgrades(TokioIo::new(tls), TowerToHyperService::new(svc))
         .await
 }

@@ -45,6 +45,22 @@ fn query(uri: &Uri) -> HashMap<String, String> {
         .unwrap_or_default()
 }
 
+/// Refuses lexically bad paths before queueing (symlink escapes are caught
+/// when the operation runs: the file system may change meanwhile).
+pub fn check_paths(op: &ops::Operation) -> Result<(), String> {
+    let paths: Vec<&str> = match op {
+        ops::Operation::Command { cwd, .. } => vec![cwd],
+        ops::Operation::WriteFile { path, .. }
+        | ops::Operation::Mkdir { path }
+        | ops::Operation::Delete { path } => vec![path],
+        ops::Operation::Rename { from, to } => vec![from, to],
+    };
+    for p in paths {
+        crate::session::path::normalize(p).map_err(|e| format!("{p}: {e}"))?;
+    }
+    Ok(())
+}
+
 async fn operation(body: Body, r: &Reply<'_>) -> Result<ops::Operation, Response> {
     let bytes = match http_body_util::Limited::new(body, MAX_OPERATION_BODY)
         .collect()
@@ -66,20 +82,7 @@ async fn operation(body: Body, r: &Reply<'_>) -> Result<ops::Operation, Response
     let req: OperationRequest = serde_json::from_slice(&bytes)
         .map_err(|e| error(ErrorCode::InvalidJson, e.to_string(), r))?;
     let op = ops::validate(req).map_err(|e| error(ErrorCode::BadRequest, e, r))?;
-    // Lexically bad paths are refused before queueing; symlink escapes are
-    // caught when the operation runs (the file system may change meanwhile).
-    let paths: Vec<&str> = match &op {
-        ops::Operation::Command { cwd, .. } => vec![cwd],
-        ops::Operation::WriteFile { path, .. }
-        | ops::Operation::Mkdir { path }
-        | ops::Operation::Delete { path } => vec![path],
-        ops::Operation::Rename { from, to } => vec![from, to],
-    };
-    for p in paths {
-        if let Err(e) = crate::session::path::normalize(p) {
-            return Err(error(ErrorCode::InvalidPath, format!("{p}: {e}"), r));
-        }
-    }
+    check_paths(&op).map_err(|e| error(ErrorCode::InvalidPath, e, r))?;
     Ok(op)
 }
 
@@ -170,8 +173,8 @@ pub async fn handle(
             }
         }
         SessionOp::WebSocket => error(
-            ErrorCode::NotFound,
-            "operations:ws is not served yet; use operations:stream",
+            ErrorCode::BadRequest,
+            "operations:ws needs a WebSocket upgrade",
             &r,
         ),
     };
