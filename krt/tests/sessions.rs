@@ -464,3 +464,47 @@ async fn websocket_sends_operations_streams_events_and_cancels() {
     );
     ws.close(None).await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_32_mib_file_round_trips_and_idle_sessions_expire() {
+    let stack = start(
+        2,
+        vec![
+            sandbox("big", ""),
+            sandbox("idle", "      idleTimeoutSeconds: 2\n"),
+        ],
+        &[],
+    );
+    let run = stack.wait_phase("big", "Ready").await.unwrap();
+    let base = run["endpoint"].as_str().unwrap().to_owned();
+    let content: Vec<u8> = (0..32 * 1024 * 1024)
+        .map(|i: u32| (i % 251) as u8)
+        .collect();
+    let body = serde_json::json!({"writeFile": {"path": "big.bin", "contentBase64": base64::engine::general_purpose::STANDARD.encode(&content)}});
+    let r = stack
+        .http
+        .post(format!("{base}/operations:execute"))
+        .bearer_auth(&stack.token)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(json(r).await["state"], "Succeeded");
+    let back = stack
+        .http
+        .get(format!("{base}/files:content?path=big.bin"))
+        .bearer_auth(&stack.token)
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert!(back == content, "32 MiB round trip");
+
+    let ended = stack
+        .wait_run("idle", Duration::from_secs(30), |r| r["phase"] == "Timeout")
+        .await
+        .unwrap();
+    assert_eq!(ended["reason"], "IdleTimeout");
+}

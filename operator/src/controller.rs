@@ -105,6 +105,7 @@ pub struct RunState {
     pub retries: u32,
     seq: u64,
     retry_at: Option<Instant>,
+    created: Instant,
 }
 
 #[derive(Debug, Clone)]
@@ -291,6 +292,7 @@ impl Controller {
                 retries: 0,
                 seq: self.seq,
                 retry_at: None,
+                created: now,
             };
             tracing::info!(run = %key, uid = %run.uid, phase = ?run.phase, "run created");
             self.runs.insert(key, run);
@@ -504,7 +506,28 @@ impl Controller {
                 p.lost_at = None;
             }
         }
-        self.schedule(now)
+        let mut actions = Vec::new();
+        for run in self.runs.values_mut() {
+            let limit = run
+                .manifest
+                .spec
+                .timeout
+                .map(|s| Duration::from_secs(s.into()));
+            if run.phase.is_terminal()
+                || !limit.is_some_and(|l| now.duration_since(run.created) >= l)
+            {
+                continue;
+            }
+            tracing::info!(uid = %run.uid, "run timeout");
+            if let (Some(pod), true) = (&run.owner, run.phase.holds_capacity()) {
+                actions.push(cancel_on(pod, &run.uid, run.mode));
+            }
+            run.phase = Phase::Timeout;
+            run.reason = "RunTimeout".into();
+            run.message = "spec.timeout elapsed".into();
+        }
+        actions.extend(self.schedule(now));
+        actions
     }
 
     fn schedule(&mut self, now: Instant) -> Vec<Action> {

@@ -51,6 +51,10 @@ pub struct RunSpec {
     /// Retry policy for registration failures and owner loss.
     #[serde(default)]
     pub retry_policy: RetryPolicy,
+    /// Total lifetime from creation, in seconds; the Run then ends as
+    /// `Timeout` (reason `RunTimeout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<u32>,
     /// Ends the Run: `Drain` finishes accepted work, `Immediate` cancels it.
     /// Monotonic: once set it can only move from `Drain` to `Immediate`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -479,3 +479,26 @@ fn idle_sessions_time_out_and_are_closed() {
         cancel: true
     }));
 }
+
+#[test]
+fn total_timeout_ends_the_run_and_releases_it() {
+    let now = Instant::now();
+    let mut c = controller(1);
+    c.apply_pod("runtimed-0", snapshot("u0", vec![]), now);
+    let mut m = BTreeMap::new();
+    let mut s = session_manifest("s");
+    s.spec.timeout = Some(10);
+    m.insert("default/s".to_owned(), s);
+    c.apply_store(m, now);
+    let uid = run(&c, "s").uid.clone();
+    c.register_result(&uid, 1, RegisterOutcome::Ok, now);
+    assert!(c.tick(now + Duration::from_secs(9)).is_empty());
+    let actions = c.tick(now + Duration::from_secs(10));
+    assert_eq!(run(&c, "s").phase, Phase::Timeout);
+    assert_eq!(run(&c, "s").reason, "RunTimeout");
+    assert!(actions.contains(&Action::CloseSession {
+        pod: "runtimed-0".into(),
+        run_uid: uid,
+        cancel: true
+    }));
+}
