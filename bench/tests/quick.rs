@@ -64,7 +64,21 @@ fn quick_run_produces_every_scenario_and_summary_figure() {
     ] {
         let s = &report["scenarios"][scenario];
         assert!(s["count"].as_u64().unwrap_or(0) > 0, "{scenario} ran: {s}");
-        assert_eq!(s["count"], s["ok"], "{scenario} had errors: {s}");
+        if scenario.starts_with("open-") {
+            // Open-loop requests may overlap on the one function Run (one
+            // in-flight invocation): 429 is the only acceptable error.
+            let errors = s["errors"].as_object().unwrap();
+            assert!(
+                errors.keys().all(|k| k == "429"),
+                "{scenario} had errors: {s}"
+            );
+            assert!(
+                s["ok"].as_u64().unwrap() * 10 >= s["count"].as_u64().unwrap() * 9,
+                "{s}"
+            );
+        } else {
+            assert_eq!(s["count"], s["ok"], "{scenario} had errors: {s}");
+        }
     }
     let summary = &report["summary"];
     for key in [

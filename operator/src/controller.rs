@@ -513,8 +513,7 @@ impl Controller {
                 .spec
                 .timeout
                 .map(|s| Duration::from_secs(s.into()));
-            if run.phase.is_terminal()
-                || !limit.is_some_and(|l| now.duration_since(run.created) >= l)
+            if run.phase.is_terminal() || limit.is_none_or(|l| now.duration_since(run.created) < l)
             {
                 continue;
             }
