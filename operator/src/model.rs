@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use kruntimes_proto::api::dns_label;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -185,16 +186,6 @@ impl ModeKind {
             Self::Session => "session",
         }
     }
-}
-
-fn dns_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && b[0] != b'-'
-        && b[b.len() - 1] != b'-'
 }
 
 impl RunManifest {

@@ -533,15 +533,11 @@ impl Engine {
 
     /// Runs [`Engine::expire_idle`] every `period` until the engine is dropped.
     pub fn spawn_idle_reaper(self: &Arc<Self>, period: Duration) {
-        let weak = Arc::downgrade(self);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(period);
-            loop {
-                tick.tick().await;
-                let Some(engine) = weak.upgrade() else { return };
-                engine.expire_idle().await;
-            }
-        });
+        spawn_periodic(
+            self,
+            period,
+            |engine| async move { engine.expire_idle().await },
+        );
     }
 
     /// Stops every backend (on shutdown).
@@ -563,6 +559,24 @@ impl Engine {
     pub fn current_record(&self, uid: &str) -> Option<Record> {
         self.record(uid)
     }
+}
+
+/// Runs `f` every `period` for as long as `owner` is alive.
+pub fn spawn_periodic<T, F, Fut>(owner: &Arc<T>, period: Duration, f: F)
+where
+    T: Send + Sync + 'static,
+    F: Fn(Arc<T>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let weak = Arc::downgrade(owner);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(period);
+        loop {
+            tick.tick().await;
+            let Some(owner) = weak.upgrade() else { return };
+            f(owner).await;
+        }
+    });
 }
 
 /// One invocation request.

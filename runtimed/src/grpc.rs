@@ -13,7 +13,7 @@ use tonic::{Request, Response, Status};
 
 use crate::dataplane::classify;
 use crate::engine::{Engine, EngineError, Invocation, RegisterError};
-use crate::server::{PeerIdentity, PeerPolicy};
+use crate::server::PeerPolicy;
 
 /// The service.
 #[derive(Clone)]
@@ -29,18 +29,7 @@ impl FunctionService {
     }
 
     fn authorize<T>(&self, req: &Request<T>) -> Result<(), Status> {
-        let peer = req
-            .extensions()
-            .get::<PeerIdentity>()
-            .cloned()
-            .unwrap_or_default();
-        if self.policy.may_control(&peer) {
-            Ok(())
-        } else {
-            Err(Status::permission_denied(
-                "FunctionRuntime accepts the control-plane identity only",
-            ))
-        }
+        self.policy.require_control(req, "FunctionRuntime")
     }
 }
 

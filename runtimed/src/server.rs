@@ -43,6 +43,26 @@ impl PeerPolicy {
             .is_some_and(|cn| self.dataplane_clients.iter().any(|c| c == cn))
     }
 
+    /// Admits a gRPC request from the control-plane identity only.
+    pub fn require_control<T>(
+        &self,
+        req: &tonic::Request<T>,
+        service: &str,
+    ) -> Result<(), tonic::Status> {
+        let peer = req
+            .extensions()
+            .get::<PeerIdentity>()
+            .cloned()
+            .unwrap_or_default();
+        if self.may_control(&peer) {
+            Ok(())
+        } else {
+            Err(tonic::Status::permission_denied(format!(
+                "{service} accepts the control-plane identity only"
+            )))
+        }
+    }
+
     /// Whether `peer` may register and unregister.
     pub fn may_control(&self, peer: &PeerIdentity) -> bool {
         peer.common_name

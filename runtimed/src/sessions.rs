@@ -14,7 +14,7 @@ use tonic::{Request, Response, Status};
 
 use crate::engine::Engine;
 use crate::registry::{self, Record, RegisterDecision};
-use crate::server::{PeerIdentity, PeerPolicy};
+use crate::server::PeerPolicy;
 use crate::session::{CloseMode, Session, SessionLimits};
 
 /// A hosted session.
@@ -234,15 +234,7 @@ impl Sessions {
 
     /// Runs [`Sessions::expire_idle`] every `period`.
     pub fn spawn_idle_reaper(self: &Arc<Self>, period: Duration) {
-        let weak = Arc::downgrade(self);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(period);
-            loop {
-                tick.tick().await;
-                let Some(s) = weak.upgrade() else { return };
-                s.expire_idle();
-            }
-        });
+        crate::engine::spawn_periodic(self, period, |s| async move { s.expire_idle() });
     }
 
     /// Cancels every session (shutdown).
@@ -274,18 +266,7 @@ impl SessionService {
     }
 
     fn authorize<T>(&self, req: &Request<T>) -> Result<(), Status> {
-        let peer = req
-            .extensions()
-            .get::<PeerIdentity>()
-            .cloned()
-            .unwrap_or_default();
-        if self.policy.may_control(&peer) {
-            Ok(())
-        } else {
-            Err(Status::permission_denied(
-                "SessionRuntime accepts the control-plane identity only",
-            ))
-        }
+        self.policy.require_control(req, "SessionRuntime")
     }
 }
 

@@ -70,7 +70,7 @@ impl std::fmt::Display for PathError {
 impl std::error::Error for PathError {}
 
 /// A Kubernetes namespace / object name segment: DNS-1123 label, ≤ 63 bytes.
-fn dns_label(s: &str) -> bool {
+pub fn dns_label(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
         && b.len() <= 63
