@@ -223,10 +223,50 @@ impl Stack {
         }
     }
 
-    /// Waits until the Run is in `phase`.
+    /// Waits until the Run is in `phase`; for `Ready`, also until the
+    /// gateway routes it (its table converges a moment after `runs.json`).
     pub async fn wait_phase(&self, name: &str, phase: &str) -> anyhow::Result<Value> {
-        self.wait_run(name, Duration::from_secs(60), |r| r["phase"] == phase)
-            .await
+        let run = self
+            .wait_run(name, Duration::from_secs(60), |r| r["phase"] == phase)
+            .await?;
+        if phase == "Ready" {
+            self.wait_routable(&run).await?;
+        }
+        Ok(run)
+    }
+
+    /// Polls until the gateway forwards requests for `run` to its owner,
+    /// without executing anything: a function gets an invalid JSON body
+    /// (the owner answers 400 `InvalidJson`), a session a status read.
+    pub async fn wait_routable(&self, run: &Value) -> anyhow::Result<()> {
+        let endpoint = run["endpoint"].as_str().context("endpoint")?;
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let routed = match run["mode"].as_str() {
+                Some("session") => self
+                    .http
+                    .get(endpoint)
+                    .bearer_auth(&self.token)
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status() == 200),
+                _ => self
+                    .http
+                    .post(endpoint)
+                    .bearer_auth(&self.token)
+                    .body("{")
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status() == 400),
+            };
+            if routed {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("the gateway did not route {} within 15 s", run["name"]);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// The invoke URL of a Run.
