@@ -132,7 +132,9 @@ impl SparePool {
         let found = {
             let mut spares = self.lock();
             let mut found = None;
-            while let Some(mut p) = spares.pop() {
+            // Oldest first: it has had the longest to finish booting.
+            while !spares.is_empty() {
+                let mut p = spares.remove(0);
                 if matches!(p.child.try_wait(), Ok(None)) {
                     found = Some(p);
                     break;
