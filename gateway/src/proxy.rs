@@ -138,7 +138,7 @@ fn header_bytes(req: &RequestHeader) -> usize {
         .iter()
         .map(|(k, v)| k.as_str().len() + v.len())
         .sum::<usize>()
-        + req.uri.to_string().len()
+        + req.uri.path_and_query().map_or(0, |pq| pq.as_str().len())
 }
 
 /// Writes a typed JSON error response.

@@ -112,6 +112,32 @@ struct PodClients {
     sessions: SessionRuntimeClient<Channel>,
 }
 
+fn run_of(run: Option<&pb::RunRef>, attempt: u64) -> (String, u64) {
+    (run.map(|r| r.uid.clone()).unwrap_or_default(), attempt)
+}
+
+/// The message reporting a Register/OpenSession outcome.
+fn registered(
+    uid: String,
+    attempt: u64,
+    pod: &str,
+    what: &str,
+    result: Result<(), tonic::Status>,
+) -> Msg {
+    let outcome = match result {
+        Ok(()) => RegisterOutcome::Ok,
+        Err(s) => {
+            tracing::warn!(uid = %uid, pod = %pod, code = ?s.code(), message = %s.message(), "{what} failed");
+            classify(&s)
+        }
+    };
+    Msg::Registered {
+        uid,
+        attempt,
+        outcome,
+    }
+}
+
 fn classify(s: &tonic::Status) -> RegisterOutcome {
     match s.code() {
         tonic::Code::InvalidArgument
@@ -275,44 +301,14 @@ fn perform(
     tokio::spawn(async move {
         match action {
             Action::Register { request, .. } => {
-                let uid = request
-                    .run
-                    .as_ref()
-                    .map(|r| r.uid.clone())
-                    .unwrap_or_default();
-                let attempt = request.attempt;
-                let outcome = match c.functions.clone().register(*request).await {
-                    Ok(_) => RegisterOutcome::Ok,
-                    Err(s) => {
-                        tracing::warn!(uid = %uid, pod = %pod, code = ?s.code(), message = %s.message(), "register failed");
-                        classify(&s)
-                    }
-                };
-                let _ = tx.send(Msg::Registered {
-                    uid,
-                    attempt,
-                    outcome,
-                });
+                let (uid, attempt) = run_of(request.run.as_ref(), request.attempt);
+                let result = c.functions.clone().register(*request).await.map(drop);
+                let _ = tx.send(registered(uid, attempt, &pod, "register", result));
             }
             Action::OpenSession { request, .. } => {
-                let uid = request
-                    .run
-                    .as_ref()
-                    .map(|r| r.uid.clone())
-                    .unwrap_or_default();
-                let attempt = request.attempt;
-                let outcome = match c.sessions.clone().open(*request).await {
-                    Ok(_) => RegisterOutcome::Ok,
-                    Err(s) => {
-                        tracing::warn!(uid = %uid, pod = %pod, code = ?s.code(), message = %s.message(), "open session failed");
-                        classify(&s)
-                    }
-                };
-                let _ = tx.send(Msg::Registered {
-                    uid,
-                    attempt,
-                    outcome,
-                });
+                let (uid, attempt) = run_of(request.run.as_ref(), request.attempt);
+                let result = c.sessions.clone().open(*request).await.map(drop);
+                let _ = tx.send(registered(uid, attempt, &pod, "open session", result));
             }
             Action::CloseSession {
                 run_uid, cancel, ..
