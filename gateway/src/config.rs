@@ -29,6 +29,9 @@ pub struct Args {
     /// HTTPS serving key (PEM).
     #[arg(long, env = "KRUNTIMES_GATEWAY_TLS_KEY")]
     pub tls_key: Option<PathBuf>,
+    /// How often the certificate files are checked for changes, seconds.
+    #[arg(long, default_value_t = 2)]
+    pub tls_reload_secs: u64,
     /// Control plane ownership watch address (host:port).
     #[arg(long, env = "KRUNTIMES_GATEWAY_CONTROL_PLANE")]
     pub control_plane: String,

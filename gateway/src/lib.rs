@@ -10,6 +10,7 @@ pub mod config;
 pub mod metrics;
 pub mod proxy;
 pub mod table;
+pub mod tls_reload;
 pub mod watch;
 
 pub use config::Args;
@@ -165,6 +166,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .context("--tls-key is required with --https-listen")?;
         let mut tls =
             TlsSettings::intermediate(&cert.display().to_string(), &key.display().to_string())?;
+        // Rotated certificate files take effect without a restart.
+        let reloading = tls_reload::ReloadingCert::new(cert, key)
+            .map_err(|e| anyhow::anyhow!("load {}: {e}", cert.display()))?;
+        reloading.watch(Duration::from_secs(args.tls_reload_secs.max(1)));
+        tls.set_cert_resolver(reloading);
         tls.enable_h2();
         proxy.add_tls_with_settings(addr, None, tls);
     }

@@ -111,3 +111,58 @@ async fn sigterm_stops_every_process_of_the_stack() {
         assert!(gone, "process {pid} outlived krt up");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotated_gateway_certificates_are_served_without_dropping_connections() {
+    let stack = start(1, vec![python_run("tls")], &[]);
+    stack.wait_phase("tls", "Ready").await.unwrap();
+    // The stack's client keeps its pooled connection through the rotation.
+    assert_eq!(stack.invoke("tls", "{}").await.unwrap().status(), 200);
+
+    let ca = kruntimes_certs::Ca::generate("rotated CA", 1).unwrap();
+    let leaf = ca
+        .issue(&kruntimes_certs::LeafSpec {
+            common_name: "kruntimes-gateway".into(),
+            dns_names: vec!["localhost".into()],
+            ips: vec!["127.0.0.1".parse().unwrap()],
+            server: true,
+            valid_days: 1,
+            ..Default::default()
+        })
+        .unwrap();
+    let pki = stack.state_dir().join("pki");
+    for (name, pem) in [
+        ("gateway.key", &leaf.key_pem),
+        ("gateway.crt", &leaf.cert_pem),
+    ] {
+        let tmp = pki.join(format!("{name}.new"));
+        std::fs::write(&tmp, pem).unwrap();
+        std::fs::rename(&tmp, pki.join(name)).unwrap();
+    }
+    let rotated = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.cert_pem.as_bytes()).unwrap())
+        .build()
+        .unwrap();
+    let url = stack.endpoint("tls").unwrap();
+    let mut served = false;
+    for _ in 0..100 {
+        if let Ok(r) = rotated
+            .post(&url)
+            .bearer_auth(&stack.token)
+            .body("{}")
+            .send()
+            .await
+        {
+            assert_eq!(r.status(), 200);
+            served = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(served, "new handshakes get the rotated certificate");
+    assert_eq!(
+        stack.invoke("tls", "{}").await.unwrap().status(),
+        200,
+        "the connection established before the rotation still works"
+    );
+}

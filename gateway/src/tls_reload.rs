@@ -1,0 +1,159 @@
+//! The HTTPS serving certificate, reloaded in process when its files change
+//! (a rotated Secret mount, cert-manager renewals): new handshakes get the new
+//! certificate, established connections are not dropped. A broken pair on
+//! disk is refused and the previous certificate stays in service.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+
+/// A certificate resolver that re-reads its PEM files on demand.
+#[derive(Debug)]
+pub struct ReloadingCert {
+    cert_path: PathBuf,
+    key_path: PathBuf,
+    current: RwLock<Arc<CertifiedKey>>,
+    seen: Mutex<(Vec<u8>, Vec<u8>)>,
+}
+
+fn load(cert_path: &Path, key_path: &Path) -> Result<CertifiedKey, String> {
+    let certs = kruntimes_certs::load_certs(cert_path).map_err(|e| e.to_string())?;
+    let key = kruntimes_certs::load_key(key_path).map_err(|e| e.to_string())?;
+    CertifiedKey::from_der(certs, key, &rustls::crypto::aws_lc_rs::default_provider())
+        .map_err(|e| format!("certificate and key do not form a usable pair: {e}"))
+}
+
+fn read_pair(cert_path: &Path, key_path: &Path) -> (Vec<u8>, Vec<u8>) {
+    (
+        std::fs::read(cert_path).unwrap_or_default(),
+        std::fs::read(key_path).unwrap_or_default(),
+    )
+}
+
+impl ReloadingCert {
+    /// Loads the pair once; fails when it is unusable.
+    pub fn new(cert_path: &Path, key_path: &Path) -> Result<Arc<Self>, String> {
+        let key = load(cert_path, key_path)?;
+        Ok(Arc::new(Self {
+            cert_path: cert_path.to_path_buf(),
+            key_path: key_path.to_path_buf(),
+            current: RwLock::new(Arc::new(key)),
+            seen: Mutex::new(read_pair(cert_path, key_path)),
+        }))
+    }
+
+    /// Re-reads the files; `Ok(true)` when a new certificate is in service,
+    /// `Ok(false)` when nothing changed, `Err` when the new files are unusable
+    /// (the old certificate stays).
+    pub fn reload(&self) -> Result<bool, String> {
+        let now = read_pair(&self.cert_path, &self.key_path);
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        if *seen == now {
+            return Ok(false);
+        }
+        let key = load(&self.cert_path, &self.key_path)?;
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(key);
+        *seen = now;
+        Ok(true)
+    }
+
+    /// Polls the files every `period` on a thread of its own.
+    pub fn watch(self: &Arc<Self>, period: Duration) {
+        let weak = Arc::downgrade(self);
+        std::thread::spawn(move || {
+            loop {
+                std::thread::sleep(period);
+                let Some(this) = weak.upgrade() else { return };
+                match this.reload() {
+                    Ok(true) => {
+                        tracing::info!(cert = %this.cert_path.display(), "serving certificate reloaded")
+                    }
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!(cert = %this.cert_path.display(), error = %e, "keeping the previous serving certificate")
+                    }
+                }
+            }
+        });
+    }
+
+    /// The certificate in service.
+    pub fn current(&self) -> Arc<CertifiedKey> {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+impl ResolvesServerCert for ReloadingCert {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kruntimes_certs::{Ca, LeafSpec};
+
+    fn write_leaf(dir: &Path, cn: &str) {
+        let ca = Ca::generate("test", 1).unwrap();
+        let leaf = ca
+            .issue(&LeafSpec {
+                common_name: cn.into(),
+                dns_names: vec!["localhost".into()],
+                server: true,
+                valid_days: 1,
+                ..Default::default()
+            })
+            .unwrap();
+        std::fs::write(dir.join("tls.crt"), leaf.cert_pem).unwrap();
+        std::fs::write(dir.join("tls.key"), leaf.key_pem).unwrap();
+    }
+
+    fn cn(r: &ReloadingCert) -> String {
+        kruntimes_certs::peer_common_name(r.current().cert[0].as_ref()).unwrap()
+    }
+
+    #[test]
+    fn reload_swaps_valid_pairs_and_keeps_the_old_one_otherwise() {
+        let dir = tempfile::tempdir().unwrap();
+        write_leaf(dir.path(), "first");
+        let r =
+            ReloadingCert::new(&dir.path().join("tls.crt"), &dir.path().join("tls.key")).unwrap();
+        assert_eq!(cn(&r), "first");
+        assert_eq!(r.reload(), Ok(false), "unchanged files");
+        write_leaf(dir.path(), "second");
+        assert_eq!(r.reload(), Ok(true));
+        assert_eq!(cn(&r), "second");
+        std::fs::write(dir.path().join("tls.key"), "garbage").unwrap();
+        assert!(r.reload().is_err());
+        assert_eq!(
+            cn(&r),
+            "second",
+            "a broken pair never replaces a working one"
+        );
+        // A cert with someone else's key is refused too.
+        let other = tempfile::tempdir().unwrap();
+        write_leaf(other.path(), "third");
+        std::fs::copy(other.path().join("tls.crt"), dir.path().join("tls.crt")).unwrap();
+        write_leaf(other.path(), "fourth");
+        std::fs::copy(other.path().join("tls.key"), dir.path().join("tls.key")).unwrap();
+        assert!(r.reload().is_err());
+        assert_eq!(cn(&r), "second");
+    }
+
+    #[test]
+    fn an_unusable_pair_fails_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("tls.crt"), "x").unwrap();
+        std::fs::write(dir.path().join("tls.key"), "y").unwrap();
+        assert!(
+            ReloadingCert::new(&dir.path().join("tls.crt"), &dir.path().join("tls.key")).is_err()
+        );
+    }
+}
