@@ -30,6 +30,21 @@ impl Baseline {
 
 impl Drop for Baseline {
     fn drop(&mut self) {
+        // SIGTERM lets the master stop its workers (SIGKILL would orphan
+        // nginx's workers); force it only if that does not happen in time.
+        if let Ok(pid) = i32::try_from(self.child.id()) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
