@@ -79,6 +79,17 @@ fn call<'a>(input: &'a [u8]) -> Invocation<'a> {
     }
 }
 
+/// Waits up to a second for a process to disappear.
+async fn exits_soon(pid: i32) -> bool {
+    for _ in 0..50 {
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
 fn json(bytes: &[u8]) -> serde_json::Value {
     serde_json::from_slice(bytes).unwrap()
 }
@@ -259,15 +270,10 @@ async fn timeout_kills_the_worker_process_group() {
         .unwrap()
         .parse()
         .unwrap();
-    let mut gone = false;
-    for _ in 0..50 {
-        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            gone = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(gone, "the timed-out worker {pid} must be killed");
+    assert!(
+        exits_soon(pid).await,
+        "the timed-out worker {pid} must be killed"
+    );
     assert!(fx.engine.invoke(call(b"{}")).await.is_ok());
 }
 
@@ -502,13 +508,8 @@ async fn cancel_unregister_stops_the_in_flight_invocation_and_its_worker() {
         started.elapsed() < Duration::from_secs(10),
         "cancel does not wait for the handler"
     );
-    let mut gone = false;
-    for _ in 0..50 {
-        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            gone = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(gone, "the cancelled worker {pid} is killed");
+    assert!(
+        exits_soon(pid).await,
+        "the cancelled worker {pid} is killed"
+    );
 }
