@@ -9,6 +9,8 @@ use clap::{Parser, ValueEnum};
 pub enum AuthMode {
     /// Embedded mode: ES256 JWTs verified locally + static policy.
     Jwt,
+    /// Kubernetes: TokenReview + SubjectAccessReview against the cluster.
+    Kubernetes,
     /// No authentication (benchmarking the proxy path only).
     None,
 }
@@ -68,6 +70,37 @@ pub struct Args {
     /// Longest a verified token is reused (never beyond its exp).
     #[arg(long, default_value_t = 120)]
     pub authn_cache_ttl_secs: u64,
+    /// Longest an allow decision is reused (never beyond the token's exp).
+    #[arg(long, default_value_t = 30)]
+    pub authz_allowed_ttl_secs: u64,
+    /// Longest a deny decision (or a rejected token) is reused.
+    #[arg(long, default_value_t = 5)]
+    pub authz_denied_ttl_secs: u64,
+    /// Entries per decision-cache layer.
+    #[arg(long, default_value_t = 100_000)]
+    pub auth_cache_entries: u64,
+    /// Authentication/authorization API calls in flight at once.
+    #[arg(long, default_value_t = 64)]
+    pub auth_max_api_calls: usize,
+    /// While the API server is unreachable, keep allowing keys that were
+    /// allowed within their TTL plus this many seconds (0: fail closed).
+    #[arg(long, default_value_t = 0)]
+    pub auth_stale_if_error_secs: u64,
+    /// Kubeconfig of the gateway's own identity (`--auth kubernetes`);
+    /// in-cluster configuration when omitted.
+    #[arg(long, env = "KRUNTIMES_GATEWAY_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Audiences TokenReview checks tokens against (comma-separated; the
+    /// API server's own audiences when empty).
+    #[arg(long, value_delimiter = ',')]
+    pub token_audiences: Vec<String>,
+    /// Verify service-account JWTs locally against the cluster's OIDC keys
+    /// instead of a TokenReview. Faster, but blind to revocation before exp.
+    #[arg(long)]
+    pub sa_jwt_local: bool,
+    /// Bound on one TokenReview / SubjectAccessReview call, milliseconds.
+    #[arg(long, default_value_t = 5000)]
+    pub kube_api_timeout_ms: u64,
     /// Largest request body in bytes (413 beyond).
     #[arg(long, default_value_t = 1024 * 1024)]
     pub max_body_bytes: u64,

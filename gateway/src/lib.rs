@@ -26,9 +26,14 @@ use pingora::server::{Server, ShutdownWatch};
 use pingora::services::background::{BackgroundService, background_service};
 use pingora::utils::tls::{CertKey, WrappedX509, parse_x509};
 
-use crate::auth::cache::{CacheConfig, DecisionCache};
+use crate::auth::cache::{CacheConfig, CacheMetrics, DecisionCache};
 use crate::auth::jwt::JwtAuthenticator;
+use crate::auth::kube::{
+    ApiMetrics, KubeCalls, ServiceAccountJwtAuthenticator, SubjectAccessReviewAuthorizer,
+    TokenReviewAuthenticator,
+};
 use crate::auth::policy::{Policy, PolicyAuthorizer};
+use crate::auth::{Authenticator, Authorizer};
 use crate::config::AuthMode;
 use crate::metrics::Metrics;
 use crate::proxy::{Gateway, Limits, Upstream};
@@ -66,12 +71,91 @@ fn read(path: &std::path::Path) -> anyhow::Result<Vec<u8>> {
     std::fs::read(path).with_context(|| format!("read {}", path.display()))
 }
 
+fn cache_config(args: &Args) -> CacheConfig {
+    CacheConfig {
+        max_entries: args.auth_cache_entries,
+        authn_max_ttl: Duration::from_secs(args.authn_cache_ttl_secs),
+        rejected_ttl: Duration::from_secs(args.authz_denied_ttl_secs),
+        allowed_ttl: Duration::from_secs(args.authz_allowed_ttl_secs),
+        denied_ttl: Duration::from_secs(args.authz_denied_ttl_secs),
+        max_concurrent_calls: args.auth_max_api_calls,
+        stale_if_error: Duration::from_secs(args.auth_stale_if_error_secs),
+    }
+}
+
+/// A runtime of its own for API-server calls, alive for the whole process:
+/// Pingora's per-thread runtimes never own those connections.
+fn kube_runtime() -> anyhow::Result<tokio::runtime::Handle> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("kube-auth")
+        .enable_all()
+        .build()?;
+    let handle = rt.handle().clone();
+    std::thread::Builder::new()
+        .name("kube-auth-runtime".into())
+        .spawn(move || rt.block_on(std::future::pending::<()>()))?;
+    Ok(handle)
+}
+
+fn kube_backends(
+    args: &Args,
+    metrics: &Metrics,
+) -> anyhow::Result<(Arc<dyn Authenticator>, Arc<dyn Authorizer>)> {
+    let runtime = kube_runtime()?;
+    let kubeconfig = args.kubeconfig.clone();
+    let client = runtime.block_on(async move {
+        let config = match kubeconfig {
+            Some(path) => {
+                let kc = kube::config::Kubeconfig::read_from(&path)
+                    .with_context(|| format!("read kubeconfig {}", path.display()))?;
+                kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
+            }
+            None => kube::Config::infer()
+                .await
+                .context("no --kubeconfig and no in-cluster configuration")?,
+        };
+        anyhow::Ok(kube::Client::try_from(config)?)
+    })?;
+    let calls = KubeCalls::new(
+        client,
+        runtime.clone(),
+        Some(ApiMetrics {
+            calls: metrics.auth_api_calls.clone(),
+            latency: metrics.auth_api_latency.clone(),
+        }),
+        Duration::from_millis(args.kube_api_timeout_ms),
+    );
+    let token_review: Arc<dyn Authenticator> = Arc::new(TokenReviewAuthenticator::new(
+        calls.clone(),
+        args.token_audiences.clone(),
+    ));
+    let authn = if args.sa_jwt_local {
+        let audiences = args.token_audiences.clone();
+        let fallback = token_review.clone();
+        let local = {
+            let calls = calls.clone();
+            runtime.block_on(async move {
+                ServiceAccountJwtAuthenticator::discover(&calls, audiences, fallback).await
+            })
+        }
+        .map_err(|e| anyhow::anyhow!("service-account key discovery: {e}"))?;
+        tracing::warn!(
+            "service-account tokens are verified locally: revocations are not seen before exp"
+        );
+        Arc::new(local) as Arc<dyn Authenticator>
+    } else {
+        token_review
+    };
+    Ok((authn, Arc::new(SubjectAccessReviewAuthorizer::new(calls))))
+}
+
 /// Builds the decision cache from the flags (`None` when auth is disabled).
 fn build_auth(args: &Args, metrics: &Metrics) -> anyhow::Result<Option<Arc<DecisionCache>>> {
-    match args.auth {
+    let (authn, authz): (Arc<dyn Authenticator>, Arc<dyn Authorizer>) = match args.auth {
         AuthMode::None => {
             tracing::warn!("authentication is DISABLED; every caller may invoke every run");
-            Ok(None)
+            return Ok(None);
         }
         AuthMode::Jwt => {
             let key_path = args
@@ -87,18 +171,19 @@ fn build_auth(args: &Args, metrics: &Metrics) -> anyhow::Result<Option<Arc<Decis
                     .context("load JWT public key")?;
             let policy: Policy =
                 serde_yaml::from_slice(&read(policy_path)?).context("parse policy")?;
-            let cfg = CacheConfig {
-                authn_max_ttl: Duration::from_secs(args.authn_cache_ttl_secs),
-                ..CacheConfig::default()
-            };
-            Ok(Some(Arc::new(DecisionCache::new(
-                Arc::new(authn),
-                Arc::new(PolicyAuthorizer(policy)),
-                cfg,
-                Some(metrics.auth_cache.clone()),
-            ))))
+            (Arc::new(authn), Arc::new(PolicyAuthorizer(policy)))
         }
-    }
+        AuthMode::Kubernetes => kube_backends(args, metrics)?,
+    };
+    Ok(Some(Arc::new(DecisionCache::new(
+        authn,
+        authz,
+        cache_config(args),
+        Some(CacheMetrics {
+            lookups: metrics.auth_cache.clone(),
+            decisions: metrics.auth_decisions.clone(),
+        }),
+    ))))
 }
 
 fn upstream(args: &Args) -> anyhow::Result<Upstream> {

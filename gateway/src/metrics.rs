@@ -18,6 +18,12 @@ pub struct Metrics {
     pub table_entries: IntGaugeVec,
     /// Auth cache hits and misses by layer.
     pub auth_cache: IntCounterVec,
+    /// Auth decisions by outcome.
+    pub auth_decisions: IntCounterVec,
+    /// Authentication/authorization API calls by api and result.
+    pub auth_api_calls: IntCounterVec,
+    /// Authentication/authorization API call latency by api.
+    pub auth_api_latency: HistogramVec,
 }
 
 impl Metrics {
@@ -52,6 +58,30 @@ impl Metrics {
             ),
             &["layer", "result"],
         )?;
+        let auth_decisions = IntCounterVec::new(
+            Opts::new("auth_decisions_total", "Auth decisions by outcome."),
+            &["outcome"],
+        )?;
+        let auth_api_calls = IntCounterVec::new(
+            Opts::new(
+                "auth_api_calls_total",
+                "Kubernetes auth API calls by api and result.",
+            ),
+            &["api", "result"],
+        )?;
+        let auth_api_latency = HistogramVec::new(
+            HistogramOpts::new(
+                "auth_api_call_duration_seconds",
+                "Kubernetes auth API call latency by api.",
+            )
+            .buckets(vec![
+                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+            ]),
+            &["api"],
+        )?;
+        registry.register(Box::new(auth_decisions.clone()))?;
+        registry.register(Box::new(auth_api_calls.clone()))?;
+        registry.register(Box::new(auth_api_latency.clone()))?;
         registry.register(Box::new(requests.clone()))?;
         registry.register(Box::new(latency.clone()))?;
         registry.register(Box::new(in_flight.clone()))?;
@@ -64,6 +94,9 @@ impl Metrics {
             in_flight,
             table_entries,
             auth_cache,
+            auth_decisions,
+            auth_api_calls,
+            auth_api_latency,
         })
     }
 

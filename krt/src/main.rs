@@ -84,7 +84,7 @@ enum Command {
     #[command(hide = true)]
     Gateway {
         #[command(flatten)]
-        args: kruntimes_gateway::Args,
+        args: Box<kruntimes_gateway::Args>,
         /// Exit when the parent process exits.
         #[arg(long)]
         exit_with_parent: bool,
@@ -150,7 +150,7 @@ fn main() -> anyhow::Result<()> {
                 exit_with_parent();
             }
             // Pingora owns its runtimes; run it outside of any tokio runtime.
-            kruntimes_gateway::run(args)
+            kruntimes_gateway::run(*args)
         }
         Command::Runtimed {
             args,

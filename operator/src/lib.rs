@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 pub mod controller;
+pub mod crd;
 pub mod embedded;
 pub mod lifecycle;
 pub mod model;

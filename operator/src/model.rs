@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 
 use kruntimes_proto::api::dns_label;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -34,20 +36,45 @@ pub struct ObjectMeta {
     pub namespace: Option<String>,
 }
 
-/// `spec` of a Run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+/// `spec` of a Run. The CRD `Run` (`kruntimes.io/v1alpha1`) is generated
+/// from it; execution inputs (runtime, source, mode, env) are immutable
+/// after creation and `termination` is monotonic, enforced by the API server
+/// with CEL transition rules.
+#[derive(CustomResource, KubeSchema, Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[kube(
+    group = "kruntimes.io",
+    version = "v1alpha1",
+    kind = "Run",
+    namespaced,
+    status = "crate::crd::RunStatus",
+    shortname = "krun",
+    category = "kruntimes",
+    printcolumn = r#"{"name":"Runtime","type":"string","jsonPath":".spec.runtime"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Pod","type":"string","jsonPath":".status.assignedPod"}"#,
+    printcolumn = r#"{"name":"Attempt","type":"integer","jsonPath":".status.attempt"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("self.runtime == oldSelf.runtime").message("spec.runtime is immutable"),
+    validation = Rule::new("has(self.source) == has(oldSelf.source) && (!has(self.source) || self.source == oldSelf.source)").message("spec.source is immutable"),
+    validation = Rule::new("self.mode == oldSelf.mode").message("spec.mode is immutable"),
+    validation = Rule::new("has(self.env) == has(oldSelf.env) && (!has(self.env) || self.env == oldSelf.env)").message("spec.env is immutable"),
+    validation = Rule::new("!has(oldSelf.termination) || (has(self.termination) && (self.termination.mode == oldSelf.termination.mode || self.termination.mode == 'Immediate'))").message("spec.termination can only be set once, or moved from Drain to Immediate"),
+)]
 pub struct RunSpec {
     /// Runtime name (`python`, `bash`, or a custom Runtime).
+    #[schemars(length(min = 1, max = 63))]
     pub runtime: String,
     /// Code source, shared by all modes.
     #[serde(default)]
     pub source: SourceSpec,
     /// Exactly one mode.
-    #[serde(default)]
     pub mode: RunMode,
     /// Environment of the handler.
     #[serde(default)]
+    #[schemars(length(max = 256))]
     pub env: Vec<EnvVar>,
     /// Retry policy for registration failures and owner loss.
     #[serde(default)]
@@ -63,23 +90,37 @@ pub struct RunSpec {
 }
 
 /// `spec.source`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SourceSpec {
-    /// Inline source text.
+    /// Inline source text (at most 256 KiB; etcd objects are small).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 262144))]
     pub inline: Option<String>,
     /// Where the inline source is written, relative to the working directory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 255))]
     pub inline_path: Option<String>,
 }
 
+/// `spec.mode.task`: a one-shot process.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, JsonSchema)]
+pub struct TaskMode {
+    /// File to run, relative to the working directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entrypoint: Option<String>,
+    /// Arguments.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+}
+
 /// `spec.mode`: exactly one of the fields.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, KubeSchema)]
+#[x_kube(validation = Rule::new("(has(self.task) ? 1 : 0) + (has(self.function) ? 1 : 0) + (has(self.session) ? 1 : 0) == 1").message("spec.mode must set exactly one of task, function, session"))]
 pub struct RunMode {
     /// One-shot task.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub task: Option<serde_json::Value>,
+    pub task: Option<TaskMode>,
     /// Function mode.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub function: Option<FunctionMode>,
@@ -89,7 +130,7 @@ pub struct RunMode {
 }
 
 /// `spec.mode.session`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SessionMode {
     /// End the session after this long without operations.
@@ -104,7 +145,7 @@ pub struct SessionMode {
 }
 
 /// `spec.mode.function`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FunctionMode {
     /// `module.function` (Python) or `file.function` (Bash).
@@ -118,7 +159,7 @@ pub struct FunctionMode {
 }
 
 /// One environment variable.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct EnvVar {
     /// Name.
     pub name: String,
@@ -128,7 +169,7 @@ pub struct EnvVar {
 }
 
 /// `spec.retryPolicy`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RetryPolicy {
     /// Re-registrations allowed after owner loss or transient failures.
@@ -149,7 +190,7 @@ impl Default for RetryPolicy {
 }
 
 /// `spec.termination`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, JsonSchema)]
 pub struct Termination {
     /// `Drain` finishes accepted work; `Immediate` cancels it.
     #[serde(default)]
@@ -157,7 +198,7 @@ pub struct Termination {
 }
 
 /// How a Run ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, JsonSchema)]
 pub enum TerminationMode {
     /// Let in-flight work finish.
     #[default]

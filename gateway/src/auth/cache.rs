@@ -7,6 +7,10 @@
 //! `denied_ttl`, never beyond expiry. Backend errors are not cached (fail
 //! closed). Concurrent misses for one key coalesce into one backend call, and
 //! backend calls in flight are bounded.
+//!
+//! Optionally (`stale_if_error`, off by default) a key that was allowed
+//! recently keeps being allowed for a bounded window while the backend is
+//! unreachable — never beyond the credential's expiry.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,6 +39,9 @@ pub struct CacheConfig {
     pub denied_ttl: Duration,
     /// Backend calls in flight at once.
     pub max_concurrent_calls: usize,
+    /// How long past its TTL an allow decision may still be used while the
+    /// backend is unavailable. Zero (the default) fails closed at once.
+    pub stale_if_error: Duration,
 }
 
 impl Default for CacheConfig {
@@ -46,6 +53,7 @@ impl Default for CacheConfig {
             allowed_ttl: Duration::from_secs(30),
             denied_ttl: Duration::from_secs(5),
             max_concurrent_calls: 64,
+            stale_if_error: Duration::ZERO,
         }
     }
 }
@@ -61,6 +69,12 @@ struct Authn {
 #[derive(Clone)]
 struct Decision {
     allowed: bool,
+    ttl: Duration,
+}
+
+#[derive(Clone)]
+struct StaleAllow {
+    identity: Arc<Identity>,
     ttl: Duration,
 }
 
@@ -87,6 +101,27 @@ impl<K> Expiry<K, Decision> for TtlFromValue {
     }
 }
 
+impl<K> Expiry<K, StaleAllow> for TtlFromValue {
+    fn expire_after_create(
+        &self,
+        _: &K,
+        v: &StaleAllow,
+        _: std::time::Instant,
+    ) -> Option<Duration> {
+        Some(v.ttl)
+    }
+}
+
+/// Counters the cache keeps.
+#[derive(Clone)]
+pub struct CacheMetrics {
+    /// Lookups by `layer` (`authn`, `authz`, `stale`) and `result` (`hit`, `miss`).
+    pub lookups: IntCounterVec,
+    /// Final decisions by `outcome` (`allowed`, `denied`, `unauthenticated`,
+    /// `unavailable`).
+    pub decisions: IntCounterVec,
+}
+
 /// The final answer for a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -106,25 +141,29 @@ pub fn bounded_ttl(ttl: Duration, expires_at: Option<SystemTime>, now: SystemTim
     }
 }
 
+fn digest(token: &str) -> TokenDigest {
+    Sha256::digest(token.as_bytes()).into()
+}
+
 /// The cache.
 pub struct DecisionCache {
     authn: Arc<dyn Authenticator>,
     authz: Arc<dyn Authorizer>,
     tokens: Cache<TokenDigest, Authn>,
     decisions: Cache<DecisionKey, Decision>,
+    stale: Cache<DecisionKey, StaleAllow>,
     calls: Arc<Semaphore>,
     cfg: CacheConfig,
-    counter: Option<IntCounterVec>,
+    metrics: Option<CacheMetrics>,
 }
 
 impl DecisionCache {
-    /// Wraps the backends. `counter` (labels `layer`, `result`) counts hits
-    /// and misses.
+    /// Wraps the backends; `metrics` counts lookups and decisions.
     pub fn new(
         authn: Arc<dyn Authenticator>,
         authz: Arc<dyn Authorizer>,
         cfg: CacheConfig,
-        counter: Option<IntCounterVec>,
+        metrics: Option<CacheMetrics>,
     ) -> Self {
         Self {
             authn,
@@ -137,16 +176,35 @@ impl DecisionCache {
                 .max_capacity(cfg.max_entries)
                 .expire_after(TtlFromValue)
                 .build(),
+            stale: Cache::builder()
+                .max_capacity(cfg.max_entries)
+                .expire_after(TtlFromValue)
+                .build(),
             calls: Arc::new(Semaphore::new(cfg.max_concurrent_calls.max(1))),
             cfg,
-            counter,
+            metrics,
         }
     }
 
     fn count(&self, layer: &str, hit: bool) {
-        if let Some(c) = &self.counter {
-            c.with_label_values(&[layer, if hit { "hit" } else { "miss" }])
+        if let Some(m) = &self.metrics {
+            m.lookups
+                .with_label_values(&[layer, if hit { "hit" } else { "miss" }])
                 .inc();
+        }
+    }
+
+    fn count_decision(&self, outcome: &Result<Outcome, AuthError>) {
+        if let Some(m) = &self.metrics {
+            let label = match outcome {
+                Ok(Outcome::Allowed(_)) => "allowed",
+                Ok(Outcome::Denied(_)) => "denied",
+                Ok(Outcome::Unauthenticated(_)) | Err(AuthError::Unauthenticated(_)) => {
+                    "unauthenticated"
+                }
+                Err(AuthError::Unavailable(_)) => "unavailable",
+            };
+            m.decisions.with_label_values(&[label]).inc();
         }
     }
 
@@ -155,7 +213,7 @@ impl DecisionCache {
         &self,
         token: &str,
     ) -> Result<Result<Arc<Identity>, Arc<str>>, AuthError> {
-        Ok(self.authenticate_digest(token).await?.1)
+        self.authenticate_digest(token, digest(token)).await
     }
 
     /// Looks `key` up in `cache`; on a miss runs `load` once for all
@@ -192,8 +250,8 @@ impl DecisionCache {
     async fn authenticate_digest(
         &self,
         token: &str,
-    ) -> Result<(TokenDigest, Result<Arc<Identity>, Arc<str>>), AuthError> {
-        let digest: TokenDigest = Sha256::digest(token.as_bytes()).into();
+        digest: TokenDigest,
+    ) -> Result<Result<Arc<Identity>, Arc<str>>, AuthError> {
         let authn = self
             .cached("authn", &self.tokens, digest, async {
                 match self.authn.authenticate(token).await {
@@ -219,25 +277,48 @@ impl DecisionCache {
             }
             other => other,
         };
-        Ok((digest, result))
+        Ok(result)
     }
 
     /// Authenticates and authorizes `token` for `target`.
     pub async fn check(&self, token: &str, target: &Target) -> Result<Outcome, AuthError> {
-        let (digest, identity) = self.authenticate_digest(token).await?;
-        let identity = match identity {
-            Ok(id) => id,
-            Err(reason) => return Ok(Outcome::Unauthenticated(reason)),
-        };
         let key = DecisionKey {
-            token: digest,
+            token: digest(token),
             namespace: target.namespace.clone(),
             name: target.name.clone(),
             uid: target.uid.clone(),
             verb: target.verb,
         };
+        let mut outcome = self.check_key(token, target, &key).await;
+        if let Err(AuthError::Unavailable(_)) = &outcome
+            && !self.cfg.stale_if_error.is_zero()
+        {
+            let stale = self.stale.get(&key).await;
+            self.count("stale", stale.is_some());
+            if let Some(s) = stale
+                && s.identity
+                    .expires_at
+                    .is_none_or(|exp| exp > SystemTime::now())
+            {
+                outcome = Ok(Outcome::Allowed(s.identity));
+            }
+        }
+        self.count_decision(&outcome);
+        outcome
+    }
+
+    async fn check_key(
+        &self,
+        token: &str,
+        target: &Target,
+        key: &DecisionKey,
+    ) -> Result<Outcome, AuthError> {
+        let identity = match self.authenticate_digest(token, key.token).await? {
+            Ok(id) => id,
+            Err(reason) => return Ok(Outcome::Unauthenticated(reason)),
+        };
         let decision = self
-            .cached("authz", &self.decisions, key, async {
+            .cached("authz", &self.decisions, key.clone(), async {
                 let allowed = self.authz.authorize(&identity, target).await?;
                 let ttl = if allowed {
                     self.cfg.allowed_ttl
@@ -250,6 +331,25 @@ impl DecisionCache {
                 })
             })
             .await?;
+        if decision.allowed && !self.cfg.stale_if_error.is_zero() {
+            let ttl = bounded_ttl(
+                self.cfg.allowed_ttl + self.cfg.stale_if_error,
+                identity.expires_at,
+                SystemTime::now(),
+            );
+            self.stale
+                .insert(
+                    key.clone(),
+                    StaleAllow {
+                        identity: identity.clone(),
+                        ttl,
+                    },
+                )
+                .await;
+        } else if !decision.allowed {
+            // A fresh deny ends any stale allowance of this key.
+            self.stale.invalidate(key).await;
+        }
         Ok(if decision.allowed {
             Outcome::Allowed(identity)
         } else {

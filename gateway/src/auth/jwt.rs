@@ -65,9 +65,8 @@ impl Authenticator for JwtAuthenticator {
             .map_err(|e| AuthError::Unauthenticated(format!("invalid token: {:?}", e.kind())))?;
         let c = data.claims;
         Ok(Identity {
-            subject: c.sub,
-            groups: c.groups,
             expires_at: Some(UNIX_EPOCH + Duration::from_secs(c.exp)),
+            ..Identity::new(c.sub, c.groups)
         })
     }
 }

@@ -8,8 +8,10 @@
 
 pub mod cache;
 pub mod jwt;
+pub mod kube;
 pub mod policy;
 
+use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 use async_trait::async_trait;
@@ -21,8 +23,25 @@ pub struct Identity {
     pub subject: String,
     /// Groups.
     pub groups: Vec<String>,
+    /// Stable user id, when the authenticator reports one.
+    pub uid: Option<String>,
+    /// Extra attributes (Kubernetes `user.extra`), passed on to authorization.
+    pub extra: BTreeMap<String, Vec<String>>,
     /// When the credential expires; cached decisions never outlive it.
     pub expires_at: Option<SystemTime>,
+}
+
+impl Identity {
+    /// An identity with a subject and groups only.
+    pub fn new(subject: impl Into<String>, groups: Vec<String>) -> Self {
+        Self {
+            subject: subject.into(),
+            groups,
+            uid: None,
+            extra: BTreeMap::new(),
+            expires_at: None,
+        }
+    }
 }
 
 /// The authz subresource of a request.

@@ -69,11 +69,7 @@ mod tests {
     use super::*;
 
     fn id(sub: &str, groups: &[&str]) -> Identity {
-        Identity {
-            subject: sub.into(),
-            groups: groups.iter().map(|g| g.to_string()).collect(),
-            expires_at: None,
-        }
+        Identity::new(sub, groups.iter().map(|g| g.to_string()).collect())
     }
 
     fn target(ns: &str, verb: Verb) -> Target {

@@ -302,10 +302,13 @@ fn invalid_and_unsupported_manifests_fail_without_scheduling() {
     let mut c = controller(1);
     c.apply_pod("runtimed-0", snapshot("u0", vec![]), now);
     let mut m = store(&["bad", "task"]);
-    m.get_mut("default/bad").unwrap().spec.mode.task = Some(serde_json::json!({}));
+    m.get_mut("default/bad").unwrap().spec.mode.task = Some(crate::model::TaskMode::default());
     let t = m.get_mut("default/task").unwrap();
     t.spec.mode.function = None;
-    t.spec.mode.task = Some(serde_json::json!({"entrypoint": "main.py"}));
+    t.spec.mode.task = Some(crate::model::TaskMode {
+        entrypoint: Some("main.py".into()),
+        args: vec![],
+    });
     let actions = c.apply_store(m, now);
     assert!(actions.is_empty());
     assert_eq!(run(&c, "bad").phase, Phase::Failed);

@@ -20,9 +20,8 @@ impl Authenticator for CountingAuthn {
         }
         match token {
             "good" | "good2" => Ok(Identity {
-                subject: "alice".into(),
-                groups: vec![],
                 expires_at: self.exp,
+                ..Identity::new("alice", vec![])
             }),
             _ => Err(AuthError::Unauthenticated("unknown token".into())),
         }

@@ -1,0 +1,21 @@
+//! Writes the CRD manifests into `charts/kruntimes/crds/` (or the directory
+//! given as the only argument). A test fails when the committed files are
+//! stale.
+
+use std::path::PathBuf;
+
+fn main() -> anyhow::Result<()> {
+    let dir = std::env::args_os()
+        .nth(1)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../charts/kruntimes/crds")
+        });
+    std::fs::create_dir_all(&dir)?;
+    for (file, crd) in kruntimes_operator::crd::crds() {
+        let path = dir.join(file);
+        std::fs::write(&path, kruntimes_operator::crd::crd_yaml(&crd))?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
