@@ -50,6 +50,15 @@ pub struct UpArgs {
     /// Gateway limit of requests in flight (503 `Overloaded` beyond).
     #[arg(long, default_value_t = 4096)]
     pub max_in_flight: usize,
+    /// Authenticate and authorize callers against this Kubernetes cluster
+    /// (TokenReview + SubjectAccessReview, as the gateway's own identity in
+    /// this kubeconfig) instead of the embedded tokens and policy.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Extra flag passed to the gateway as is (repeatable), for example
+    /// `--gateway-flag=--authz-allowed-ttl-secs=10`.
+    #[arg(long = "gateway-flag", allow_hyphen_values = true)]
+    pub gateway_flags: Vec<String>,
     /// Exit when the parent process exits (used by test harnesses).
     #[arg(long, hide = true)]
     pub exit_with_parent: bool,
@@ -144,12 +153,6 @@ fn gateway_args(pki: &Pki, args: &UpArgs, control: SocketAddr) -> Vec<String> {
         s(&pki.gateway_client_cert),
         "--client-key".into(),
         s(&pki.gateway_client_key),
-        "--auth".into(),
-        "jwt".into(),
-        "--jwt-public-key".into(),
-        s(&pki.jwt_public),
-        "--policy".into(),
-        s(&pki.policy),
         "--max-in-flight".into(),
         args.max_in_flight.to_string(),
         "--threads".into(),
@@ -157,10 +160,27 @@ fn gateway_args(pki: &Pki, args: &UpArgs, control: SocketAddr) -> Vec<String> {
         "--access-log".into(),
         args.gateway_access_log.to_string(),
     ];
+    match &args.kubeconfig {
+        Some(kubeconfig) => v.extend([
+            "--auth".into(),
+            "kubernetes".into(),
+            "--kubeconfig".into(),
+            s(kubeconfig),
+        ]),
+        None => v.extend([
+            "--auth".into(),
+            "jwt".into(),
+            "--jwt-public-key".into(),
+            s(&pki.jwt_public),
+            "--policy".into(),
+            s(&pki.policy),
+        ]),
+    }
     if let Some(h) = &args.gateway_http_addr {
         v.push("--http-listen".into());
         v.push(h.clone());
     }
+    v.extend(args.gateway_flags.iter().cloned());
     v
 }
 

@@ -476,6 +476,220 @@ impl ApiServer {
     }
 }
 
+/// Who a binding grants to.
+#[derive(Debug, Clone)]
+pub enum Subject {
+    /// A static-token user.
+    User(User),
+    /// A ServiceAccount `(namespace, name)`.
+    ServiceAccount(String, String),
+}
+
+impl Subject {
+    fn to_rbac(&self) -> k8s_openapi::api::rbac::v1::Subject {
+        match self {
+            Subject::User(u) => k8s_openapi::api::rbac::v1::Subject {
+                kind: "User".into(),
+                name: u.name().into(),
+                api_group: Some("rbac.authorization.k8s.io".into()),
+                namespace: None,
+            },
+            Subject::ServiceAccount(ns, name) => k8s_openapi::api::rbac::v1::Subject {
+                kind: "ServiceAccount".into(),
+                name: name.clone(),
+                api_group: None,
+                namespace: Some(ns.clone()),
+            },
+        }
+    }
+}
+
+impl ApiServer {
+    /// Creates a namespace.
+    pub async fn create_namespace(&self, name: &str) -> anyhow::Result<()> {
+        use k8s_openapi::api::core::v1::Namespace;
+        let api: Api<Namespace> = Api::all(self.client().await?);
+        let ns = Namespace {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        api.create(&PostParams::default(), &ns).await?;
+        Ok(())
+    }
+
+    /// Creates the `Role` (in `namespace`) or `ClusterRole` (namespace
+    /// `None`) of a YAML file, returning its name.
+    pub async fn apply_role_file(
+        &self,
+        namespace: Option<&str>,
+        path: &Path,
+    ) -> anyhow::Result<String> {
+        use k8s_openapi::api::rbac::v1::{ClusterRole, Role};
+        let text = std::fs::read(path).with_context(|| format!("read {}", path.display()))?;
+        let client = self.client().await?;
+        match namespace {
+            Some(ns) => {
+                let role: Role = serde_yaml::from_slice(&text)?;
+                let name = role.metadata.name.clone().unwrap_or_default();
+                Api::<Role>::namespaced(client, ns)
+                    .create(&PostParams::default(), &role)
+                    .await?;
+                Ok(name)
+            }
+            None => {
+                let role: ClusterRole = serde_yaml::from_slice(&text)?;
+                let name = role.metadata.name.clone().unwrap_or_default();
+                Api::<ClusterRole>::all(client)
+                    .create(&PostParams::default(), &role)
+                    .await?;
+                Ok(name)
+            }
+        }
+    }
+
+    /// Binds `role` (a Role in `namespace`, or a ClusterRole cluster-wide
+    /// when `namespace` is `None`) to `subject` as binding `name`.
+    pub async fn bind(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        role: &str,
+        subject: Subject,
+    ) -> anyhow::Result<()> {
+        use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleBinding, RoleRef};
+        let client = self.client().await?;
+        let meta = kube::api::ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        };
+        match namespace {
+            Some(ns) => {
+                let b = RoleBinding {
+                    metadata: meta,
+                    role_ref: RoleRef {
+                        api_group: "rbac.authorization.k8s.io".into(),
+                        kind: "Role".into(),
+                        name: role.into(),
+                    },
+                    subjects: Some(vec![subject.to_rbac()]),
+                };
+                Api::<RoleBinding>::namespaced(client, ns)
+                    .create(&PostParams::default(), &b)
+                    .await?;
+            }
+            None => {
+                let b = ClusterRoleBinding {
+                    metadata: meta,
+                    role_ref: RoleRef {
+                        api_group: "rbac.authorization.k8s.io".into(),
+                        kind: "ClusterRole".into(),
+                        name: role.into(),
+                    },
+                    subjects: Some(vec![subject.to_rbac()]),
+                };
+                Api::<ClusterRoleBinding>::all(client)
+                    .create(&PostParams::default(), &b)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes the RoleBinding `name` in `namespace`.
+    pub async fn unbind(&self, namespace: &str, name: &str) -> anyhow::Result<()> {
+        use k8s_openapi::api::rbac::v1::RoleBinding;
+        Api::<RoleBinding>::namespaced(self.client().await?, namespace)
+            .delete(name, &Default::default())
+            .await?;
+        Ok(())
+    }
+
+    /// Creates ServiceAccount `name` in `namespace` and returns its UID.
+    pub async fn create_service_account(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> anyhow::Result<String> {
+        use k8s_openapi::api::core::v1::ServiceAccount;
+        let sa = ServiceAccount {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let sa = Api::<ServiceAccount>::namespaced(self.client().await?, namespace)
+            .create(&PostParams::default(), &sa)
+            .await?;
+        sa.metadata.uid.context("ServiceAccount without uid")
+    }
+
+    /// A real service-account JWT from the TokenRequest API (the API server
+    /// allows at least 600 s).
+    pub async fn service_account_token(
+        &self,
+        namespace: &str,
+        name: &str,
+        expiration_seconds: i64,
+    ) -> anyhow::Result<String> {
+        use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+        use k8s_openapi::api::core::v1::ServiceAccount;
+        let request = TokenRequest {
+            spec: TokenRequestSpec {
+                audiences: vec![API_AUDIENCE.into()],
+                expiration_seconds: Some(expiration_seconds),
+                bound_object_ref: None,
+            },
+            ..Default::default()
+        };
+        let api = Api::<ServiceAccount>::namespaced(self.client().await?, namespace);
+        let issued: TokenRequest = api
+            .create_subresource("token", name, &PostParams::default(), &request)
+            .await?;
+        Ok(issued.status.context("TokenRequest without status")?.token)
+    }
+}
+
+impl ApiServer {
+    /// Signs a service-account token with the API server's own signing key,
+    /// valid for `ttl` (the TokenRequest API will not issue one shorter than
+    /// ten minutes). The API server accepts it like one it issued: the
+    /// ServiceAccount `namespace/name` must exist with `uid`.
+    pub fn mint_service_account_token(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        ttl: Duration,
+    ) -> anyhow::Result<String> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_secs();
+        let claims = serde_json::json!({
+            "iss": SA_ISSUER,
+            "aud": [API_AUDIENCE],
+            "sub": format!("system:serviceaccount:{namespace}:{name}"),
+            "iat": now,
+            "nbf": now,
+            "exp": now + ttl.as_secs(),
+            "jti": uuid::Uuid::new_v4().to_string(),
+            "kubernetes.io": {
+                "namespace": namespace,
+                "serviceaccount": {"name": name, "uid": uid},
+            },
+        });
+        let key = jsonwebtoken::EncodingKey::from_ec_pem(self.sa_key_pem.as_bytes())?;
+        Ok(jsonwebtoken::encode(
+            &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256),
+            &claims,
+            &key,
+        )?)
+    }
+}
+
 fn tail(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")

@@ -152,3 +152,69 @@ fn ttl_is_bounded_by_expiry() {
         Duration::ZERO
     );
 }
+
+fn setup_with(cfg: CacheConfig) -> (Arc<CountingAuthn>, Arc<DecisionCache>) {
+    let authn = Arc::new(CountingAuthn {
+        calls: AtomicUsize::new(0),
+        down: false.into(),
+        exp: None,
+    });
+    let authz = Arc::new(CountingAuthz(AtomicUsize::new(0)));
+    let cache = Arc::new(DecisionCache::new(authn.clone(), authz, cfg, None));
+    (authn, cache)
+}
+
+fn short_ttls(stale_if_error: Duration) -> CacheConfig {
+    CacheConfig {
+        authn_max_ttl: Duration::from_millis(50),
+        allowed_ttl: Duration::from_millis(50),
+        stale_if_error,
+        ..CacheConfig::default()
+    }
+}
+
+#[tokio::test]
+async fn stale_if_error_keeps_recent_allows_only_within_its_window() {
+    let (authn, cache) = setup_with(short_ttls(Duration::from_millis(400)));
+    assert!(matches!(
+        cache.check("good", &target("a")).await,
+        Ok(Outcome::Allowed(_))
+    ));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    authn.down.store(true, Ordering::SeqCst);
+    // Past the TTL, backend down: the recent allow is reused...
+    assert!(matches!(
+        cache.check("good", &target("a")).await,
+        Ok(Outcome::Allowed(_))
+    ));
+    // ...but never for a key that was not allowed before.
+    assert!(matches!(
+        cache.check("good2", &target("a")).await,
+        Err(AuthError::Unavailable(_))
+    ));
+    assert!(matches!(
+        cache.check("good", &target("b")).await,
+        Err(AuthError::Unavailable(_))
+    ));
+    // Past TTL + window: fail closed.
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    assert!(matches!(
+        cache.check("good", &target("a")).await,
+        Err(AuthError::Unavailable(_))
+    ));
+}
+
+#[tokio::test]
+async fn without_stale_if_error_an_outage_fails_closed_after_the_ttl() {
+    let (authn, cache) = setup_with(short_ttls(Duration::ZERO));
+    assert!(matches!(
+        cache.check("good", &target("a")).await,
+        Ok(Outcome::Allowed(_))
+    ));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    authn.down.store(true, Ordering::SeqCst);
+    assert!(matches!(
+        cache.check("good", &target("a")).await,
+        Err(AuthError::Unavailable(_))
+    ));
+}
