@@ -87,6 +87,8 @@ pub struct Sizes {
     pub spawn: u64,
     /// Unique-token samples.
     pub auth_misses: u64,
+    /// Requests over 10 tokens through the Kubernetes-auth gateway.
+    pub kube_requests: u64,
     /// Propagation samples.
     pub propagation: u64,
     /// Synthetic table size.
@@ -107,6 +109,7 @@ impl Sizes {
             open_requests: if q { 600 } else { 4000 },
             spawn: if q { 20 } else { 100 },
             auth_misses: if q { 100 } else { 1000 },
+            kube_requests: if q { 500 } else { 10_000 },
             propagation: if q { 5 } else { 20 },
             table_entries: a.table_entries.unwrap_or(if q { 20_000 } else { 100_000 }),
             session: if q { 50 } else { 300 },

@@ -162,11 +162,19 @@ impl Drop for ExtraGateway {
     }
 }
 
+/// How an extra gateway authenticates.
+enum GatewayAuth<'a> {
+    /// Disabled.
+    None,
+    /// TokenReview + SubjectAccessReview with this kubeconfig.
+    Kubernetes(&'a Path),
+}
+
 fn start_gateway(
     krt: &Path,
     pki: &Pki,
     control_plane: &str,
-    auth_none: bool,
+    auth: GatewayAuth<'_>,
     log: &Path,
 ) -> anyhow::Result<ExtraGateway> {
     let port = kruntimes_testkit::free_port();
@@ -188,16 +196,17 @@ fn start_gateway(
             "--client-key",
             &f("gateway-client.key"),
         ]);
-    if auth_none {
-        cmd.args(["--auth", "none"]);
-    } else {
-        cmd.args([
-            "--jwt-public-key",
-            &f("token-signing.pub"),
-            "--policy",
-            &f("policy.yaml"),
-        ]);
+    match auth {
+        GatewayAuth::None => {
+            cmd.args(["--auth", "none"]);
+        }
+        GatewayAuth::Kubernetes(kubeconfig) => {
+            cmd.args(["--auth", "kubernetes", "--kubeconfig"])
+                .arg(kubeconfig);
+        }
     }
+    // Like the stack's own gateway in the bench: one thread, no access log.
+    cmd.args(["--threads", "1", "--access-log", "false"]);
     let out = std::fs::File::create(log)?;
     let child = cmd
         .stdin(Stdio::null())
@@ -224,6 +233,107 @@ where
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     bail!("condition not met within {timeout:?}")
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn kube_auth(
+    ctx: &mut Ctx,
+    krt: &Path,
+    pki: &Pki,
+    control_plane: &str,
+    run: &Fence,
+    body: &[u8],
+    sizes: &Sizes,
+    tmp: &Path,
+) -> anyhow::Result<()> {
+    use kruntimes_kubetest::{ApiServer, Subject, User};
+    let server = ApiServer::start().await?;
+    let role = server
+        .apply_role_yaml(
+            None,
+            include_bytes!("../../examples/rbac/gateway-clusterrole.yaml"),
+        )
+        .await?;
+    server
+        .bind(None, "gateway", &role, Subject::User(User::Gateway))
+        .await?;
+    let invoker = server
+        .apply_role_yaml(
+            Some("default"),
+            include_bytes!("../../examples/rbac/run-invoker-role.yaml"),
+        )
+        .await?;
+    server
+        .bind(
+            Some("default"),
+            "alice",
+            &invoker,
+            Subject::User(User::Alice),
+        )
+        .await?;
+    server.create_service_account("default", "bench").await?;
+    server
+        .bind(
+            Some("default"),
+            "bench",
+            &invoker,
+            Subject::ServiceAccount("default".into(), "bench".into()),
+        )
+        .await?;
+    let mut tokens = Vec::new();
+    for _ in 0..10 {
+        tokens.push(
+            server
+                .service_account_token("default", "bench", 3600)
+                .await?,
+        );
+    }
+    let kubeconfig = server.write_kubeconfig(User::Gateway)?;
+    let g = start_gateway(
+        krt,
+        pki,
+        control_plane,
+        GatewayAuth::Kubernetes(&kubeconfig),
+        &tmp.join("gateway-kube.log"),
+    )?;
+    let alice = paths::via_proxy(pki, &g.url, run, Some(server.token(User::Alice)), body)?;
+    wait_until(Duration::from_secs(30), || async {
+        alice.call().await == Ok(200)
+    })
+    .await
+    .context("the Kubernetes-auth gateway never answered 200")?;
+    let (rec, el) =
+        load::sequential(sizes.warmup, sizes.requests, || alice.call(), ctx.tick()).await;
+    ctx.put("kube-auth-hit", &rec, el);
+
+    // 10 tokens, round robin, sequential: API calls per 10,000 requests.
+    let n = sizes.kube_requests;
+    let targets: Vec<_> = tokens.iter().map(|t| alice.with_token(t)).collect();
+    let tr = server.request_count("tokenreviews", "POST").await?;
+    let sar = server.request_count("subjectaccessreviews", "POST").await?;
+    let mut rec = Recorder::new();
+    let start = Instant::now();
+    for i in 0..n {
+        let t0 = Instant::now();
+        let out = targets[i as usize % targets.len()].call().await;
+        rec.record(t0.elapsed(), &out);
+        ctx.bar.inc(1);
+    }
+    let el = start.elapsed();
+    ctx.put("kube-auth-10-tokens", &rec, el);
+    let tr = server.request_count("tokenreviews", "POST").await? - tr;
+    let sar = server.request_count("subjectaccessreviews", "POST").await? - sar;
+    // Absolute counts: with 10 tokens the cost is per token and TTL, not
+    // per request (the full run sends 10,000 requests).
+    let sum = &mut ctx.report.summary;
+    sum.insert("kube_requests_10_tokens".into(), json!(n));
+    sum.insert("kube_tokenreviews_10_tokens".into(), json!(tr));
+    sum.insert("kube_subjectaccessreviews_10_tokens".into(), json!(sar));
+    sum.insert(
+        "kube_10_tokens_duration_s".into(),
+        json!((el.as_secs_f64() * 10.0).round() / 10.0),
+    );
+    Ok(())
 }
 
 /// Runs every scenario.
@@ -288,7 +398,8 @@ pub async fn run(args: &Args, sizes: &Sizes) -> anyhow::Result<Report> {
         + sizes.open_requests * 4
         + sizes.spawn
         + sizes.auth_misses
-        + 2 * sizes.requests;
+        + sizes.kube_requests
+        + 3 * sizes.requests;
     let bar = if args.no_progress {
         ProgressBar::hidden()
     } else {
@@ -554,7 +665,7 @@ pub async fn run(args: &Args, sizes: &Sizes) -> anyhow::Result<Report> {
         &krt,
         &pki,
         &control_plane,
-        true,
+        GatewayAuth::None,
         &tmp.path().join("gateway-noauth.log"),
     ) {
         Ok(g) => {
@@ -580,6 +691,27 @@ pub async fn run(args: &Args, sizes: &Sizes) -> anyhow::Result<Report> {
                 .skipped
                 .insert("auth-disabled".into(), e.to_string());
         }
+    }
+
+    // 4b. Kubernetes auth: TokenReview + SubjectAccessReview against a real
+    //     kube-apiserver (kubetest), cache hits versus auth disabled, and the
+    //     API calls 10 tokens cost per 10,000 requests.
+    ctx.bar.set_message("kubernetes auth");
+    if let Err(e) = kube_auth(
+        &mut ctx,
+        &krt,
+        &pki,
+        &control_plane,
+        &py,
+        body,
+        sizes,
+        tmp.path(),
+    )
+    .await
+    {
+        ctx.report
+            .skipped
+            .insert("kube-auth-hit".into(), format!("{e:#}"));
     }
 
     // 5. Propagation: a Run file appears → first successful invoke.
@@ -636,7 +768,7 @@ pub async fn run(args: &Args, sizes: &Sizes) -> anyhow::Result<Report> {
     // Summary.
     let sc = &ctx.report.scenarios;
     let p = |n: &str, f: fn(&Summary) -> u64| sc.get(n).map(f);
-    let mut sum = BTreeMap::new();
+    let mut sum = std::mem::take(&mut ctx.report.summary);
     let added = |proxy: &str, f: fn(&Summary) -> u64| match (p(proxy, f), p("open-direct", f)) {
         (Some(a), Some(b)) => Some(a.saturating_sub(b)),
         _ => None,
@@ -711,6 +843,24 @@ pub async fn run(args: &Args, sizes: &Sizes) -> anyhow::Result<Report> {
             _ => json!(null),
         },
     );
+    let kube50 = p("kube-auth-hit", |s| s.p50_us);
+    let kube99 = p("kube-auth-hit", |s| s.p99_us);
+    let off99 = p("auth-disabled", |s| s.p99_us);
+    sum.insert("kube_auth_hit_p50_us".into(), json!(kube50));
+    sum.insert("kube_auth_hit_p99_us".into(), json!(kube99));
+    sum.insert("auth_disabled_p99_us".into(), json!(off99));
+    for (key, a, b) in [
+        ("kube_auth_hit_overhead_p50_us", kube50, off),
+        ("kube_auth_hit_overhead_p99_us", kube99, off99),
+    ] {
+        sum.insert(
+            key.into(),
+            match (a, b) {
+                (Some(a), Some(b)) => json!(a as i64 - b as i64),
+                _ => json!(null),
+            },
+        );
+    }
     sum.insert(
         "propagation_p50_ms".into(),
         json!(prop.p50_us as f64 / 1000.0),
@@ -776,7 +926,7 @@ async fn table_memory(
         krt,
         pki,
         &addr.to_string(),
-        true,
+        GatewayAuth::None,
         &tmp.join("gateway-table.log"),
     )?;
     let client = reqwest::Client::builder()

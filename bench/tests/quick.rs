@@ -55,6 +55,8 @@ fn quick_run_produces_every_scenario_and_summary_figure() {
         "spawn-python",
         "auth-hit",
         "auth-miss",
+        "kube-auth-hit",
+        "kube-auth-10-tokens",
         "propagation",
         "session-exec-true",
         "session-write-4k",
@@ -88,6 +90,10 @@ fn quick_run_produces_every_scenario_and_summary_figure() {
         "python_spawn_p50_us",
         "python_warm_vs_spawn_speedup",
         "auth_hit_p50_us",
+        "kube_auth_hit_p50_us",
+        "kube_auth_hit_overhead_p50_us",
+        "kube_tokenreviews_10_tokens",
+        "kube_subjectaccessreviews_10_tokens",
         "auth_miss_p50_us",
         "propagation_p99_ms",
         "table_bytes_per_run",
@@ -99,6 +105,13 @@ fn quick_run_produces_every_scenario_and_summary_figure() {
             "summary.{key} is missing: {summary}"
         );
     }
+    // Ten tokens cost one TokenReview and one SubjectAccessReview each,
+    // however many requests they make within the cache TTLs.
+    assert_eq!(summary["kube_tokenreviews_10_tokens"], 10, "{summary}");
+    assert_eq!(
+        summary["kube_subjectaccessreviews_10_tokens"], 10,
+        "{summary}"
+    );
     // nginx/HAProxy figures exist when those proxies are installed here.
     for (proxy, key) in [
         ("nginx", "nginx_added_p50_us"),

@@ -527,12 +527,21 @@ impl ApiServer {
         namespace: Option<&str>,
         path: &Path,
     ) -> anyhow::Result<String> {
-        use k8s_openapi::api::rbac::v1::{ClusterRole, Role};
         let text = std::fs::read(path).with_context(|| format!("read {}", path.display()))?;
+        self.apply_role_yaml(namespace, &text).await
+    }
+
+    /// [`Self::apply_role_file`] from YAML text.
+    pub async fn apply_role_yaml(
+        &self,
+        namespace: Option<&str>,
+        text: &[u8],
+    ) -> anyhow::Result<String> {
+        use k8s_openapi::api::rbac::v1::{ClusterRole, Role};
         let client = self.client().await?;
         match namespace {
             Some(ns) => {
-                let role: Role = serde_yaml::from_slice(&text)?;
+                let role: Role = serde_yaml::from_slice(text)?;
                 let name = role.metadata.name.clone().unwrap_or_default();
                 Api::<Role>::namespaced(client, ns)
                     .create(&PostParams::default(), &role)
@@ -540,7 +549,7 @@ impl ApiServer {
                 Ok(name)
             }
             None => {
-                let role: ClusterRole = serde_yaml::from_slice(&text)?;
+                let role: ClusterRole = serde_yaml::from_slice(text)?;
                 let name = role.metadata.name.clone().unwrap_or_default();
                 Api::<ClusterRole>::all(client)
                     .create(&PostParams::default(), &role)
