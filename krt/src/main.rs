@@ -80,6 +80,15 @@ enum Command {
         #[arg(long)]
         exit_with_parent: bool,
     },
+    /// Run the operator against a Kubernetes cluster.
+    #[command(hide = true)]
+    Operator {
+        #[command(flatten)]
+        args: Box<kruntimes_operator::cli::Args>,
+        /// Exit when the parent process exits.
+        #[arg(long)]
+        exit_with_parent: bool,
+    },
     /// Run the gateway.
     #[command(hide = true)]
     Gateway {
@@ -161,6 +170,15 @@ fn main() -> anyhow::Result<()> {
             }
             runtimed::cli::init_logging();
             tokio::runtime::Runtime::new()?.block_on(runtimed::cli::run(args))
+        }
+        Command::Operator {
+            args,
+            exit_with_parent: e,
+        } => {
+            if e {
+                exit_with_parent();
+            }
+            tokio::runtime::Runtime::new()?.block_on(kruntimes_operator::cli::run(*args))
         }
         Command::Up(args) => {
             let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();

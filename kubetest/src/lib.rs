@@ -14,6 +14,8 @@
 //! When the binaries are missing, [`ApiServer::start`] fails with the command
 //! that builds them; a test that needs the API server never passes without it.
 
+pub mod cluster;
+
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};

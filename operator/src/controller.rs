@@ -799,16 +799,24 @@ fn terminate(run: &mut RunState) -> Vec<Action> {
 
 /// The OpenSession request of a session Run's current attempt.
 pub fn open_session_request(run: &RunState) -> spb::OpenSessionRequest {
-    let m = &run.manifest;
+    open_session_request_for(&run.manifest, &run.uid, run.attempt)
+}
+
+/// The OpenSession request of a session Run `uid` at `attempt`.
+pub fn open_session_request_for(
+    m: &RunManifest,
+    uid: &str,
+    attempt: u64,
+) -> spb::OpenSessionRequest {
     let s = m.spec.mode.session.clone().unwrap_or_default();
     spb::OpenSessionRequest {
         run: Some(pb::RunRef {
             namespace: m.namespace().to_owned(),
             name: m.metadata.name.clone(),
-            uid: run.uid.clone(),
+            uid: uid.to_owned(),
             runtime: m.spec.runtime.clone(),
         }),
-        attempt: run.attempt,
+        attempt,
         source: m.spec.source.inline.as_ref().map(|inline| pb::Source {
             inline: inline.clone(),
             inline_path: m.spec.source.inline_path.clone().unwrap_or_default(),
@@ -822,17 +830,21 @@ pub fn open_session_request(run: &RunState) -> spb::OpenSessionRequest {
 
 /// The deterministic Register request of a Run's current attempt.
 pub fn register_request(run: &RunState) -> pb::RegisterRequest {
-    let m = &run.manifest;
+    register_request_for(&run.manifest, &run.uid, run.attempt)
+}
+
+/// The deterministic Register request of a function Run `uid` at `attempt`.
+pub fn register_request_for(m: &RunManifest, uid: &str, attempt: u64) -> pb::RegisterRequest {
     let f = m.spec.mode.function.clone().unwrap_or_default();
     pb::RegisterRequest {
         run: Some(pb::RunRef {
             namespace: m.namespace().to_owned(),
             name: m.metadata.name.clone(),
-            uid: run.uid.clone(),
+            uid: uid.to_owned(),
             runtime: m.spec.runtime.clone(),
         }),
-        attempt: run.attempt,
-        digest: run.digest.clone(),
+        attempt,
+        digest: m.digest(),
         handler: f.handler,
         source: Some(pb::Source {
             inline: m.spec.source.inline.clone().unwrap_or_default(),

@@ -17,6 +17,22 @@ pub const FINALIZER: &str = "kruntimes.io/function-cleanup";
 /// Longest `status.message` in bytes.
 pub const MAX_MESSAGE_BYTES: usize = 1024;
 
+impl Run {
+    /// The Run as a manifest (the embedded store's shape): validation,
+    /// digest and registration requests are defined on it.
+    pub fn manifest(&self) -> crate::model::RunManifest {
+        crate::model::RunManifest {
+            api_version: crate::model::API_VERSION.into(),
+            kind: "Run".into(),
+            metadata: crate::model::ObjectMeta {
+                name: self.metadata.name.clone().unwrap_or_default(),
+                namespace: self.metadata.namespace.clone(),
+            },
+            spec: self.spec.clone(),
+        }
+    }
+}
+
 /// `status` of a Run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -7,6 +7,8 @@
 //! routes from.
 #![forbid(unsafe_code)]
 
+pub mod cli;
+pub mod cluster;
 pub mod controller;
 pub mod crd;
 pub mod embedded;

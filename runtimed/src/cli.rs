@@ -60,6 +60,31 @@ pub struct Args {
     /// Maximum invocation timeout, seconds.
     #[arg(long, default_value_t = 300)]
     pub max_timeout_secs: u64,
+    /// Kubernetes mode: watch the Runs assigned to this Pod (by
+    /// `--pod-uid`), register them and report their status.
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_KUBERNETES")]
+    pub kubernetes: bool,
+    /// Namespace of this Pod (Kubernetes mode).
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_POD_NAMESPACE")]
+    pub pod_namespace: Option<String>,
+    /// Kubeconfig (Kubernetes mode); in-cluster configuration when omitted.
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+}
+
+async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
+    use anyhow::Context as _;
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("read kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no --kubeconfig and no in-cluster configuration")?,
+    };
+    Ok(kube::Client::try_from(config)?)
 }
 
 /// JSON logs to stderr, filtered by `RUST_LOG` (default `info`).
@@ -75,6 +100,9 @@ pub fn init_logging() {
 
 /// Runs the daemon until SIGTERM or Ctrl-C.
 pub async fn run(args: Args) -> anyhow::Result<()> {
+    if args.kubernetes && (args.pod_uid.is_none() || args.pod_namespace.is_none()) {
+        anyhow::bail!("--kubernetes needs --pod-uid and --pod-namespace (from the downward API)");
+    }
     std::fs::create_dir_all(&args.work_root)?;
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     let address = args.advertise.clone().unwrap_or_else(|| {
@@ -116,7 +144,36 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             control_clients: args.control_clients.clone(),
         },
     };
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let cluster = if args.kubernetes {
+        let client = kube_client(args.kubeconfig.as_deref()).await?;
+        let pod = crate::cluster::PodIdentity {
+            namespace: args.pod_namespace.clone().unwrap_or_default(),
+            name: args.name.clone(),
+            uid: pod_uid.clone(),
+        };
+        let mut stop = stop_rx.clone();
+        Some(tokio::spawn(crate::cluster::run(
+            client,
+            engine.clone(),
+            sessions.clone(),
+            pod,
+            async move {
+                let _ = stop.wait_for(|s| *s).await;
+            },
+        )))
+    } else {
+        None
+    };
     serve(engine.clone(), sessions.clone(), cfg, shutdown_signal()).await?;
+    let _ = stop_tx.send(true);
+    if let Some(task) = cluster {
+        match task.await {
+            Ok(Err(e)) => tracing::warn!(error = %e, "kubernetes loop failed"),
+            Err(e) => tracing::warn!(error = %e, "kubernetes loop panicked"),
+            Ok(Ok(())) => {}
+        }
+    }
     sessions.shutdown().await;
     engine.shutdown().await;
     tracing::info!("runtimed stopped");

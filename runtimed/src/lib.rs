@@ -7,6 +7,7 @@
 
 pub mod backend;
 pub mod cli;
+pub mod cluster;
 pub mod dataplane;
 pub mod engine;
 pub mod grpc;

@@ -1,0 +1,568 @@
+//! kruntimes on a real kube-apiserver: the operator, the gateway and
+//! runtimed processes playing Runtime Pods (kubetest's cluster harness).
+//! Function Runs go Pending → Ready with an endpoint and CA bundle, are
+//! invoked through the gateway, cancelled, deleted through their finalizer,
+//! end on idle timeout, move to another Pod when their owner Pod is deleted
+//! (attempt + 1, old owner fenced), and survive an operator restart.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use base64::Engine as _;
+use kruntimes_kubetest::cluster::{Cluster, SYSTEM_NAMESPACE};
+use kruntimes_kubetest::{ApiServer, Subject, User};
+use kruntimes_operator::crd::{Run, Runtime};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+use common::PY;
+
+fn rbac(file: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/rbac")
+        .join(file)
+}
+
+/// The API server, an installation with `pods` python Pods, namespace `a`
+/// where alice may invoke and bob may only read.
+async fn setup(pods: usize) -> (ApiServer, Cluster) {
+    let server = ApiServer::start().await.expect("start the test API server");
+    let cluster = Cluster::start(Path::new(env!("CARGO_BIN_EXE_krt")), &server)
+        .await
+        .expect("start the installation");
+    server.create_namespace("a").await.unwrap();
+    for role in ["run-invoker-role.yaml", "run-reader-role.yaml"] {
+        server
+            .apply_role_file(Some("a"), &rbac(role))
+            .await
+            .unwrap();
+    }
+    server
+        .bind(
+            Some("a"),
+            "alice",
+            "run-invoker",
+            Subject::User(User::Alice),
+        )
+        .await
+        .unwrap();
+    server
+        .bind(Some("a"), "bob", "run-reader", Subject::User(User::Bob))
+        .await
+        .unwrap();
+    cluster
+        .create_runtime("python", pods as i32, 4)
+        .await
+        .unwrap();
+    for i in 0..pods {
+        cluster
+            .add_pod(&format!("python-{i}"), "python")
+            .await
+            .unwrap();
+    }
+    (server, cluster)
+}
+
+fn function_run(name: &str, extra: Value) -> Run {
+    let mut v = json!({
+        "apiVersion": "kruntimes.io/v1alpha1",
+        "kind": "Run",
+        "metadata": {"name": name, "namespace": "a"},
+        "spec": {
+            "runtime": "python",
+            "source": {"inlinePath": "main.py", "inline": PY},
+            "mode": {"function": {"handler": "main.invoke"}},
+        }
+    });
+    if let (Some(spec), Some(extra)) = (v["spec"].as_object_mut(), extra.as_object()) {
+        for (k, val) in extra {
+            if k == "function" {
+                spec["mode"]["function"]
+                    .as_object_mut()
+                    .unwrap()
+                    .extend(val.as_object().unwrap().clone());
+            } else {
+                spec.insert(k.clone(), val.clone());
+            }
+        }
+    }
+    serde_json::from_value(v).unwrap()
+}
+
+async fn runs(server: &ApiServer) -> Api<Run> {
+    Api::namespaced(server.client().await.unwrap(), "a")
+}
+
+async fn invoke(cluster: &Cluster, url: &str, token: &str) -> reqwest::Response {
+    cluster
+        .http
+        .post(url)
+        .bearer_auth(token)
+        .body(r#"{"name":"cluster"}"#)
+        .send()
+        .await
+        .expect("request")
+}
+
+/// Invokes until 200 (the gateway learns routes from its watch streams).
+async fn invoke_ok(cluster: &Cluster, url: &str, token: &str) -> reqwest::Response {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = invoke(cluster, url, token).await;
+        if r.status() == 200 {
+            return r;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no 200 from {url}: {} {}\n{}",
+            r.status(),
+            r.text().await.unwrap_or_default(),
+            cluster.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn error_code(r: reqwest::Response) -> String {
+    let v: Value = r.json().await.unwrap_or_default();
+    v["error"]["code"].as_str().unwrap_or_default().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn function_runs_live_their_whole_lifecycle_on_the_api_server() {
+    let (server, cluster) = setup(2).await;
+    let client = server.client().await.unwrap();
+
+    // The Runtime controller: a Deployment and a headless Service per
+    // Runtime, and the ready Pods counted in its status.
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(client.clone(), SYSTEM_NAMESPACE);
+    let services: Api<k8s_openapi::api::core::v1::Service> =
+        Api::namespaced(client.clone(), SYSTEM_NAMESPACE);
+    let runtimes: Api<Runtime> = Api::namespaced(client.clone(), SYSTEM_NAMESPACE);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let rt = runtimes.get("python").await.unwrap();
+        if rt.status.as_ref().is_some_and(|s| s.ready_replicas == 2)
+            && deployments
+                .get_opt("runtime-python")
+                .await
+                .unwrap()
+                .is_some()
+        {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{:?}", rt.status);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let d = deployments.get("runtime-python").await.unwrap();
+    assert_eq!(d.spec.as_ref().unwrap().replicas, Some(2));
+    assert_eq!(
+        d.metadata.owner_references.as_ref().unwrap()[0].kind,
+        "Runtime"
+    );
+    let svc = services.get("runtime-python").await.unwrap();
+    assert_eq!(svc.spec.unwrap().cluster_ip.as_deref(), Some("None"));
+
+    // Pending → Ready with endpoint and caBundle (from the ConfigMap).
+    let api = runs(&server).await;
+    api.create(&PostParams::default(), &function_run("hello", json!({})))
+        .await
+        .unwrap();
+    let run = cluster.wait_phase("a", "hello", "Ready").await.unwrap();
+    let uid = run["metadata"]["uid"].as_str().unwrap().to_owned();
+    let status = &run["status"];
+    assert_eq!(status["attempt"], 1);
+    assert!(
+        status["assignedPod"]
+            .as_str()
+            .unwrap()
+            .starts_with("python-")
+    );
+    assert!(status["assignedPodUID"].as_str().is_some());
+    assert_eq!(status["endpoint"]["protocol"], "HTTPS");
+    let url = status["endpoint"]["url"].as_str().unwrap().to_owned();
+    assert_eq!(
+        url,
+        format!(
+            "{}/v1/namespaces/a/runtimes/python/runs/{uid}:invoke",
+            cluster.gateway
+        )
+    );
+    let ca = base64::engine::general_purpose::STANDARD
+        .decode(status["endpoint"]["caBundle"].as_str().unwrap())
+        .unwrap();
+    assert_eq!(String::from_utf8(ca).unwrap(), cluster.public_ca_pem);
+    assert!(
+        status["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+    );
+    assert_eq!(
+        run["metadata"]["finalizers"],
+        json!(["kruntimes.io/function-cleanup"])
+    );
+
+    // Invoke through the gateway, routed by the operator's stream.
+    let alice = server.token(User::Alice).to_owned();
+    let r = invoke_ok(&cluster, &url, &alice).await;
+    let owner = r.headers()["x-kruntimes-served-by"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(owner, status["assignedPod"].as_str().unwrap());
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["message"], "hello cluster");
+    let r = invoke(&cluster, &url, server.token(User::Bob)).await;
+    assert_eq!(r.status(), 403);
+
+    // Cancellation: termination Immediate → Cancelled, no longer routed.
+    api.create(
+        &PostParams::default(),
+        &function_run("cancel-me", json!({})),
+    )
+    .await
+    .unwrap();
+    let c = cluster.wait_phase("a", "cancel-me", "Ready").await.unwrap();
+    let c_url = c["status"]["endpoint"]["url"].as_str().unwrap().to_owned();
+    invoke_ok(&cluster, &c_url, &alice).await;
+    api.patch(
+        "cancel-me",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"termination": {"mode": "Immediate"}}})),
+    )
+    .await
+    .unwrap();
+    let c = cluster
+        .wait_phase("a", "cancel-me", "Cancelled")
+        .await
+        .unwrap();
+    assert!(c["status"]["completionTime"].is_string());
+    cluster
+        .wait_run(
+            "a",
+            "cancel-me",
+            Duration::from_secs(20),
+            "unrouted",
+            |_| true,
+        )
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = invoke(&cluster, &c_url, &alice).await;
+        if r.status() == 404 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "cancelled Run still answered {}",
+            r.status()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Idle timeout ends the Run as Timeout/IdleTimeout.
+    api.create(
+        &PostParams::default(),
+        &function_run("idle", json!({"function": {"idleTimeoutSeconds": 2}})),
+    )
+    .await
+    .unwrap();
+    cluster.wait_phase("a", "idle", "Ready").await.unwrap();
+    let idle = cluster.wait_phase("a", "idle", "Timeout").await.unwrap();
+    assert_eq!(idle["status"]["reason"], "IdleTimeout");
+
+    // Deletion goes through the finalizer: the owner unregisters, then the
+    // object disappears and its URL answers 404.
+    api.delete("hello", &DeleteParams::default()).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while api.get_opt("hello").await.unwrap().is_some() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "Run not deleted:\n{}",
+            cluster.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The owner released the finalizer (it logs after the API answered).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !cluster.log(&owner).contains("finalizer removed") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the owner did not release the finalizer:\n{}",
+            cluster.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = invoke(&cluster, &url, &alice).await;
+        if r.status() == 404 {
+            assert_eq!(error_code(r).await, "NotFound");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{}", r.status());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Capacity is released: four more Runs fit on the two Pods (4 each).
+    for i in 0..4 {
+        api.create(
+            &PostParams::default(),
+            &function_run(&format!("more-{i}"), json!({})),
+        )
+        .await
+        .unwrap();
+    }
+    for i in 0..4 {
+        cluster
+            .wait_phase("a", &format!("more-{i}"), "Ready")
+            .await
+            .unwrap();
+    }
+    for token in server.tokens() {
+        assert!(
+            !cluster.logs().contains(token),
+            "a token leaked into the logs"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_owner_pod_is_fenced_and_the_run_moves_with_a_higher_attempt() {
+    let (server, cluster) = setup(2).await;
+    let api = runs(&server).await;
+    api.create(
+        &PostParams::default(),
+        &function_run("mover", json!({"retryPolicy": {"maxRetries": 1}})),
+    )
+    .await
+    .unwrap();
+    let run = cluster.wait_phase("a", "mover", "Ready").await.unwrap();
+    let uid = run["metadata"]["uid"].as_str().unwrap().to_owned();
+    let first = run["status"]["assignedPod"].as_str().unwrap().to_owned();
+    let first_uid = run["status"]["assignedPodUID"].as_str().unwrap().to_owned();
+    let url = run["status"]["endpoint"]["url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let alice = server.token(User::Alice).to_owned();
+    invoke_ok(&cluster, &url, &alice).await;
+
+    // The owner Pod object disappears; its runtimed process keeps running
+    // (a partitioned owner).
+    cluster.delete_pod(&first).await.unwrap();
+    let moved = cluster
+        .wait_run(
+            "a",
+            "mover",
+            Duration::from_secs(60),
+            "Ready elsewhere",
+            |v| v["status"]["phase"] == "Ready" && v["status"]["attempt"] == 2,
+        )
+        .await
+        .unwrap();
+    let second = moved["status"]["assignedPod"].as_str().unwrap().to_owned();
+    assert_ne!(second, first);
+    let r = invoke_ok(&cluster, &url, &alice).await;
+    assert_eq!(r.headers()["x-kruntimes-served-by"], second.as_str());
+
+    // The old owner is fenced: even the gateway's own identity with the old
+    // attempt's fencing headers is refused there.
+    let old_port: u16 = {
+        let log = cluster.log(&first);
+        let line = log
+            .lines()
+            .find(|l| l.contains("runtimed serving"))
+            .expect("serving line");
+        let v: Value = serde_json::from_str(line).unwrap();
+        v["fields"]["address"]
+            .as_str()
+            .unwrap()
+            .rsplit(':')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let (ca, cert, key) = cluster.gateway_client_identity().unwrap();
+    let mut pem = cert;
+    pem.extend(key);
+    let direct = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap())
+        .identity(reqwest::Identity::from_pem(&pem).unwrap())
+        .resolve(
+            "runtimed.kruntimes.internal",
+            ([127, 0, 0, 1], old_port).into(),
+        )
+        .build()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = direct
+            .post(format!(
+                "https://runtimed.kruntimes.internal:{old_port}/v1/namespaces/a/runtimes/python/runs/{uid}:invoke"
+            ))
+            .header("x-kruntimes-invocation-id", "stale-1")
+            .header("x-kruntimes-run-uid", &uid)
+            .header("x-kruntimes-owner-pod-uid", &first_uid)
+            .header("x-kruntimes-attempt", "1")
+            .header("x-kruntimes-hop", "gateway")
+            .body("{}")
+            .send()
+            .await
+            .unwrap();
+        if r.status() != 200 {
+            let code = error_code(r).await;
+            assert!(code == "NotFound" || code == "StaleOwner", "{code}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the old owner still serves"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Retries exhausted (maxRetries 1): losing the second owner fails the Run.
+    cluster.delete_pod(&second).await.unwrap();
+    let failed = cluster.wait_phase("a", "mover", "Failed").await.unwrap();
+    assert_eq!(failed["status"]["reason"], "OwnerLost");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_restart_mid_lifecycle_loses_nothing() {
+    let (server, cluster) = setup(1).await;
+    let api = runs(&server).await;
+    api.create(&PostParams::default(), &function_run("steady", json!({})))
+        .await
+        .unwrap();
+    let steady = cluster.wait_phase("a", "steady", "Ready").await.unwrap();
+    let steady_url = steady["status"]["endpoint"]["url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let alice = server.token(User::Alice).to_owned();
+    invoke_ok(&cluster, &steady_url, &alice).await;
+
+    // While the operator is down: a new Run waits, the ready one is served
+    // by its owner through the gateway's last table.
+    cluster.kill("operator").unwrap();
+    api.create(&PostParams::default(), &function_run("late", json!({})))
+        .await
+        .unwrap();
+    assert_eq!(invoke(&cluster, &steady_url, &alice).await.status(), 200);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let late = cluster.run("a", "late").await.unwrap();
+    assert!(
+        late["status"]["phase"].is_null(),
+        "nobody scheduled it: {late}"
+    );
+
+    cluster.restart("operator").unwrap();
+    let late = cluster.wait_phase("a", "late", "Ready").await.unwrap();
+    assert_eq!(late["status"]["attempt"], 1);
+    let steady_again = cluster.run("a", "steady").await.unwrap();
+    assert_eq!(steady_again["status"]["attempt"], 1, "not rescheduled");
+    assert_eq!(
+        steady_again["status"]["assignedPodUID"],
+        steady["status"]["assignedPodUID"]
+    );
+    invoke_ok(&cluster, &steady_url, &alice).await;
+    let late_url = late["status"]["endpoint"]["url"].as_str().unwrap();
+    invoke_ok(&cluster, late_url, &alice).await;
+
+    // A runtimed restart recovers its registrations at the same attempt.
+    let pod = steady["status"]["assignedPod"].as_str().unwrap().to_owned();
+    cluster.restart(&pod).unwrap();
+    let r = invoke_ok(&cluster, &steady_url, &alice).await;
+    assert_eq!(r.status(), 200);
+    let after = cluster.run("a", "steady").await.unwrap();
+    assert_eq!(after["status"]["attempt"], 1);
+    assert_eq!(after["status"]["phase"], "Ready");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_run_holds_a_pod_alone_and_serves_commands() {
+    let (server, cluster) = setup(1).await;
+    server
+        .apply_role_file(Some("a"), &rbac("session-user-role.yaml"))
+        .await
+        .unwrap();
+    server
+        .bind(
+            Some("a"),
+            "carol-sessions",
+            "session-user",
+            Subject::User(User::Carol),
+        )
+        .await
+        .unwrap();
+    let api = runs(&server).await;
+    let sandbox: Run = serde_json::from_value(json!({
+        "apiVersion": "kruntimes.io/v1alpha1",
+        "kind": "Run",
+        "metadata": {"name": "sandbox", "namespace": "a"},
+        "spec": {"runtime": "python", "mode": {"session": {"queueSize": 8}}}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &sandbox).await.unwrap();
+    let s = cluster.wait_phase("a", "sandbox", "Ready").await.unwrap();
+    let base = s["status"]["endpoint"]["url"].as_str().unwrap().to_owned();
+    assert!(base.contains("/runtimes/python/sessions/"), "{base}");
+
+    // The Pod is held alone: a function Run waits.
+    api.create(&PostParams::default(), &function_run("waiter", json!({})))
+        .await
+        .unwrap();
+    let waiter = cluster
+        .wait_run(
+            "a",
+            "waiter",
+            Duration::from_secs(20),
+            "Unschedulable",
+            |v| v["status"]["reason"] == "Unschedulable",
+        )
+        .await
+        .unwrap();
+    assert_eq!(waiter["status"]["phase"], "Pending");
+
+    // carol may use runs/session; alice (runs/invoke only) may not.
+    let exec = |token: String| {
+        let http = cluster.http.clone();
+        let url = format!("{base}/operations:execute");
+        async move {
+            http.post(url)
+                .bearer_auth(token)
+                .json(&json!({"command": {"shell": "echo from-the-cluster"}}))
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let out = loop {
+        let r = exec(server.token(User::Carol).to_owned()).await;
+        if r.status() == 200 {
+            break r.json::<Value>().await.unwrap();
+        }
+        assert!(std::time::Instant::now() < deadline, "{}", r.status());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(out.to_string().contains("from-the-cluster"), "{out}");
+    assert_eq!(
+        exec(server.token(User::Alice).to_owned()).await.status(),
+        403
+    );
+
+    // Deleting the session releases the Pod to the waiting Run.
+    api.delete("sandbox", &DeleteParams::default())
+        .await
+        .unwrap();
+    cluster.wait_phase("a", "waiter", "Ready").await.unwrap();
+}

@@ -1,0 +1,507 @@
+//! A kruntimes installation on the test API server, as real processes: the
+//! operator, the gateway and one runtimed per Pod, each with its own RBAC
+//! identity from `examples/rbac/`, mTLS between them and HTTPS in front.
+//!
+//! There is no kubelet: [`Cluster::add_pod`] creates a real Pod object,
+//! starts a local runtimed that plays it, and — once its port answers —
+//! patches the Pod's status Ready with `podIP: 127.0.0.1`, as kwok would.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kruntimes_certs::{Ca, LeafSpec, write_private};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+use crate::{ApiServer, Subject, User};
+
+/// Namespace of the installation (operator, gateway, Runtimes, Pods).
+pub const SYSTEM_NAMESPACE: &str = "kruntimes-system";
+/// ConfigMap with the gateway's public CA.
+pub const CA_CONFIGMAP: &str = "kruntimes-gateway-ca";
+
+fn rbac_file(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/rbac")
+        .join(name)
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+struct Files {
+    public_ca: PathBuf,
+    gateway_cert: PathBuf,
+    gateway_key: PathBuf,
+    internal_ca: PathBuf,
+    runtimed_cert: PathBuf,
+    runtimed_key: PathBuf,
+    gateway_client_cert: PathBuf,
+    gateway_client_key: PathBuf,
+    control_cert: PathBuf,
+    control_key: PathBuf,
+}
+
+fn pki(dir: &Path) -> anyhow::Result<Files> {
+    let loopback: Vec<IpAddr> = vec!["127.0.0.1".parse()?];
+    let public = Ca::generate("kubetest public CA", 2)?;
+    let internal = Ca::generate("kubetest internal CA", 2)?;
+    let leaf = |ca: &Ca, name: &str, spec: LeafSpec| -> anyhow::Result<(PathBuf, PathBuf)> {
+        let l = ca.issue(&spec)?;
+        let cert = dir.join(format!("{name}.crt"));
+        let key = dir.join(format!("{name}.key"));
+        std::fs::write(&cert, &l.cert_pem)?;
+        write_private(&key, l.key_pem.as_bytes())?;
+        Ok((cert, key))
+    };
+    let public_ca = dir.join("public-ca.crt");
+    let internal_ca = dir.join("internal-ca.crt");
+    std::fs::write(&public_ca, &public.cert_pem)?;
+    std::fs::write(&internal_ca, &internal.cert_pem)?;
+    let (gateway_cert, gateway_key) = leaf(
+        &public,
+        "gateway",
+        LeafSpec {
+            common_name: "kruntimes-gateway".into(),
+            dns_names: vec!["localhost".into()],
+            ips: loopback.clone(),
+            server: true,
+            valid_days: 2,
+            ..Default::default()
+        },
+    )?;
+    let (runtimed_cert, runtimed_key) = leaf(
+        &internal,
+        "runtimed",
+        LeafSpec {
+            common_name: "runtimed".into(),
+            dns_names: vec!["runtimed.kruntimes.internal".into()],
+            ips: loopback.clone(),
+            server: true,
+            valid_days: 2,
+            ..Default::default()
+        },
+    )?;
+    let (gateway_client_cert, gateway_client_key) = leaf(
+        &internal,
+        "gateway-client",
+        LeafSpec {
+            common_name: "kruntimes-gateway".into(),
+            client: true,
+            valid_days: 2,
+            ..Default::default()
+        },
+    )?;
+    let (control_cert, control_key) = leaf(
+        &internal,
+        "control-plane",
+        LeafSpec {
+            common_name: "kruntimes-control-plane".into(),
+            dns_names: vec!["kruntimes-control-plane".into()],
+            ips: loopback,
+            server: true,
+            client: true,
+            valid_days: 2,
+        },
+    )?;
+    Ok(Files {
+        public_ca,
+        gateway_cert,
+        gateway_key,
+        internal_ca,
+        runtimed_cert,
+        runtimed_key,
+        gateway_client_cert,
+        gateway_client_key,
+        control_cert,
+        control_key,
+    })
+}
+
+/// A process of the installation.
+struct Proc {
+    child: Child,
+    args: Vec<String>,
+}
+
+/// The installation.
+pub struct Cluster {
+    krt: PathBuf,
+    dir: tempfile::TempDir,
+    files: Files,
+    kubeconfigs: BTreeMap<User, PathBuf>,
+    procs: Mutex<BTreeMap<String, Proc>>,
+    client: kube::Client,
+    /// Gateway base URL (`https://127.0.0.1:<port>`).
+    pub gateway: String,
+    /// HTTPS client trusting the gateway's public CA.
+    pub http: reqwest::Client,
+    /// The public CA (PEM).
+    pub public_ca_pem: String,
+}
+
+impl Cluster {
+    /// Installs RBAC, the CA ConfigMap and the namespace, then starts the
+    /// operator and the gateway (`krt operator`, `krt gateway`).
+    pub async fn start(krt: &Path, server: &ApiServer) -> anyhow::Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix("kubetest-cluster-")
+            .tempdir()?;
+        let files = pki(dir.path())?;
+        server.create_namespace(SYSTEM_NAMESPACE).await?;
+        for (file, user) in [
+            ("gateway-clusterrole.yaml", User::Gateway),
+            ("operator-clusterrole.yaml", User::Operator),
+            ("runtimed-clusterrole.yaml", User::Runtimed),
+        ] {
+            let role = server.apply_role_file(None, &rbac_file(file)).await?;
+            server.bind(None, &role, &role, Subject::User(user)).await?;
+        }
+        let public_ca_pem = std::fs::read_to_string(&files.public_ca)?;
+        let client = server.client().await?;
+        let cm: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": CA_CONFIGMAP, "namespace": SYSTEM_NAMESPACE},
+            "data": {"ca.crt": public_ca_pem},
+        }))?;
+        Api::<ConfigMap>::namespaced(client.clone(), SYSTEM_NAMESPACE)
+            .create(&PostParams::default(), &cm)
+            .await?;
+        let mut kubeconfigs = BTreeMap::new();
+        for user in [User::Gateway, User::Operator, User::Runtimed] {
+            kubeconfigs.insert(user, server.write_kubeconfig(user)?);
+        }
+        let http = reqwest::Client::builder()
+            .add_root_certificate(reqwest::Certificate::from_pem(public_ca_pem.as_bytes())?)
+            .timeout(Duration::from_secs(30))
+            .build()?;
+        let gateway_port = free_port()?;
+        let watch_port = free_port()?;
+        let cluster = Self {
+            krt: krt.to_path_buf(),
+            dir,
+            files,
+            kubeconfigs,
+            procs: Mutex::new(BTreeMap::new()),
+            client,
+            gateway: format!("https://127.0.0.1:{gateway_port}"),
+            http,
+            public_ca_pem,
+        };
+        let s = |p: &Path| p.display().to_string();
+        let f = &cluster.files;
+        let operator_args = vec![
+            "operator".into(),
+            "--exit-with-parent".into(),
+            format!("--kubeconfig={}", s(&cluster.kubeconfigs[&User::Operator])),
+            format!("--gateway-url={}", cluster.gateway),
+            format!("--ca-configmap={SYSTEM_NAMESPACE}/{CA_CONFIGMAP}"),
+            format!("--system-namespace={SYSTEM_NAMESPACE}"),
+            format!("--watch-listen=127.0.0.1:{watch_port}"),
+            format!("--tls-cert={}", s(&f.control_cert)),
+            format!("--tls-key={}", s(&f.control_key)),
+            format!("--client-ca={}", s(&f.internal_ca)),
+        ];
+        cluster.spawn("operator", operator_args)?;
+        let gateway_args = vec![
+            "gateway".into(),
+            "--exit-with-parent".into(),
+            format!("--https-listen=127.0.0.1:{gateway_port}"),
+            format!("--tls-cert={}", s(&f.gateway_cert)),
+            format!("--tls-key={}", s(&f.gateway_key)),
+            format!("--control-plane=127.0.0.1:{watch_port}"),
+            format!("--internal-ca={}", s(&f.internal_ca)),
+            format!("--client-cert={}", s(&f.gateway_client_cert)),
+            format!("--client-key={}", s(&f.gateway_client_key)),
+            "--auth=kubernetes".into(),
+            format!("--kubeconfig={}", s(&cluster.kubeconfigs[&User::Gateway])),
+            "--threads=1".into(),
+        ];
+        cluster.spawn("gateway", gateway_args)?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(r) = cluster
+                .http
+                .get(format!("{}/healthz", cluster.gateway))
+                .send()
+                .await
+                && r.status().is_success()
+            {
+                break;
+            }
+            cluster.check_alive()?;
+            if Instant::now() > deadline {
+                bail!("gateway not healthy within 60 s:\n{}", cluster.logs());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(cluster)
+    }
+
+    fn spawn(&self, name: &str, args: Vec<String>) -> anyhow::Result<()> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join(format!("{name}.log")))?;
+        let child = Command::new(&self.krt)
+            .args(&args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("start {name}"))?;
+        self.procs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.into(), Proc { child, args });
+        Ok(())
+    }
+
+    fn check_alive(&self) -> anyhow::Result<()> {
+        let mut procs = self.procs.lock().unwrap_or_else(|p| p.into_inner());
+        for (name, p) in procs.iter_mut() {
+            if let Some(status) = p.child.try_wait()? {
+                bail!("{name} exited ({status}):\n{}", self.log(name));
+            }
+        }
+        Ok(())
+    }
+
+    /// SIGKILLs a process (`operator`, `gateway` or a Pod's name).
+    pub fn kill(&self, name: &str) -> anyhow::Result<()> {
+        let mut procs = self.procs.lock().unwrap_or_else(|p| p.into_inner());
+        let p = procs
+            .get_mut(name)
+            .with_context(|| format!("no process {name}"))?;
+        let _ = p.child.kill();
+        let _ = p.child.wait();
+        Ok(())
+    }
+
+    /// Starts a killed process again with the same flags.
+    pub fn restart(&self, name: &str) -> anyhow::Result<()> {
+        let args = {
+            let mut procs = self.procs.lock().unwrap_or_else(|p| p.into_inner());
+            let p = procs
+                .get_mut(name)
+                .with_context(|| format!("no process {name}"))?;
+            let _ = p.child.kill();
+            let _ = p.child.wait();
+            p.args.clone()
+        };
+        self.spawn(name, args)
+    }
+
+    /// The log of a process.
+    pub fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.path().join(format!("{name}.log"))).unwrap_or_default()
+    }
+
+    /// Every process log, headed by its name.
+    pub fn logs(&self) -> String {
+        let names: Vec<String> = self
+            .procs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .cloned()
+            .collect();
+        names
+            .iter()
+            .map(|n| format!("==== {n}\n{}", self.log(n)))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// Creates Runtime `name` in the system namespace.
+    pub async fn create_runtime(
+        &self,
+        name: &str,
+        replicas: i32,
+        capacity: u32,
+    ) -> anyhow::Result<()> {
+        let api: Api<kruntimes_operator::crd::Runtime> =
+            Api::namespaced(self.client.clone(), SYSTEM_NAMESPACE);
+        let rt: kruntimes_operator::crd::Runtime = serde_json::from_value(json!({
+            "apiVersion": "kruntimes.io/v1alpha1",
+            "kind": "Runtime",
+            "metadata": {"name": name, "namespace": SYSTEM_NAMESPACE},
+            "spec": {
+                "replicas": replicas,
+                "capacity": {"runs": capacity},
+                "image": "ghcr.io/kruntimes/runtime-python:test",
+            }
+        }))?;
+        api.create(&PostParams::default(), &rt).await?;
+        Ok(())
+    }
+
+    /// Creates Pod `name` of Runtime `runtime`, starts the runtimed that
+    /// plays it and marks the Pod Ready once that runtimed listens. Returns
+    /// the Pod's UID.
+    pub async fn add_pod(&self, name: &str, runtime: &str) -> anyhow::Result<String> {
+        let port = free_port()?;
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), SYSTEM_NAMESPACE);
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {
+                "name": name,
+                "namespace": SYSTEM_NAMESPACE,
+                "labels": {"kruntimes.io/runtime": runtime, "app.kubernetes.io/name": "kruntimes-runtime"},
+            },
+            "spec": {
+                "nodeName": "kubetest-node",
+                "containers": [{
+                    "name": "runtimed",
+                    "image": "ghcr.io/kruntimes/runtime-python:test",
+                    "ports": [{"name": "dataplane", "containerPort": port}],
+                }],
+            },
+        }))?;
+        let pod = pods.create(&PostParams::default(), &pod).await?;
+        let uid = pod.metadata.uid.clone().context("pod uid")?;
+        let s = |p: &Path| p.display().to_string();
+        let f = &self.files;
+        let work = self.dir.path().join("work").join(name);
+        let args = vec![
+            "runtimed".into(),
+            "--exit-with-parent".into(),
+            "--kubernetes".into(),
+            format!("--name={name}"),
+            format!("--pod-uid={uid}"),
+            format!("--pod-namespace={SYSTEM_NAMESPACE}"),
+            format!("--kubeconfig={}", s(&self.kubeconfigs[&User::Runtimed])),
+            format!("--listen=127.0.0.1:{port}"),
+            format!("--tls-cert={}", s(&f.runtimed_cert)),
+            format!("--tls-key={}", s(&f.runtimed_key)),
+            format!("--client-ca={}", s(&f.internal_ca)),
+            format!("--work-root={}", s(&work)),
+            "--python-spares=1".into(),
+        ];
+        self.spawn(name, args)?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
+            self.check_alive()?;
+            if Instant::now() > deadline {
+                bail!("runtimed for {name} did not listen within 30 s");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.set_pod_ready(name, true).await?;
+        Ok(uid)
+    }
+
+    /// Patches a Pod's status as a kubelet would.
+    pub async fn set_pod_ready(&self, name: &str, ready: bool) -> anyhow::Result<()> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), SYSTEM_NAMESPACE);
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        let status = if ready { "True" } else { "False" };
+        let patch = json!({"status": {
+            "phase": "Running",
+            "podIP": "127.0.0.1",
+            "podIPs": [{"ip": "127.0.0.1"}],
+            "conditions": [
+                {"type": "Ready", "status": status, "lastTransitionTime": now},
+                {"type": "ContainersReady", "status": status, "lastTransitionTime": now},
+            ],
+        }});
+        pods.patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await?;
+        Ok(())
+    }
+
+    /// Deletes a Pod object at once, as a node controller force-deletes the
+    /// Pods of a lost node. Its runtimed keeps running: a partitioned owner
+    /// that must fence itself.
+    pub async fn delete_pod(&self, name: &str) -> anyhow::Result<()> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), SYSTEM_NAMESPACE);
+        pods.delete(name, &kube::api::DeleteParams::default().grace_period(0))
+            .await?;
+        Ok(())
+    }
+
+    /// A Run's current object (JSON).
+    pub async fn run(&self, namespace: &str, name: &str) -> anyhow::Result<Value> {
+        let api: Api<kruntimes_operator::crd::Run> =
+            Api::namespaced(self.client.clone(), namespace);
+        Ok(serde_json::to_value(api.get(name).await?)?)
+    }
+
+    /// Waits until `check` holds for Run `namespace/name` (up to `within`).
+    pub async fn wait_run<F>(
+        &self,
+        namespace: &str,
+        name: &str,
+        within: Duration,
+        what: &str,
+        check: F,
+    ) -> anyhow::Result<Value>
+    where
+        F: Fn(&Value) -> bool,
+    {
+        let deadline = Instant::now() + within;
+        let mut last: Value;
+        loop {
+            match self.run(namespace, name).await {
+                Ok(v) => {
+                    if check(&v) {
+                        return Ok(v);
+                    }
+                    last = v;
+                }
+                Err(e) => last = json!(e.to_string()),
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "Run {namespace}/{name}: {what} not reached within {within:?}; last: {last}\n{}",
+                    self.logs()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits for `status.phase == phase`.
+    pub async fn wait_phase(
+        &self,
+        namespace: &str,
+        name: &str,
+        phase: &str,
+    ) -> anyhow::Result<Value> {
+        self.wait_run(namespace, name, Duration::from_secs(60), phase, |v| {
+            v["status"]["phase"] == phase
+        })
+        .await
+    }
+
+    /// The internal TLS material for a client that talks to runtimed
+    /// directly as the gateway would: (CA, client cert, client key) PEM.
+    pub fn gateway_client_identity(&self) -> anyhow::Result<(Vec<u8>, Vec<u8>, Vec<u8>)> {
+        Ok((
+            std::fs::read(&self.files.internal_ca)?,
+            std::fs::read(&self.files.gateway_client_cert)?,
+            std::fs::read(&self.files.gateway_client_key)?,
+        ))
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let mut procs = self.procs.lock().unwrap_or_else(|p| p.into_inner());
+        for p in procs.values_mut() {
+            let _ = p.child.kill();
+            let _ = p.child.wait();
+        }
+    }
+}

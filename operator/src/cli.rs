@@ -1,0 +1,132 @@
+//! Flags and entry point of `kruntimes-operator` (Kubernetes mode), shared
+//! by the binary and `krt operator`.
+
+use std::path::PathBuf;
+
+use crate::cluster::{self, ClusterConfig, objects::PodSettings};
+use crate::embedded::TlsFiles;
+use anyhow::Context as _;
+use clap::Parser;
+
+/// Operator flags (also readable from `KRUNTIMES_OPERATOR_*` variables).
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "kruntimes-operator",
+    about = "kruntimes operator (Kubernetes mode)"
+)]
+pub struct Args {
+    /// Kubeconfig; in-cluster configuration when omitted.
+    #[arg(long, env = "KRUNTIMES_OPERATOR_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Public base URL of the gateway, e.g. https://kruntimes-gateway.kruntimes-system.svc
+    #[arg(long, env = "KRUNTIMES_OPERATOR_GATEWAY_URL")]
+    pub gateway_url: String,
+    /// ConfigMap `namespace/name` whose `ca.crt` is published as
+    /// `status.endpoint.caBundle`.
+    #[arg(long, env = "KRUNTIMES_OPERATOR_CA_CONFIGMAP")]
+    pub ca_configmap: Option<String>,
+    /// Namespace of shared Runtimes.
+    #[arg(
+        long,
+        env = "KRUNTIMES_OPERATOR_SYSTEM_NAMESPACE",
+        default_value = "kruntimes-system"
+    )]
+    pub system_namespace: String,
+    /// Secret with the internal TLS material mounted into Runtime Pods.
+    #[arg(long, default_value = "kruntimes-runtimed-tls")]
+    pub internal_tls_secret: String,
+    /// ServiceAccount of Runtime Pods.
+    #[arg(long, default_value = "kruntimes-runtime")]
+    pub runtime_service_account: String,
+    /// Listen address of the ownership watch (gRPC, mTLS).
+    #[arg(
+        long,
+        env = "KRUNTIMES_OPERATOR_WATCH_LISTEN",
+        default_value = "0.0.0.0:7444"
+    )]
+    pub watch_listen: String,
+    /// Serving certificate of the watch (PEM).
+    #[arg(long, env = "KRUNTIMES_OPERATOR_TLS_CERT")]
+    pub tls_cert: PathBuf,
+    /// Serving key of the watch (PEM).
+    #[arg(long, env = "KRUNTIMES_OPERATOR_TLS_KEY")]
+    pub tls_key: PathBuf,
+    /// CA that gateway client certificates chain to (PEM).
+    #[arg(long, env = "KRUNTIMES_OPERATOR_CLIENT_CA")]
+    pub client_ca: PathBuf,
+}
+
+/// JSON logs to stderr, filtered by `RUST_LOG` (default `info`).
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+/// Runs the operator until SIGTERM or Ctrl-C.
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    init_logging();
+    let config = match &args.kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("read kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no --kubeconfig and no in-cluster configuration")?,
+    };
+    let client = kube::Client::try_from(config)?;
+    let ca_configmap = match &args.ca_configmap {
+        Some(s) => Some(
+            s.split_once('/')
+                .map(|(ns, name)| (ns.to_owned(), name.to_owned()))
+                .context("--ca-configmap must be namespace/name")?,
+        ),
+        None => None,
+    };
+    let listener = tokio::net::TcpListener::bind(&args.watch_listen)
+        .await
+        .with_context(|| format!("listen on {}", args.watch_listen))?;
+    tracing::info!(watch = %listener.local_addr()?, "kruntimes-operator starting");
+    cluster::run(
+        client,
+        ClusterConfig {
+            gateway_url: args.gateway_url,
+            ca_configmap,
+            system_namespace: args.system_namespace,
+            pods: PodSettings {
+                internal_tls_secret: args.internal_tls_secret,
+                service_account: args.runtime_service_account,
+            },
+            watch_tls: TlsFiles {
+                cert: args.tls_cert,
+                key: args.tls_key,
+                ca: args.client_ca,
+            },
+        },
+        listener,
+        shutdown_signal(),
+    )
+    .await
+}

@@ -1,0 +1,446 @@
+//! What the operator derives from cluster objects, as pure functions: views
+//! of Runs/Pods/Runtimes for [`super::decide`], the Deployment and Service of
+//! a Runtime, and the ownership table served to gateways.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerPort, EnvVar, EnvVarSource, ObjectFieldSelector, Pod, PodSpec,
+    PodTemplateSpec, Probe, SecretVolumeSource, Service, ServicePort, ServiceSpec, TCPSocketAction,
+    Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kruntimes_proto::ownership::v1 as own;
+use kube::{Resource, ResourceExt};
+
+use super::decide::{PodInfo, RunView, RuntimeInfo};
+use crate::crd::{FINALIZER, Run, RunPhase, Runtime};
+use crate::model::ModeKind;
+
+/// Label naming the Runtime a Pod belongs to.
+pub const RUNTIME_LABEL: &str = "kruntimes.io/runtime";
+/// Name of the dataplane container port.
+pub const DATAPLANE_PORT_NAME: &str = "dataplane";
+/// Default dataplane port.
+pub const DATAPLANE_PORT: i32 = 7443;
+
+/// The operator's view of a Run.
+pub fn run_view(run: &Run) -> RunView {
+    let spec = &run.spec;
+    let mode = run.manifest().validate();
+    RunView {
+        namespace: run.namespace().unwrap_or_default(),
+        name: run.name_any(),
+        uid: run.uid().unwrap_or_default(),
+        runtime: spec.runtime.clone(),
+        mode,
+        created: run
+            .meta()
+            .creation_timestamp
+            .as_ref()
+            .map(|t| SystemTime::from(t.0))
+            .unwrap_or(SystemTime::UNIX_EPOCH),
+        timeout: spec.timeout.map(|s| Duration::from_secs(u64::from(s))),
+        max_retries: spec.retry_policy.max_retries,
+        termination: spec.termination.as_ref().map(|t| t.mode),
+        deleting: run.meta().deletion_timestamp.is_some(),
+        has_finalizer: run.finalizers().iter().any(|f| f == FINALIZER),
+        status: run.status.clone().unwrap_or_default(),
+    }
+}
+
+/// The dataplane port of a Pod: its container port named `dataplane`.
+pub fn dataplane_port(pod: &Pod) -> Option<i32> {
+    pod.spec.as_ref()?.containers.iter().find_map(|c| {
+        c.ports
+            .as_ref()?
+            .iter()
+            .find(|p| p.name.as_deref() == Some(DATAPLANE_PORT_NAME))
+            .map(|p| p.container_port)
+    })
+}
+
+/// The operator's view of a Runtime Pod (`None` for Pods of no Runtime).
+pub fn pod_info(pod: &Pod) -> Option<PodInfo> {
+    let runtime = pod.labels().get(RUNTIME_LABEL)?.clone();
+    let status = pod.status.as_ref();
+    let terminating = pod.meta().deletion_timestamp.is_some();
+    let ready = !terminating
+        && status
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let address = match (status.and_then(|s| s.pod_ip.as_ref()), dataplane_port(pod)) {
+        (Some(ip), Some(port)) if !ip.is_empty() => Some(if ip.contains(':') {
+            format!("[{ip}]:{port}")
+        } else {
+            format!("{ip}:{port}")
+        }),
+        _ => None,
+    };
+    Some(PodInfo {
+        namespace: pod.namespace().unwrap_or_default(),
+        name: pod.name_any(),
+        uid: pod.uid().unwrap_or_default(),
+        runtime,
+        ready,
+        terminating,
+        address,
+    })
+}
+
+/// The operator's view of a Runtime.
+pub fn runtime_info(rt: &Runtime) -> RuntimeInfo {
+    RuntimeInfo {
+        namespace: rt.namespace().unwrap_or_default(),
+        name: rt.name_any(),
+        capacity: rt.spec.capacity.runs,
+    }
+}
+
+/// The control plane's ownership table: every function/session Run that is
+/// not terminal, with its assignment (owner absent while pending).
+pub fn ownership_entries(runs: &[RunView], pods: &[PodInfo]) -> Vec<own::OwnershipEntry> {
+    let by_uid: BTreeMap<&str, &PodInfo> = pods.iter().map(|p| (p.uid.as_str(), p)).collect();
+    runs.iter()
+        .filter(|r| matches!(r.mode, Ok(ModeKind::Function | ModeKind::Session)))
+        .filter(|r| !r.deleting)
+        .filter_map(|r| {
+            let phase = match r.status.phase.unwrap_or(RunPhase::Pending) {
+                RunPhase::Pending => own::Phase::Pending,
+                RunPhase::Scheduled => own::Phase::Scheduled,
+                RunPhase::Running => own::Phase::Running,
+                RunPhase::Ready => own::Phase::Ready,
+                RunPhase::Finalizing => own::Phase::Draining,
+                _ => return None,
+            };
+            let owner = r
+                .status
+                .assigned_pod_uid
+                .as_deref()
+                .and_then(|uid| by_uid.get(uid))
+                .map(|p| own::Owner {
+                    pod_name: p.name.clone(),
+                    pod_uid: p.uid.clone(),
+                    dataplane_address: p.address.clone().unwrap_or_default(),
+                });
+            Some(own::OwnershipEntry {
+                namespace: r.namespace.clone(),
+                run_name: r.name.clone(),
+                run_uid: r.uid.clone(),
+                runtime: r.runtime.clone(),
+                mode: match r.mode {
+                    Ok(ModeKind::Session) => own::Mode::Session as i32,
+                    _ => own::Mode::Function as i32,
+                },
+                owner,
+                attempt: r.status.attempt.unwrap_or(0).max(0) as u64,
+                phase: phase as i32,
+                limits: None,
+                reason: r.status.reason.clone().unwrap_or_default(),
+            })
+        })
+        .collect()
+}
+
+/// How Runtime Pods are built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodSettings {
+    /// Secret with `tls.crt`, `tls.key` and `ca.crt` of the internal CA,
+    /// mounted into runtimed.
+    pub internal_tls_secret: String,
+    /// ServiceAccount Runtime Pods run as (runtimed watches its Runs).
+    pub service_account: String,
+}
+
+fn labels(rt: &Runtime) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (
+            "app.kubernetes.io/name".to_string(),
+            "kruntimes-runtime".to_string(),
+        ),
+        (
+            "app.kubernetes.io/managed-by".to_string(),
+            "kruntimes-operator".to_string(),
+        ),
+        (RUNTIME_LABEL.to_string(), rt.name_any()),
+    ])
+}
+
+fn owner_ref(rt: &Runtime) -> Vec<OwnerReference> {
+    rt.controller_owner_ref(&()).into_iter().collect()
+}
+
+fn field_env(name: &str, path: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: path.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The Deployment keeping a Runtime's Pods warm.
+pub fn deployment(rt: &Runtime, s: &PodSettings) -> Deployment {
+    let labels = labels(rt);
+    let mut template = rt.spec.template.clone().unwrap_or_default();
+    let meta = template.metadata.get_or_insert_with(ObjectMeta::default);
+    meta.labels
+        .get_or_insert_with(BTreeMap::new)
+        .extend(labels.clone());
+    let spec = template.spec.get_or_insert_with(PodSpec::default);
+    if spec.service_account_name.is_none() {
+        spec.service_account_name = Some(s.service_account.clone());
+    }
+    let runtimed = Container {
+        name: "runtimed".into(),
+        image: Some(rt.spec.image.clone()),
+        args: Some(vec![
+            "--kubernetes".into(),
+            "--listen=0.0.0.0:7443".into(),
+            "--advertise=$(POD_IP):7443".into(),
+            "--tls-cert=/etc/kruntimes/tls/tls.crt".into(),
+            "--tls-key=/etc/kruntimes/tls/tls.key".into(),
+            "--client-ca=/etc/kruntimes/tls/ca.crt".into(),
+            "--work-root=/var/lib/kruntimes".into(),
+        ]),
+        env: Some(vec![
+            field_env("KRUNTIMES_RUNTIMED_NAME", "metadata.name"),
+            field_env("KRUNTIMES_RUNTIMED_POD_UID", "metadata.uid"),
+            field_env("KRUNTIMES_RUNTIMED_POD_NAMESPACE", "metadata.namespace"),
+            field_env("POD_IP", "status.podIP"),
+        ]),
+        ports: Some(vec![ContainerPort {
+            name: Some(DATAPLANE_PORT_NAME.into()),
+            container_port: DATAPLANE_PORT,
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        }]),
+        readiness_probe: Some(Probe {
+            tcp_socket: Some(TCPSocketAction {
+                port: IntOrString::String(DATAPLANE_PORT_NAME.into()),
+                ..Default::default()
+            }),
+            period_seconds: Some(2),
+            ..Default::default()
+        }),
+        volume_mounts: Some(vec![
+            VolumeMount {
+                name: "internal-tls".into(),
+                mount_path: "/etc/kruntimes/tls".into(),
+                read_only: Some(true),
+                ..Default::default()
+            },
+            VolumeMount {
+                name: "work".into(),
+                mount_path: "/var/lib/kruntimes".into(),
+                ..Default::default()
+            },
+        ]),
+        ..Default::default()
+    };
+    // runtimed replaces a container of the same name in the template.
+    spec.containers.retain(|c| c.name != "runtimed");
+    spec.containers.insert(0, runtimed);
+    let volumes = spec.volumes.get_or_insert_with(Vec::new);
+    volumes.retain(|v| v.name != "internal-tls" && v.name != "work");
+    volumes.push(Volume {
+        name: "internal-tls".into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(s.internal_tls_secret.clone()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    volumes.push(Volume {
+        name: "work".into(),
+        empty_dir: Some(Default::default()),
+        ..Default::default()
+    });
+    Deployment {
+        metadata: ObjectMeta {
+            name: Some(format!("runtime-{}", rt.name_any())),
+            namespace: rt.namespace(),
+            labels: Some(labels.clone()),
+            owner_references: Some(owner_ref(rt)),
+            ..Default::default()
+        },
+        spec: Some(DeploymentSpec {
+            replicas: Some(rt.spec.replicas),
+            selector: LabelSelector {
+                match_labels: Some(BTreeMap::from([(RUNTIME_LABEL.to_string(), rt.name_any())])),
+                ..Default::default()
+            },
+            template: PodTemplateSpec {
+                metadata: template.metadata,
+                spec: template.spec,
+            },
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The headless Service naming a Runtime's Pods.
+pub fn service(rt: &Runtime) -> Service {
+    Service {
+        metadata: ObjectMeta {
+            name: Some(format!("runtime-{}", rt.name_any())),
+            namespace: rt.namespace(),
+            labels: Some(labels(rt)),
+            owner_references: Some(owner_ref(rt)),
+            ..Default::default()
+        },
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".into()),
+            selector: Some(BTreeMap::from([(RUNTIME_LABEL.to_string(), rt.name_any())])),
+            ports: Some(vec![ServicePort {
+                name: Some(DATAPLANE_PORT_NAME.into()),
+                port: DATAPLANE_PORT,
+                target_port: Some(IntOrString::String(DATAPLANE_PORT_NAME.into())),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::{Capacity, RuntimeSpec};
+
+    fn rt() -> Runtime {
+        let mut rt = Runtime::new(
+            "python",
+            RuntimeSpec {
+                replicas: 3,
+                capacity: Capacity { runs: 4 },
+                image: "ghcr.io/kruntimes/python:1".into(),
+                ..Default::default()
+            },
+        );
+        rt.metadata.namespace = Some("kruntimes-system".into());
+        rt.metadata.uid = Some("rt-uid".into());
+        rt
+    }
+
+    fn settings() -> PodSettings {
+        PodSettings {
+            internal_tls_secret: "kruntimes-internal-tls".into(),
+            service_account: "kruntimes-runtime".into(),
+        }
+    }
+
+    #[test]
+    fn deployment_runs_runtimed_with_downward_identity_and_internal_tls() {
+        let d = deployment(&rt(), &settings());
+        assert_eq!(d.metadata.name.as_deref(), Some("runtime-python"));
+        let owner = &d.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(owner.kind, "Runtime");
+        assert_eq!(owner.controller, Some(true));
+        let spec = d.spec.unwrap();
+        assert_eq!(spec.replicas, Some(3));
+        let pod = spec.template.spec.unwrap();
+        assert_eq!(
+            pod.service_account_name.as_deref(),
+            Some("kruntimes-runtime")
+        );
+        let c = &pod.containers[0];
+        assert_eq!(c.name, "runtimed");
+        assert!(
+            c.args
+                .as_ref()
+                .unwrap()
+                .contains(&"--kubernetes".to_string())
+        );
+        let env: Vec<&str> = c
+            .env
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|e| e.name.as_str())
+            .collect();
+        assert!(env.contains(&"KRUNTIMES_RUNTIMED_POD_UID"));
+        assert_eq!(
+            c.ports.as_ref().unwrap()[0].name.as_deref(),
+            Some("dataplane")
+        );
+        let labels = spec.template.metadata.unwrap().labels.unwrap();
+        assert_eq!(labels[RUNTIME_LABEL], "python");
+        assert!(pod.volumes.unwrap().iter().any(|v| {
+            v.secret
+                .as_ref()
+                .is_some_and(|s| s.secret_name.as_deref() == Some("kruntimes-internal-tls"))
+        }));
+    }
+
+    #[test]
+    fn template_overrides_are_kept_and_runtimed_is_not_duplicated() {
+        let mut r = rt();
+        r.spec.template = Some(PodTemplateSpec {
+            metadata: Some(ObjectMeta {
+                labels: Some(BTreeMap::from([("team".into(), "ml".into())])),
+                ..Default::default()
+            }),
+            spec: Some(PodSpec {
+                containers: vec![
+                    Container {
+                        name: "runtimed".into(),
+                        image: Some("user-override".into()),
+                        ..Default::default()
+                    },
+                    Container {
+                        name: "runtime-server".into(),
+                        image: Some("custom:1".into()),
+                        ..Default::default()
+                    },
+                ],
+                ..Default::default()
+            }),
+        });
+        let d = deployment(&r, &settings());
+        let t = d.spec.unwrap().template;
+        assert_eq!(t.metadata.unwrap().labels.unwrap()["team"], "ml");
+        let names: Vec<String> = t
+            .spec
+            .unwrap()
+            .containers
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(names, vec!["runtimed", "runtime-server"]);
+    }
+
+    #[test]
+    fn service_is_headless_over_the_runtime_pods() {
+        let s = service(&rt()).spec.unwrap();
+        assert_eq!(s.cluster_ip.as_deref(), Some("None"));
+        assert_eq!(s.selector.unwrap()[RUNTIME_LABEL], "python");
+    }
+
+    #[test]
+    fn pod_info_needs_ready_ip_and_dataplane_port() {
+        let mut pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u", "labels": {RUNTIME_LABEL: "python"}},
+            "spec": {"containers": [{"name": "runtimed", "ports": [{"name": "dataplane", "containerPort": 9000}]}]},
+            "status": {"podIP": "127.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]}
+        }))
+        .unwrap();
+        let info = pod_info(&pod).unwrap();
+        assert!(info.ready);
+        assert_eq!(info.address.as_deref(), Some("127.0.0.1:9000"));
+        pod.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].status = "False".into();
+        assert!(!pod_info(&pod).unwrap().ready);
+        pod.metadata.labels = None;
+        assert!(pod_info(&pod).is_none());
+    }
+}

@@ -1,0 +1,346 @@
+//! runtimed in Kubernetes mode: watches Runs, registers the ones assigned to
+//! this Pod (by Pod UID), reports their phase with server-side apply (field
+//! manager `runtimed`), and honours termination, deletion and fencing. The
+//! decisions are the pure [`decide::decide`]; this module only gathers facts
+//! and carries the steps out.
+//!
+//! Every status write is an apply carrying the `resourceVersion` the
+//! decision was made on: if the operator moved the Run meanwhile (a new
+//! owner, a higher attempt), the write fails with a conflict and nothing
+//! stale lands. After a restart, Runs still assigned to this Pod are
+//! registered again at the same attempt (idempotent for the control plane).
+
+pub mod decide;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kruntimes_operator::controller::{open_session_request_for, register_request_for};
+use kruntimes_operator::crd::{FINALIZER, Run, RunPhase};
+use kruntimes_operator::model::ModeKind;
+use kruntimes_proto::function::v1 as pb;
+use kruntimes_proto::ownership::v1 as own;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use crate::engine::Engine;
+use crate::session::CloseMode;
+use crate::sessions::Sessions;
+use decide::{Action, Local, RunFacts, Stop};
+
+/// Field manager of runtimed's status writes.
+pub const FIELD_MANAGER: &str = "runtimed";
+
+/// Which Pod this runtimed plays.
+#[derive(Debug, Clone)]
+pub struct PodIdentity {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// UID.
+    pub uid: String,
+}
+
+fn spawn_reflector<K>(
+    api: Api<K>,
+    cfg: watcher::Config,
+    notify: Arc<tokio::sync::Notify>,
+) -> Store<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let stream = reflector::reflector(writer, watcher(api, cfg))
+        .default_backoff()
+        .touched_objects();
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(item) = stream.next().await {
+            if let Err(e) = item {
+                tracing::warn!(error = %e, "watch error; retrying");
+            }
+            notify.notify_one();
+        }
+    });
+    reader
+}
+
+struct Agent {
+    client: kube::Client,
+    engine: Arc<Engine>,
+    sessions: Arc<Sessions>,
+    pod: PodIdentity,
+    runs: Store<Run>,
+    pods: Store<Pod>,
+}
+
+/// Runs the Kubernetes loop until `shutdown` resolves.
+pub async fn run(
+    client: kube::Client,
+    engine: Arc<Engine>,
+    sessions: Arc<Sessions>,
+    pod: PodIdentity,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let notify = Arc::new(tokio::sync::Notify::new());
+    let runs = spawn_reflector(
+        Api::<Run>::all(client.clone()),
+        watcher::Config::default(),
+        notify.clone(),
+    );
+    let pods = spawn_reflector(
+        Api::<Pod>::namespaced(client.clone(), &pod.namespace),
+        watcher::Config::default().fields(&format!("metadata.name={}", pod.name)),
+        notify.clone(),
+    );
+    tokio::pin!(shutdown);
+    tokio::select! {
+        r = async { runs.wait_until_ready().await?; pods.wait_until_ready().await } => r?,
+        _ = &mut shutdown => return Ok(()),
+    }
+    tracing::info!(pod = %pod.name, pod_uid = %pod.uid, "watching runs assigned to this pod");
+    let agent = Agent {
+        client,
+        engine,
+        sessions,
+        pod,
+        runs,
+        pods,
+    };
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = notify.notified() => {}
+            _ = tick.tick() => {}
+            _ = &mut shutdown => break,
+        }
+        agent.pass().await;
+    }
+    Ok(())
+}
+
+impl Agent {
+    fn pod_gone(&self) -> bool {
+        !self.pods.state().iter().any(|p| {
+            p.uid().as_deref() == Some(self.pod.uid.as_str())
+                && p.meta().deletion_timestamp.is_none()
+        })
+    }
+
+    fn locals(&self) -> BTreeMap<String, Local> {
+        self.engine
+            .publisher()
+            .entries()
+            .into_iter()
+            .map(|e| {
+                (
+                    e.run_uid.clone(),
+                    Local {
+                        attempt: e.attempt,
+                        phase: own::Phase::try_from(e.phase).unwrap_or(own::Phase::Unspecified),
+                        reason: e.reason,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    async fn pass(&self) {
+        let pod_gone = self.pod_gone();
+        let mut locals = self.locals();
+        for run in self.runs.state() {
+            let uid = run.uid().unwrap_or_default();
+            let status = run.status.clone().unwrap_or_default();
+            let facts = RunFacts {
+                mine: status.assigned_pod_uid.as_deref() == Some(self.pod.uid.as_str()),
+                attempt: status.attempt.unwrap_or(0).max(0) as u64,
+                phase: status.phase.unwrap_or(RunPhase::Pending),
+                reason: status.reason.clone(),
+                termination: run.spec.termination.as_ref().map(|t| t.mode),
+                deleting: run.meta().deletion_timestamp.is_some(),
+                has_finalizer: run.finalizers().iter().any(|f| f == FINALIZER),
+                pod_gone,
+            };
+            let local = locals.remove(&uid);
+            // Each write returns the Run's new version; later steps of this
+            // pass build on it (their precondition must not be stale).
+            let mut run = (*run).clone();
+            for action in decide::decide(&facts, local.as_ref()) {
+                if let Err(e) = self.act(&mut run, &facts, action.clone()).await {
+                    tracing::warn!(run_uid = %uid, ?action, error = %e, "step failed");
+                    break;
+                }
+            }
+        }
+        // Local registrations of Runs that no longer exist at all.
+        for uid in locals.keys() {
+            self.unregister(uid, Stop::Cancel).await;
+        }
+    }
+
+    async fn act(&self, run: &mut Run, facts: &RunFacts, action: Action) -> anyhow::Result<()> {
+        let uid = run.uid().unwrap_or_default();
+        match action {
+            Action::Register => {
+                let manifest = run.manifest();
+                let result = match manifest.validate() {
+                    Ok(ModeKind::Function) => self
+                        .engine
+                        .register(register_request_for(&manifest, &uid, facts.attempt))
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| e.to_string()),
+                    Ok(ModeKind::Session) => self
+                        .sessions
+                        .open(open_session_request_for(&manifest, &uid, facts.attempt))
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| e.message().to_owned()),
+                    Ok(ModeKind::Task) => Err("task mode is not served by runtimed".into()),
+                    Err(e) => Err(e),
+                };
+                match result {
+                    Ok(()) => {
+                        tracing::info!(run_uid = %uid, attempt = facts.attempt, "registered");
+                        self.report(run, RunPhase::Ready, "Registered", "").await
+                    }
+                    Err(why) => {
+                        tracing::warn!(run_uid = %uid, error = %why, "registration failed");
+                        self.report(run, RunPhase::Failed, "RegistrationFailed", &why)
+                            .await
+                    }
+                }
+            }
+            Action::Unregister(stop) => {
+                self.unregister(&uid, stop).await;
+                Ok(())
+            }
+            Action::Report { phase, reason } => self.report(run, phase, reason, "").await,
+            Action::RemoveFinalizer => {
+                let mut finalizers: Vec<String> = run.finalizers().to_vec();
+                finalizers.retain(|f| f != FINALIZER);
+                let patch = json!({
+                    "metadata": {
+                        "resourceVersion": run.resource_version(),
+                        "finalizers": finalizers,
+                    }
+                });
+                *run = Api::<Run>::namespaced(
+                    self.client.clone(),
+                    &run.namespace().unwrap_or_default(),
+                )
+                .patch(
+                    &run.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(patch),
+                )
+                .await?;
+                tracing::info!(run_uid = %uid, "cleaned up; finalizer removed");
+                Ok(())
+            }
+        }
+    }
+
+    async fn unregister(&self, uid: &str, stop: Stop) {
+        if self.sessions.get(uid).is_some() {
+            let mode = match stop {
+                Stop::Drain => CloseMode::Drain,
+                Stop::Cancel => CloseMode::Cancel,
+            };
+            self.sessions.close(uid, mode).await;
+        } else if let Some(record) = self.engine.current_record(uid) {
+            let mode = match stop {
+                Stop::Drain => pb::UnregisterMode::Drain,
+                Stop::Cancel => pb::UnregisterMode::Cancel,
+            };
+            if let Err(e) = self
+                .engine
+                .unregister(uid, &record.registration_id, mode)
+                .await
+            {
+                tracing::warn!(run_uid = %uid, error = %e, "unregister failed");
+            }
+        }
+    }
+
+    /// Applies the owner's view of the status, guarded by the Run's
+    /// `resourceVersion`.
+    async fn report(
+        &self,
+        run: &mut Run,
+        phase: RunPhase,
+        reason: &str,
+        message: &str,
+    ) -> anyhow::Result<()> {
+        let status = run.status.clone().unwrap_or_default();
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let terminal = matches!(
+            phase,
+            RunPhase::Succeeded | RunPhase::Failed | RunPhase::Timeout | RunPhase::Cancelled
+        );
+        let ready = Condition {
+            type_: "Ready".into(),
+            status: if phase == RunPhase::Ready {
+                "True".into()
+            } else {
+                "False".into()
+            },
+            reason: reason.into(),
+            message: String::new(),
+            last_transition_time: now.clone(),
+            observed_generation: run.meta().generation,
+        };
+        let mut message = message.to_owned();
+        if message.len() > kruntimes_operator::crd::MAX_MESSAGE_BYTES {
+            let mut cut = kruntimes_operator::crd::MAX_MESSAGE_BYTES;
+            while !message.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            message.truncate(cut);
+        }
+        let mut body = json!({
+            "apiVersion": "kruntimes.io/v1alpha1",
+            "kind": "Run",
+            "metadata": {
+                "name": run.name_any(),
+                "namespace": run.namespace(),
+                "resourceVersion": run.resource_version(),
+            },
+            "status": {
+                "phase": phase,
+                "reason": reason,
+                "conditions": [ready],
+                "startTime": status.start_time.clone().unwrap_or_else(|| now.clone()),
+            }
+        });
+        if !message.is_empty() {
+            body["status"]["message"] = json!(message);
+        }
+        if terminal {
+            body["status"]["completionTime"] = json!(status.completion_time.clone().unwrap_or(now));
+        }
+        *run = Api::<Run>::namespaced(self.client.clone(), &run.namespace().unwrap_or_default())
+            .patch_status(
+                &run.name_any(),
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(body),
+            )
+            .await?;
+        tracing::info!(run_uid = %run.uid().unwrap_or_default(), ?phase, reason, "run status reported");
+        Ok(())
+    }
+}
