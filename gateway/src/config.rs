@@ -86,8 +86,9 @@ pub struct Args {
     /// allowed within their TTL plus this many seconds (0: fail closed).
     #[arg(long, default_value_t = 0)]
     pub auth_stale_if_error_secs: u64,
-    /// Kubeconfig of the gateway's own identity (`--auth kubernetes`);
-    /// in-cluster configuration when omitted.
+    /// Kubeconfig of the gateway's own identity (`--auth kubernetes`); when
+    /// omitted, `KUBECONFIG` / `~/.kube/config`, then the in-cluster
+    /// configuration.
     #[arg(long, env = "KRUNTIMES_GATEWAY_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
     /// Audiences TokenReview checks tokens against (comma-separated; the

@@ -140,6 +140,7 @@ fn kube_backends(
             })
         }
         .map_err(|e| anyhow::anyhow!("service-account key discovery: {e}"))?;
+        local.refresh_every(calls.clone(), Duration::from_secs(300));
         tracing::warn!(
             "service-account tokens are verified locally: revocations are not seen before exp"
         );

@@ -179,6 +179,7 @@ impl DecisionCache {
             stale: Cache::builder()
                 .max_capacity(cfg.max_entries)
                 .expire_after(TtlFromValue)
+                .support_invalidation_closures()
                 .build(),
             calls: Arc::new(Semaphore::new(cfg.max_concurrent_calls.max(1))),
             cfg,
@@ -315,7 +316,16 @@ impl DecisionCache {
     ) -> Result<Outcome, AuthError> {
         let identity = match self.authenticate_digest(token, key.token).await? {
             Ok(id) => id,
-            Err(reason) => return Ok(Outcome::Unauthenticated(reason)),
+            Err(reason) => {
+                // A rejected token ends every stale allowance it had.
+                if !self.cfg.stale_if_error.is_zero() {
+                    let digest = key.token;
+                    let _ = self
+                        .stale
+                        .invalidate_entries_if(move |k, _| k.token == digest);
+                }
+                return Ok(Outcome::Unauthenticated(reason));
+            }
         };
         let decision = self
             .cached("authz", &self.decisions, key.clone(), async {

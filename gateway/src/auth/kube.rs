@@ -111,7 +111,7 @@ fn describe(api: &str, e: &kube::Error) -> String {
             "{api} failed: {} {}{}",
             status.code,
             status.reason,
-            if status.code == 403 {
+            if status.code == 403 && api != "jwks" {
                 " (the gateway's RBAC must allow creating it)"
             } else {
                 ""
@@ -278,8 +278,59 @@ struct SaRef {
 pub struct ServiceAccountJwtAuthenticator {
     issuer: String,
     audiences: Vec<String>,
-    keys: Vec<(Option<String>, Algorithm, DecodingKey)>,
+    keys: Arc<std::sync::RwLock<Vec<VerifyingKey>>>,
     fallback: Arc<dyn Authenticator>,
+}
+
+type VerifyingKey = (Option<String>, Algorithm, DecodingKey);
+
+async fn fetch_jwks(calls: &KubeCalls) -> Result<(String, JwkSet), AuthError> {
+    let client = calls.client().clone();
+    let discovery: Discovery = {
+        let client = client.clone();
+        calls
+            .call("jwks", async move {
+                let req = http::Request::get("/.well-known/openid-configuration")
+                    .body(Vec::new())
+                    .map_err(kube::Error::HttpError)?;
+                client.request::<Discovery>(req).await
+            })
+            .await?
+    };
+    // The key set is served by the API server at the path of jwks_uri.
+    let path = url_path(&discovery.jwks_uri);
+    let jwks: JwkSet = calls
+        .call("jwks", async move {
+            let req = http::Request::get(path)
+                .body(Vec::new())
+                .map_err(kube::Error::HttpError)?;
+            client.request::<JwkSet>(req).await
+        })
+        .await?;
+    Ok((discovery.issuer, jwks))
+}
+
+fn verifying_keys(jwks: &JwkSet) -> Vec<VerifyingKey> {
+    let mut keys = Vec::new();
+    for jwk in &jwks.keys {
+        let Ok(key) = DecodingKey::from_jwk(jwk) else {
+            continue;
+        };
+        let alg = match jwk.common.key_algorithm.map(|a| a.to_string()).as_deref() {
+            Some("ES256") => Algorithm::ES256,
+            Some("ES384") => Algorithm::ES384,
+            Some("RS256") | None => match &jwk.algorithm {
+                jsonwebtoken::jwk::AlgorithmParameters::EllipticCurve(p) => match p.curve {
+                    jsonwebtoken::jwk::EllipticCurve::P384 => Algorithm::ES384,
+                    _ => Algorithm::ES256,
+                },
+                _ => Algorithm::RS256,
+            },
+            _ => continue,
+        };
+        keys.push((jwk.common.key_id.clone(), alg, key));
+    }
+    keys
 }
 
 #[derive(Deserialize)]
@@ -290,34 +341,15 @@ struct Discovery {
 
 impl ServiceAccountJwtAuthenticator {
     /// Fetches the discovery document and key set through the API server.
+    /// Without `audiences`, tokens must be meant for the issuer (the API
+    /// server's default audience).
     pub async fn discover(
         calls: &KubeCalls,
         audiences: Vec<String>,
         fallback: Arc<dyn Authenticator>,
     ) -> Result<Self, AuthError> {
-        let client = calls.client().clone();
-        let discovery: Discovery = {
-            let client = client.clone();
-            calls
-                .call("jwks", async move {
-                    let req = http::Request::get("/.well-known/openid-configuration")
-                        .body(Vec::new())
-                        .map_err(kube::Error::HttpError)?;
-                    client.request::<Discovery>(req).await
-                })
-                .await?
-        };
-        // The key set is served by the API server at the path of jwks_uri.
-        let path = url_path(&discovery.jwks_uri);
-        let jwks: JwkSet = calls
-            .call("jwks", async move {
-                let req = http::Request::get(path)
-                    .body(Vec::new())
-                    .map_err(kube::Error::HttpError)?;
-                client.request::<JwkSet>(req).await
-            })
-            .await?;
-        Self::from_jwks(discovery.issuer, audiences, &jwks, fallback)
+        let (issuer, jwks) = fetch_jwks(calls).await?;
+        Self::from_jwks(issuer, audiences, &jwks, fallback)
     }
 
     /// From a known issuer and key set.
@@ -327,36 +359,49 @@ impl ServiceAccountJwtAuthenticator {
         jwks: &JwkSet,
         fallback: Arc<dyn Authenticator>,
     ) -> Result<Self, AuthError> {
-        let mut keys = Vec::new();
-        for jwk in &jwks.keys {
-            let Ok(key) = DecodingKey::from_jwk(jwk) else {
-                continue;
-            };
-            let alg = match jwk.common.key_algorithm.map(|a| a.to_string()).as_deref() {
-                Some("ES256") => Algorithm::ES256,
-                Some("ES384") => Algorithm::ES384,
-                Some("RS256") | None => match &jwk.algorithm {
-                    jsonwebtoken::jwk::AlgorithmParameters::EllipticCurve(p) => match p.curve {
-                        jsonwebtoken::jwk::EllipticCurve::P384 => Algorithm::ES384,
-                        _ => Algorithm::ES256,
-                    },
-                    _ => Algorithm::RS256,
-                },
-                _ => continue,
-            };
-            keys.push((jwk.common.key_id.clone(), alg, key));
-        }
+        let keys = verifying_keys(jwks);
         if keys.is_empty() {
             return Err(AuthError::Unavailable(
                 "the cluster's service-account key set has no usable key".into(),
             ));
         }
+        let audiences = if audiences.is_empty() {
+            vec![issuer.clone()]
+        } else {
+            audiences
+        };
         Ok(Self {
             issuer,
             audiences,
-            keys,
+            keys: Arc::new(std::sync::RwLock::new(keys)),
             fallback,
         })
+    }
+
+    /// Re-reads the key set every `period` (key rotation); a failed read
+    /// keeps the current keys.
+    pub fn refresh_every(&self, calls: KubeCalls, period: Duration) {
+        let keys = Arc::downgrade(&self.keys);
+        let runtime = calls.runtime.clone();
+        runtime.spawn(async move {
+            let mut tick = tokio::time::interval(period);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let Some(keys) = keys.upgrade() else {
+                    return;
+                };
+                match fetch_jwks(&calls).await {
+                    Ok((_, jwks)) => {
+                        let fresh = verifying_keys(&jwks);
+                        if !fresh.is_empty() {
+                            *keys.write().unwrap_or_else(|p| p.into_inner()) = fresh;
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "service-account key refresh failed"),
+                }
+            }
+        });
     }
 
     fn verify(&self, token: &str) -> Option<Result<Identity, AuthError>> {
@@ -370,18 +415,15 @@ impl ServiceAccountJwtAuthenticator {
         if iss.claims.iss != self.issuer {
             return None;
         }
-        let candidates = self.keys.iter().filter(|(kid, alg, _)| {
+        let keys = self.keys.read().unwrap_or_else(|p| p.into_inner());
+        let candidates = keys.iter().filter(|(kid, alg, _)| {
             *alg == header.alg && (header.kid.is_none() || kid.is_none() || *kid == header.kid)
         });
         let mut validation = Validation::new(header.alg);
         validation.set_issuer(&[&self.issuer]);
-        if self.audiences.is_empty() {
-            validation.validate_aud = false;
-        } else {
-            validation.set_audience(&self.audiences);
-        }
+        validation.set_audience(&self.audiences);
         validation.leeway = 0;
-        validation.set_required_spec_claims(&["exp", "iss", "sub"]);
+        validation.set_required_spec_claims(&["exp", "iss", "sub", "aud"]);
         for (_, _, key) in candidates {
             if let Ok(data) = jsonwebtoken::decode::<SaClaims>(token, key, &validation) {
                 return Some(identity_from_sa(data.claims));

@@ -7,6 +7,7 @@ use super::*;
 struct CountingAuthn {
     calls: AtomicUsize,
     down: std::sync::atomic::AtomicBool,
+    revoked: std::sync::atomic::AtomicBool,
     exp: Option<SystemTime>,
 }
 
@@ -17,6 +18,9 @@ impl Authenticator for CountingAuthn {
         tokio::time::sleep(Duration::from_millis(20)).await;
         if self.down.load(Ordering::SeqCst) {
             return Err(AuthError::Unavailable("backend down".into()));
+        }
+        if self.revoked.load(Ordering::SeqCst) {
+            return Err(AuthError::Unauthenticated("revoked".into()));
         }
         match token {
             "good" | "good2" => Ok(Identity {
@@ -51,6 +55,7 @@ fn setup(exp: Option<SystemTime>) -> (Arc<CountingAuthn>, Arc<CountingAuthz>, Ar
     let authn = Arc::new(CountingAuthn {
         calls: AtomicUsize::new(0),
         down: false.into(),
+        revoked: false.into(),
         exp,
     });
     let authz = Arc::new(CountingAuthz(AtomicUsize::new(0)));
@@ -157,6 +162,7 @@ fn setup_with(cfg: CacheConfig) -> (Arc<CountingAuthn>, Arc<DecisionCache>) {
     let authn = Arc::new(CountingAuthn {
         calls: AtomicUsize::new(0),
         down: false.into(),
+        revoked: false.into(),
         exp: None,
     });
     let authz = Arc::new(CountingAuthz(AtomicUsize::new(0)));
@@ -213,6 +219,31 @@ async fn without_stale_if_error_an_outage_fails_closed_after_the_ttl() {
     ));
     tokio::time::sleep(Duration::from_millis(100)).await;
     authn.down.store(true, Ordering::SeqCst);
+    assert!(matches!(
+        cache.check("good", &target("a")).await,
+        Err(AuthError::Unavailable(_))
+    ));
+}
+
+#[tokio::test]
+async fn a_rejected_token_loses_its_stale_allowances() {
+    let (authn, cache) = setup_with(short_ttls(Duration::from_secs(60)));
+    assert!(matches!(
+        cache.check("good", &target("a")).await,
+        Ok(Outcome::Allowed(_))
+    ));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The token is revoked: the backend now rejects it...
+    authn.revoked.store(true, Ordering::SeqCst);
+    assert!(matches!(
+        cache.check("good", &target("a")).await,
+        Ok(Outcome::Unauthenticated(_))
+    ));
+    // ...and a later outage does not bring the old allow back.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    authn.revoked.store(false, Ordering::SeqCst);
+    authn.down.store(true, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(5100)).await;
     assert!(matches!(
         cache.check("good", &target("a")).await,
         Err(AuthError::Unavailable(_))
