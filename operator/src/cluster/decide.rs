@@ -292,7 +292,19 @@ pub fn reconcile(
         let assigned = run.status.assigned_pod_uid.is_some();
         if assigned {
             if owner_alive(run, pods) {
-                continue; // the owner drives the Run from here
+                // The owner drives the Run from here; the operator only keeps
+                // the endpoint current (a rotated CA bundle, a new URL).
+                let want = endpoint(run, s);
+                if run.status.endpoint.as_ref() != Some(&want) {
+                    let mut status = run.status.clone();
+                    status.endpoint = Some(want);
+                    ops.push(Op::Status {
+                        namespace: run.namespace.clone(),
+                        name: run.name.clone(),
+                        status: Box::new(status),
+                    });
+                }
+                continue;
             }
             let pod = run.status.assigned_pod.clone().unwrap_or_default();
             if run.termination.is_some() {

@@ -127,7 +127,11 @@ struct Operator {
     runtimes: Store<Runtime>,
     publisher: Publisher,
     applied: HashMap<String, String>,
+    ca: Option<(std::time::Instant, Option<String>)>,
 }
+
+/// How long the CA bundle read from the ConfigMap is reused.
+const CA_REFRESH: Duration = Duration::from_secs(10);
 
 /// Runs the operator until `shutdown` resolves; the ownership watch is
 /// served on `listener`.
@@ -197,6 +201,7 @@ pub async fn run(
         runtimes,
         publisher,
         applied: HashMap::new(),
+        ca: None,
     };
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tokio::pin!(shutdown);
@@ -219,7 +224,20 @@ pub async fn run(
 }
 
 impl Operator {
-    async fn ca_bundle(&self) -> Option<String> {
+    /// The CA bundle, re-read from its ConfigMap at most every
+    /// [`CA_REFRESH`].
+    async fn ca_bundle(&mut self) -> Option<String> {
+        if let Some((at, bundle)) = &self.ca
+            && at.elapsed() < CA_REFRESH
+        {
+            return bundle.clone();
+        }
+        let bundle = self.read_ca_bundle().await;
+        self.ca = Some((std::time::Instant::now(), bundle.clone()));
+        bundle
+    }
+
+    async fn read_ca_bundle(&self) -> Option<String> {
         let (ns, name) = self.cfg.ca_configmap.as_ref()?;
         let cm = Api::<ConfigMap>::namespaced(self.client.clone(), ns)
             .get_opt(name)

@@ -121,10 +121,12 @@ pub fn ownership_entries(runs: &[RunView], pods: &[PodInfo]) -> Vec<own::Ownersh
                 .assigned_pod_uid
                 .as_deref()
                 .and_then(|uid| by_uid.get(uid))
-                .map(|p| own::Owner {
-                    pod_name: p.name.clone(),
-                    pod_uid: p.uid.clone(),
-                    dataplane_address: p.address.clone().unwrap_or_default(),
+                .and_then(|p| {
+                    Some(own::Owner {
+                        pod_name: p.name.clone(),
+                        pod_uid: p.uid.clone(),
+                        dataplane_address: p.address.clone()?,
+                    })
                 });
             Some(own::OwnershipEntry {
                 namespace: r.namespace.clone(),

@@ -101,7 +101,8 @@ fn pending_runs_are_scheduled_with_attempt_one_and_an_endpoint() {
 #[test]
 fn capacity_is_respected_and_ready_runs_keep_consuming_it() {
     let p = pod("p1");
-    let ready = assigned(run("old", 0), &p, RunPhase::Ready, 1);
+    let mut ready = assigned(run("old", 0), &p, RunPhase::Ready, 1);
+    ready.status.endpoint = Some(endpoint(&ready, &settings()));
     let ops = reconcile(
         &[ready, run("r1", 1), run("r2", 2)],
         std::slice::from_ref(&p),
@@ -266,6 +267,30 @@ fn sessions_fail_when_their_pod_is_lost() {
 }
 
 #[test]
+fn a_rotated_ca_bundle_reaches_running_runs() {
+    let p = pod("p1");
+    let mut r = assigned(run("r", 0), &p, RunPhase::Ready, 1);
+    r.status.endpoint = Some(endpoint(&r, &settings()));
+    let rotated = Settings {
+        ca_bundle: Some("TkVX".into()),
+        ..settings()
+    };
+    let ops = reconcile(
+        &[r],
+        std::slice::from_ref(&p),
+        &[runtime(2)],
+        &rotated,
+        at(1),
+    );
+    let s = &statuses(&ops)["r"];
+    assert_eq!(
+        s.endpoint.as_ref().unwrap().ca_bundle.as_deref(),
+        Some("TkVX")
+    );
+    assert_eq!(s.phase, Some(RunPhase::Ready), "nothing else changes");
+}
+
+#[test]
 fn live_owners_drive_their_runs() {
     let p = pod("p1");
     for phase in [
@@ -275,6 +300,7 @@ fn live_owners_drive_their_runs() {
         RunPhase::Finalizing,
     ] {
         let mut r = assigned(run("r", 0), &p, phase, 1);
+        r.status.endpoint = Some(endpoint(&r, &settings()));
         r.termination = Some(TerminationMode::Immediate);
         let ops = reconcile(
             &[r],
@@ -291,6 +317,7 @@ fn live_owners_drive_their_runs() {
 fn spec_timeout_ends_the_run() {
     let p = pod("p1");
     let mut r = assigned(run("r", 0), &p, RunPhase::Ready, 1);
+    r.status.endpoint = Some(endpoint(&r, &settings()));
     r.timeout = Some(Duration::from_secs(60));
     assert!(
         reconcile(
@@ -341,6 +368,7 @@ fn finalizers_are_added_to_live_runs_and_released_when_the_owner_is_gone() {
 
     // Deleting with a live owner: the owner cleans up and releases it.
     let mut owned = assigned(run("owned", 0), &p, RunPhase::Ready, 1);
+    owned.status.endpoint = Some(endpoint(&owned, &settings()));
     owned.deleting = true;
     assert!(
         reconcile(
