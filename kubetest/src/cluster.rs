@@ -375,6 +375,8 @@ impl Cluster {
             "runtimed".into(),
             "--exit-with-parent".into(),
             "--kubernetes".into(),
+            // As the operator's Deployment passes Runtime.spec.backend.
+            "--backend=python".into(),
             format!("--name={name}"),
             format!("--pod-uid={uid}"),
             format!("--pod-namespace={SYSTEM_NAMESPACE}"),

@@ -60,6 +60,10 @@ pub struct Args {
     /// Maximum invocation timeout, seconds.
     #[arg(long, default_value_t = 300)]
     pub max_timeout_secs: u64,
+    /// The built-in backend of this Pod's Runtime (`Runtime.spec.backend`);
+    /// by default chosen from each Run's runtime name.
+    #[arg(long, value_enum, env = "KRUNTIMES_RUNTIMED_BACKEND")]
+    pub backend: Option<crate::backend::Kind>,
     /// Kubernetes mode: watch the Runs assigned to this Pod (by
     /// `--pod-uid`), register them and report their status.
     #[arg(long, env = "KRUNTIMES_RUNTIMED_KUBERNETES")]
@@ -125,6 +129,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         max_timeout: Duration::from_secs(args.max_timeout_secs),
         start_timeout: Duration::from_secs(30),
         python_spares: args.python_spares,
+        backend: args.backend,
     });
     engine.spawn_idle_reaper(Duration::from_secs(1));
     let sessions = crate::sessions::Sessions::new(engine.clone());

@@ -40,6 +40,9 @@ pub struct EngineConfig {
     pub start_timeout: Duration,
     /// Pre-started Python interpreters kept ready (0 disables).
     pub python_spares: usize,
+    /// The built-in backend of this Pod's Runtime; `None` picks it by the
+    /// Run's runtime name (`python`, `bash`).
+    pub backend: Option<Kind>,
 }
 
 /// Registration failures, mapped onto gRPC codes by the service.
@@ -304,9 +307,13 @@ impl Engine {
         run: pb::RunRef,
         req: pb::RegisterRequest,
     ) -> Result<Arc<Function>, RegisterError> {
-        let kind = Kind::for_runtime(&run.runtime).ok_or_else(|| {
-            RegisterError::Invalid(format!("runtime {:?} has no built-in backend", run.runtime))
-        })?;
+        let kind = self
+            .cfg
+            .backend
+            .or_else(|| Kind::for_runtime(&run.runtime))
+            .ok_or_else(|| {
+                RegisterError::Invalid(format!("runtime {:?} has no built-in backend", run.runtime))
+            })?;
         let handler = backend::parse_handler(kind, &req.handler).map_err(RegisterError::Invalid)?;
         let limits = req.limits.unwrap_or_default();
         let bound = |v: u64| if v == 0 { MAX_IO_BYTES } else { v.min(MAX_IO_BYTES) } as usize;

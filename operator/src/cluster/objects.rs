@@ -201,18 +201,28 @@ pub fn deployment(rt: &Runtime, s: &PodSettings) -> Deployment {
     if spec.service_account_name.is_none() {
         spec.service_account_name = Some(s.service_account.clone());
     }
+    let mut args: Vec<String> = vec!["--kubernetes".into()];
+    match rt.spec.backend {
+        crate::crd::Backend::Python => args.push("--backend=python".into()),
+        crate::crd::Backend::Bash => args.push("--backend=bash".into()),
+        // A Runtime Server in the template serves the Runs itself.
+        crate::crd::Backend::Custom => {}
+    }
     let runtimed = Container {
         name: "runtimed".into(),
         image: Some(rt.spec.image.clone()),
-        args: Some(vec![
-            "--kubernetes".into(),
-            "--listen=0.0.0.0:7443".into(),
-            "--advertise=$(POD_IP):7443".into(),
-            "--tls-cert=/etc/kruntimes/tls/tls.crt".into(),
-            "--tls-key=/etc/kruntimes/tls/tls.key".into(),
-            "--client-ca=/etc/kruntimes/tls/ca.crt".into(),
-            "--work-root=/var/lib/kruntimes".into(),
-        ]),
+        args: Some(
+            args.into_iter()
+                .chain([
+                    "--listen=0.0.0.0:7443".into(),
+                    "--advertise=$(POD_IP):7443".into(),
+                    "--tls-cert=/etc/kruntimes/tls/tls.crt".into(),
+                    "--tls-key=/etc/kruntimes/tls/tls.key".into(),
+                    "--client-ca=/etc/kruntimes/tls/ca.crt".into(),
+                    "--work-root=/var/lib/kruntimes".into(),
+                ])
+                .collect(),
+        ),
         env: Some(vec![
             field_env("KRUNTIMES_RUNTIMED_NAME", "metadata.name"),
             field_env("KRUNTIMES_RUNTIMED_POD_UID", "metadata.uid"),

@@ -14,7 +14,7 @@ pub use bash::BashFunction;
 pub use python::{PythonWorker, SparePool};
 
 /// Which built-in backend serves a Runtime.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Kind {
     /// `module.function`, persistent worker.
     Python,

@@ -10,6 +10,7 @@ struct Fixture {
 fn fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let engine = Engine::new(EngineConfig {
+        backend: None,
         pod_name: "runtimed-0".into(),
         pod_uid: "pod-uid-0".into(),
         dataplane_address: "127.0.0.1:1".into(),
