@@ -560,9 +560,21 @@ async fn a_session_run_holds_a_pod_alone_and_serves_commands() {
         403
     );
 
-    // Deleting the session releases the Pod to the waiting Run.
+    // A runtimed restart loses the session's processes: the Run ends
+    // (never silently reopened with an empty workspace), releasing the Pod.
+    let pod = s["status"]["assignedPod"].as_str().unwrap().to_owned();
+    cluster.restart(&pod).unwrap();
+    let lost = cluster.wait_phase("a", "sandbox", "Failed").await.unwrap();
+    assert_eq!(lost["status"]["reason"], "SessionLost");
+    cluster.wait_phase("a", "waiter", "Ready").await.unwrap();
+
+    // Deleting the ended session goes through its owner's finalizer.
     api.delete("sandbox", &DeleteParams::default())
         .await
         .unwrap();
-    cluster.wait_phase("a", "waiter", "Ready").await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while api.get_opt("sandbox").await.unwrap().is_some() {
+        assert!(std::time::Instant::now() < deadline, "{}", cluster.logs());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -33,10 +33,18 @@ pub struct Args {
     )]
     pub system_namespace: String,
     /// Secret with the internal TLS material mounted into Runtime Pods.
-    #[arg(long, default_value = "kruntimes-runtimed-tls")]
+    #[arg(
+        long,
+        env = "KRUNTIMES_OPERATOR_INTERNAL_TLS_SECRET",
+        default_value = "kruntimes-runtimed-tls"
+    )]
     pub internal_tls_secret: String,
     /// ServiceAccount of Runtime Pods.
-    #[arg(long, default_value = "kruntimes-runtime")]
+    #[arg(
+        long,
+        env = "KRUNTIMES_OPERATOR_RUNTIME_SERVICE_ACCOUNT",
+        default_value = "kruntimes-runtime"
+    )]
     pub runtime_service_account: String,
     /// Listen address of the ownership watch (gRPC, mTLS).
     #[arg(

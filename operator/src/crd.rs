@@ -14,6 +14,9 @@ pub use crate::model::Run;
 /// Finalizer that makes the owner unregister a Run before it is deleted.
 pub const FINALIZER: &str = "kruntimes.io/function-cleanup";
 
+/// Longest `status.endpoint.caBundle` (base64).
+pub const MAX_CA_BUNDLE_BYTES: usize = 16384;
+
 /// Longest `status.message` in bytes.
 pub const MAX_MESSAGE_BYTES: usize = 1024;
 
@@ -66,7 +69,7 @@ pub struct RunStatus {
     /// Where to invoke the Run (function Runs) or reach it (session Runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<Endpoint>,
-    /// Conditions (`Ready`, `Scheduled`).
+    /// Conditions (`Ready`, written by the owner).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 8))]
     pub conditions: Vec<Condition>,
@@ -160,10 +163,11 @@ pub struct RuntimeSpec {
     /// Capacity of each Pod.
     #[serde(default)]
     pub capacity: Capacity,
-    /// Built-in backend of runtimed, or `custom` for a Runtime Server in the
-    /// Pod template's second container.
-    #[serde(default)]
-    pub backend: Backend,
+    /// Built-in backend of runtimed (`python`, `bash`); when omitted,
+    /// runtimed picks it from each Run's runtime name. `custom` is reserved
+    /// for Runtime Servers, which runtimed does not yet hand Runs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<Backend>,
     /// Image of the runtime container (runtimed and the language runtime).
     #[schemars(length(min = 1, max = 512))]
     pub image: String,
@@ -191,11 +195,10 @@ impl Default for Capacity {
 }
 
 /// `spec.backend`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {
     /// Persistent Python workers.
-    #[default]
     Python,
     /// Bash functions.
     Bash,

@@ -172,7 +172,8 @@ pub struct EnvVar {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RetryPolicy {
-    /// Re-registrations allowed after owner loss or transient failures.
+    /// Moves to another Pod allowed after owner loss (a failed
+    /// registration is terminal).
     #[serde(default = "default_retries")]
     pub max_retries: u32,
 }

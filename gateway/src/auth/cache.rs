@@ -330,6 +330,24 @@ impl DecisionCache {
         let decision = self
             .cached("authz", &self.decisions, key.clone(), async {
                 let allowed = self.authz.authorize(&identity, target).await?;
+                // Only an answer of the backend (a miss) starts or ends a
+                // stale allowance; cache hits never extend it.
+                if !self.cfg.stale_if_error.is_zero() {
+                    if allowed {
+                        let ttl = bounded_ttl(
+                            self.cfg.allowed_ttl + self.cfg.stale_if_error,
+                            identity.expires_at,
+                            SystemTime::now(),
+                        );
+                        let stale = StaleAllow {
+                            identity: identity.clone(),
+                            ttl,
+                        };
+                        self.stale.insert(key.clone(), stale).await;
+                    } else {
+                        self.stale.invalidate(key).await;
+                    }
+                }
                 let ttl = if allowed {
                     self.cfg.allowed_ttl
                 } else {
@@ -341,25 +359,6 @@ impl DecisionCache {
                 })
             })
             .await?;
-        if decision.allowed && !self.cfg.stale_if_error.is_zero() {
-            let ttl = bounded_ttl(
-                self.cfg.allowed_ttl + self.cfg.stale_if_error,
-                identity.expires_at,
-                SystemTime::now(),
-            );
-            self.stale
-                .insert(
-                    key.clone(),
-                    StaleAllow {
-                        identity: identity.clone(),
-                        ttl,
-                    },
-                )
-                .await;
-        } else if !decision.allowed {
-            // A fresh deny ends any stale allowance of this key.
-            self.stale.invalidate(key).await;
-        }
         Ok(if decision.allowed {
             Outcome::Allowed(identity)
         } else {

@@ -416,6 +416,9 @@ pub fn reconcile(
                 }
             })
             .collect();
+        // Sessions first (they need a whole idle Pod), then oldest first.
+        let mut waiting = waiting;
+        waiting.sort_by_key(|r| r.mode != Ok(ModeKind::Session));
         let requests: Vec<PendingRun> = waiting
             .iter()
             .map(|r| PendingRun {

@@ -162,27 +162,6 @@ pub async fn run(
         uuid::Uuid::new_v4().to_string(),
         DEFAULT_LAG_CAPACITY,
     );
-    let tls = ServerTlsConfig::new()
-        .identity(Identity::from_pem(
-            read(&cfg.watch_tls.cert)?,
-            read(&cfg.watch_tls.key)?,
-        ))
-        .client_ca_root(Certificate::from_pem(read(&cfg.watch_tls.ca)?));
-    let server = Server::builder()
-        .tls_config(tls)?
-        .add_service(publisher.service());
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-    let mut server_stop = stop_rx.clone();
-    let server_task = tokio::spawn(async move {
-        let stop = async move {
-            let _ = server_stop.wait_for(|s| *s).await;
-        };
-        if let Err(e) = server.serve_with_incoming_shutdown(incoming, stop).await {
-            tracing::error!(error = %e, "ownership watch server failed");
-        }
-    });
-
     // Only a complete first list of every kind may drive decisions.
     tokio::select! {
         r = async {
@@ -203,6 +182,32 @@ pub async fn run(
         applied: HashMap::new(),
         ca: None,
     };
+    // Serve gateways only once the table reflects the synced caches: an
+    // early, empty snapshot would make them answer 404 for every Run.
+    if let Err(e) = op.pass().await {
+        tracing::warn!(error = %e, "reconcile pass failed");
+    }
+    let tls = ServerTlsConfig::new()
+        .identity(Identity::from_pem(
+            read(&op.cfg.watch_tls.cert)?,
+            read(&op.cfg.watch_tls.key)?,
+        ))
+        .client_ca_root(Certificate::from_pem(read(&op.cfg.watch_tls.ca)?));
+    let server = Server::builder()
+        .tls_config(tls)?
+        .add_service(op.publisher.service());
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    let mut server_stop = stop_rx.clone();
+    let server_task = tokio::spawn(async move {
+        let stop = async move {
+            let _ = server_stop.wait_for(|s| *s).await;
+        };
+        if let Err(e) = server.serve_with_incoming_shutdown(incoming, stop).await {
+            tracing::error!(error = %e, "ownership watch server failed");
+        }
+    });
+
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tokio::pin!(shutdown);
     loop {
@@ -245,7 +250,16 @@ impl Operator {
             .ok()
             .flatten()?;
         let pem = cm.data.as_ref()?.get("ca.crt")?;
-        Some(base64::engine::general_purpose::STANDARD.encode(pem.as_bytes()))
+        let bundle = base64::engine::general_purpose::STANDARD.encode(pem.as_bytes());
+        if bundle.len() > crate::crd::MAX_CA_BUNDLE_BYTES {
+            tracing::warn!(
+                configmap = %format!("{ns}/{name}"),
+                bytes = bundle.len(),
+                "ca.crt is too large for status.endpoint.caBundle; omitted"
+            );
+            return None;
+        }
+        Some(bundle)
     }
 
     async fn pass(&mut self) -> anyhow::Result<()> {

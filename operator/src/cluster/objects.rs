@@ -203,10 +203,10 @@ pub fn deployment(rt: &Runtime, s: &PodSettings) -> Deployment {
     }
     let mut args: Vec<String> = vec!["--kubernetes".into()];
     match rt.spec.backend {
-        crate::crd::Backend::Python => args.push("--backend=python".into()),
-        crate::crd::Backend::Bash => args.push("--backend=bash".into()),
-        // A Runtime Server in the template serves the Runs itself.
-        crate::crd::Backend::Custom => {}
+        Some(crate::crd::Backend::Python) => args.push("--backend=python".into()),
+        Some(crate::crd::Backend::Bash) => args.push("--backend=bash".into()),
+        // By the Run's runtime name; custom Runtime Servers are not wired yet.
+        Some(crate::crd::Backend::Custom) | None => {}
     }
     let runtimed = Container {
         name: "runtimed".into(),
@@ -337,6 +337,7 @@ mod tests {
                 replicas: 3,
                 capacity: Capacity { runs: 4 },
                 image: "ghcr.io/kruntimes/python:1".into(),
+                backend: Some(crate::crd::Backend::Python),
                 ..Default::default()
             },
         );

@@ -14,6 +14,9 @@ use kruntimes_proto::ownership::v1 as own;
 pub struct RunFacts {
     /// `status.assignedPodUID` is this Pod's UID.
     pub mine: bool,
+    /// A session Run (its workspace and processes live only in the runtimed
+    /// that opened it).
+    pub session: bool,
     /// `status.attempt`.
     pub attempt: u64,
     /// `status.phase`.
@@ -91,7 +94,12 @@ pub fn decide(run: &RunFacts, local: Option<&Local>) -> Vec<Action> {
         return out;
     }
     if run.deleting {
-        unregister(&mut out, Stop::Cancel);
+        // A Run already draining keeps draining on deletion.
+        let stop = match run.termination {
+            Some(TerminationMode::Drain) => Stop::Drain,
+            _ => Stop::Cancel,
+        };
+        unregister(&mut out, stop);
         if run.has_finalizer {
             out.push(RemoveFinalizer);
         }
@@ -153,6 +161,14 @@ pub fn decide(run: &RunFacts, local: Option<&Local>) -> Vec<Action> {
             // registration the control plane no longer vouches for.
             out.push(Unregister(Stop::Cancel));
         }
+        None if run.session && matches!(run.phase, RunPhase::Ready) => {
+            // This runtimed restarted: the session's processes and queue are
+            // gone. A workspace is never silently recreated.
+            out.push(Report {
+                phase: RunPhase::Failed,
+                reason: "SessionLost",
+            });
+        }
         _ => {
             // Not registered, or an older attempt (superseded on register).
             if matches!(run.phase, RunPhase::Scheduled | RunPhase::Pending) {
@@ -175,6 +191,7 @@ mod tests {
     fn facts(phase: RunPhase, attempt: u64) -> RunFacts {
         RunFacts {
             mine: true,
+            session: false,
             attempt,
             phase,
             reason: None,
@@ -226,6 +243,22 @@ mod tests {
     }
 
     #[test]
+    fn a_restarted_runtimed_never_reopens_a_ready_session() {
+        let mut f = facts(RunPhase::Ready, 1);
+        f.session = true;
+        assert_eq!(
+            decide(&f, None),
+            vec![Report {
+                phase: RunPhase::Failed,
+                reason: "SessionLost"
+            }]
+        );
+        // Not opened yet: open it.
+        f.phase = RunPhase::Scheduled;
+        assert_eq!(decide(&f, None).last(), Some(&Register));
+    }
+
+    #[test]
     fn a_newer_attempt_supersedes_an_older_local_registration() {
         let old = local(1, own::Phase::Ready, "");
         assert_eq!(
@@ -269,6 +302,14 @@ mod tests {
         );
         f.has_finalizer = false;
         assert_eq!(decide(&f, None), Vec::<Action>::new());
+        // Deleting a draining Run lets the drain finish.
+        let mut d = facts(RunPhase::Finalizing, 1);
+        d.deleting = true;
+        d.termination = Some(TerminationMode::Drain);
+        assert_eq!(
+            decide(&d, Some(&l)),
+            vec![Unregister(Stop::Drain), RemoveFinalizer]
+        );
     }
 
     #[test]

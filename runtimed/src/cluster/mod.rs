@@ -167,6 +167,7 @@ impl Agent {
             let status = run.status.clone().unwrap_or_default();
             let facts = RunFacts {
                 mine: status.assigned_pod_uid.as_deref() == Some(self.pod.uid.as_str()),
+                session: run.spec.mode.session.is_some(),
                 attempt: status.attempt.unwrap_or(0).max(0) as u64,
                 phase: status.phase.unwrap_or(RunPhase::Pending),
                 reason: status.reason.clone(),

@@ -413,3 +413,17 @@ fn messages_are_bounded_on_a_char_boundary() {
     assert!(m.chars().all(|c| c == 'é'));
     assert_eq!(bounded(String::new()), None);
 }
+
+#[test]
+fn sessions_are_placed_before_older_function_runs() {
+    let ops = reconcile(
+        &[run("f", 0), session("s", 1)],
+        &[pod("p1")],
+        &[runtime(4)],
+        &settings(),
+        at(2),
+    );
+    let s = statuses(&ops);
+    assert_eq!(s["s"].assigned_pod.as_deref(), Some("p1"));
+    assert_eq!(s["f"].phase, Some(RunPhase::Pending));
+}
