@@ -81,9 +81,31 @@ async fn cluster() -> ApiServer {
     server
 }
 
+/// ServiceAccount `a/name`, allowed to invoke in `a`; returns its UID.
+async fn invoker_service_account(server: &ApiServer, name: &str) -> String {
+    let uid = server.create_service_account("a", name).await.unwrap();
+    server
+        .bind(
+            Some("a"),
+            &format!("{name}-invokes"),
+            "run-invoker",
+            Subject::ServiceAccount("a".into(), name.into()),
+        )
+        .await
+        .unwrap();
+    uid
+}
+
 /// A stack whose gateway authenticates against `server`, with one Python
 /// function Run `hello` in namespace `a`.
 async fn stack(server: &ApiServer, gateway_flags: &[&str]) -> (Stack, String) {
+    // The cluster admin (system:masters) may invoke anything: the stack's
+    // readiness helpers use it.
+    stack_as(server, gateway_flags, server.token(User::Admin)).await
+}
+
+/// [`stack`], whose readiness helpers call with `token`.
+async fn stack_as(server: &ApiServer, gateway_flags: &[&str], token: &str) -> (Stack, String) {
     let kubeconfig = server.write_kubeconfig(User::Gateway).unwrap();
     let manifest = function_run("hello", "python", "main.invoke", "main.py", PY, "")
         .replace("namespace: default", "namespace: a");
@@ -100,9 +122,7 @@ async fn stack(server: &ApiServer, gateway_flags: &[&str]) -> (Stack, String) {
         },
     )
     .expect("start the embedded stack");
-    // The cluster admin (system:masters) may invoke anything: the stack's
-    // readiness helpers use it.
-    stack.token = server.token(User::Admin).to_owned();
+    stack.token = token.to_owned();
     stack.wait_phase("hello", "Ready").await.unwrap();
     let url = stack.endpoint("hello").unwrap();
     (stack, url)
@@ -199,16 +219,7 @@ async fn rbac_decides_each_call_per_user_and_run() {
 
     // A ServiceAccount token from the TokenRequest API (a real JWT with exp),
     // allowed through a RoleBinding to the ServiceAccount.
-    server.create_service_account("a", "bot").await.unwrap();
-    server
-        .bind(
-            Some("a"),
-            "bot-invokes",
-            "run-invoker",
-            Subject::ServiceAccount("a".into(), "bot".into()),
-        )
-        .await
-        .unwrap();
+    invoker_service_account(&server, "bot").await;
     let sa_token = server.service_account_token("a", "bot", 600).await.unwrap();
     assert_eq!(sa_token.split('.').count(), 3, "a JWT");
     assert_eq!(status(&stack, &url, Some(&sa_token)).await, 200);
@@ -298,16 +309,7 @@ async fn cached_identities_never_outlive_the_tokens_exp() {
         &["--authn-cache-ttl-secs=600", "--authz-allowed-ttl-secs=600"],
     )
     .await;
-    let uid = server.create_service_account("a", "short").await.unwrap();
-    server
-        .bind(
-            Some("a"),
-            "short-invokes",
-            "run-invoker",
-            Subject::ServiceAccount("a".into(), "short".into()),
-        )
-        .await
-        .unwrap();
+    let uid = invoker_service_account(&server, "short").await;
     let token = server
         .mint_service_account_token("a", "short", &uid, Duration::from_secs(4))
         .unwrap();
@@ -420,16 +422,7 @@ async fn stale_if_error_and_local_service_account_verification() {
         ],
     )
     .await;
-    server.create_service_account("a", "bot").await.unwrap();
-    server
-        .bind(
-            Some("a"),
-            "bot-invokes",
-            "run-invoker",
-            Subject::ServiceAccount("a".into(), "bot".into()),
-        )
-        .await
-        .unwrap();
+    invoker_service_account(&server, "bot").await;
     let sa_token = server.service_account_token("a", "bot", 600).await.unwrap();
 
     // Local verification: the service-account JWT is checked against the
@@ -482,4 +475,28 @@ async fn stale_if_error_and_local_service_account_verification() {
     );
     assert!(metrics.contains("kruntimes_gateway_auth_decisions_total{outcome=\"unavailable\"}"));
     assert_no_token_in_logs(&stack, &[&alice, &sa_token, &forged]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_audiences_are_enforced() {
+    let server = cluster().await;
+    invoker_service_account(&server, "bot").await;
+    // A token minted for the gateway's audience is accepted...
+    let for_gateway = server
+        .service_account_token_for("a", "bot", 600, "kruntimes-gateway")
+        .await
+        .unwrap();
+    let (stack, url) = stack_as(
+        &server,
+        &["--token-audiences=kruntimes-gateway"],
+        &for_gateway,
+    )
+    .await;
+    assert_eq!(status(&stack, &url, Some(&for_gateway)).await, 200);
+    // ...one minted for the API server is not (it is not meant for us).
+    let for_api = server.service_account_token("a", "bot", 600).await.unwrap();
+    let r = call(&stack, &url, Some(&for_api)).await;
+    assert_eq!(r.status(), 401);
+    assert_eq!(error_code(r).await, "Unauthenticated");
+    assert_no_token_in_logs(&stack, &[&for_gateway, &for_api]);
 }

@@ -277,6 +277,17 @@ async fn function_runs_live_their_whole_lifecycle_on_the_api_server() {
     let idle = cluster.wait_phase("a", "idle", "Timeout").await.unwrap();
     assert_eq!(idle["status"]["reason"], "IdleTimeout");
 
+    // spec.timeout bounds the Run's whole life, busy or not.
+    api.create(
+        &PostParams::default(),
+        &function_run("short", json!({"timeout": 3})),
+    )
+    .await
+    .unwrap();
+    cluster.wait_phase("a", "short", "Ready").await.unwrap();
+    let short = cluster.wait_phase("a", "short", "Timeout").await.unwrap();
+    assert_eq!(short["status"]["reason"], "RunTimeout");
+
     // Deletion goes through the finalizer: the owner unregisters, then the
     // object disappears and its URL answers 404.
     api.delete("hello", &DeleteParams::default()).await.unwrap();

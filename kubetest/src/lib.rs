@@ -646,11 +646,23 @@ impl ApiServer {
         name: &str,
         expiration_seconds: i64,
     ) -> anyhow::Result<String> {
+        self.service_account_token_for(namespace, name, expiration_seconds, API_AUDIENCE)
+            .await
+    }
+
+    /// [`Self::service_account_token`] for another audience.
+    pub async fn service_account_token_for(
+        &self,
+        namespace: &str,
+        name: &str,
+        expiration_seconds: i64,
+        audience: &str,
+    ) -> anyhow::Result<String> {
         use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
         use k8s_openapi::api::core::v1::ServiceAccount;
         let request = TokenRequest {
             spec: TokenRequestSpec {
-                audiences: vec![API_AUDIENCE.into()],
+                audiences: vec![audience.into()],
                 expiration_seconds: Some(expiration_seconds),
                 bound_object_ref: None,
             },
