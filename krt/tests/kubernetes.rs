@@ -269,7 +269,7 @@ async fn function_runs_live_their_whole_lifecycle_on_the_api_server() {
     // Idle timeout ends the Run as Timeout/IdleTimeout.
     api.create(
         &PostParams::default(),
-        &function_run("idle", json!({"function": {"idleTimeoutSeconds": 2}})),
+        &function_run("idle", json!({"function": {"idleTimeoutSeconds": 4}})),
     )
     .await
     .unwrap();
@@ -280,7 +280,7 @@ async fn function_runs_live_their_whole_lifecycle_on_the_api_server() {
     // spec.timeout bounds the Run's whole life, busy or not.
     api.create(
         &PostParams::default(),
-        &function_run("short", json!({"timeout": 3})),
+        &function_run("short", json!({"timeout": 10})),
     )
     .await
     .unwrap();

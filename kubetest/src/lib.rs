@@ -203,6 +203,7 @@ impl ApiServer {
 
         let etcd_port = free_port()?;
         let peer_port = free_port()?;
+        let api_port = free_port()?;
         let etcd_url = format!("http://127.0.0.1:{etcd_port}");
         let etcd = Command::new(bins.join("etcd"))
             .arg("--name=kubetest")
@@ -229,7 +230,7 @@ impl ApiServer {
             bins,
             etcd: Some(etcd),
             apiserver: None,
-            port: free_port()?,
+            port: api_port,
             etcd_url,
             ca_pem: ca.cert_pem,
             tokens,
@@ -314,6 +315,11 @@ impl ApiServer {
                 && r.status().is_success()
             {
                 return Ok(());
+            }
+            if let Some(etcd) = self.etcd.as_mut()
+                && let Some(status) = etcd.try_wait()?
+            {
+                bail!("etcd exited ({status}):\n{}", tail(&self.log("etcd"), 40));
             }
             if let Some(child) = self.apiserver.as_mut()
                 && let Some(status) = child.try_wait()?
@@ -688,29 +694,46 @@ impl ApiServer {
         uid: &str,
         ttl: Duration,
     ) -> anyhow::Result<String> {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)?
-            .as_secs();
-        let claims = serde_json::json!({
-            "iss": SA_ISSUER,
-            "aud": [API_AUDIENCE],
-            "sub": format!("system:serviceaccount:{namespace}:{name}"),
-            "iat": now,
-            "nbf": now,
-            "exp": now + ttl.as_secs(),
-            "jti": uuid::Uuid::new_v4().to_string(),
-            "kubernetes.io": {
-                "namespace": namespace,
-                "serviceaccount": {"name": name, "uid": uid},
-            },
-        });
-        let key = jsonwebtoken::EncodingKey::from_ec_pem(self.sa_key_pem.as_bytes())?;
-        Ok(jsonwebtoken::encode(
-            &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256),
-            &claims,
-            &key,
-        )?)
+        mint_service_account_token(&self.sa_key_pem, namespace, name, uid, ttl)
     }
+}
+
+/// A fresh ES256 key the test API server does not trust (PKCS#8 PEM), for
+/// forged-token tests.
+pub fn foreign_signing_key() -> anyhow::Result<String> {
+    Ok(rcgen::KeyPair::generate()?.serialize_pem())
+}
+
+/// Signs a service-account token of this harness's issuer with `key_pem`.
+pub fn mint_service_account_token(
+    key_pem: &str,
+    namespace: &str,
+    name: &str,
+    uid: &str,
+    ttl: Duration,
+) -> anyhow::Result<String> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs();
+    let claims = serde_json::json!({
+        "iss": SA_ISSUER,
+        "aud": [API_AUDIENCE],
+        "sub": format!("system:serviceaccount:{namespace}:{name}"),
+        "iat": now,
+        "nbf": now,
+        "exp": now + ttl.as_secs(),
+        "jti": uuid::Uuid::new_v4().to_string(),
+        "kubernetes.io": {
+            "namespace": namespace,
+            "serviceaccount": {"name": name, "uid": uid},
+        },
+    });
+    let key = jsonwebtoken::EncodingKey::from_ec_pem(key_pem.as_bytes())?;
+    Ok(jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256),
+        &claims,
+        &key,
+    )?)
 }
 
 fn tail(text: &str, n: usize) -> String {

@@ -59,6 +59,14 @@ pub struct Args {
     /// Serving key of the watch (PEM).
     #[arg(long, env = "KRUNTIMES_OPERATOR_TLS_KEY")]
     pub tls_key: PathBuf,
+    /// Client certificate CNs allowed to watch the ownership table.
+    #[arg(
+        long,
+        env = "KRUNTIMES_OPERATOR_WATCH_CLIENTS",
+        value_delimiter = ',',
+        default_value = "kruntimes-gateway"
+    )]
+    pub watch_clients: Vec<String>,
     /// CA that gateway client certificates chain to (PEM).
     #[arg(long, env = "KRUNTIMES_OPERATOR_CLIENT_CA")]
     pub client_ca: PathBuf,
@@ -127,6 +135,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 internal_tls_secret: args.internal_tls_secret,
                 service_account: args.runtime_service_account,
             },
+            watch_clients: args.watch_clients,
             watch_tls: TlsFiles {
                 cert: args.tls_cert,
                 key: args.tls_key,

@@ -264,10 +264,19 @@ impl DecisionCache {
                             ttl,
                         })
                     }
-                    Err(AuthError::Unauthenticated(reason)) => Ok(Authn {
-                        result: Err(reason.into()),
-                        ttl: self.cfg.rejected_ttl,
-                    }),
+                    Err(AuthError::Unauthenticated(reason)) => {
+                        // The backend rejected the token (a miss, not a
+                        // negative-cache hit): it loses every stale allowance.
+                        if !self.cfg.stale_if_error.is_zero() {
+                            let _ = self
+                                .stale
+                                .invalidate_entries_if(move |k, _| k.token == digest);
+                        }
+                        Ok(Authn {
+                            result: Err(reason.into()),
+                            ttl: self.cfg.rejected_ttl,
+                        })
+                    }
                     Err(e) => Err(e),
                 }
             })
@@ -316,16 +325,7 @@ impl DecisionCache {
     ) -> Result<Outcome, AuthError> {
         let identity = match self.authenticate_digest(token, key.token).await? {
             Ok(id) => id,
-            Err(reason) => {
-                // A rejected token ends every stale allowance it had.
-                if !self.cfg.stale_if_error.is_zero() {
-                    let digest = key.token;
-                    let _ = self
-                        .stale
-                        .invalidate_entries_if(move |k, _| k.token == digest);
-                }
-                return Ok(Outcome::Unauthenticated(reason));
-            }
+            Err(reason) => return Ok(Outcome::Unauthenticated(reason)),
         };
         let decision = self
             .cached("authz", &self.decisions, key.clone(), async {

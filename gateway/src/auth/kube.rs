@@ -297,8 +297,9 @@ async fn fetch_jwks(calls: &KubeCalls) -> Result<(String, JwkSet), AuthError> {
             })
             .await?
     };
-    // The key set is served by the API server at the path of jwks_uri.
-    let path = url_path(&discovery.jwks_uri);
+    // The API server serves the key set at /openid/v1/jwks, whatever
+    // external URL the discovery document advertises (EKS, for one).
+    let path = "/openid/v1/jwks";
     let jwks: JwkSet = calls
         .call("jwks", async move {
             let req = http::Request::get(path)
@@ -336,7 +337,6 @@ fn verifying_keys(jwks: &JwkSet) -> Vec<VerifyingKey> {
 #[derive(Deserialize)]
 struct Discovery {
     issuer: String,
-    jwks_uri: String,
 }
 
 impl ServiceAccountJwtAuthenticator {
@@ -416,9 +416,17 @@ impl ServiceAccountJwtAuthenticator {
             return None;
         }
         let keys = self.keys.read().unwrap_or_else(|p| p.into_inner());
-        let candidates = keys.iter().filter(|(kid, alg, _)| {
-            *alg == header.alg && (header.kid.is_none() || kid.is_none() || *kid == header.kid)
-        });
+        let candidates: Vec<&VerifyingKey> = keys
+            .iter()
+            .filter(|(kid, alg, _)| {
+                *alg == header.alg && (header.kid.is_none() || kid.is_none() || *kid == header.kid)
+            })
+            .collect();
+        if candidates.is_empty() {
+            // A key this gateway has not fetched yet (rotation): the API
+            // server decides.
+            return None;
+        }
         let mut validation = Validation::new(header.alg);
         validation.set_issuer(&[&self.issuer]);
         validation.set_audience(&self.audiences);
@@ -483,16 +491,6 @@ fn identity_from_sa(c: SaClaims) -> Result<Identity, AuthError> {
     })
 }
 
-fn url_path(url: &str) -> String {
-    match url.split_once("://") {
-        Some((_, rest)) => match rest.find('/') {
-            Some(i) => rest[i..].to_owned(),
-            None => "/".into(),
-        },
-        None => url.to_owned(),
-    }
-}
-
 #[async_trait]
 impl Authenticator for ServiceAccountJwtAuthenticator {
     async fn authenticate(&self, token: &str) -> Result<Identity, AuthError> {
@@ -551,16 +549,6 @@ mod tests {
         );
         assert_eq!(jwt_expiry("kt-0123456789abcdef"), None);
         assert_eq!(jwt_expiry("a.b.c"), None);
-    }
-
-    #[test]
-    fn url_path_keeps_only_the_path() {
-        assert_eq!(
-            url_path("https://10.0.0.1:6443/openid/v1/jwks"),
-            "/openid/v1/jwks"
-        );
-        assert_eq!(url_path("https://host"), "/");
-        assert_eq!(url_path("/openid/v1/jwks"), "/openid/v1/jwks");
     }
 
     #[test]

@@ -25,6 +25,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kruntimes_proto::ownership::v1 as own;
+use kruntimes_proto::ownership::v1::ownership_table_server::OwnershipTableServer;
 use kruntimes_proto::watch::{DEFAULT_LAG_CAPACITY, Publisher};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::{self, Store};
@@ -56,6 +57,8 @@ pub struct ClusterConfig {
     /// mTLS of the ownership watch server (server certificate + the CA
     /// gateway client certificates chain to).
     pub watch_tls: TlsFiles,
+    /// Client certificate CNs allowed to watch (the gateways').
+    pub watch_clients: Vec<String>,
 }
 
 fn read(path: &std::path::Path) -> anyhow::Result<Vec<u8>> {
@@ -193,9 +196,13 @@ pub async fn run(
             read(&op.cfg.watch_tls.key)?,
         ))
         .client_ca_root(Certificate::from_pem(read(&op.cfg.watch_tls.ca)?));
-    let server = Server::builder()
-        .tls_config(tls)?
-        .add_service(op.publisher.service());
+    let server =
+        Server::builder()
+            .tls_config(tls)?
+            .add_service(OwnershipTableServer::with_interceptor(
+                op.publisher.clone(),
+                peer_allowed(op.cfg.watch_clients.clone()),
+            ));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
     let mut server_stop = stop_rx.clone();
@@ -237,19 +244,32 @@ impl Operator {
         {
             return bundle.clone();
         }
-        let bundle = self.read_ca_bundle().await;
+        let bundle = match self.read_ca_bundle().await {
+            Ok(b) => b,
+            // A failed read is not a removed CA: keep publishing the last one.
+            Err(e) => {
+                tracing::warn!(error = %e, "CA ConfigMap not readable; keeping the last bundle");
+                self.ca.as_ref().and_then(|(_, b)| b.clone())
+            }
+        };
         self.ca = Some((std::time::Instant::now(), bundle.clone()));
         bundle
     }
 
-    async fn read_ca_bundle(&self) -> Option<String> {
-        let (ns, name) = self.cfg.ca_configmap.as_ref()?;
-        let cm = Api::<ConfigMap>::namespaced(self.client.clone(), ns)
+    /// `Ok(None)` when the ConfigMap or its key is absent.
+    async fn read_ca_bundle(&self) -> anyhow::Result<Option<String>> {
+        let Some((ns, name)) = self.cfg.ca_configmap.as_ref() else {
+            return Ok(None);
+        };
+        let Some(cm) = Api::<ConfigMap>::namespaced(self.client.clone(), ns)
             .get_opt(name)
-            .await
-            .ok()
-            .flatten()?;
-        let pem = cm.data.as_ref()?.get("ca.crt")?;
+            .await?
+        else {
+            return Ok(None);
+        };
+        let Some(pem) = cm.data.as_ref().and_then(|d| d.get("ca.crt")) else {
+            return Ok(None);
+        };
         let bundle = base64::engine::general_purpose::STANDARD.encode(pem.as_bytes());
         if bundle.len() > crate::crd::MAX_CA_BUNDLE_BYTES {
             tracing::warn!(
@@ -257,9 +277,9 @@ impl Operator {
                 bytes = bundle.len(),
                 "ca.crt is too large for status.endpoint.caBundle; omitted"
             );
-            return None;
+            return Ok(None);
         }
-        Some(bundle)
+        Ok(Some(bundle))
     }
 
     async fn pass(&mut self) -> anyhow::Result<()> {
@@ -284,6 +304,7 @@ impl Operator {
             .map(|r| ((r.namespace().unwrap_or_default(), r.name_any()), r))
             .collect();
 
+        let mut written: Vec<Run> = Vec::new();
         for op in decide::reconcile(&views, &pods, &infos, &settings, SystemTime::now()) {
             let result = match &op {
                 Op::AddFinalizer { namespace, name } | Op::RemoveFinalizer { namespace, name } => {
@@ -327,12 +348,17 @@ impl Operator {
                     patch_status(&self.client, run, &status).await
                 }
             };
-            if let Err(e) = result {
+            match result {
+                Ok(run) => written.push(run),
                 // Conflicts are expected (a newer version exists); the next
                 // pass decides again on it.
-                tracing::debug!(error = %e, "operation not applied");
+                Err(e) => tracing::debug!(error = %e, "operation not applied"),
             }
         }
+
+        // The next pass must see this pass's own writes: deciding capacity
+        // from a cache that lags an assignment would overcommit a Pod.
+        self.catch_up(&written).await;
 
         for rt in &runtimes {
             if let Err(e) = self.reconcile_runtime(rt, &pods).await {
@@ -363,6 +389,31 @@ impl Operator {
             }
         }
         Ok(())
+    }
+
+    /// Waits (bounded) until the Runs cache holds every object in `written`
+    /// at its written version or a newer one.
+    async fn catch_up(&self, written: &[Run]) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        for run in written {
+            let key = reflector::ObjectRef::<Run>::new(&run.name_any())
+                .within(&run.namespace().unwrap_or_default());
+            let want = run.resource_version().unwrap_or_default();
+            loop {
+                let seen = match self.runs.get(&key) {
+                    None => true, // deleted meanwhile
+                    Some(cur) => at_least(&cur.resource_version().unwrap_or_default(), &want),
+                };
+                if seen {
+                    break;
+                }
+                if std::time::Instant::now() > deadline {
+                    tracing::warn!("runs cache lags the operator's own writes by more than 5 s");
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
     }
 
     async fn reconcile_runtime(
@@ -415,11 +466,45 @@ impl Operator {
     }
 }
 
+/// Admits watch clients whose certificate CN is in `allowed`: any other
+/// holder of an internal certificate (a Runtime Pod's, say) may not read the
+/// cluster-wide table.
+fn peer_allowed(
+    allowed: Vec<String>,
+) -> impl FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Clone {
+    move |req: tonic::Request<()>| {
+        let cn = req.peer_certs().and_then(|certs| {
+            certs
+                .first()
+                .and_then(|c| kruntimes_certs::peer_common_name(c.as_ref()))
+        });
+        match cn {
+            Some(cn) if allowed.contains(&cn) => Ok(req),
+            Some(cn) => Err(tonic::Status::permission_denied(format!(
+                "client {cn} may not watch the ownership table"
+            ))),
+            None => Err(tonic::Status::unauthenticated(
+                "client certificate required",
+            )),
+        }
+    }
+}
+
+/// Whether resourceVersion `have` is `want` or later. Versions are opaque
+/// strings to clients; etcd-backed servers use increasing integers, which is
+/// the only order assumed here (anything else compares by equality).
+fn at_least(have: &str, want: &str) -> bool {
+    match (have.parse::<u64>(), want.parse::<u64>()) {
+        (Ok(h), Ok(w)) => h >= w,
+        _ => have == want,
+    }
+}
+
 fn jiff_now() -> k8s_openapi::jiff::Timestamp {
     k8s_openapi::jiff::Timestamp::now()
 }
 
-async fn set_finalizer(client: &kube::Client, run: &Run, add: bool) -> anyhow::Result<()> {
+async fn set_finalizer(client: &kube::Client, run: &Run, add: bool) -> anyhow::Result<Run> {
     let mut finalizers: Vec<String> = run.finalizers().to_vec();
     finalizers.retain(|f| f != FINALIZER);
     if add {
@@ -437,15 +522,15 @@ async fn set_finalizer(client: &kube::Client, run: &Run, add: bool) -> anyhow::R
             &PatchParams::default(),
             &Patch::Merge(patch),
         )
-        .await?;
-    Ok(())
+        .await
+        .map_err(Into::into)
 }
 
 async fn patch_status(
     client: &kube::Client,
     run: &Run,
     status: &crate::crd::RunStatus,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Run> {
     let old = serde_json::to_value(run.status.clone().unwrap_or_default())?;
     let new = serde_json::to_value(status)?;
     let patch = json!({
@@ -458,13 +543,22 @@ async fn patch_status(
             &PatchParams::default(),
             &Patch::Merge(patch),
         )
-        .await?;
-    Ok(())
+        .await
+        .map_err(Into::into)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn resource_versions_compare_numerically_when_they_can() {
+        assert!(at_least("12", "9"));
+        assert!(at_least("9", "9"));
+        assert!(!at_least("9", "12"));
+        assert!(at_least("abc", "abc"));
+        assert!(!at_least("abd", "abc"));
+    }
 
     #[test]
     fn merge_diff_sets_changes_and_nulls_removed_keys() {

@@ -111,11 +111,11 @@ pub fn decide(run: &RunFacts, local: Option<&Local>) -> Vec<Action> {
     }
     match run.termination {
         Some(TerminationMode::Immediate) => {
-            unregister(&mut out, Stop::Cancel);
             out.push(Report {
                 phase: RunPhase::Cancelled,
                 reason: "Terminated",
             });
+            unregister(&mut out, Stop::Cancel);
             return out;
         }
         Some(TerminationMode::Drain) => {
@@ -137,8 +137,9 @@ pub fn decide(run: &RunFacts, local: Option<&Local>) -> Vec<Action> {
     match local {
         Some(l) if l.attempt == run.attempt => {
             if l.phase == own::Phase::Failed {
+                // The terminal status first: if it does not land, the local
+                // state is still there to decide again (never re-registered).
                 let idle = l.reason == "IdleTimeout";
-                out.push(Unregister(Stop::Cancel));
                 out.push(Report {
                     phase: if idle {
                         RunPhase::Timeout
@@ -147,6 +148,7 @@ pub fn decide(run: &RunFacts, local: Option<&Local>) -> Vec<Action> {
                     },
                     reason: if idle { "IdleTimeout" } else { "RuntimeFailed" },
                 });
+                out.push(Unregister(Stop::Cancel));
             } else if l.phase == own::Phase::Ready
                 && (run.phase != RunPhase::Ready || run.reason.as_deref() != Some("Registered"))
             {
@@ -320,11 +322,11 @@ mod tests {
         assert_eq!(
             decide(&f, Some(&l)),
             vec![
-                Unregister(Stop::Cancel),
                 Report {
                     phase: RunPhase::Cancelled,
                     reason: "Terminated"
-                }
+                },
+                Unregister(Stop::Cancel),
             ]
         );
         f.termination = Some(TerminationMode::Drain);
@@ -358,21 +360,21 @@ mod tests {
         assert_eq!(
             decide(&f, Some(&local(1, own::Phase::Failed, "IdleTimeout"))),
             vec![
-                Unregister(Stop::Cancel),
                 Report {
                     phase: RunPhase::Timeout,
                     reason: "IdleTimeout"
-                }
+                },
+                Unregister(Stop::Cancel),
             ]
         );
         assert_eq!(
             decide(&f, Some(&local(1, own::Phase::Failed, "WorkerExited"))),
             vec![
-                Unregister(Stop::Cancel),
                 Report {
                     phase: RunPhase::Failed,
                     reason: "RuntimeFailed"
-                }
+                },
+                Unregister(Stop::Cancel),
             ]
         );
     }

@@ -86,6 +86,10 @@ struct Agent {
     pod: PodIdentity,
     runs: Store<Run>,
     pods: Store<Pod>,
+    /// Runs with steps in progress: each Run's steps run in a task of their
+    /// own, so a long drain or a slow import never stalls the other Runs.
+    busy: std::sync::Mutex<std::collections::HashSet<String>>,
+    notify: Arc<tokio::sync::Notify>,
 }
 
 /// Runs the Kubernetes loop until `shutdown` resolves.
@@ -113,14 +117,16 @@ pub async fn run(
         _ = &mut shutdown => return Ok(()),
     }
     tracing::info!(pod = %pod.name, pod_uid = %pod.uid, "watching runs assigned to this pod");
-    let agent = Agent {
+    let agent = Arc::new(Agent {
         client,
         engine,
         sessions,
         pod,
         runs,
         pods,
-    };
+        busy: std::sync::Mutex::new(std::collections::HashSet::new()),
+        notify: notify.clone(),
+    });
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
@@ -128,7 +134,7 @@ pub async fn run(
             _ = tick.tick() => {}
             _ = &mut shutdown => break,
         }
-        agent.pass().await;
+        agent.pass();
     }
     Ok(())
 }
@@ -159,7 +165,41 @@ impl Agent {
             .collect()
     }
 
-    async fn pass(&self) {
+    /// Starts a task for `uid`'s `steps` unless one is in progress; a
+    /// finished task triggers the next pass.
+    fn start<F, Fut>(self: &Arc<Self>, uid: String, steps: F)
+    where
+        F: FnOnce(Arc<Self>) -> Fut,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        if !self
+            .busy
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(uid.clone())
+        {
+            return;
+        }
+        let fut = steps(self.clone());
+        let this = self.clone();
+        tokio::spawn(async move {
+            fut.await;
+            this.busy
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&uid);
+            this.notify.notify_one();
+        });
+    }
+
+    fn is_busy(&self, uid: &str) -> bool {
+        self.busy
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(uid)
+    }
+
+    fn pass(self: &Arc<Self>) {
         let pod_gone = self.pod_gone();
         let mut locals = self.locals();
         for run in self.runs.state() {
@@ -177,19 +217,34 @@ impl Agent {
                 pod_gone,
             };
             let local = locals.remove(&uid);
-            // Each write returns the Run's new version; later steps of this
-            // pass build on it (their precondition must not be stale).
-            let mut run = (*run).clone();
-            for action in decide::decide(&facts, local.as_ref()) {
-                if let Err(e) = self.act(&mut run, &facts, action.clone()).await {
-                    tracing::warn!(run_uid = %uid, ?action, error = %e, "step failed");
-                    break;
-                }
+            if self.is_busy(&uid) {
+                continue;
             }
+            let steps = decide::decide(&facts, local.as_ref());
+            if steps.is_empty() {
+                continue;
+            }
+            // Each write returns the Run's new version; later steps build on
+            // it (their precondition must not be stale).
+            let mut run = (*run).clone();
+            self.start(uid.clone(), move |agent| async move {
+                for action in steps {
+                    if let Err(e) = agent.act(&mut run, &facts, action.clone()).await {
+                        tracing::warn!(run_uid = %uid, ?action, error = %e, "step failed");
+                        break;
+                    }
+                }
+            });
         }
         // Local registrations of Runs that no longer exist at all.
-        for uid in locals.keys() {
-            self.unregister(uid, Stop::Cancel).await;
+        for uid in locals.into_keys() {
+            if self.is_busy(&uid) {
+                continue;
+            }
+            let key = uid.clone();
+            self.start(key, move |agent| async move {
+                agent.unregister(&uid, Stop::Cancel).await;
+            });
         }
     }
 
