@@ -589,3 +589,34 @@ async fn a_session_run_holds_a_pod_alone_and_serves_commands() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runtimed_that_cannot_watch_runs_never_opens_its_port() {
+    let (_server, cluster) = setup(0).await;
+    // bob may not list Runs: this runtimed's watch never syncs, so its
+    // readiness probe (the dataplane port) must never succeed.
+    let (_, port) = cluster
+        .start_pod("mute", "python", User::Bob)
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !cluster
+        .log("mute")
+        .contains("waiting for the Run watch to sync")
+    {
+        assert!(std::time::Instant::now() < deadline, "{}", cluster.logs());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err(),
+        "the port opened without a synced watch"
+    );
+    assert!(
+        cluster.log("mute").contains("watch error"),
+        "{}",
+        cluster.log("mute")
+    );
+}

@@ -176,7 +176,7 @@ impl Cluster {
             .create(&PostParams::default(), &cm)
             .await?;
         let mut kubeconfigs = BTreeMap::new();
-        for user in [User::Gateway, User::Operator, User::Runtimed] {
+        for user in User::ALL {
             kubeconfigs.insert(user, server.write_kubeconfig(user)?);
         }
         let http = reqwest::Client::builder()
@@ -349,6 +349,31 @@ impl Cluster {
     /// plays it and marks the Pod Ready once that runtimed listens. Returns
     /// the Pod's UID.
     pub async fn add_pod(&self, name: &str, runtime: &str) -> anyhow::Result<String> {
+        let (uid, port) = self.start_pod(name, runtime, User::Runtimed).await?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
+            self.check_alive()?;
+            if Instant::now() > deadline {
+                bail!("runtimed for {name} did not listen within 30 s");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.set_pod_ready(name, true).await?;
+        Ok(uid)
+    }
+
+    /// Creates Pod `name` of Runtime `runtime` and starts the runtimed that
+    /// plays it as `identity`, without waiting for it. Returns the Pod's UID
+    /// and the runtimed's port.
+    pub async fn start_pod(
+        &self,
+        name: &str,
+        runtime: &str,
+        identity: User,
+    ) -> anyhow::Result<(String, u16)> {
         let port = free_port()?;
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), SYSTEM_NAMESPACE);
         let pod: Pod = serde_json::from_value(json!({
@@ -380,7 +405,7 @@ impl Cluster {
             format!("--name={name}"),
             format!("--pod-uid={uid}"),
             format!("--pod-namespace={SYSTEM_NAMESPACE}"),
-            format!("--kubeconfig={}", s(&self.kubeconfigs[&User::Runtimed])),
+            format!("--kubeconfig={}", s(&self.kubeconfigs[&identity])),
             format!("--listen=127.0.0.1:{port}"),
             format!("--tls-cert={}", s(&f.runtimed_cert)),
             format!("--tls-key={}", s(&f.runtimed_key)),
@@ -389,19 +414,7 @@ impl Cluster {
             "--python-spares=1".into(),
         ];
         self.spawn(name, args)?;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_err()
-        {
-            self.check_alive()?;
-            if Instant::now() > deadline {
-                bail!("runtimed for {name} did not listen within 30 s");
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        self.set_pod_ready(name, true).await?;
-        Ok(uid)
+        Ok((uid, port))
     }
 
     /// Patches a Pod's status as a kubelet would.

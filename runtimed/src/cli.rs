@@ -107,14 +107,22 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     if args.kubernetes && (args.pod_uid.is_none() || args.pod_namespace.is_none()) {
         anyhow::bail!("--kubernetes needs --pod-uid and --pod-namespace (from the downward API)");
     }
+    if args.kubernetes && args.advertise.is_none() && args.listen.port() == 0 {
+        anyhow::bail!("--kubernetes needs --advertise or a fixed --listen port");
+    }
     std::fs::create_dir_all(&args.work_root)?;
-    let listener = tokio::net::TcpListener::bind(args.listen).await?;
-    let address = args.advertise.clone().unwrap_or_else(|| {
-        listener
-            .local_addr()
-            .map(|a| a.to_string())
-            .unwrap_or_default()
-    });
+    // In Kubernetes mode the port opens only once the Run watch has synced:
+    // the Pod's readiness probe (a TCP check) then means "can take Runs".
+    let mut listener = if args.kubernetes {
+        None
+    } else {
+        Some(tokio::net::TcpListener::bind(args.listen).await?)
+    };
+    let address = match (&args.advertise, &listener) {
+        (Some(a), _) => a.clone(),
+        (None, Some(l)) => l.local_addr()?.to_string(),
+        (None, None) => args.listen.to_string(),
+    };
     let pod_uid = args
         .pod_uid
         .clone()
@@ -140,6 +148,47 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Some(&args.client_ca),
         &[b"h2", b"http/1.1"],
     )?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut cluster = if args.kubernetes {
+        let client = kube_client(args.kubeconfig.as_deref()).await?;
+        let pod = crate::cluster::PodIdentity {
+            namespace: args.pod_namespace.clone().unwrap_or_default(),
+            name: args.name.clone(),
+            uid: pod_uid.clone(),
+        };
+        let mut stop = stop_rx.clone();
+        let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
+        let mut task = tokio::spawn(crate::cluster::run(
+            client,
+            engine.clone(),
+            sessions.clone(),
+            pod,
+            synced_tx,
+            async move {
+                let _ = stop.wait_for(|s| *s).await;
+            },
+        ));
+        tracing::info!("waiting for the Run watch to sync before opening the port");
+        tokio::select! {
+            r = synced_rx => {
+                if r.is_err() {
+                    // The loop ended before syncing: report why.
+                    match (&mut task).await {
+                        Ok(Err(e)) => return Err(e.context("kubernetes loop")),
+                        _ => anyhow::bail!("kubernetes loop ended before syncing"),
+                    }
+                }
+            }
+            _ = shutdown_signal() => return Ok(()),
+        }
+        listener = Some(tokio::net::TcpListener::bind(args.listen).await?);
+        Some(task)
+    } else {
+        None
+    };
+    let Some(listener) = listener else {
+        anyhow::bail!("no listener");
+    };
     tracing::info!(name = %args.name, pod_uid = %pod_uid, address = %address, "runtimed serving");
     let cfg = ServeConfig {
         listener,
@@ -149,28 +198,27 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             control_clients: args.control_clients.clone(),
         },
     };
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let cluster = if args.kubernetes {
-        let client = kube_client(args.kubeconfig.as_deref()).await?;
-        let pod = crate::cluster::PodIdentity {
-            namespace: args.pod_namespace.clone().unwrap_or_default(),
-            name: args.name.clone(),
-            uid: pod_uid.clone(),
-        };
-        let mut stop = stop_rx.clone();
-        Some(tokio::spawn(crate::cluster::run(
-            client,
-            engine.clone(),
-            sessions.clone(),
-            pod,
-            async move {
-                let _ = stop.wait_for(|s| *s).await;
+    let serving = serve(engine.clone(), sessions.clone(), cfg, shutdown_signal());
+    // A Kubernetes loop that dies takes the daemon down (the kubelet restarts
+    // it) rather than leaving a Ready Pod that acts on nothing.
+    let loop_died = async {
+        match cluster.as_mut() {
+            Some(task) => match task.await {
+                Ok(Ok(())) => std::future::pending::<anyhow::Error>().await,
+                Ok(Err(e)) => e,
+                Err(e) => anyhow::anyhow!("kubernetes loop panicked: {e}"),
             },
-        )))
-    } else {
-        None
+            None => std::future::pending().await,
+        }
     };
-    serve(engine.clone(), sessions.clone(), cfg, shutdown_signal()).await?;
+    tokio::select! {
+        r = serving => r?,
+        e = loop_died => {
+            sessions.shutdown().await;
+            engine.shutdown().await;
+            return Err(e.context("kubernetes loop failed"));
+        }
+    }
     let _ = stop_tx.send(true);
     if let Some(task) = cluster {
         match task.await {

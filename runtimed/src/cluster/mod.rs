@@ -92,12 +92,14 @@ struct Agent {
     notify: Arc<tokio::sync::Notify>,
 }
 
-/// Runs the Kubernetes loop until `shutdown` resolves.
+/// Runs the Kubernetes loop until `shutdown` resolves; `synced` fires once
+/// the first lists of Runs and of this Pod are complete.
 pub async fn run(
     client: kube::Client,
     engine: Arc<Engine>,
     sessions: Arc<Sessions>,
     pod: PodIdentity,
+    synced: tokio::sync::oneshot::Sender<()>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let notify = Arc::new(tokio::sync::Notify::new());
@@ -117,6 +119,7 @@ pub async fn run(
         _ = &mut shutdown => return Ok(()),
     }
     tracing::info!(pod = %pod.name, pod_uid = %pod.uid, "watching runs assigned to this pod");
+    let _ = synced.send(());
     let agent = Arc::new(Agent {
         client,
         engine,
