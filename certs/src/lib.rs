@@ -3,6 +3,7 @@
 //! configurations built from PEM files, including mTLS and peer identity.
 #![forbid(unsafe_code)]
 
+pub mod install;
 mod issue;
 mod tls;
 

@@ -7,7 +7,6 @@
 //! patches the Pod's status Ready with `podIP: 127.0.0.1`, as kwok would.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
@@ -15,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use kruntimes_certs::{Ca, LeafSpec, write_private};
+use kruntimes_certs::install::InstallPki;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
@@ -38,95 +37,6 @@ fn free_port() -> anyhow::Result<u16> {
         .port())
 }
 
-struct Files {
-    public_ca: PathBuf,
-    gateway_cert: PathBuf,
-    gateway_key: PathBuf,
-    internal_ca: PathBuf,
-    runtimed_cert: PathBuf,
-    runtimed_key: PathBuf,
-    gateway_client_cert: PathBuf,
-    gateway_client_key: PathBuf,
-    control_cert: PathBuf,
-    control_key: PathBuf,
-}
-
-fn pki(dir: &Path) -> anyhow::Result<Files> {
-    let loopback: Vec<IpAddr> = vec!["127.0.0.1".parse()?];
-    let public = Ca::generate("kubetest public CA", 2)?;
-    let internal = Ca::generate("kubetest internal CA", 2)?;
-    let leaf = |ca: &Ca, name: &str, spec: LeafSpec| -> anyhow::Result<(PathBuf, PathBuf)> {
-        let l = ca.issue(&spec)?;
-        let cert = dir.join(format!("{name}.crt"));
-        let key = dir.join(format!("{name}.key"));
-        std::fs::write(&cert, &l.cert_pem)?;
-        write_private(&key, l.key_pem.as_bytes())?;
-        Ok((cert, key))
-    };
-    let public_ca = dir.join("public-ca.crt");
-    let internal_ca = dir.join("internal-ca.crt");
-    std::fs::write(&public_ca, &public.cert_pem)?;
-    std::fs::write(&internal_ca, &internal.cert_pem)?;
-    let (gateway_cert, gateway_key) = leaf(
-        &public,
-        "gateway",
-        LeafSpec {
-            common_name: "kruntimes-gateway".into(),
-            dns_names: vec!["localhost".into()],
-            ips: loopback.clone(),
-            server: true,
-            valid_days: 2,
-            ..Default::default()
-        },
-    )?;
-    let (runtimed_cert, runtimed_key) = leaf(
-        &internal,
-        "runtimed",
-        LeafSpec {
-            common_name: "runtimed".into(),
-            dns_names: vec!["runtimed.kruntimes.internal".into()],
-            ips: loopback.clone(),
-            server: true,
-            valid_days: 2,
-            ..Default::default()
-        },
-    )?;
-    let (gateway_client_cert, gateway_client_key) = leaf(
-        &internal,
-        "gateway-client",
-        LeafSpec {
-            common_name: "kruntimes-gateway".into(),
-            client: true,
-            valid_days: 2,
-            ..Default::default()
-        },
-    )?;
-    let (control_cert, control_key) = leaf(
-        &internal,
-        "control-plane",
-        LeafSpec {
-            common_name: "kruntimes-control-plane".into(),
-            dns_names: vec!["kruntimes-control-plane".into()],
-            ips: loopback,
-            server: true,
-            client: true,
-            valid_days: 2,
-        },
-    )?;
-    Ok(Files {
-        public_ca,
-        gateway_cert,
-        gateway_key,
-        internal_ca,
-        runtimed_cert,
-        runtimed_key,
-        gateway_client_cert,
-        gateway_client_key,
-        control_cert,
-        control_key,
-    })
-}
-
 /// A process of the installation.
 struct Proc {
     child: Child,
@@ -137,7 +47,7 @@ struct Proc {
 pub struct Cluster {
     krt: PathBuf,
     dir: tempfile::TempDir,
-    files: Files,
+    files: InstallPki,
     kubeconfigs: BTreeMap<User, PathBuf>,
     procs: Mutex<BTreeMap<String, Proc>>,
     client: kube::Client,
@@ -156,7 +66,7 @@ impl Cluster {
         let dir = tempfile::Builder::new()
             .prefix("kubetest-cluster-")
             .tempdir()?;
-        let files = pki(dir.path())?;
+        let files = InstallPki::generate(dir.path(), "kubetest", 2)?;
         server.create_namespace(SYSTEM_NAMESPACE).await?;
         for (file, user) in [
             ("gateway-clusterrole.yaml", User::Gateway),

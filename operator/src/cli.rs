@@ -102,17 +102,7 @@ pub async fn shutdown_signal() {
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     init_logging();
-    let config = match &args.kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("read kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
-        }
-        None => kube::Config::infer()
-            .await
-            .context("no --kubeconfig and no in-cluster configuration")?,
-    };
-    let client = kube::Client::try_from(config)?;
+    let client = cluster::kube_client(args.kubeconfig.as_deref()).await?;
     let ca_configmap = match &args.ca_configmap {
         Some(s) => Some(
             s.split_once('/')

@@ -107,6 +107,48 @@ pub enum RunPhase {
     Cancelled,
 }
 
+impl RunPhase {
+    /// Whether the Run has ended.
+    pub fn is_terminal(self) -> bool {
+        crate::lifecycle::Phase::from(self).is_terminal()
+    }
+
+    /// Whether the Run holds capacity on its Pod.
+    pub fn holds_capacity(self) -> bool {
+        crate::lifecycle::Phase::from(self).holds_capacity()
+    }
+}
+
+impl From<RunPhase> for crate::lifecycle::Phase {
+    fn from(p: RunPhase) -> Self {
+        use crate::lifecycle::Phase as P;
+        match p {
+            RunPhase::Pending => P::Pending,
+            RunPhase::Scheduled => P::Scheduled,
+            RunPhase::Running => P::Running,
+            RunPhase::Ready => P::Ready,
+            RunPhase::Finalizing => P::Finalizing,
+            RunPhase::Succeeded => P::Succeeded,
+            RunPhase::Failed => P::Failed,
+            RunPhase::Timeout => P::Timeout,
+            RunPhase::Cancelled => P::Cancelled,
+        }
+    }
+}
+
+/// `message` cut to [`MAX_MESSAGE_BYTES`] on a character boundary; `None`
+/// when empty.
+pub fn bounded_message(message: &str) -> Option<String> {
+    if message.is_empty() {
+        return None;
+    }
+    let mut cut = message.len().min(MAX_MESSAGE_BYTES);
+    while !message.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    Some(message[..cut].to_owned())
+}
+
 impl From<crate::lifecycle::Phase> for RunPhase {
     fn from(p: crate::lifecycle::Phase) -> Self {
         use crate::lifecycle::Phase as P;

@@ -76,21 +76,6 @@ pub struct Args {
     pub kubeconfig: Option<PathBuf>,
 }
 
-async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
-    use anyhow::Context as _;
-    let config = match kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("read kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
-        }
-        None => kube::Config::infer()
-            .await
-            .context("no --kubeconfig and no in-cluster configuration")?,
-    };
-    Ok(kube::Client::try_from(config)?)
-}
-
 /// JSON logs to stderr, filtered by `RUST_LOG` (default `info`).
 pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -150,7 +135,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     )?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut cluster = if args.kubernetes {
-        let client = kube_client(args.kubeconfig.as_deref()).await?;
+        let client = kruntimes_operator::cluster::kube_client(args.kubeconfig.as_deref()).await?;
         let pod = crate::cluster::PodIdentity {
             namespace: args.pod_namespace.clone().unwrap_or_default(),
             name: args.name.clone(),

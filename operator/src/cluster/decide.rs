@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use crate::crd::{Endpoint, RunPhase, RunStatus};
+use crate::crd::{Endpoint, RunPhase, RunStatus, bounded_message};
 use crate::model::{ModeKind, TerminationMode};
 use crate::scheduler::{self, PendingRun, PodView};
 
@@ -164,26 +164,11 @@ pub fn endpoint(run: &RunView, s: &Settings) -> Endpoint {
     }
 }
 
-fn bounded(message: String) -> Option<String> {
-    if message.is_empty() {
-        return None;
-    }
-    let mut m = message;
-    if m.len() > crate::crd::MAX_MESSAGE_BYTES {
-        let mut cut = crate::crd::MAX_MESSAGE_BYTES;
-        while !m.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        m.truncate(cut);
-    }
-    Some(m)
-}
-
 fn terminal(run: &RunView, phase: RunPhase, reason: &str, message: String) -> Op {
     let mut status = run.status.clone();
     status.phase = Some(phase);
     status.reason = Some(reason.to_owned());
-    status.message = bounded(message);
+    status.message = bounded_message(&message);
     status.conditions = vec![];
     status.completion_time = None; // set by the adapter (it knows the clock)
     Op::Status {
@@ -202,20 +187,6 @@ pub fn owner_alive(run: &RunView, pods: &[PodInfo]) -> bool {
             .any(|p| &p.name == name && &p.uid == uid && !p.terminating),
         _ => false,
     }
-}
-
-fn holds_capacity(phase: RunPhase) -> bool {
-    matches!(
-        phase,
-        RunPhase::Scheduled | RunPhase::Running | RunPhase::Ready | RunPhase::Finalizing
-    )
-}
-
-fn is_terminal(phase: RunPhase) -> bool {
-    matches!(
-        phase,
-        RunPhase::Succeeded | RunPhase::Failed | RunPhase::Timeout | RunPhase::Cancelled
-    )
 }
 
 /// Every operation the current views call for, deterministic in the order
@@ -253,13 +224,13 @@ pub fn reconcile(
             }
             continue;
         }
-        if !run.has_finalizer && !is_terminal(phase) {
+        if !run.has_finalizer && !phase.is_terminal() {
             ops.push(Op::AddFinalizer {
                 namespace: run.namespace.clone(),
                 name: run.name.clone(),
             });
         }
-        if is_terminal(phase) {
+        if phase.is_terminal() {
             continue;
         }
         match &run.mode {
@@ -328,7 +299,7 @@ pub fn reconcile(
                 let mut status = run.status.clone();
                 status.phase = Some(RunPhase::Pending);
                 status.reason = Some("OwnerLost".into());
-                status.message = bounded(format!(
+                status.message = bounded_message(&format!(
                     "owner Pod {pod} is gone; rescheduling (attempt {} of {})",
                     run.attempt() + 1,
                     i64::from(run.max_retries) + 1
@@ -379,7 +350,7 @@ pub fn reconcile(
                     let mut status = run.status.clone();
                     status.phase = Some(RunPhase::Pending);
                     status.reason = Some("RuntimeNotFound".into());
-                    status.message = bounded(message);
+                    status.message = bounded_message(&message);
                     status.endpoint = Some(endpoint(run, s));
                     ops.push(Op::Status {
                         namespace: run.namespace.clone(),
@@ -404,7 +375,7 @@ pub fn reconcile(
                     .iter()
                     .filter(|r| {
                         r.status.assigned_pod_uid.as_deref() == Some(p.uid.as_str())
-                            && holds_capacity(r.phase())
+                            && r.phase().holds_capacity()
                     })
                     .collect();
                 PodView {
@@ -440,7 +411,7 @@ pub fn reconcile(
                         .expect("the scheduler only names known pods");
                     status.phase = Some(RunPhase::Scheduled);
                     status.reason = Some("Scheduled".into());
-                    status.message = bounded(format!("assigned to Pod {}", pod.name));
+                    status.message = bounded_message(&format!("assigned to Pod {}", pod.name));
                     status.assigned_pod = Some(pod.name.clone());
                     status.assigned_pod_uid = Some(pod.uid.clone());
                     status.attempt = Some(run.attempt() + 1);
@@ -451,7 +422,7 @@ pub fn reconcile(
                     if status.reason.as_deref() != Some("OwnerLost") {
                         status.reason = Some("Unschedulable".into());
                     }
-                    status.message = bounded(format!(
+                    status.message = bounded_message(&format!(
                         "waiting for a ready {} Pod with free capacity",
                         run.runtime
                     ));

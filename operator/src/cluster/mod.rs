@@ -92,7 +92,25 @@ pub fn merge_diff(old: &Value, new: &Value) -> Value {
     }
 }
 
-fn spawn_reflector<K>(
+/// A client from `kubeconfig`, or else `KUBECONFIG` / `~/.kube/config`, or
+/// else the in-cluster configuration.
+pub async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("read kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no kubeconfig and no in-cluster configuration")?,
+    };
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// A reflector cache of `api` kept by a background task, which wakes
+/// `notify` on every change (watch errors are retried with backoff).
+pub fn spawn_reflector<K>(
     api: Api<K>,
     cfg: watcher::Config,
     notify: Arc<tokio::sync::Notify>,
@@ -323,15 +341,7 @@ impl Operator {
                         continue;
                     };
                     let mut status = (**status).clone();
-                    let terminal = matches!(
-                        status.phase,
-                        Some(
-                            RunPhase::Succeeded
-                                | RunPhase::Failed
-                                | RunPhase::Timeout
-                                | RunPhase::Cancelled
-                        )
-                    );
+                    let terminal = status.phase.is_some_and(RunPhase::is_terminal);
                     if terminal && status.completion_time.is_none() {
                         status.completion_time = Some(Time(jiff_now()));
                     }
@@ -504,7 +514,9 @@ fn jiff_now() -> k8s_openapi::jiff::Timestamp {
     k8s_openapi::jiff::Timestamp::now()
 }
 
-async fn set_finalizer(client: &kube::Client, run: &Run, add: bool) -> anyhow::Result<Run> {
+/// Adds or removes the cleanup finalizer, guarded by the Run's
+/// `resourceVersion`; returns the updated Run.
+pub async fn set_finalizer(client: &kube::Client, run: &Run, add: bool) -> anyhow::Result<Run> {
     let mut finalizers: Vec<String> = run.finalizers().to_vec();
     finalizers.retain(|f| f != FINALIZER);
     if add {

@@ -72,13 +72,6 @@ pub enum Action {
     RemoveFinalizer,
 }
 
-fn terminal(p: RunPhase) -> bool {
-    matches!(
-        p,
-        RunPhase::Succeeded | RunPhase::Failed | RunPhase::Timeout | RunPhase::Cancelled
-    )
-}
-
 /// The steps for one Run, in order.
 pub fn decide(run: &RunFacts, local: Option<&Local>) -> Vec<Action> {
     use Action::*;
@@ -105,7 +98,7 @@ pub fn decide(run: &RunFacts, local: Option<&Local>) -> Vec<Action> {
         }
         return out;
     }
-    if terminal(run.phase) {
+    if run.phase.is_terminal() {
         unregister(&mut out, Stop::Cancel);
         return out;
     }

@@ -16,17 +16,17 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kruntimes_operator::cluster::{set_finalizer, spawn_reflector};
 use kruntimes_operator::controller::{open_session_request_for, register_request_for};
 use kruntimes_operator::crd::{FINALIZER, Run, RunPhase};
 use kruntimes_operator::model::ModeKind;
 use kruntimes_proto::function::v1 as pb;
 use kruntimes_proto::ownership::v1 as own;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
@@ -47,36 +47,6 @@ pub struct PodIdentity {
     pub name: String,
     /// UID.
     pub uid: String,
-}
-
-fn spawn_reflector<K>(
-    api: Api<K>,
-    cfg: watcher::Config,
-    notify: Arc<tokio::sync::Notify>,
-) -> Store<K>
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
-    let (reader, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, cfg))
-        .default_backoff()
-        .touched_objects();
-    tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(item) = stream.next().await {
-            if let Err(e) = item {
-                tracing::warn!(error = %e, "watch error; retrying");
-            }
-            notify.notify_one();
-        }
-    });
-    reader
 }
 
 struct Agent {
@@ -290,24 +260,7 @@ impl Agent {
             }
             Action::Report { phase, reason } => self.report(run, phase, reason, "").await,
             Action::RemoveFinalizer => {
-                let mut finalizers: Vec<String> = run.finalizers().to_vec();
-                finalizers.retain(|f| f != FINALIZER);
-                let patch = json!({
-                    "metadata": {
-                        "resourceVersion": run.resource_version(),
-                        "finalizers": finalizers,
-                    }
-                });
-                *run = Api::<Run>::namespaced(
-                    self.client.clone(),
-                    &run.namespace().unwrap_or_default(),
-                )
-                .patch(
-                    &run.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(patch),
-                )
-                .await?;
+                *run = set_finalizer(&self.client, run, false).await?;
                 tracing::info!(run_uid = %uid, "cleaned up; finalizer removed");
                 Ok(())
             }
@@ -347,10 +300,7 @@ impl Agent {
     ) -> anyhow::Result<()> {
         let status = run.status.clone().unwrap_or_default();
         let now = Time(k8s_openapi::jiff::Timestamp::now());
-        let terminal = matches!(
-            phase,
-            RunPhase::Succeeded | RunPhase::Failed | RunPhase::Timeout | RunPhase::Cancelled
-        );
+        let terminal = phase.is_terminal();
         let ready = Condition {
             type_: "Ready".into(),
             status: if phase == RunPhase::Ready {
@@ -363,14 +313,6 @@ impl Agent {
             last_transition_time: now.clone(),
             observed_generation: run.meta().generation,
         };
-        let mut message = message.to_owned();
-        if message.len() > kruntimes_operator::crd::MAX_MESSAGE_BYTES {
-            let mut cut = kruntimes_operator::crd::MAX_MESSAGE_BYTES;
-            while !message.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            message.truncate(cut);
-        }
         let mut body = json!({
             "apiVersion": "kruntimes.io/v1alpha1",
             "kind": "Run",
@@ -386,7 +328,7 @@ impl Agent {
                 "startTime": status.start_time.clone().unwrap_or_else(|| now.clone()),
             }
         });
-        if !message.is_empty() {
+        if let Some(message) = kruntimes_operator::crd::bounded_message(message) {
             body["status"]["message"] = json!(message);
         }
         if terminal {

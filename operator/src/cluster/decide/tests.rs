@@ -1,4 +1,5 @@
 use super::*;
+use crate::crd::bounded_message;
 
 const T0: u64 = 1_800_000_000;
 
@@ -408,10 +409,10 @@ fn terminal_runs_are_left_alone() {
 #[test]
 fn messages_are_bounded_on_a_char_boundary() {
     let long = "é".repeat(2000);
-    let m = bounded(long).unwrap();
+    let m = bounded_message(&long).unwrap();
     assert!(m.len() <= crate::crd::MAX_MESSAGE_BYTES);
     assert!(m.chars().all(|c| c == 'é'));
-    assert_eq!(bounded(String::new()), None);
+    assert_eq!(bounded_message(""), None);
 }
 
 #[test]
