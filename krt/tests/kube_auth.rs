@@ -51,33 +51,16 @@ async fn cluster() -> ApiServer {
             .await
             .unwrap();
     }
-    server
-        .bind(
-            Some("a"),
-            "alice-invokes",
-            "run-invoker",
-            Subject::User(User::Alice),
-        )
-        .await
-        .unwrap();
-    server
-        .bind(
-            Some("a"),
-            "bob-reads",
-            "run-reader",
-            Subject::User(User::Bob),
-        )
-        .await
-        .unwrap();
-    server
-        .bind(
-            Some("b"),
-            "carol-invokes",
-            "run-invoker",
-            Subject::User(User::Carol),
-        )
-        .await
-        .unwrap();
+    for (ns, binding, role, user) in [
+        ("a", "alice-invokes", "run-invoker", User::Alice),
+        ("a", "bob-reads", "run-reader", User::Bob),
+        ("b", "carol-invokes", "run-invoker", User::Carol),
+    ] {
+        server
+            .bind(Some(ns), binding, role, Subject::User(user))
+            .await
+            .unwrap();
+    }
     server
 }
 

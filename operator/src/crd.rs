@@ -84,57 +84,8 @@ pub struct RunStatus {
     pub observed_generation: Option<i64>,
 }
 
-/// `status.phase`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub enum RunPhase {
-    /// Waiting for a Pod.
-    Pending,
-    /// Assigned to a Pod.
-    Scheduled,
-    /// Being prepared and registered on its Pod.
-    Running,
-    /// Registered and invocable.
-    Ready,
-    /// Draining before it ends.
-    Finalizing,
-    /// Ended normally.
-    Succeeded,
-    /// Ended with an error.
-    Failed,
-    /// Ended by `spec.timeout` or the idle timeout.
-    Timeout,
-    /// Ended by cancellation.
-    Cancelled,
-}
-
-impl RunPhase {
-    /// Whether the Run has ended.
-    pub fn is_terminal(self) -> bool {
-        crate::lifecycle::Phase::from(self).is_terminal()
-    }
-
-    /// Whether the Run holds capacity on its Pod.
-    pub fn holds_capacity(self) -> bool {
-        crate::lifecycle::Phase::from(self).holds_capacity()
-    }
-}
-
-impl From<RunPhase> for crate::lifecycle::Phase {
-    fn from(p: RunPhase) -> Self {
-        use crate::lifecycle::Phase as P;
-        match p {
-            RunPhase::Pending => P::Pending,
-            RunPhase::Scheduled => P::Scheduled,
-            RunPhase::Running => P::Running,
-            RunPhase::Ready => P::Ready,
-            RunPhase::Finalizing => P::Finalizing,
-            RunPhase::Succeeded => P::Succeeded,
-            RunPhase::Failed => P::Failed,
-            RunPhase::Timeout => P::Timeout,
-            RunPhase::Cancelled => P::Cancelled,
-        }
-    }
-}
+/// `status.phase`: the lifecycle's phases, as the API shows them.
+pub use crate::lifecycle::Phase as RunPhase;
 
 /// `message` cut to [`MAX_MESSAGE_BYTES`] on a character boundary; `None`
 /// when empty.
@@ -147,23 +98,6 @@ pub fn bounded_message(message: &str) -> Option<String> {
         cut -= 1;
     }
     Some(message[..cut].to_owned())
-}
-
-impl From<crate::lifecycle::Phase> for RunPhase {
-    fn from(p: crate::lifecycle::Phase) -> Self {
-        use crate::lifecycle::Phase as P;
-        match p {
-            P::Pending => Self::Pending,
-            P::Scheduled => Self::Scheduled,
-            P::Running => Self::Running,
-            P::Ready => Self::Ready,
-            P::Finalizing => Self::Finalizing,
-            P::Succeeded => Self::Succeeded,
-            P::Failed => Self::Failed,
-            P::Timeout => Self::Timeout,
-            P::Cancelled => Self::Cancelled,
-        }
-    }
 }
 
 /// `status.endpoint`.

@@ -4,10 +4,11 @@
 //! terminal. Owner loss sends a non-terminal Run back to Pending (attempt + 1)
 //! while the retry policy allows; idle timeout ends it as Timeout.
 
-use serde::Serialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 /// Run phases (`status.phase`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum Phase {
     /// Waiting for a Pod.
     Pending,

@@ -76,16 +76,7 @@ pub struct Args {
     pub kubeconfig: Option<PathBuf>,
 }
 
-/// JSON logs to stderr, filtered by `RUST_LOG` (default `info`).
-pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .json()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
-}
+pub use kruntimes_operator::cli::{init_logging, shutdown_signal};
 
 /// Runs the daemon until SIGTERM or Ctrl-C.
 pub async fn run(args: Args) -> anyhow::Result<()> {
@@ -216,19 +207,4 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     engine.shutdown().await;
     tracing::info!("runtimed stopped");
     Ok(())
-}
-
-/// Resolves on SIGTERM or Ctrl-C.
-pub async fn shutdown_signal() {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        }
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
 }

@@ -52,6 +52,13 @@ fn target(ns: &str) -> Target {
 }
 
 fn setup(exp: Option<SystemTime>) -> (Arc<CountingAuthn>, Arc<CountingAuthz>, Arc<DecisionCache>) {
+    build(exp, CacheConfig::default())
+}
+
+fn build(
+    exp: Option<SystemTime>,
+    cfg: CacheConfig,
+) -> (Arc<CountingAuthn>, Arc<CountingAuthz>, Arc<DecisionCache>) {
     let authn = Arc::new(CountingAuthn {
         calls: AtomicUsize::new(0),
         down: false.into(),
@@ -59,12 +66,7 @@ fn setup(exp: Option<SystemTime>) -> (Arc<CountingAuthn>, Arc<CountingAuthz>, Ar
         exp,
     });
     let authz = Arc::new(CountingAuthz(AtomicUsize::new(0)));
-    let cache = Arc::new(DecisionCache::new(
-        authn.clone(),
-        authz.clone(),
-        CacheConfig::default(),
-        None,
-    ));
+    let cache = Arc::new(DecisionCache::new(authn.clone(), authz.clone(), cfg, None));
     (authn, authz, cache)
 }
 
@@ -159,14 +161,7 @@ fn ttl_is_bounded_by_expiry() {
 }
 
 fn setup_with(cfg: CacheConfig) -> (Arc<CountingAuthn>, Arc<DecisionCache>) {
-    let authn = Arc::new(CountingAuthn {
-        calls: AtomicUsize::new(0),
-        down: false.into(),
-        revoked: false.into(),
-        exp: None,
-    });
-    let authz = Arc::new(CountingAuthz(AtomicUsize::new(0)));
-    let cache = Arc::new(DecisionCache::new(authn.clone(), authz, cfg, None));
+    let (authn, _, cache) = build(None, cfg);
     (authn, cache)
 }
 
