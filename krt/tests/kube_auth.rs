@@ -131,9 +131,9 @@ async fn error_code(resp: reqwest::Response) -> String {
         .to_owned()
 }
 
-/// The gateway's counter of `api` calls (all results).
-async fn gateway_api_calls(stack: &Stack, api: &str) -> u64 {
-    let text = stack
+/// The gateway's Prometheus text.
+async fn gateway_metrics(stack: &Stack) -> String {
+    stack
         .http
         .get(format!("{}/metrics", stack.gateway))
         .send()
@@ -141,7 +141,12 @@ async fn gateway_api_calls(stack: &Stack, api: &str) -> u64 {
         .unwrap()
         .text()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// The gateway's counter of `api` calls (all results).
+async fn gateway_api_calls(stack: &Stack, api: &str) -> u64 {
+    let text = gateway_metrics(stack).await;
     let label = format!("api=\"{api}\"");
     text.lines()
         .filter(|l| l.starts_with("kruntimes_gateway_auth_api_calls_total{") && l.contains(&label))
@@ -445,15 +450,7 @@ async fn stale_if_error_and_local_service_account_verification() {
         status(&stack, &url, Some(server.token(User::Carol))).await,
         503
     );
-    let metrics = stack
-        .http
-        .get(format!("{}/metrics", stack.gateway))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = gateway_metrics(&stack).await;
     assert!(
         metrics.contains("kruntimes_gateway_auth_cache_total{layer=\"stale\",result=\"hit\"}"),
         "{metrics}"
