@@ -9,7 +9,7 @@ mod tls;
 
 pub use issue::{Ca, Leaf, LeafSpec};
 pub use tls::{
-    client_config, load_certs, load_key, peer_common_name, server_config, write_private,
+    TlsFiles, client_config, load_certs, load_key, peer_common_name, server_config, write_private,
 };
 
 /// Errors of certificate generation and loading.

@@ -16,6 +16,17 @@ fn read(path: &Path) -> Result<Vec<u8>> {
     })
 }
 
+/// PEM files of one TLS identity plus the CA it trusts in its peers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// CA bundle peers must chain to.
+    pub ca: std::path::PathBuf,
+    /// Own certificate.
+    pub cert: std::path::PathBuf,
+    /// Own key.
+    pub key: std::path::PathBuf,
+}
+
 /// Loads every certificate of a PEM file.
 pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
     let data = read(path)?;

@@ -9,8 +9,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use kruntimes_operator::controller::PodConfig;
-use kruntimes_operator::embedded::{self, EmbeddedConfig, TlsFiles};
+use kruntimes_operator::embedded::{self, EmbeddedConfig, PodConfig, TlsFiles};
 use tokio::process::{Child, Command};
 
 use crate::client::ClientConfig;

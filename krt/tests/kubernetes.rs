@@ -11,9 +11,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use base64::Engine as _;
+use kruntimes_api::{Run, Runtime};
 use kruntimes_kubetest::cluster::{Cluster, SYSTEM_NAMESPACE};
 use kruntimes_kubetest::{ApiServer, Subject, User};
-use kruntimes_operator::crd::{Run, Runtime};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
@@ -252,16 +252,18 @@ async fn function_runs_live_their_whole_lifecycle_on_the_api_server() {
         )
         .await
         .unwrap();
+    // An ended Run still exists: its URL answers 503 NotReady (never routed
+    // again) until it is deleted.
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
         let r = invoke(&cluster, &c_url, &alice).await;
-        if r.status() == 404 {
+        let status = r.status();
+        if status == 503 && error_code(r).await == "NotReady" {
             break;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "cancelled Run still answered {}",
-            r.status()
+            "cancelled Run still answered {status}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -239,9 +239,9 @@ impl Cluster {
         replicas: i32,
         capacity: u32,
     ) -> anyhow::Result<()> {
-        let api: Api<kruntimes_operator::crd::Runtime> =
+        let api: Api<kruntimes_api::Runtime> =
             Api::namespaced(self.client.clone(), SYSTEM_NAMESPACE);
-        let rt: kruntimes_operator::crd::Runtime = serde_json::from_value(json!({
+        let rt: kruntimes_api::Runtime = serde_json::from_value(json!({
             "apiVersion": "kruntimes.io/v1alpha1",
             "kind": "Runtime",
             "metadata": {"name": name, "namespace": SYSTEM_NAMESPACE},
@@ -358,8 +358,7 @@ impl Cluster {
 
     /// A Run's current object (JSON).
     pub async fn run(&self, namespace: &str, name: &str) -> anyhow::Result<Value> {
-        let api: Api<kruntimes_operator::crd::Run> =
-            Api::namespaced(self.client.clone(), namespace);
+        let api: Api<kruntimes_api::Run> = Api::namespaced(self.client.clone(), namespace);
         Ok(serde_json::to_value(api.get(name).await?)?)
     }
 

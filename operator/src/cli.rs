@@ -4,9 +4,9 @@
 use std::path::PathBuf;
 
 use crate::cluster::{self, ClusterConfig, objects::PodSettings};
-use crate::embedded::TlsFiles;
 use anyhow::Context as _;
 use clap::Parser;
+use kruntimes_certs::TlsFiles;
 
 /// Operator flags (also readable from `KRUNTIMES_OPERATOR_*` variables).
 #[derive(Debug, Clone, Parser)]
@@ -72,37 +72,11 @@ pub struct Args {
     pub client_ca: PathBuf,
 }
 
-/// JSON logs to stderr, filtered by `RUST_LOG` (default `info`).
-pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .json()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
-}
-
-/// Resolves on SIGTERM or Ctrl-C.
-pub async fn shutdown_signal() {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        }
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
-}
-
 /// Runs the operator until SIGTERM or Ctrl-C.
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    init_logging();
-    let client = cluster::kube_client(args.kubeconfig.as_deref()).await?;
+    kruntimes_support::init_logging();
+    let client = kruntimes_support::kube::client(args.kubeconfig.as_deref()).await?;
     let ca_configmap = match &args.ca_configmap {
         Some(s) => Some(
             s.split_once('/')
@@ -133,7 +107,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             },
         },
         listener,
-        shutdown_signal(),
+        kruntimes_support::shutdown_signal(),
     )
     .await
 }

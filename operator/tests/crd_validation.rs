@@ -1,8 +1,8 @@
 //! The Run CRD's validation, enforced by a real kube-apiserver: exactly one
 //! mode, immutable execution inputs, monotonic termination, bounded status.
 
+use kruntimes_api::Run;
 use kruntimes_kubetest::ApiServer;
-use kruntimes_operator::crd::Run;
 use kube::Resource as _;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};

@@ -112,6 +112,26 @@ impl Publisher {
         let _ = self.tx.send(ev);
     }
 
+    /// Makes the table equal to `entries`: changed entries are upserted,
+    /// missing ones deleted, unchanged ones emit nothing.
+    pub fn replace_all(&self, entries: Vec<OwnershipEntry>) {
+        let keep: std::collections::BTreeSet<String> =
+            entries.iter().map(|e| e.run_uid.clone()).collect();
+        let gone: Vec<String> = self
+            .lock()
+            .entries
+            .keys()
+            .filter(|uid| !keep.contains(*uid))
+            .cloned()
+            .collect();
+        for uid in gone {
+            self.delete(&uid);
+        }
+        for e in entries {
+            self.upsert(e);
+        }
+    }
+
     /// Current entries, ordered by Run UID.
     pub fn entries(&self) -> Vec<OwnershipEntry> {
         self.lock().entries.values().cloned().collect()

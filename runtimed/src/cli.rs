@@ -76,7 +76,7 @@ pub struct Args {
     pub kubeconfig: Option<PathBuf>,
 }
 
-pub use kruntimes_operator::cli::{init_logging, shutdown_signal};
+pub use kruntimes_support::{init_logging, shutdown_signal};
 
 /// Runs the daemon until SIGTERM or Ctrl-C.
 pub async fn run(args: Args) -> anyhow::Result<()> {
@@ -126,7 +126,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     )?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut cluster = if args.kubernetes {
-        let client = kruntimes_operator::cluster::kube_client(args.kubeconfig.as_deref()).await?;
+        let client = kruntimes_support::kube::client(args.kubeconfig.as_deref()).await?;
         let pod = crate::cluster::PodIdentity {
             namespace: args.pod_namespace.clone().unwrap_or_default(),
             name: args.name.clone(),

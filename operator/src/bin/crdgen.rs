@@ -12,9 +12,9 @@ fn main() -> anyhow::Result<()> {
             PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../charts/kruntimes/crds")
         });
     std::fs::create_dir_all(&dir)?;
-    for (file, crd) in kruntimes_operator::crd::crds() {
+    for (file, crd) in kruntimes_api::crds::crds() {
         let path = dir.join(file);
-        std::fs::write(&path, kruntimes_operator::crd::crd_yaml(&crd))?;
+        std::fs::write(&path, kruntimes_api::crds::crd_yaml(&crd)?)?;
         println!("wrote {}", path.display());
     }
     Ok(())

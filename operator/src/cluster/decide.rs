@@ -3,19 +3,19 @@
 //! operations into API calls guarded by `resourceVersion` preconditions, so a
 //! decision made on stale views fails and is made again on fresh ones.
 //!
-//! Division of labour with the owner runtimed: the operator schedules
-//! (`Pending → Scheduled`), fences lost owners (`attempt + 1` on another Pod,
-//! or `Failed` when the retry policy is exhausted), ends Runs on
-//! `spec.timeout`, cancels unassigned Runs and releases finalizers of Runs
-//! whose owner is gone. The owner registers (`Running → Ready`), drains or
-//! cancels on `termination`, reports idle expiry and removes the finalizer
-//! after cleaning up.
+//! Every phase change comes from the lifecycle core: [`control::decide`]
+//! for each Run (validation, `spec.timeout`, owner loss, termination before
+//! a Pod), and [`lifecycle::apply`] with the scheduler's outcome. The owner
+//! runtimed drives the rest with [`kruntimes_api::lifecycle::owner`]. This
+//! module adds only what is Kubernetes-specific: finalizers, the Runtime a
+//! Run resolves to, and the status object the transitions are written into.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use crate::crd::{Endpoint, RunPhase, RunStatus, bounded_message};
-use crate::model::{ModeKind, TerminationMode};
+use kruntimes_api::lifecycle::{self, Event, Life, Rules, Transition, control};
+use kruntimes_api::{Endpoint, ModeKind, RunStatus, TerminationMode, bounded_message};
+
 use crate::scheduler::{self, PendingRun, PodView};
 
 /// A Run as the operator sees it.
@@ -33,8 +33,8 @@ pub struct RunView {
     pub mode: Result<ModeKind, String>,
     /// `metadata.creationTimestamp`.
     pub created: SystemTime,
-    /// `spec.timeout`.
-    pub timeout: Option<Duration>,
+    /// `spec.timeout` in seconds.
+    pub timeout: Option<u32>,
     /// `spec.retryPolicy.maxRetries`.
     pub max_retries: u32,
     /// `spec.termination.mode`.
@@ -48,12 +48,16 @@ pub struct RunView {
 }
 
 impl RunView {
-    fn phase(&self) -> RunPhase {
-        self.status.phase.unwrap_or(RunPhase::Pending)
+    fn life(&self) -> Life {
+        Life::of(Some(&self.status))
     }
 
-    fn attempt(&self) -> i64 {
-        self.status.attempt.unwrap_or(0)
+    fn rules(&self, mode: ModeKind) -> Rules {
+        Rules {
+            mode,
+            max_retries: self.max_retries,
+            termination: self.termination,
+        }
     }
 }
 
@@ -145,37 +149,15 @@ pub fn resolve_runtime<'a>(
 
 /// The public URL of a Run.
 pub fn endpoint(run: &RunView, s: &Settings) -> Endpoint {
-    let base = s.gateway_url.trim_end_matches('/');
     let (collection, suffix) = match run.mode {
         Ok(ModeKind::Session) => ("sessions", ""),
         _ => ("runs", ":invoke"),
     };
-    Endpoint {
-        protocol: if base.starts_with("http://") {
-            "HTTP".into()
-        } else {
-            "HTTPS".into()
-        },
-        url: format!(
-            "{base}/v1/namespaces/{}/runtimes/{}/{collection}/{}{suffix}",
-            run.namespace, run.runtime, run.uid
-        ),
-        ca_bundle: s.ca_bundle.clone(),
-    }
-}
-
-fn terminal(run: &RunView, phase: RunPhase, reason: &str, message: String) -> Op {
-    let mut status = run.status.clone();
-    status.phase = Some(phase);
-    status.reason = Some(reason.to_owned());
-    status.message = bounded_message(&message);
-    status.conditions = vec![];
-    status.completion_time = None; // set by the adapter (it knows the clock)
-    Op::Status {
-        namespace: run.namespace.clone(),
-        name: run.name.clone(),
-        status: Box::new(status),
-    }
+    let path = format!(
+        "/v1/namespaces/{}/runtimes/{}/{collection}/{}{suffix}",
+        run.namespace, run.runtime, run.uid
+    );
+    Endpoint::at(&s.gateway_url, &path, s.ca_bundle.clone())
 }
 
 /// Whether the Pod that owns `run` (by UID) still exists and is not being
@@ -187,6 +169,34 @@ pub fn owner_alive(run: &RunView, pods: &[PodInfo]) -> bool {
             .any(|p| &p.name == name && &p.uid == uid && !p.terminating),
         _ => false,
     }
+}
+
+/// The status after an operator transition: phase, reason, attempt and
+/// message from the core; a Run back in `Pending` loses its assignment; the
+/// operator's writes always clear the owner's `Ready` condition.
+fn transitioned(status: &RunStatus, t: &Transition) -> RunStatus {
+    let mut status = status.clone();
+    status.phase = Some(t.phase);
+    status.reason = Some(t.reason.as_str().to_owned());
+    status.message = bounded_message(&t.message);
+    if t.attempt > 0 {
+        status.attempt = Some(t.attempt as i64);
+    }
+    if t.clears_assignment() {
+        status.assigned_pod = None;
+        status.assigned_pod_uid = None;
+    }
+    status.conditions = vec![];
+    // completionTime is set by the adapter (it knows the clock).
+    status
+}
+
+fn status_op(run: &RunView, status: RunStatus) -> Option<Op> {
+    (status != run.status).then(|| Op::Status {
+        namespace: run.namespace.clone(),
+        name: run.name.clone(),
+        status: Box::new(status),
+    })
 }
 
 /// Every operation the current views call for, deterministic in the order
@@ -214,8 +224,10 @@ pub fn reconcile(
     let mut pending: BTreeMap<String, Vec<&RunView>> = BTreeMap::new();
 
     for run in &runs {
-        let phase = run.phase();
+        let life = run.life();
         if run.deleting {
+            // The living owner releases the Run and its finalizer; without
+            // one, nobody else will.
             if run.has_finalizer && !owner_alive(run, pods) {
                 ops.push(Op::RemoveFinalizer {
                     namespace: run.namespace.clone(),
@@ -224,220 +236,137 @@ pub fn reconcile(
             }
             continue;
         }
-        if !run.has_finalizer && !phase.is_terminal() {
+        if !run.has_finalizer && !life.phase.is_terminal() {
             ops.push(Op::AddFinalizer {
                 namespace: run.namespace.clone(),
                 name: run.name.clone(),
             });
         }
-        if phase.is_terminal() {
-            continue;
-        }
-        match &run.mode {
-            Err(why) => {
-                ops.push(terminal(run, RunPhase::Failed, "InvalidSpec", why.clone()));
-                continue;
+        let owner = match (&run.status.assigned_pod, &run.status.assigned_pod_uid) {
+            (Some(pod), Some(_)) if !owner_alive(run, pods) => control::Owner::Lost { pod },
+            (Some(_), Some(_)) => control::Owner::Alive,
+            _ => control::Owner::Unassigned,
+        };
+        let facts = control::Facts {
+            life,
+            mode: run.mode.as_ref().copied().map_err(String::as_str),
+            max_retries: run.max_retries,
+            termination: run.termination,
+            timeout: run.timeout,
+            age: now.duration_since(run.created).unwrap_or(Duration::ZERO),
+            owner,
+        };
+        match control::decide(&facts) {
+            control::Decision::Nothing => {}
+            control::Decision::Apply(t) => {
+                ops.extend(status_op(run, transitioned(&run.status, &t)));
             }
-            Ok(ModeKind::Task) => {
-                ops.push(terminal(
-                    run,
-                    RunPhase::Failed,
-                    "UnsupportedMode",
-                    "task mode is not served by this operator; use function or session mode".into(),
-                ));
-                continue;
-            }
-            Ok(_) => {}
-        }
-        if let Some(t) = run.timeout
-            && run.created + t <= now
-        {
-            ops.push(terminal(
-                run,
-                RunPhase::Timeout,
-                "RunTimeout",
-                format!("spec.timeout of {}s elapsed", t.as_secs()),
-            ));
-            continue;
-        }
-        let assigned = run.status.assigned_pod_uid.is_some();
-        if assigned {
-            if owner_alive(run, pods) {
+            control::Decision::OwnerDrives => {
                 // The owner drives the Run from here; the operator only keeps
                 // the endpoint current (a rotated CA bundle, a new URL).
-                let want = endpoint(run, s);
-                if run.status.endpoint.as_ref() != Some(&want) {
-                    let mut status = run.status.clone();
-                    status.endpoint = Some(want);
-                    ops.push(Op::Status {
-                        namespace: run.namespace.clone(),
-                        name: run.name.clone(),
-                        status: Box::new(status),
-                    });
-                }
-                continue;
-            }
-            let pod = run.status.assigned_pod.clone().unwrap_or_default();
-            if run.termination.is_some() {
-                ops.push(terminal(
-                    run,
-                    RunPhase::Cancelled,
-                    "OwnerLost",
-                    format!("owner Pod {pod} is gone; termination requested"),
-                ));
-            } else if run.mode == Ok(ModeKind::Session) {
-                ops.push(terminal(
-                    run,
-                    RunPhase::Failed,
-                    "OwnerLost",
-                    format!("owner Pod {pod} is gone; a session's workspace does not move"),
-                ));
-            } else if run.attempt() <= i64::from(run.max_retries) {
-                // Fence: forget the lost owner; the next assignment raises
-                // the attempt, which the old owner's registration can never
-                // match again.
                 let mut status = run.status.clone();
-                status.phase = Some(RunPhase::Pending);
-                status.reason = Some("OwnerLost".into());
-                status.message = bounded_message(&format!(
-                    "owner Pod {pod} is gone; rescheduling (attempt {} of {})",
-                    run.attempt() + 1,
-                    i64::from(run.max_retries) + 1
-                ));
-                status.assigned_pod = None;
-                status.assigned_pod_uid = None;
-                status.conditions = vec![];
-                ops.push(Op::Status {
-                    namespace: run.namespace.clone(),
-                    name: run.name.clone(),
-                    status: Box::new(status),
-                });
-            } else {
-                ops.push(terminal(
-                    run,
-                    RunPhase::Failed,
-                    "OwnerLost",
-                    format!(
-                        "owner Pod {pod} is gone and the retry policy ({} retries) is exhausted",
-                        run.max_retries
-                    ),
-                ));
+                status.endpoint = Some(endpoint(run, s));
+                ops.extend(status_op(run, status));
             }
-            continue;
-        }
-        if run.termination.is_some() {
-            ops.push(terminal(
-                run,
-                RunPhase::Cancelled,
-                "Terminated",
-                "terminated before it was scheduled".into(),
-            ));
-            continue;
-        }
-        match resolve_runtime(run, &runtimes, s) {
-            Some(rt) => pending
-                .entry(runtime_key(&rt.namespace, &rt.name))
-                .or_default()
-                .push(run),
-            None => {
-                let message = format!(
-                    "Runtime {:?} not found in namespace {} or {}",
-                    run.runtime, run.namespace, s.system_namespace
-                );
-                if run.status.phase != Some(RunPhase::Pending)
-                    || run.status.message.as_deref() != Some(message.as_str())
-                {
-                    let mut status = run.status.clone();
-                    status.phase = Some(RunPhase::Pending);
-                    status.reason = Some("RuntimeNotFound".into());
-                    status.message = bounded_message(&message);
-                    status.endpoint = Some(endpoint(run, s));
-                    ops.push(Op::Status {
-                        namespace: run.namespace.clone(),
-                        name: run.name.clone(),
-                        status: Box::new(status),
-                    });
+            control::Decision::NeedsPod => match resolve_runtime(run, &runtimes, s) {
+                Some(rt) => pending
+                    .entry(runtime_key(&rt.namespace, &rt.name))
+                    .or_default()
+                    .push(run),
+                None => {
+                    let searched = format!("namespace {} or {}", run.namespace, s.system_namespace);
+                    let event = Event::RuntimeMissing {
+                        runtime: &run.runtime,
+                        searched: &searched,
+                    };
+                    if let Ok(mode) = run.mode
+                        && let Some(t) = lifecycle::apply(&life, &run.rules(mode), &event)
+                    {
+                        let mut status = transitioned(&run.status, &t);
+                        status.endpoint = Some(endpoint(run, s));
+                        ops.extend(status_op(run, status));
+                    }
                 }
-            }
+            },
         }
     }
 
-    // Schedule per Runtime.
     for (key, waiting) in pending {
-        let Some(rt) = runtimes.get(&key) else {
-            continue;
-        };
-        let views: Vec<PodView> = pods
-            .iter()
-            .filter(|p| p.namespace == rt.namespace && p.runtime == rt.name)
-            .map(|p| {
-                let holders: Vec<&&RunView> = runs
-                    .iter()
-                    .filter(|r| {
-                        r.status.assigned_pod_uid.as_deref() == Some(p.uid.as_str())
-                            && r.phase().holds_capacity()
-                    })
-                    .collect();
-                PodView {
-                    name: p.name.clone(),
-                    ready: p.ready && p.address.is_some(),
-                    capacity: rt.capacity,
-                    used: holders.len() as u32,
-                    exclusive: holders.iter().any(|r| r.mode == Ok(ModeKind::Session)),
-                }
-            })
-            .collect();
-        // Sessions first (they need a whole idle Pod), then oldest first.
-        let mut waiting = waiting;
-        waiting.sort_by_key(|r| r.mode != Ok(ModeKind::Session));
-        let requests: Vec<PendingRun> = waiting
-            .iter()
-            .map(|r| PendingRun {
-                key: format!("{}/{}", r.namespace, r.name),
-                exclusive: r.mode == Ok(ModeKind::Session),
-            })
-            .collect();
-        let placed: BTreeMap<String, String> =
-            scheduler::schedule(&requests, &views).into_iter().collect();
-        for run in waiting {
-            let key = format!("{}/{}", run.namespace, run.name);
-            let mut status = run.status.clone();
-            status.endpoint = Some(endpoint(run, s));
-            match placed.get(&key) {
-                Some(pod_name) => {
-                    let pod = pods
-                        .iter()
-                        .find(|p| &p.name == pod_name && p.namespace == rt.namespace)
-                        .expect("the scheduler only names known pods");
-                    status.phase = Some(RunPhase::Scheduled);
-                    status.reason = Some("Scheduled".into());
-                    status.message = bounded_message(&format!("assigned to Pod {}", pod.name));
-                    status.assigned_pod = Some(pod.name.clone());
-                    status.assigned_pod_uid = Some(pod.uid.clone());
-                    status.attempt = Some(run.attempt() + 1);
-                    status.conditions = vec![];
-                }
-                None => {
-                    status.phase = Some(RunPhase::Pending);
-                    if status.reason.as_deref() != Some("OwnerLost") {
-                        status.reason = Some("Unschedulable".into());
-                    }
-                    status.message = bounded_message(&format!(
-                        "waiting for a ready {} Pod with free capacity",
-                        run.runtime
-                    ));
-                }
-            }
-            if status != run.status {
-                ops.push(Op::Status {
-                    namespace: run.namespace.clone(),
-                    name: run.name.clone(),
-                    status: Box::new(status),
-                });
-            }
+        if let Some(rt) = runtimes.get(&key) {
+            place(rt, waiting, &runs, pods, s, &mut ops);
         }
     }
     ops
+}
+
+/// Places the Runs waiting for one Runtime: sessions first (they need a
+/// whole idle Pod), then oldest first.
+fn place(
+    rt: &RuntimeInfo,
+    mut waiting: Vec<&RunView>,
+    runs: &[&RunView],
+    pods: &[PodInfo],
+    s: &Settings,
+    ops: &mut Vec<Op>,
+) {
+    let pods: Vec<&PodInfo> = pods
+        .iter()
+        .filter(|p| p.namespace == rt.namespace && p.runtime == rt.name)
+        .collect();
+    let views: Vec<PodView> = pods
+        .iter()
+        .map(|p| {
+            let holders: Vec<&&RunView> = runs
+                .iter()
+                .filter(|r| {
+                    r.status.assigned_pod_uid.as_deref() == Some(p.uid.as_str())
+                        && r.life().phase.holds_capacity()
+                })
+                .collect();
+            PodView {
+                name: p.name.clone(),
+                ready: p.ready && p.address.is_some(),
+                capacity: rt.capacity,
+                used: holders.len() as u32,
+                exclusive: holders.iter().any(|r| r.mode == Ok(ModeKind::Session)),
+            }
+        })
+        .collect();
+    waiting.sort_by_key(|r| r.mode != Ok(ModeKind::Session));
+    let requests: Vec<PendingRun> = waiting
+        .iter()
+        .map(|r| PendingRun {
+            key: format!("{}/{}", r.namespace, r.name),
+            exclusive: r.mode == Ok(ModeKind::Session),
+        })
+        .collect();
+    let placed: BTreeMap<String, String> =
+        scheduler::schedule(&requests, &views).into_iter().collect();
+    for run in waiting {
+        let Ok(mode) = run.mode else {
+            continue;
+        };
+        let key = format!("{}/{}", run.namespace, run.name);
+        let pod = placed
+            .get(&key)
+            .and_then(|name| pods.iter().find(|p| &p.name == name));
+        let event = match pod {
+            Some(p) => Event::Assigned { pod: &p.name },
+            None => Event::Unplaced {
+                runtime: &run.runtime,
+            },
+        };
+        let Some(t) = lifecycle::apply(&run.life(), &run.rules(mode), &event) else {
+            continue;
+        };
+        let mut status = transitioned(&run.status, &t);
+        status.endpoint = Some(endpoint(run, s));
+        if let Some(p) = pod {
+            status.assigned_pod = Some(p.name.clone());
+            status.assigned_pod_uid = Some(p.uid.clone());
+        }
+        ops.extend(status_op(run, status));
+    }
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! a Runtime, and the ownership table served to gateways.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
@@ -16,12 +16,11 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kruntimes_proto::ownership::v1 as own;
 use kube::{Resource, ResourceExt};
 
-use super::decide::{PodInfo, RunView, RuntimeInfo};
-use crate::crd::{FINALIZER, Run, RunPhase, Runtime};
-use crate::model::ModeKind;
+pub use kruntimes_api::RUNTIME_LABEL;
+use kruntimes_api::lifecycle::Life;
+use kruntimes_api::{Backend, FINALIZER, ModeKind, Run, Runtime};
 
-/// Label naming the Runtime a Pod belongs to.
-pub const RUNTIME_LABEL: &str = "kruntimes.io/runtime";
+use super::decide::{PodInfo, RunView, RuntimeInfo};
 /// Name of the dataplane container port.
 pub const DATAPLANE_PORT_NAME: &str = "dataplane";
 /// Default dataplane port.
@@ -30,7 +29,7 @@ pub const DATAPLANE_PORT: i32 = 7443;
 /// The operator's view of a Run.
 pub fn run_view(run: &Run) -> RunView {
     let spec = &run.spec;
-    let mode = run.manifest().validate();
+    let mode = run.validate();
     RunView {
         namespace: run.namespace().unwrap_or_default(),
         name: run.name_any(),
@@ -43,7 +42,7 @@ pub fn run_view(run: &Run) -> RunView {
             .as_ref()
             .map(|t| SystemTime::from(t.0))
             .unwrap_or(SystemTime::UNIX_EPOCH),
-        timeout: spec.timeout.map(|s| Duration::from_secs(u64::from(s))),
+        timeout: spec.timeout,
         max_retries: spec.retry_policy.max_retries,
         termination: spec.termination.as_ref().map(|t| t.mode),
         deleting: run.meta().deletion_timestamp.is_some(),
@@ -100,22 +99,17 @@ pub fn runtime_info(rt: &Runtime) -> RuntimeInfo {
     }
 }
 
-/// The control plane's ownership table: every function/session Run that is
-/// not terminal, with its assignment (owner absent while pending).
+/// The control plane's ownership table: every function and session Run that
+/// is not being deleted, with its assignment (owner absent while pending).
+/// Ended Runs stay, as `FAILED`, so their URL answers 503 `NotReady` until
+/// they are deleted.
 pub fn ownership_entries(runs: &[RunView], pods: &[PodInfo]) -> Vec<own::OwnershipEntry> {
     let by_uid: BTreeMap<&str, &PodInfo> = pods.iter().map(|p| (p.uid.as_str(), p)).collect();
     runs.iter()
         .filter(|r| matches!(r.mode, Ok(ModeKind::Function | ModeKind::Session)))
         .filter(|r| !r.deleting)
-        .filter_map(|r| {
-            let phase = match r.status.phase.unwrap_or(RunPhase::Pending) {
-                RunPhase::Pending => own::Phase::Pending,
-                RunPhase::Scheduled => own::Phase::Scheduled,
-                RunPhase::Running => own::Phase::Running,
-                RunPhase::Ready => own::Phase::Ready,
-                RunPhase::Finalizing => own::Phase::Draining,
-                _ => return None,
-            };
+        .map(|r| {
+            let life = Life::of(Some(&r.status));
             let owner = r
                 .status
                 .assigned_pod_uid
@@ -128,7 +122,7 @@ pub fn ownership_entries(runs: &[RunView], pods: &[PodInfo]) -> Vec<own::Ownersh
                         dataplane_address: p.address.clone()?,
                     })
                 });
-            Some(own::OwnershipEntry {
+            own::OwnershipEntry {
                 namespace: r.namespace.clone(),
                 run_name: r.name.clone(),
                 run_uid: r.uid.clone(),
@@ -138,11 +132,11 @@ pub fn ownership_entries(runs: &[RunView], pods: &[PodInfo]) -> Vec<own::Ownersh
                     _ => own::Mode::Function as i32,
                 },
                 owner,
-                attempt: r.status.attempt.unwrap_or(0).max(0) as u64,
-                phase: phase as i32,
+                attempt: life.attempt,
+                phase: life.phase.table_phase() as i32,
                 limits: None,
                 reason: r.status.reason.clone().unwrap_or_default(),
-            })
+            }
         })
         .collect()
 }
@@ -203,10 +197,10 @@ pub fn deployment(rt: &Runtime, s: &PodSettings) -> Deployment {
     }
     let mut args: Vec<String> = vec!["--kubernetes".into()];
     match rt.spec.backend {
-        Some(crate::crd::Backend::Python) => args.push("--backend=python".into()),
-        Some(crate::crd::Backend::Bash) => args.push("--backend=bash".into()),
+        Some(Backend::Python) => args.push("--backend=python".into()),
+        Some(Backend::Bash) => args.push("--backend=bash".into()),
         // By the Run's runtime name; custom Runtime Servers are not wired yet.
-        Some(crate::crd::Backend::Custom) | None => {}
+        Some(Backend::Custom) | None => {}
     }
     let runtimed = Container {
         name: "runtimed".into(),
@@ -328,7 +322,7 @@ pub fn service(rt: &Runtime) -> Service {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::{Capacity, RuntimeSpec};
+    use kruntimes_api::{Capacity, RuntimeSpec};
 
     fn rt() -> Runtime {
         let mut rt = Runtime::new(
@@ -337,7 +331,7 @@ mod tests {
                 replicas: 3,
                 capacity: Capacity { runs: 4 },
                 image: "ghcr.io/kruntimes/python:1".into(),
-                backend: Some(crate::crd::Backend::Python),
+                backend: Some(Backend::Python),
                 ..Default::default()
             },
         );

@@ -108,3 +108,26 @@ async fn slow_watcher_is_cut_off_instead_of_buffering() {
     }
     assert!(saw_error, "a lagging watcher must be cut off");
 }
+
+#[test]
+fn replace_all_upserts_changes_and_deletes_what_is_missing() {
+    let p = Publisher::new(SourceKind::ControlPlane, "cp", 16);
+    p.upsert(entry("a", 1));
+    p.upsert(entry("b", 1));
+    let (_, mut rx) = p.subscribe();
+    p.replace_all(vec![entry("a", 1), entry("c", 1), entry("b", 2)]);
+    let mut events = Vec::new();
+    while let Ok(ev) = rx.try_recv() {
+        events.push(ev.event);
+    }
+    // `a` is unchanged: only `b` (new attempt) and `c` (new) are upserted.
+    assert_eq!(events.len(), 2);
+    p.replace_all(vec![entry("c", 1)]);
+    assert_eq!(
+        p.entries()
+            .iter()
+            .map(|e| e.run_uid.as_str())
+            .collect::<Vec<_>>(),
+        ["c"]
+    );
+}

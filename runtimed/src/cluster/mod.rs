@@ -1,8 +1,9 @@
 //! runtimed in Kubernetes mode: watches Runs, registers the ones assigned to
 //! this Pod (by Pod UID), reports their phase with server-side apply (field
 //! manager `runtimed`), and honours termination, deletion and fencing. The
-//! decisions are the pure [`decide::decide`]; this module only gathers facts
-//! and carries the steps out.
+//! decisions are the lifecycle core's [`owner::decide`] (the same rules the
+//! embedded control plane applies for its runtimed instances); this module
+//! only gathers facts and carries the steps out.
 //!
 //! Every status write is an apply carrying the `resourceVersion` the
 //! decision was made on: if the operator moved the Run meanwhile (a new
@@ -10,20 +11,19 @@
 //! stale lands. After a restart, Runs still assigned to this Pod are
 //! registered again at the same attempt (idempotent for the control plane).
 
-pub mod decide;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kruntimes_operator::cluster::{set_finalizer, spawn_reflector};
-use kruntimes_operator::controller::{open_session_request_for, register_request_for};
-use kruntimes_operator::crd::{FINALIZER, Run, RunPhase};
-use kruntimes_operator::model::ModeKind;
+use kruntimes_api::lifecycle::owner::{self, Facts, Local, Step};
+use kruntimes_api::lifecycle::{Life, Phase, Rules, Stop, Transition};
+use kruntimes_api::requests::{open_session_request, register_request};
+use kruntimes_api::{API_VERSION, FINALIZER, ModeKind, RUN_KIND, Run};
 use kruntimes_proto::function::v1 as pb;
 use kruntimes_proto::ownership::v1 as own;
+use kruntimes_support::kube::{set_finalizer, spawn_reflector};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
@@ -33,7 +33,6 @@ use serde_json::json;
 use crate::engine::Engine;
 use crate::session::CloseMode;
 use crate::sessions::Sessions;
-use decide::{Action, Local, RunFacts, Stop};
 
 /// Field manager of runtimed's status writes.
 pub const FIELD_MANAGER: &str = "runtimed";
@@ -177,23 +176,27 @@ impl Agent {
         let mut locals = self.locals();
         for run in self.runs.state() {
             let uid = run.uid().unwrap_or_default();
-            let status = run.status.clone().unwrap_or_default();
-            let facts = RunFacts {
-                mine: status.assigned_pod_uid.as_deref() == Some(self.pod.uid.as_str()),
-                session: run.spec.mode.session.is_some(),
-                attempt: status.attempt.unwrap_or(0).max(0) as u64,
-                phase: status.phase.unwrap_or(RunPhase::Pending),
-                reason: status.reason.clone(),
-                termination: run.spec.termination.as_ref().map(|t| t.mode),
-                deleting: run.meta().deletion_timestamp.is_some(),
-                has_finalizer: run.finalizers().iter().any(|f| f == FINALIZER),
-                pod_gone,
-            };
             let local = locals.remove(&uid);
             if self.is_busy(&uid) {
                 continue;
             }
-            let steps = decide::decide(&facts, local.as_ref());
+            // An invalid or task-mode Run is never assigned (the operator
+            // ends it); only its local state, if any, is released.
+            let rules = match run.validate() {
+                Ok(mode) => Rules::of(&run, mode),
+                Err(_) => Rules::of(&run, ModeKind::Function),
+            };
+            let status = run.status.as_ref();
+            let facts = Facts {
+                mine: status.and_then(|s| s.assigned_pod_uid.as_deref())
+                    == Some(self.pod.uid.as_str()),
+                pod_gone,
+                life: Life::of(status),
+                rules,
+                deleting: run.meta().deletion_timestamp.is_some(),
+                has_finalizer: run.finalizers().iter().any(|f| f == FINALIZER),
+            };
+            let steps = owner::decide(&facts, local.as_ref());
             if steps.is_empty() {
                 continue;
             }
@@ -201,9 +204,9 @@ impl Agent {
             // it (their precondition must not be stale).
             let mut run = (*run).clone();
             self.start(uid.clone(), move |agent| async move {
-                for action in steps {
-                    if let Err(e) = agent.act(&mut run, &facts, action.clone()).await {
-                        tracing::warn!(run_uid = %uid, ?action, error = %e, "step failed");
+                for step in steps {
+                    if let Err(e) = agent.act(&mut run, &facts, step.clone()).await {
+                        tracing::warn!(run_uid = %uid, ?step, error = %e, "step failed");
                         break;
                     }
                 }
@@ -221,45 +224,49 @@ impl Agent {
         }
     }
 
-    async fn act(&self, run: &mut Run, facts: &RunFacts, action: Action) -> anyhow::Result<()> {
+    async fn act(&self, run: &mut Run, facts: &Facts, step: Step) -> anyhow::Result<()> {
         let uid = run.uid().unwrap_or_default();
-        match action {
-            Action::Register => {
-                let manifest = run.manifest();
-                let result = match manifest.validate() {
+        match step {
+            Step::Register => {
+                let attempt = facts.life.attempt;
+                let result = match run.validate() {
                     Ok(ModeKind::Function) => self
                         .engine
-                        .register(register_request_for(&manifest, &uid, facts.attempt))
+                        .register(register_request(run, attempt))
                         .await
                         .map(|_| ())
                         .map_err(|e| e.to_string()),
                     Ok(ModeKind::Session) => self
                         .sessions
-                        .open(open_session_request_for(&manifest, &uid, facts.attempt))
+                        .open(open_session_request(run, attempt))
                         .await
                         .map(|_| ())
                         .map_err(|e| e.message().to_owned()),
                     Ok(ModeKind::Task) => Err("task mode is not served by runtimed".into()),
                     Err(e) => Err(e),
                 };
-                match result {
-                    Ok(()) => {
-                        tracing::info!(run_uid = %uid, attempt = facts.attempt, "registered");
-                        self.report(run, RunPhase::Ready, "Registered", "").await
-                    }
-                    Err(why) => {
-                        tracing::warn!(run_uid = %uid, error = %why, "registration failed");
-                        self.report(run, RunPhase::Failed, "RegistrationFailed", &why)
-                            .await
-                    }
+                match &result {
+                    Ok(()) => tracing::info!(run_uid = %uid, attempt, "registered"),
+                    Err(why) => tracing::warn!(run_uid = %uid, error = %why, "registration failed"),
+                }
+                // The life the Register step was decided on has moved to
+                // Running by the report before it.
+                let life = Life::of(run.status.as_ref());
+                match owner::registered(
+                    &life,
+                    &facts.rules,
+                    result.as_ref().map(|_| ()).map_err(String::as_str),
+                ) {
+                    Some(t) => self.report(run, &t).await,
+                    None => Ok(()),
                 }
             }
-            Action::Unregister(stop) => {
+            Step::Release(stop) => {
                 self.unregister(&uid, stop).await;
                 Ok(())
             }
-            Action::Report { phase, reason } => self.report(run, phase, reason, "").await,
-            Action::RemoveFinalizer => {
+            Step::Report(t) => self.report(run, &t).await,
+            Step::RemoveFinalizer => {
                 *run = set_finalizer(&self.client, run, false).await?;
                 tracing::info!(run_uid = %uid, "cleaned up; finalizer removed");
                 Ok(())
@@ -289,49 +296,42 @@ impl Agent {
         }
     }
 
-    /// Applies the owner's view of the status, guarded by the Run's
-    /// `resourceVersion`.
-    async fn report(
-        &self,
-        run: &mut Run,
-        phase: RunPhase,
-        reason: &str,
-        message: &str,
-    ) -> anyhow::Result<()> {
+    /// Applies the owner's view of the status (a transition of the
+    /// lifecycle core), guarded by the Run's `resourceVersion`.
+    async fn report(&self, run: &mut Run, t: &Transition) -> anyhow::Result<()> {
         let status = run.status.clone().unwrap_or_default();
         let now = Time(k8s_openapi::jiff::Timestamp::now());
-        let terminal = phase.is_terminal();
         let ready = Condition {
             type_: "Ready".into(),
-            status: if phase == RunPhase::Ready {
+            status: if t.phase == Phase::Ready {
                 "True".into()
             } else {
                 "False".into()
             },
-            reason: reason.into(),
+            reason: t.reason.as_str().into(),
             message: String::new(),
             last_transition_time: now.clone(),
             observed_generation: run.meta().generation,
         };
         let mut body = json!({
-            "apiVersion": "kruntimes.io/v1alpha1",
-            "kind": "Run",
+            "apiVersion": API_VERSION,
+            "kind": RUN_KIND,
             "metadata": {
                 "name": run.name_any(),
                 "namespace": run.namespace(),
                 "resourceVersion": run.resource_version(),
             },
             "status": {
-                "phase": phase,
-                "reason": reason,
+                "phase": t.phase,
+                "reason": t.reason.as_str(),
                 "conditions": [ready],
                 "startTime": status.start_time.clone().unwrap_or_else(|| now.clone()),
             }
         });
-        if let Some(message) = kruntimes_operator::crd::bounded_message(message) {
+        if let Some(message) = kruntimes_api::bounded_message(&t.message) {
             body["status"]["message"] = json!(message);
         }
-        if terminal {
+        if t.phase.is_terminal() {
             body["status"]["completionTime"] = json!(status.completion_time.clone().unwrap_or(now));
         }
         *run = Api::<Run>::namespaced(self.client.clone(), &run.namespace().unwrap_or_default())
@@ -341,7 +341,7 @@ impl Agent {
                 &Patch::Apply(body),
             )
             .await?;
-        tracing::info!(run_uid = %run.uid().unwrap_or_default(), ?phase, reason, "run status reported");
+        tracing::info!(run_uid = %run.uid().unwrap_or_default(), phase = ?t.phase, reason = %t.reason, "run status reported");
         Ok(())
     }
 }

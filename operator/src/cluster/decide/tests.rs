@@ -1,5 +1,5 @@
 use super::*;
-use crate::crd::bounded_message;
+use kruntimes_api::Phase as RunPhase;
 
 const T0: u64 = 1_800_000_000;
 
@@ -319,7 +319,7 @@ fn spec_timeout_ends_the_run() {
     let p = pod("p1");
     let mut r = assigned(run("r", 0), &p, RunPhase::Ready, 1);
     r.status.endpoint = Some(endpoint(&r, &settings()));
-    r.timeout = Some(Duration::from_secs(60));
+    r.timeout = Some(60);
     assert!(
         reconcile(
             std::slice::from_ref(&r),
@@ -407,15 +407,6 @@ fn terminal_runs_are_left_alone() {
 }
 
 #[test]
-fn messages_are_bounded_on_a_char_boundary() {
-    let long = "é".repeat(2000);
-    let m = bounded_message(&long).unwrap();
-    assert!(m.len() <= crate::crd::MAX_MESSAGE_BYTES);
-    assert!(m.chars().all(|c| c == 'é'));
-    assert_eq!(bounded_message(""), None);
-}
-
-#[test]
 fn sessions_are_placed_before_older_function_runs() {
     let ops = reconcile(
         &[run("f", 0), session("s", 1)],
@@ -427,4 +418,42 @@ fn sessions_are_placed_before_older_function_runs() {
     let s = statuses(&ops);
     assert_eq!(s["s"].assigned_pod.as_deref(), Some("p1"));
     assert_eq!(s["f"].phase, Some(RunPhase::Pending));
+}
+
+#[test]
+fn ended_runs_stay_published_as_failed_until_deleted() {
+    let p = pod("p1");
+    let mut ended = assigned(run("ended", 0), &p, RunPhase::Cancelled, 1);
+    ended.status.reason = Some("Terminated".into());
+    let live = assigned(run("live", 1), &p, RunPhase::Ready, 1);
+    let mut deleting = assigned(run("deleting", 2), &p, RunPhase::Ready, 1);
+    deleting.deleting = true;
+    let entries = crate::cluster::objects::ownership_entries(&[ended, live, deleting], &[p]);
+    let phases: BTreeMap<&str, i32> = entries
+        .iter()
+        .map(|e| (e.run_name.as_str(), e.phase))
+        .collect();
+    assert_eq!(
+        phases["ended"],
+        kruntimes_proto::ownership::v1::Phase::Failed as i32
+    );
+    assert_eq!(
+        phases["live"],
+        kruntimes_proto::ownership::v1::Phase::Ready as i32
+    );
+    assert!(
+        !phases.contains_key("deleting"),
+        "a deleted Run's URL is unknown"
+    );
+}
+
+#[test]
+fn a_draining_run_whose_owner_is_lost_is_cancelled() {
+    let gone = pod("gone");
+    let mut r = assigned(run("r", 0), &gone, RunPhase::Finalizing, 1);
+    r.termination = Some(TerminationMode::Drain);
+    let ops = reconcile(&[r], &[pod("p2")], &[runtime(2)], &settings(), at(1));
+    let s = &statuses(&ops)["r"];
+    assert_eq!(s.phase, Some(RunPhase::Cancelled));
+    assert_eq!(s.reason.as_deref(), Some("OwnerLost"));
 }

@@ -1,27 +1,29 @@
-//! The embedded control plane: the [`Controller`] driven by a directory of
-//! Run manifests and the runtimed instances' ownership watches, performing
-//! register/unregister over mTLS gRPC, serving the control plane's ownership
-//! table to gateways, and writing Run status to `STATE_DIR/runs.json`.
+//! The embedded control plane of `krt up`: the pure [`Controller`] driven by
+//! a directory of Run manifests ([`store`]) and the runtimed instances'
+//! ownership watches, performing register/release over mTLS gRPC ([`rpc`]),
+//! serving the control plane's ownership table to gateways, and writing Run
+//! status to `STATE_DIR/runs.json`.
+
+pub mod controller;
+mod rpc;
+pub mod store;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kruntimes_proto::function::v1 as pb;
-use kruntimes_proto::function::v1::function_runtime_client::FunctionRuntimeClient;
+pub use kruntimes_certs::TlsFiles;
 use kruntimes_proto::ownership::v1::SourceKind;
-use kruntimes_proto::session::v1 as spb;
-use kruntimes_proto::session::v1::session_runtime_client::SessionRuntimeClient;
 use kruntimes_proto::watch::{DEFAULT_LAG_CAPACITY, Publisher, SourceUpdate, watch_source};
 use serde::Serialize;
 use tokio::sync::mpsc;
-use tonic::transport::{
-    Certificate, Channel, ClientTlsConfig, Endpoint, Identity, Server, ServerTlsConfig,
-};
+use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
-use crate::controller::{Action, Controller, PodConfig, RegisterOutcome, RunStatus};
-use crate::store::{self, FileError, Scan};
+use controller::RegisterOutcome;
+pub use controller::{Controller, PodConfig, RunStatus};
+pub use rpc::internal_endpoint;
+use store::{FileError, Scan};
 
 /// Errors of starting the embedded control plane.
 #[derive(Debug, thiserror::Error)]
@@ -50,17 +52,6 @@ pub enum Error {
 
 /// Result alias.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-/// PEM files of one TLS identity plus the CA it trusts.
-#[derive(Debug, Clone)]
-pub struct TlsFiles {
-    /// CA bundle of the peer.
-    pub ca: PathBuf,
-    /// Own certificate.
-    pub cert: PathBuf,
-    /// Own key.
-    pub key: PathBuf,
-}
 
 /// Configuration of the embedded control plane.
 #[derive(Debug, Clone)]
@@ -91,6 +82,7 @@ struct StatusFile<'a> {
     errors: &'a [FileError],
 }
 
+/// An input of the control loop.
 enum Msg {
     Store(Scan),
     Pod(String, SourceUpdate),
@@ -99,72 +91,17 @@ enum Msg {
         attempt: u64,
         outcome: RegisterOutcome,
     },
-    Closed {
+    Released {
+        pod: String,
         uid: String,
-        ok: bool,
     },
 }
 
-/// gRPC clients of one runtimed (one shared channel).
-#[derive(Clone)]
-struct PodClients {
-    functions: FunctionRuntimeClient<Channel>,
-    sessions: SessionRuntimeClient<Channel>,
-}
-
-fn run_of(run: Option<&pb::RunRef>, attempt: u64) -> (String, u64) {
-    (run.map(|r| r.uid.clone()).unwrap_or_default(), attempt)
-}
-
-/// The message reporting a Register/OpenSession outcome.
-fn registered(
-    uid: String,
-    attempt: u64,
-    pod: &str,
-    what: &str,
-    result: Result<(), tonic::Status>,
-) -> Msg {
-    let outcome = match result {
-        Ok(()) => RegisterOutcome::Ok,
-        Err(s) => {
-            tracing::warn!(uid = %uid, pod = %pod, code = ?s.code(), message = %s.message(), "{what} failed");
-            classify(&s)
-        }
-    };
-    Msg::Registered {
-        uid,
-        attempt,
-        outcome,
-    }
-}
-
-fn classify(s: &tonic::Status) -> RegisterOutcome {
-    match s.code() {
-        tonic::Code::InvalidArgument
-        | tonic::Code::FailedPrecondition
-        | tonic::Code::AlreadyExists => RegisterOutcome::Permanent(s.message().to_owned()),
-        _ => RegisterOutcome::Retryable(s.message().to_owned()),
-    }
-}
-
-fn read(path: &PathBuf) -> Result<Vec<u8>> {
+fn read(path: &std::path::Path) -> Result<Vec<u8>> {
     std::fs::read(path).map_err(|source| Error::Read {
         path: path.display().to_string(),
         source,
     })
-}
-
-/// A tonic endpoint to a runtimed (or any internal service) over mTLS.
-pub fn internal_endpoint(address: &str, server_name: &str, tls: &TlsFiles) -> Result<Endpoint> {
-    let cfg = ClientTlsConfig::new()
-        .ca_certificate(Certificate::from_pem(read(&tls.ca)?))
-        .identity(Identity::from_pem(read(&tls.cert)?, read(&tls.key)?))
-        .domain_name(server_name);
-    Ok(Endpoint::from_shared(format!("https://{address}"))
-        .map_err(|_| Error::Endpoint(address.to_owned()))?
-        .tls_config(cfg)?
-        .connect_timeout(Duration::from_secs(2))
-        .tcp_nodelay(true))
 }
 
 /// Runs the embedded control plane until `shutdown` resolves. The ownership
@@ -215,13 +152,7 @@ pub async fn run(
     for pod in &cfg.pods {
         let endpoint = internal_endpoint(&pod.address, &cfg.runtimed_server_name, &cfg.tls)?;
         let channel = endpoint.connect_lazy();
-        clients.insert(
-            pod.name.clone(),
-            PodClients {
-                functions: FunctionRuntimeClient::new(channel.clone()),
-                sessions: SessionRuntimeClient::new(channel),
-            },
-        );
+        clients.insert(pod.name.clone(), rpc::PodClients::new(channel));
         let tx = tx.clone();
         let name = pod.name.clone();
         let stop = stop_rx.clone();
@@ -258,16 +189,16 @@ pub async fn run(
                 }
                 Some(Msg::Pod(pod, update)) => ctl.apply_pod(&pod, update, now),
                 Some(Msg::Registered { uid, attempt, outcome }) => ctl.register_result(&uid, attempt, outcome, now),
-                Some(Msg::Closed { uid, ok }) => ctl.close_result(&uid, ok, now),
+                Some(Msg::Released { pod, uid }) => ctl.release_result(&pod, &uid, now),
                 None => break,
             },
             _ = tick.tick() => ctl.tick(now),
             _ = stop.wait_for(|s| *s) => break,
         };
         for action in actions {
-            perform(action, &clients, &tx);
+            rpc::perform(action, &clients, &tx);
         }
-        sync_publisher(&publisher, &ctl);
+        publisher.replace_all(ctl.ownership_entries());
         let status = serde_json::to_vec_pretty(&StatusFile {
             gateway: &cfg.gateway_url,
             runs: ctl.status(&cfg.gateway_url),
@@ -281,78 +212,6 @@ pub async fn run(
     }
     let _ = server_task.await;
     Ok(())
-}
-
-fn perform(
-    action: Action,
-    clients: &Arc<std::collections::HashMap<String, PodClients>>,
-    tx: &mpsc::UnboundedSender<Msg>,
-) {
-    let pod = match &action {
-        Action::Register { pod, .. }
-        | Action::OpenSession { pod, .. }
-        | Action::CloseSession { pod, .. }
-        | Action::Unregister { pod, .. } => pod.clone(),
-    };
-    let Some(c) = clients.get(&pod).cloned() else {
-        return;
-    };
-    let tx = tx.clone();
-    tokio::spawn(async move {
-        match action {
-            Action::Register { request, .. } => {
-                let (uid, attempt) = run_of(request.run.as_ref(), request.attempt);
-                let result = c.functions.clone().register(*request).await.map(drop);
-                let _ = tx.send(registered(uid, attempt, &pod, "register", result));
-            }
-            Action::OpenSession { request, .. } => {
-                let (uid, attempt) = run_of(request.run.as_ref(), request.attempt);
-                let result = c.sessions.clone().open(*request).await.map(drop);
-                let _ = tx.send(registered(uid, attempt, &pod, "open session", result));
-            }
-            Action::CloseSession {
-                run_uid, cancel, ..
-            } => {
-                let req = spb::CloseSessionRequest {
-                    run_uid: run_uid.clone(),
-                    cancel,
-                };
-                let ok = match c.sessions.clone().close(req).await {
-                    Ok(_) => true,
-                    Err(s) => {
-                        tracing::warn!(uid = %run_uid, pod = %pod, code = ?s.code(), "close session failed");
-                        false
-                    }
-                };
-                let _ = tx.send(Msg::Closed { uid: run_uid, ok });
-            }
-            Action::Unregister { run_uid, mode, .. } => {
-                let req = pb::UnregisterRequest {
-                    run_uid: run_uid.clone(),
-                    registration_id: String::new(),
-                    mode: mode as i32,
-                };
-                if let Err(s) = c.functions.clone().unregister(req).await {
-                    // The next snapshot from the Pod lists the orphan again.
-                    tracing::warn!(uid = %run_uid, pod = %pod, code = ?s.code(), "unregister failed");
-                }
-            }
-        }
-    });
-}
-
-fn sync_publisher(publisher: &Publisher, ctl: &Controller) {
-    let entries = ctl.ownership_entries();
-    let keep: std::collections::HashSet<&str> =
-        entries.iter().map(|e| e.run_uid.as_str()).collect();
-    for old in publisher.entries() {
-        if !keep.contains(old.run_uid.as_str()) {
-            publisher.delete(&old.run_uid);
-        }
-    }
-    for e in entries {
-        publisher.upsert(e);
-    }
 }
 
 fn write_atomic(path: &std::path::Path, data: &[u8]) -> std::io::Result<()> {

@@ -1,5 +1,6 @@
 //! The file-backed Run store of the embedded control plane: every `*.yaml` /
-//! `*.yml` file in one directory holds one or more Run manifests. Adding or
+//! `*.yml` file in one directory holds one or more Run manifests, read
+//! straight into the API's [`Run`] (the same YAML as the CRD). Adding or
 //! removing a file while running adds or removes those Runs.
 
 use std::collections::BTreeMap;
@@ -7,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::RunManifest;
+use kruntimes_api::{API_VERSION, RUN_KIND, Run};
 
 /// Largest manifest file read.
 const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
@@ -24,8 +25,8 @@ pub struct FileError {
 /// One scan of the directory.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Scan {
-    /// Manifests by `namespace/name`.
-    pub runs: BTreeMap<String, RunManifest>,
+    /// Manifests by `namespace/name` (no UID, no status).
+    pub runs: BTreeMap<String, Run>,
     /// Files (or documents) that were skipped.
     pub errors: Vec<FileError>,
 }
@@ -75,7 +76,7 @@ pub fn scan(dir: &Path) -> Scan {
                     break;
                 }
             };
-            match serde_yaml::from_value::<RunManifest>(value) {
+            match parse(value) {
                 Ok(m) => {
                     let key = m.key();
                     match out.runs.entry(key) {
@@ -87,11 +88,30 @@ pub fn scan(dir: &Path) -> Scan {
                         }
                     }
                 }
-                Err(e) => out.errors.push(err(e.to_string())),
+                Err(e) => out.errors.push(err(e)),
             }
         }
     }
     out
+}
+
+/// One YAML document as a Run: `apiVersion` and `kind` must name a Run;
+/// `status` and server-set metadata (UID) are dropped.
+fn parse(value: serde_yaml::Value) -> Result<Run, String> {
+    let field = |k: &str| value.get(k).and_then(|v| v.as_str()).unwrap_or("");
+    if field("apiVersion") != API_VERSION {
+        return Err(format!("apiVersion must be {API_VERSION}"));
+    }
+    if field("kind") != RUN_KIND {
+        return Err(format!("kind must be {RUN_KIND}"));
+    }
+    let mut run: Run = serde_yaml::from_value(value).map_err(|e| e.to_string())?;
+    run.status = None;
+    run.metadata.uid = None;
+    if run.metadata.namespace.is_none() {
+        run.metadata.namespace = Some("default".into());
+    }
+    Ok(run)
 }
 
 #[cfg(test)]
@@ -126,10 +146,46 @@ mod tests {
         std::fs::write(dir.path().join("b.yaml"), RUN.replace("NAME", "a")).unwrap();
         std::fs::write(dir.path().join("c.yaml"), "spec: [unclosed").unwrap();
         std::fs::write(dir.path().join("d.yaml"), "kind: Run\n").unwrap();
+        std::fs::write(
+            dir.path().join("e.yaml"),
+            RUN.replace("NAME", "e")
+                .replace("kind: Run", "kind: Runtime"),
+        )
+        .unwrap();
         let s = scan(dir.path());
         assert_eq!(s.runs.len(), 1);
-        assert_eq!(s.errors.len(), 3);
+        assert_eq!(s.errors.len(), 4);
+        assert!(
+            s.errors
+                .iter()
+                .any(|e| e.message.contains("apiVersion must be"))
+        );
+        assert!(
+            s.errors
+                .iter()
+                .any(|e| e.message.contains("kind must be Run"))
+        );
         assert!(s.errors.iter().any(|e| e.message.contains("duplicate")));
+    }
+
+    #[test]
+    fn manifests_become_runs_in_their_namespace_without_status_or_uid() {
+        let dir = tempfile::tempdir().unwrap();
+        let with_extras = RUN.replace("NAME", "a").replace(
+            "metadata:\n  name: a\n",
+            "metadata:\n  name: a\n  namespace: team\n  uid: made-up\nstatus:\n  phase: Ready\n",
+        );
+        std::fs::write(dir.path().join("a.yaml"), with_extras).unwrap();
+        std::fs::write(dir.path().join("b.yaml"), RUN.replace("NAME", "b")).unwrap();
+        let s = scan(dir.path());
+        let a = &s.runs["team/a"];
+        assert_eq!(a.metadata.uid, None);
+        assert_eq!(a.status, None);
+        assert_eq!(a.spec.runtime, "python");
+        assert_eq!(
+            s.runs["default/b"].metadata.namespace.as_deref(),
+            Some("default")
+        );
     }
 
     #[test]

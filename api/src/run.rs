@@ -1,52 +1,31 @@
-//! The `Run` resource in its CRD shape (`kruntimes.io/v1alpha1`), as read from
-//! manifests, with pure validation and the registration digest.
+//! The `Run` resource: a reservation of warm capacity on one Runtime Pod,
+//! in one of three modes (task, function, session). The embedded store
+//! reads manifests straight into [`Run`]; the Kubernetes operator and
+//! runtimed watch the same type.
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kruntimes_proto::api::dns_label;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-/// API version of Run manifests.
-pub const API_VERSION: &str = "kruntimes.io/v1alpha1";
+use crate::lifecycle::Phase;
 
-/// A Run manifest.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RunManifest {
-    /// Must be [`API_VERSION`].
-    pub api_version: String,
-    /// Must be `Run`.
-    pub kind: String,
-    /// Name and namespace.
-    pub metadata: ObjectMeta,
-    /// Desired state.
-    pub spec: RunSpec,
-}
-
-/// Object metadata (the subset the control plane uses).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
-pub struct ObjectMeta {
-    /// Run name (DNS-1123 label).
-    pub name: String,
-    /// Namespace; `default` when omitted.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace: Option<String>,
-}
-
-/// `spec` of a Run. The CRD `Run` (`kruntimes.io/v1alpha1`) is generated
-/// from it; execution inputs (runtime, source, mode, env) are immutable
-/// after creation and `termination` is monotonic, enforced by the API server
-/// with CEL transition rules.
+/// `spec` of a Run. Execution inputs (runtime, source, mode, env) are
+/// immutable after creation and `termination` is monotonic, enforced by the
+/// API server with CEL transition rules (and by the embedded store, which
+/// replaces a Run whose inputs change).
 #[derive(CustomResource, KubeSchema, Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[kube(
     group = "kruntimes.io",
     version = "v1alpha1",
     kind = "Run",
     namespaced,
-    status = "crate::crd::RunStatus",
+    derive = "PartialEq",
+    status = "RunStatus",
     shortname = "krun",
     category = "kruntimes",
     printcolumn = r#"{"name":"Runtime","type":"string","jsonPath":".spec.runtime"}"#,
@@ -76,7 +55,7 @@ pub struct RunSpec {
     #[serde(default)]
     #[schemars(length(max = 256))]
     pub env: Vec<EnvVar>,
-    /// Retry policy for registration failures and owner loss.
+    /// Retry policy for owner loss.
     #[serde(default)]
     pub retry_policy: RetryPolicy,
     /// Total lifetime from creation, in seconds; the Run then ends as
@@ -230,35 +209,139 @@ impl ModeKind {
     }
 }
 
-impl RunManifest {
-    /// Namespace, defaulting to `default`.
-    pub fn namespace(&self) -> &str {
+/// `status` of a Run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunStatus {
+    /// Lifecycle phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+    /// Machine-readable reason of the phase (for example `IdleTimeout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 128))]
+    pub reason: Option<String>,
+    /// Human-readable, bounded message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub message: Option<String>,
+    /// Name of the Pod that owns the Run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub assigned_pod: Option<String>,
+    /// UID of that Pod at assignment: a new Pod of the same name is not the owner.
+    #[serde(
+        default,
+        rename = "assignedPodUID",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(length(max = 64))]
+    pub assigned_pod_uid: Option<String>,
+    /// Registration attempt: how many times the Run was assigned to a Pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<i64>,
+    /// Where to invoke the Run (function Runs) or reach it (session Runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<Endpoint>,
+    /// Conditions (`Ready`, written by the owner).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    pub conditions: Vec<Condition>,
+    /// When the Run started on its Pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    /// When the Run reached a terminal phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Time>,
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// `status.endpoint`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Endpoint {
+    /// `HTTPS` or `HTTP`.
+    pub protocol: String,
+    /// The public URL of the Run on the gateway.
+    #[schemars(length(max = 2048))]
+    pub url: String,
+    /// Base64 PEM bundle of the CA that signs the gateway's certificate
+    /// (public; read from a ConfigMap, never from a Secret).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16384))]
+    pub ca_bundle: Option<String>,
+}
+
+impl Endpoint {
+    /// The endpoint of a Run on the gateway at `gateway_url`
+    /// (`https://host[:port]`): the invoke URL of a function Run, the
+    /// session URL of a session Run.
+    pub fn new(gateway_url: &str, run: &Run, ca_bundle: Option<String>) -> Self {
+        Self::at(gateway_url, &run.public_path(), ca_bundle)
+    }
+
+    /// The endpoint at `path` (a Run's [`Run::public_path`]) of the gateway
+    /// at `gateway_url`.
+    pub fn at(gateway_url: &str, path: &str, ca_bundle: Option<String>) -> Self {
+        let base = gateway_url.trim_end_matches('/');
+        Self {
+            protocol: if base.starts_with("http://") {
+                "HTTP".into()
+            } else {
+                "HTTPS".into()
+            },
+            url: format!("{base}{path}"),
+            ca_bundle,
+        }
+    }
+}
+
+impl Run {
+    /// Namespace, `default` when the manifest names none.
+    pub fn namespace_or_default(&self) -> &str {
         self.metadata.namespace.as_deref().unwrap_or("default")
+    }
+
+    /// Name (empty when unset).
+    pub fn name_str(&self) -> &str {
+        self.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    /// UID (empty when unset).
+    pub fn uid_str(&self) -> &str {
+        self.metadata.uid.as_deref().unwrap_or_default()
     }
 
     /// `namespace/name`.
     pub fn key(&self) -> String {
-        format!("{}/{}", self.namespace(), self.metadata.name)
+        format!("{}/{}", self.namespace_or_default(), self.name_str())
     }
 
-    /// Validates the manifest as the CRD's schema and CEL rules would.
+    /// The Run's mode by its spec alone (`None` when not exactly one is set).
+    pub fn mode_kind(&self) -> Option<ModeKind> {
+        let m = &self.spec.mode;
+        match (m.task.is_some(), m.function.is_some(), m.session.is_some()) {
+            (true, false, false) => Some(ModeKind::Task),
+            (false, true, false) => Some(ModeKind::Function),
+            (false, false, true) => Some(ModeKind::Session),
+            _ => None,
+        }
+    }
+
+    /// Validates the Run as the CRD's schema and CEL rules would, and
+    /// returns its mode.
     pub fn validate(&self) -> Result<ModeKind, String> {
-        if self.api_version != API_VERSION {
-            return Err(format!("apiVersion must be {API_VERSION}"));
-        }
-        if self.kind != "Run" {
-            return Err("kind must be Run".into());
-        }
-        if !dns_label(&self.metadata.name) {
+        if !dns_label(self.name_str()) {
             return Err(format!(
                 "metadata.name {:?} is not a DNS-1123 label",
-                self.metadata.name
+                self.name_str()
             ));
         }
-        if !dns_label(self.namespace()) {
+        if !dns_label(self.namespace_or_default()) {
             return Err(format!(
                 "metadata.namespace {:?} is not a DNS-1123 label",
-                self.namespace()
+                self.namespace_or_default()
             ));
         }
         if !dns_label(&self.spec.runtime) {
@@ -268,14 +351,12 @@ impl RunManifest {
             ));
         }
         let m = &self.spec.mode;
-        let kind = match (m.task.is_some(), m.function.is_some(), m.session.is_some()) {
-            (true, false, false) => ModeKind::Task,
-            (false, true, false) => ModeKind::Function,
-            (false, false, true) => ModeKind::Session,
-            (false, false, false) => {
+        let kind = match self.mode_kind() {
+            Some(kind) => kind,
+            None if m.task.is_none() && m.function.is_none() && m.session.is_none() => {
                 return Err("spec.mode requires exactly one of task, function, session".into());
             }
-            _ => return Err("spec.mode must set exactly one of task, function, session".into()),
+            None => return Err("spec.mode must set exactly one of task, function, session".into()),
         };
         if let Some(f) = &m.function
             && f.handler.is_empty()
@@ -287,7 +368,7 @@ impl RunManifest {
             .source
             .inline
             .as_ref()
-            .is_some_and(|s| s.len() > 1024 * 1024)
+            .is_some_and(|s| s.len() > crate::MAX_INLINE_SOURCE_BYTES)
         {
             return Err("spec.source.inline is larger than 1 MiB".into());
         }
@@ -308,14 +389,12 @@ impl RunManifest {
         self.spec.termination.as_ref().map(|t| t.mode)
     }
 
-    /// Whether `other` differs from this manifest only in `spec.termination`
-    /// (the one field that may change after creation).
-    pub fn same_inputs(&self, other: &RunManifest) -> bool {
-        let mut a = self.clone();
-        let mut b = other.clone();
-        a.spec.termination = None;
-        b.spec.termination = None;
-        a == b
+    /// Whether `other` has the same execution inputs (runtime, source, mode,
+    /// env: the fields the API server keeps immutable). `termination`,
+    /// `timeout` and `retryPolicy` may change in place.
+    pub fn same_inputs(&self, other: &Run) -> bool {
+        let (a, b) = (&self.spec, &other.spec);
+        a.runtime == b.runtime && a.source == b.source && a.mode == b.mode && a.env == b.env
     }
 
     /// The environment as a map.
@@ -343,95 +422,29 @@ impl RunManifest {
             mode: &self.spec.mode,
             env: self.env(),
         };
-        // Serializing plain structs with string keys cannot fail.
+        // Plain structs with string keys always serialize.
         let bytes = serde_json::to_vec(&inputs).unwrap_or_default();
-        let d = Sha256::digest(&bytes);
-        d.iter().map(|b| format!("{b:02x}")).collect()
+        Sha256::digest(&bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    /// The gateway path of the Run: the invoke route of a function Run, the
+    /// session route of a session Run.
+    pub fn public_path(&self) -> String {
+        let (collection, suffix) = match self.mode_kind() {
+            Some(ModeKind::Session) => ("sessions", ""),
+            _ => ("runs", ":invoke"),
+        };
+        format!(
+            "/v1/namespaces/{}/runtimes/{}/{collection}/{}{suffix}",
+            self.namespace_or_default(),
+            self.spec.runtime,
+            self.uid_str()
+        )
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse(y: &str) -> RunManifest {
-        serde_yaml::from_str(y).unwrap()
-    }
-
-    const HELLO: &str = r#"
-apiVersion: kruntimes.io/v1alpha1
-kind: Run
-metadata:
-  name: hello-python
-spec:
-  runtime: python
-  source:
-    inlinePath: main.py
-    inline: |
-      def invoke(request):
-          return {"message": "hello " + request["name"]}
-  mode:
-    function:
-      handler: main.invoke
-      idleTimeoutSeconds: 600
-"#;
-
-    #[test]
-    fn function_manifest_validates_with_defaults() {
-        let m = parse(HELLO);
-        assert_eq!(m.validate(), Ok(ModeKind::Function));
-        assert_eq!(m.key(), "default/hello-python");
-        assert_eq!(m.spec.retry_policy.max_retries, 3);
-        assert_eq!(m.termination(), None);
-    }
-
-    #[test]
-    fn modes_are_mutually_exclusive_and_required() {
-        let mut m = parse(HELLO);
-        m.spec.mode.session = Some(SessionMode::default());
-        assert!(m.validate().unwrap_err().contains("exactly one"));
-        m.spec.mode = RunMode::default();
-        assert!(m.validate().unwrap_err().contains("exactly one"));
-    }
-
-    #[test]
-    fn bad_names_versions_and_env_are_rejected() {
-        let mut m = parse(HELLO);
-        m.metadata.name = "Hello".into();
-        assert!(m.validate().is_err());
-        let mut m = parse(HELLO);
-        m.api_version = "v1".into();
-        assert!(m.validate().is_err());
-        let mut m = parse(HELLO);
-        m.spec.env = vec![
-            EnvVar {
-                name: "A".into(),
-                value: "1".into(),
-            },
-            EnvVar {
-                name: "A".into(),
-                value: "2".into(),
-            },
-        ];
-        assert!(m.validate().is_err());
-        let mut m = parse(HELLO);
-        m.spec.mode.function.as_mut().unwrap().handler.clear();
-        assert!(m.validate().is_err());
-    }
-
-    #[test]
-    fn digest_covers_execution_inputs_only() {
-        let a = parse(HELLO);
-        let mut b = a.clone();
-        b.spec.retry_policy.max_retries = 9;
-        assert_eq!(a.digest(), b.digest());
-        b.spec.source.inline = Some("def invoke(r): return 1".into());
-        assert_ne!(a.digest(), b.digest());
-        let mut c = a.clone();
-        c.spec.env.push(EnvVar {
-            name: "X".into(),
-            value: "y".into(),
-        });
-        assert_ne!(a.digest(), c.digest());
-    }
-}
+mod tests;

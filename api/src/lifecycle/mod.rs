@@ -1,0 +1,470 @@
+//! The Run lifecycle, written once. Pure.
+//!
+//! Every rule about phases, reasons, attempts, retries, termination, idle
+//! and total timeouts, owner loss and capacity lives here. Both control
+//! planes — the embedded one of `krt up` and the Kubernetes operator — and
+//! the owner side (runtimed's cluster adapter, or the embedded control
+//! plane acting for its runtimed instances) turn what they observe into an
+//! [`Event`] and take the [`Transition`] that [`apply`] returns, so the same
+//! Run goes through the same phases with the same reasons and attempts in
+//! both modes. [`control::decide`] says what the control plane does about
+//! one Run; [`owner::decide`] what its owner does.
+//!
+//! ```text
+//!  Pending ──Assigned (attempt + 1)──▶ Scheduled ──RegisterStarted──▶ Running ──Registered──▶ Ready
+//!     ▲                                    │                             │                      │
+//!     └──────── OwnerLost (function, retries left: attempt ≤ maxRetries) ┴──────────────────────┤
+//!                                                                                               │
+//!  Ready ──Terminate(Drain)──▶ Finalizing ──Drained──▶ Succeeded                                 │
+//!  any ──Terminate(Immediate)──▶ Cancelled · TimedOut/IdleExpired──▶ Timeout · failures──▶ Failed ┘
+//! ```
+
+pub mod control;
+pub mod owner;
+
+use kruntimes_proto::ownership::v1 as own;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::{ModeKind, Run, RunStatus, TerminationMode};
+
+/// Run phases (`status.phase`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum Phase {
+    /// Waiting for a Pod.
+    Pending,
+    /// Assigned to a Pod, not yet registering.
+    Scheduled,
+    /// Registering on its Pod.
+    Running,
+    /// Registered and invocable (function) or open (session).
+    Ready,
+    /// Draining before it ends.
+    Finalizing,
+    /// Ended normally.
+    Succeeded,
+    /// Ended with an error.
+    Failed,
+    /// Ended by a timeout.
+    Timeout,
+    /// Ended by cancellation.
+    Cancelled,
+}
+
+impl Phase {
+    /// Whether the Run has ended.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            Self::Succeeded | Self::Failed | Self::Timeout | Self::Cancelled
+        )
+    }
+
+    /// Whether the Run holds capacity on its Pod: from assignment until it
+    /// ends.
+    pub fn holds_capacity(self) -> bool {
+        matches!(
+            self,
+            Self::Scheduled | Self::Running | Self::Ready | Self::Finalizing
+        )
+    }
+
+    /// The phase the control plane publishes in its ownership table. An
+    /// ended Run stays in the table as `FAILED` until it is deleted: its URL
+    /// names a Run that exists but will not be served (503 `NotReady`),
+    /// while a deleted Run's URL is unknown (404).
+    pub fn table_phase(self) -> own::Phase {
+        match self {
+            Self::Pending => own::Phase::Pending,
+            Self::Scheduled => own::Phase::Scheduled,
+            Self::Running => own::Phase::Running,
+            Self::Ready => own::Phase::Ready,
+            Self::Finalizing => own::Phase::Draining,
+            Self::Succeeded | Self::Failed | Self::Timeout | Self::Cancelled => own::Phase::Failed,
+        }
+    }
+}
+
+/// Machine-readable reasons (`status.reason`), one per rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// `Pending`: no ready Pod of the Runtime has free capacity.
+    Unschedulable,
+    /// `Pending`: the Runtime the Run names does not exist.
+    RuntimeNotFound,
+    /// `Pending` (rescheduling), `Failed` or `Cancelled`: the owner is gone.
+    OwnerLost,
+    /// `Scheduled`: assigned to a Pod.
+    Scheduled,
+    /// `Running`: the owner is registering the Run.
+    Registering,
+    /// `Ready`: registered (function) or opened (session).
+    Registered,
+    /// `Finalizing`: draining after `termination: Drain`.
+    Draining,
+    /// `Succeeded`: accepted work finished after `Drain`.
+    Drained,
+    /// `Cancelled`: `termination: Immediate`, or termination before a Pod.
+    Terminated,
+    /// `Timeout`: `spec.timeout` elapsed.
+    RunTimeout,
+    /// `Timeout`: no activity within the idle timeout.
+    IdleTimeout,
+    /// `Failed`: the spec fails validation.
+    InvalidSpec,
+    /// `Failed`: the mode is not served.
+    UnsupportedMode,
+    /// `Failed`: registering or opening failed.
+    RegistrationFailed,
+    /// `Failed`: the owner's registration failed after it was Ready.
+    RuntimeFailed,
+    /// `Failed`: a Ready session's workspace is gone from its owner.
+    SessionLost,
+}
+
+impl Reason {
+    /// Every reason, for parsing and tests.
+    pub const ALL: [Reason; 16] = [
+        Self::Unschedulable,
+        Self::RuntimeNotFound,
+        Self::OwnerLost,
+        Self::Scheduled,
+        Self::Registering,
+        Self::Registered,
+        Self::Draining,
+        Self::Drained,
+        Self::Terminated,
+        Self::RunTimeout,
+        Self::IdleTimeout,
+        Self::InvalidSpec,
+        Self::UnsupportedMode,
+        Self::RegistrationFailed,
+        Self::RuntimeFailed,
+        Self::SessionLost,
+    ];
+
+    /// The reason as written to `status.reason`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unschedulable => "Unschedulable",
+            Self::RuntimeNotFound => "RuntimeNotFound",
+            Self::OwnerLost => "OwnerLost",
+            Self::Scheduled => "Scheduled",
+            Self::Registering => "Registering",
+            Self::Registered => "Registered",
+            Self::Draining => "Draining",
+            Self::Drained => "Drained",
+            Self::Terminated => "Terminated",
+            Self::RunTimeout => "RunTimeout",
+            Self::IdleTimeout => "IdleTimeout",
+            Self::InvalidSpec => "InvalidSpec",
+            Self::UnsupportedMode => "UnsupportedMode",
+            Self::RegistrationFailed => "RegistrationFailed",
+            Self::RuntimeFailed => "RuntimeFailed",
+            Self::SessionLost => "SessionLost",
+        }
+    }
+
+    /// Parses `status.reason`; `None` for reasons this version does not know.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The lifecycle part of a Run's status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Life {
+    /// `status.phase`.
+    pub phase: Phase,
+    /// `status.reason`, when it is one of ours.
+    pub reason: Option<Reason>,
+    /// `status.attempt`: how many times the Run has been assigned to a Pod
+    /// (0 before the first assignment). The owner registers at this
+    /// attempt; a higher one fences every older registration.
+    pub attempt: u64,
+}
+
+impl Default for Life {
+    fn default() -> Self {
+        Self {
+            phase: Phase::Pending,
+            reason: None,
+            attempt: 0,
+        }
+    }
+}
+
+impl Life {
+    /// The life recorded in a status (a new Run has none: `Pending`, 0).
+    pub fn of(status: Option<&RunStatus>) -> Self {
+        let Some(s) = status else {
+            return Self::default();
+        };
+        Self {
+            phase: s.phase.unwrap_or(Phase::Pending),
+            reason: s.reason.as_deref().and_then(Reason::parse),
+            attempt: s.attempt.unwrap_or(0).max(0) as u64,
+        }
+    }
+}
+
+/// What the rules need to know about a Run besides its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rules {
+    /// The Run's mode.
+    pub mode: ModeKind,
+    /// `spec.retryPolicy.maxRetries`.
+    pub max_retries: u32,
+    /// `spec.termination.mode`.
+    pub termination: Option<TerminationMode>,
+}
+
+impl Rules {
+    /// The rules of `run`, whose (validated) mode is `mode`.
+    pub fn of(run: &Run, mode: ModeKind) -> Self {
+        Self {
+            mode,
+            max_retries: run.spec.retry_policy.max_retries,
+            termination: run.termination(),
+        }
+    }
+}
+
+/// Something that happened to a Run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event<'a> {
+    /// The spec fails validation (the message says why).
+    Invalid(&'a str),
+    /// The mode is not served.
+    Unsupported(ModeKind),
+    /// A scheduling pass found no Pod for the Run.
+    Unplaced {
+        /// `spec.runtime`.
+        runtime: &'a str,
+    },
+    /// The Runtime the Run names does not exist.
+    RuntimeMissing {
+        /// `spec.runtime`.
+        runtime: &'a str,
+        /// Where it was looked for.
+        searched: &'a str,
+    },
+    /// The scheduler assigned the Run to `pod`.
+    Assigned {
+        /// Pod name.
+        pod: &'a str,
+    },
+    /// The owner started registering.
+    RegisterStarted,
+    /// The owner registered (or opened) the Run at its attempt.
+    Registered,
+    /// Registering or opening failed.
+    RegisterFailed(&'a str),
+    /// The owner's registration failed after it was registered.
+    RuntimeFailed(&'a str),
+    /// The owner reported idle expiry.
+    IdleExpired,
+    /// `spec.timeout` (seconds) elapsed.
+    TimedOut {
+        /// The limit.
+        seconds: u32,
+    },
+    /// The owner Pod is gone (deleted, replaced, unreachable past its grace).
+    OwnerLost {
+        /// Pod name.
+        pod: &'a str,
+    },
+    /// A Ready session is gone from its (living) owner, which restarted.
+    SessionLost,
+    /// `spec.termination` is set (the mode is in [`Rules::termination`]).
+    Terminate,
+    /// The owner finished draining.
+    Drained,
+}
+
+/// A change of a Run's life, with the message that explains it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transition {
+    /// New phase.
+    pub phase: Phase,
+    /// Its reason.
+    pub reason: Reason,
+    /// New attempt.
+    pub attempt: u64,
+    /// Human-readable explanation (may be empty).
+    pub message: String,
+}
+
+impl Transition {
+    /// The life after the transition.
+    pub fn life(&self) -> Life {
+        Life {
+            phase: self.phase,
+            reason: Some(self.reason),
+            attempt: self.attempt,
+        }
+    }
+
+    /// Whether the Run no longer has an owner: a `Pending` Run is never
+    /// assigned.
+    pub fn clears_assignment(&self) -> bool {
+        self.phase == Phase::Pending
+    }
+}
+
+/// How an owner stops serving a Run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// Let accepted work finish (bounded by the invocation or operation
+    /// timeout).
+    Drain,
+    /// Cancel accepted work.
+    Cancel,
+}
+
+/// How a deleted Run is released: as its termination says, and cancelled
+/// when it names none.
+pub fn release_on_delete(termination: Option<TerminationMode>) -> Stop {
+    match termination {
+        Some(TerminationMode::Drain) => Stop::Drain,
+        Some(TerminationMode::Immediate) | None => Stop::Cancel,
+    }
+}
+
+/// The transition `event` causes, or `None` when it does not apply in this
+/// phase (terminal phases absorb everything).
+pub fn apply(life: &Life, rules: &Rules, event: &Event<'_>) -> Option<Transition> {
+    use Phase::*;
+    let phase = life.phase;
+    if phase.is_terminal() {
+        return None;
+    }
+    let to = |phase: Phase, reason: Reason, message: String| {
+        Some(Transition {
+            phase,
+            reason,
+            attempt: life.attempt,
+            message,
+        })
+    };
+    match *event {
+        Event::Invalid(why) => to(Failed, Reason::InvalidSpec, why.to_owned()),
+        Event::Unsupported(mode) => to(
+            Failed,
+            Reason::UnsupportedMode,
+            format!(
+                "{} mode is not served yet; use function or session mode",
+                mode.as_str()
+            ),
+        ),
+        Event::Unplaced { runtime } if phase == Pending => to(
+            Pending,
+            // A Run waiting after owner loss keeps saying so.
+            match life.reason {
+                Some(Reason::OwnerLost) => Reason::OwnerLost,
+                _ => Reason::Unschedulable,
+            },
+            format!("waiting for a ready {runtime} Pod with free capacity"),
+        ),
+        Event::RuntimeMissing { runtime, searched } if phase == Pending => to(
+            Pending,
+            Reason::RuntimeNotFound,
+            format!("Runtime {runtime:?} not found in {searched}"),
+        ),
+        Event::Assigned { pod } if phase == Pending => Some(Transition {
+            phase: Scheduled,
+            reason: Reason::Scheduled,
+            attempt: life.attempt + 1,
+            message: format!("assigned to Pod {pod}"),
+        }),
+        Event::RegisterStarted if phase == Scheduled => {
+            to(Running, Reason::Registering, String::new())
+        }
+        Event::Registered if matches!(phase, Scheduled | Running) => {
+            to(Ready, Reason::Registered, String::new())
+        }
+        Event::RegisterFailed(why) if matches!(phase, Scheduled | Running | Ready) => {
+            to(Failed, Reason::RegistrationFailed, why.to_owned())
+        }
+        Event::RuntimeFailed(why) if matches!(phase, Running | Ready) => {
+            to(Failed, Reason::RuntimeFailed, why.to_owned())
+        }
+        Event::IdleExpired if matches!(phase, Running | Ready) => to(
+            Timeout,
+            Reason::IdleTimeout,
+            "no activity within idleTimeoutSeconds".into(),
+        ),
+        Event::TimedOut { seconds } => to(
+            Timeout,
+            Reason::RunTimeout,
+            format!("spec.timeout of {seconds}s elapsed"),
+        ),
+        Event::OwnerLost { pod } if phase != Pending => Some(owner_lost(life, rules, pod)),
+        Event::SessionLost if phase == Ready && rules.mode == ModeKind::Session => to(
+            Failed,
+            Reason::SessionLost,
+            "the session's processes and queue died with its owner, which restarted".into(),
+        ),
+        Event::Terminate => match (phase, rules.termination?) {
+            (Pending, _) => to(
+                Cancelled,
+                Reason::Terminated,
+                "terminated before it was scheduled".into(),
+            ),
+            (Finalizing, TerminationMode::Drain) => None,
+            (_, TerminationMode::Drain) => to(Finalizing, Reason::Draining, String::new()),
+            (_, TerminationMode::Immediate) => to(Cancelled, Reason::Terminated, String::new()),
+        },
+        Event::Drained if phase == Finalizing => to(Succeeded, Reason::Drained, String::new()),
+        _ => None,
+    }
+}
+
+/// Owner loss of an assigned Run: a Run being terminated is cancelled, a
+/// session fails (a workspace never moves), a function Run goes back to
+/// `Pending` while `attempt ≤ maxRetries` and fails after that.
+fn owner_lost(life: &Life, rules: &Rules, pod: &str) -> Transition {
+    let (phase, message) = if rules.termination.is_some() || life.phase == Phase::Finalizing {
+        (
+            Phase::Cancelled,
+            format!("owner Pod {pod} is gone; termination requested"),
+        )
+    } else if rules.mode == ModeKind::Session {
+        (
+            Phase::Failed,
+            format!("owner Pod {pod} is gone; a session's workspace does not move"),
+        )
+    } else if life.attempt <= u64::from(rules.max_retries) {
+        (
+            Phase::Pending,
+            format!(
+                "owner Pod {pod} is gone; rescheduling (attempt {} of {})",
+                life.attempt + 1,
+                u64::from(rules.max_retries) + 1
+            ),
+        )
+    } else {
+        (
+            Phase::Failed,
+            format!(
+                "owner Pod {pod} is gone and the retry policy ({} retries) is exhausted",
+                rules.max_retries
+            ),
+        )
+    };
+    Transition {
+        phase,
+        reason: Reason::OwnerLost,
+        attempt: life.attempt,
+        message,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,153 @@
+//! What a Run's owner does about it. Pure.
+//!
+//! Inputs: the Run as the control plane has it (assignment, attempt, phase,
+//! termination, deletion) and the owner's local registration of it, if any.
+//! Output: the steps, in order. runtimed's cluster adapter carries them out
+//! for the Runs of its own Pod; the embedded control plane carries them out
+//! on behalf of its runtimed instances (over their gRPC API).
+//!
+//! Status reports come before the clean-up they announce: if a report does
+//! not land, the local state is still there to decide again, and a Run that
+//! ended is never registered anew.
+
+use kruntimes_proto::ownership::v1 as own;
+
+use super::{Event, Life, Phase, Reason, Rules, Stop, Transition, apply, release_on_delete};
+
+/// The Run, as its owner sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Facts {
+    /// The Run is assigned to this owner (Pod name and UID).
+    pub mine: bool,
+    /// This owner is gone (its Pod deleted or replaced): nothing may be
+    /// served or registered any more.
+    pub pod_gone: bool,
+    /// The Run's life.
+    pub life: Life,
+    /// Its rules.
+    pub rules: Rules,
+    /// It is being deleted.
+    pub deleting: bool,
+    /// It still carries the cleanup finalizer.
+    pub has_finalizer: bool,
+}
+
+/// The owner's local registration of the Run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Local {
+    /// Registered attempt.
+    pub attempt: u64,
+    /// Its phase in the owner's ownership table.
+    pub phase: own::Phase,
+    /// The reason of that phase (`IdleTimeout` after idle expiry).
+    pub reason: String,
+}
+
+/// One step of the owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Register (function) or open (session) the Run at its attempt; the
+    /// outcome goes through [`registered`].
+    Register,
+    /// Stop serving the Run and remove its local state.
+    Release(Stop),
+    /// Write this transition as the owner.
+    Report(Transition),
+    /// Remove the cleanup finalizer: local clean-up is done.
+    RemoveFinalizer,
+}
+
+/// The steps for one Run, in order.
+pub fn decide(run: &Facts, local: Option<&Local>) -> Vec<Step> {
+    let mut out = Vec::new();
+    let release = |out: &mut Vec<Step>, stop| {
+        if local.is_some() {
+            out.push(Step::Release(stop));
+        }
+    };
+    let life = run.life;
+    let report = |out: &mut Vec<Step>, life: &Life, event| {
+        let t = apply(life, &run.rules, &event);
+        if let Some(t) = &t {
+            out.push(Step::Report(t.clone()));
+        }
+        t
+    };
+    // Fenced: not ours (any more), or this owner is gone.
+    if !run.mine || run.pod_gone {
+        release(&mut out, Stop::Cancel);
+        return out;
+    }
+    if run.deleting {
+        release(&mut out, release_on_delete(run.rules.termination));
+        if run.has_finalizer {
+            out.push(Step::RemoveFinalizer);
+        }
+        return out;
+    }
+    if life.phase.is_terminal() {
+        release(&mut out, Stop::Cancel);
+        return out;
+    }
+    if run.rules.termination.is_some() {
+        let finalizing = match report(&mut out, &life, Event::Terminate) {
+            Some(t) if t.phase == Phase::Finalizing => Some(t.life()),
+            Some(_) => {
+                release(&mut out, Stop::Cancel);
+                return out;
+            }
+            // Already finalizing with `Drain`.
+            None => (life.phase == Phase::Finalizing).then_some(life),
+        };
+        if let Some(finalizing) = finalizing {
+            release(&mut out, Stop::Drain);
+            report(&mut out, &finalizing, Event::Drained);
+        }
+        return out;
+    }
+    match local {
+        Some(l) if l.attempt == life.attempt => {
+            if l.phase == own::Phase::Failed {
+                let event = if l.reason == Reason::IdleTimeout.as_str() {
+                    Event::IdleExpired
+                } else {
+                    Event::RuntimeFailed(&l.reason)
+                };
+                if report(&mut out, &life, event).is_some() {
+                    out.push(Step::Release(Stop::Cancel));
+                }
+            } else if l.phase == own::Phase::Ready {
+                report(&mut out, &life, Event::Registered);
+            }
+        }
+        Some(l) if l.attempt > life.attempt => {
+            // The control plane's attempt went backwards: never serve on a
+            // registration it no longer vouches for.
+            out.push(Step::Release(Stop::Cancel));
+        }
+        None if life.phase == Phase::Ready && run.rules.mode == crate::ModeKind::Session => {
+            // The owner restarted: the session's processes and queue are
+            // gone, and a workspace is never silently recreated.
+            report(&mut out, &life, Event::SessionLost);
+        }
+        _ => {
+            // Not registered (a new assignment, or a function Run whose
+            // owner restarted), or an older attempt, which registering
+            // supersedes.
+            report(&mut out, &life, Event::RegisterStarted);
+            out.push(Step::Register);
+        }
+    }
+    out
+}
+
+/// The transition a registration's outcome causes.
+pub fn registered(life: &Life, rules: &Rules, outcome: Result<(), &str>) -> Option<Transition> {
+    match outcome {
+        Ok(()) => apply(life, rules, &Event::Registered),
+        Err(why) => apply(life, rules, &Event::RegisterFailed(why)),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,218 @@
+use super::Step::*;
+use super::*;
+use crate::{ModeKind, TerminationMode};
+
+fn facts(phase: Phase, attempt: u64) -> Facts {
+    Facts {
+        mine: true,
+        pod_gone: false,
+        life: Life {
+            phase,
+            reason: None,
+            attempt,
+        },
+        rules: Rules {
+            mode: ModeKind::Function,
+            max_retries: 3,
+            termination: None,
+        },
+        deleting: false,
+        has_finalizer: true,
+    }
+}
+
+fn local(attempt: u64, phase: own::Phase, reason: &str) -> Local {
+    Local {
+        attempt,
+        phase,
+        reason: reason.into(),
+    }
+}
+
+/// The (phase, reason) of every report, and the other steps by name.
+fn shape(steps: &[Step]) -> Vec<String> {
+    steps
+        .iter()
+        .map(|s| match s {
+            Register => "Register".to_owned(),
+            Release(stop) => format!("Release({stop:?})"),
+            Report(t) => format!("{:?}/{}", t.phase, t.reason),
+            RemoveFinalizer => "RemoveFinalizer".to_owned(),
+        })
+        .collect()
+}
+
+#[test]
+fn assigned_runs_are_registered_then_reported_ready() {
+    assert_eq!(
+        shape(&decide(&facts(Phase::Scheduled, 1), None)),
+        ["Running/Registering", "Register"]
+    );
+    let ready = local(1, own::Phase::Ready, "");
+    assert_eq!(
+        shape(&decide(&facts(Phase::Running, 1), Some(&ready))),
+        ["Ready/Registered"]
+    );
+    assert!(
+        decide(&facts(Phase::Ready, 1), Some(&ready)).is_empty(),
+        "steady state"
+    );
+}
+
+#[test]
+fn registration_outcomes_become_ready_or_failed() {
+    let f = facts(Phase::Running, 1);
+    let ok = registered(&f.life, &f.rules, Ok(())).unwrap();
+    assert_eq!((ok.phase, ok.reason), (Phase::Ready, Reason::Registered));
+    let failed = registered(&f.life, &f.rules, Err("SyntaxError: bad")).unwrap();
+    assert_eq!(
+        (failed.phase, failed.reason),
+        (Phase::Failed, Reason::RegistrationFailed)
+    );
+    assert!(failed.message.contains("SyntaxError"));
+}
+
+#[test]
+fn a_restarted_owner_recovers_its_function_registrations_at_the_same_attempt() {
+    // Ready stays Ready: the registration is rebuilt, nothing is reported.
+    assert_eq!(shape(&decide(&facts(Phase::Ready, 3), None)), ["Register"]);
+    assert_eq!(
+        shape(&decide(&facts(Phase::Running, 3), None)),
+        ["Register"]
+    );
+}
+
+#[test]
+fn a_restarted_owner_never_reopens_a_ready_session() {
+    let mut f = facts(Phase::Ready, 1);
+    f.rules.mode = ModeKind::Session;
+    assert_eq!(shape(&decide(&f, None)), ["Failed/SessionLost"]);
+    // Not opened yet: open it.
+    f.life.phase = Phase::Scheduled;
+    assert_eq!(
+        shape(&decide(&f, None)),
+        ["Running/Registering", "Register"]
+    );
+}
+
+#[test]
+fn a_newer_attempt_supersedes_an_older_local_registration() {
+    let old = local(1, own::Phase::Ready, "");
+    assert_eq!(
+        shape(&decide(&facts(Phase::Scheduled, 2), Some(&old))),
+        ["Running/Registering", "Register"]
+    );
+    let newer = local(3, own::Phase::Ready, "");
+    assert_eq!(
+        shape(&decide(&facts(Phase::Ready, 2), Some(&newer))),
+        ["Release(Cancel)"]
+    );
+}
+
+#[test]
+fn runs_of_another_owner_or_of_a_gone_owner_are_fenced() {
+    let l = local(1, own::Phase::Ready, "");
+    let mut f = facts(Phase::Ready, 1);
+    f.mine = false;
+    assert_eq!(shape(&decide(&f, Some(&l))), ["Release(Cancel)"]);
+    assert!(decide(&f, None).is_empty());
+    let mut g = facts(Phase::Ready, 1);
+    g.pod_gone = true;
+    assert_eq!(shape(&decide(&g, Some(&l))), ["Release(Cancel)"]);
+    assert!(
+        decide(&g, None).is_empty(),
+        "a gone owner registers nothing"
+    );
+}
+
+#[test]
+fn deletion_releases_then_removes_the_finalizer() {
+    let l = local(1, own::Phase::Ready, "");
+    let mut f = facts(Phase::Ready, 1);
+    f.deleting = true;
+    assert_eq!(
+        shape(&decide(&f, Some(&l))),
+        ["Release(Cancel)", "RemoveFinalizer"]
+    );
+    f.has_finalizer = false;
+    assert!(decide(&f, None).is_empty());
+    // Deleting a Run that asked to drain lets the drain finish.
+    let mut d = facts(Phase::Finalizing, 1);
+    d.deleting = true;
+    d.rules.termination = Some(TerminationMode::Drain);
+    assert_eq!(
+        shape(&decide(&d, Some(&l))),
+        ["Release(Drain)", "RemoveFinalizer"]
+    );
+}
+
+#[test]
+fn termination_immediate_cancels_and_drain_finishes_work() {
+    let l = local(1, own::Phase::Ready, "");
+    let mut f = facts(Phase::Ready, 1);
+    f.rules.termination = Some(TerminationMode::Immediate);
+    assert_eq!(
+        shape(&decide(&f, Some(&l))),
+        ["Cancelled/Terminated", "Release(Cancel)"]
+    );
+    f.rules.termination = Some(TerminationMode::Drain);
+    assert_eq!(
+        shape(&decide(&f, Some(&l))),
+        ["Finalizing/Draining", "Release(Drain)", "Succeeded/Drained"]
+    );
+    // Drained already (the local state is gone): report the end.
+    f.life.phase = Phase::Finalizing;
+    assert_eq!(shape(&decide(&f, None)), ["Succeeded/Drained"]);
+    // Still draining (or restarted while draining): drain, then report.
+    assert_eq!(
+        shape(&decide(&f, Some(&l))),
+        ["Release(Drain)", "Succeeded/Drained"]
+    );
+    // Drain upgraded to Immediate while finalizing.
+    f.rules.termination = Some(TerminationMode::Immediate);
+    assert_eq!(
+        shape(&decide(&f, Some(&l))),
+        ["Cancelled/Terminated", "Release(Cancel)"]
+    );
+}
+
+#[test]
+fn idle_expiry_and_runtime_failures_end_the_run() {
+    let f = facts(Phase::Ready, 1);
+    assert_eq!(
+        shape(&decide(
+            &f,
+            Some(&local(1, own::Phase::Failed, "IdleTimeout"))
+        )),
+        ["Timeout/IdleTimeout", "Release(Cancel)"]
+    );
+    let steps = decide(&f, Some(&local(1, own::Phase::Failed, "WorkerExited")));
+    assert_eq!(shape(&steps), ["Failed/RuntimeFailed", "Release(Cancel)"]);
+    let Report(t) = &steps[0] else {
+        unreachable!("the first step is a report")
+    };
+    assert!(t.message.contains("WorkerExited"));
+}
+
+#[test]
+fn terminal_runs_are_only_cleaned_up() {
+    for phase in [
+        Phase::Succeeded,
+        Phase::Failed,
+        Phase::Timeout,
+        Phase::Cancelled,
+    ] {
+        let l = local(1, own::Phase::Ready, "");
+        assert_eq!(
+            shape(&decide(&facts(phase, 1), Some(&l))),
+            ["Release(Cancel)"]
+        );
+        assert!(decide(&facts(phase, 1), None).is_empty());
+    }
+}
+
+#[test]
+fn a_draining_local_registration_is_left_alone() {
+    let l = local(1, own::Phase::Draining, "Unregistering");
+    assert!(decide(&facts(Phase::Ready, 1), Some(&l)).is_empty());
+}

@@ -1,0 +1,372 @@
+use super::Phase::*;
+use super::*;
+
+const ALL_PHASES: [Phase; 9] = [
+    Pending, Scheduled, Running, Ready, Finalizing, Succeeded, Failed, Timeout, Cancelled,
+];
+
+fn rules(mode: ModeKind, max_retries: u32, termination: Option<TerminationMode>) -> Rules {
+    Rules {
+        mode,
+        max_retries,
+        termination,
+    }
+}
+
+fn function() -> Rules {
+    rules(ModeKind::Function, 3, None)
+}
+
+fn life(phase: Phase, attempt: u64) -> Life {
+    Life {
+        phase,
+        reason: None,
+        attempt,
+    }
+}
+
+fn next(phase: Phase, rules: &Rules, event: Event<'_>) -> Option<(Phase, Reason)> {
+    apply(&life(phase, 1), rules, &event).map(|t| (t.phase, t.reason))
+}
+
+/// One row of the transition table: an event under some rules, and the
+/// phases it applies in with their outcome. Every other phase must ignore it.
+struct Row<'a> {
+    name: &'a str,
+    rules: Rules,
+    event: Event<'a>,
+    outcomes: Vec<(Vec<Phase>, Phase, Reason)>,
+}
+
+fn row<'a>(
+    name: &'a str,
+    rules: Rules,
+    event: Event<'a>,
+    outcomes: Vec<(Vec<Phase>, Phase, Reason)>,
+) -> Row<'a> {
+    Row {
+        name,
+        rules,
+        event,
+        outcomes,
+    }
+}
+
+/// Every event against every phase.
+#[test]
+fn every_event_applies_in_exactly_its_phases() {
+    let drain = rules(ModeKind::Function, 3, Some(TerminationMode::Drain));
+    let immediate = rules(ModeKind::Function, 3, Some(TerminationMode::Immediate));
+    let session = rules(ModeKind::Session, 3, None);
+    let live = || vec![Pending, Scheduled, Running, Ready, Finalizing];
+    let assigned = || vec![Scheduled, Running, Ready];
+    let table = vec![
+        row(
+            "invalid",
+            function(),
+            Event::Invalid("bad"),
+            vec![(live(), Failed, Reason::InvalidSpec)],
+        ),
+        row(
+            "unsupported",
+            function(),
+            Event::Unsupported(ModeKind::Task),
+            vec![(live(), Failed, Reason::UnsupportedMode)],
+        ),
+        row(
+            "unplaced",
+            function(),
+            Event::Unplaced { runtime: "python" },
+            vec![(vec![Pending], Pending, Reason::Unschedulable)],
+        ),
+        row(
+            "runtime missing",
+            function(),
+            Event::RuntimeMissing {
+                runtime: "python",
+                searched: "a or b",
+            },
+            vec![(vec![Pending], Pending, Reason::RuntimeNotFound)],
+        ),
+        row(
+            "assigned",
+            function(),
+            Event::Assigned { pod: "p" },
+            vec![(vec![Pending], Scheduled, Reason::Scheduled)],
+        ),
+        row(
+            "register started",
+            function(),
+            Event::RegisterStarted,
+            vec![(vec![Scheduled], Running, Reason::Registering)],
+        ),
+        row(
+            "registered",
+            function(),
+            Event::Registered,
+            vec![(vec![Scheduled, Running], Ready, Reason::Registered)],
+        ),
+        row(
+            "register failed",
+            function(),
+            Event::RegisterFailed("boom"),
+            vec![(assigned(), Failed, Reason::RegistrationFailed)],
+        ),
+        row(
+            "runtime failed",
+            function(),
+            Event::RuntimeFailed("WorkerExited"),
+            vec![(vec![Running, Ready], Failed, Reason::RuntimeFailed)],
+        ),
+        row(
+            "idle",
+            function(),
+            Event::IdleExpired,
+            vec![(vec![Running, Ready], Timeout, Reason::IdleTimeout)],
+        ),
+        row(
+            "timed out",
+            function(),
+            Event::TimedOut { seconds: 5 },
+            vec![(live(), Timeout, Reason::RunTimeout)],
+        ),
+        row(
+            "owner lost (function)",
+            function(),
+            Event::OwnerLost { pod: "p" },
+            vec![
+                (assigned(), Pending, Reason::OwnerLost),
+                (vec![Finalizing], Cancelled, Reason::OwnerLost),
+            ],
+        ),
+        row(
+            "owner lost (session)",
+            session,
+            Event::OwnerLost { pod: "p" },
+            vec![
+                (assigned(), Failed, Reason::OwnerLost),
+                (vec![Finalizing], Cancelled, Reason::OwnerLost),
+            ],
+        ),
+        row(
+            "owner lost (terminating)",
+            drain,
+            Event::OwnerLost { pod: "p" },
+            vec![(
+                vec![Scheduled, Running, Ready, Finalizing],
+                Cancelled,
+                Reason::OwnerLost,
+            )],
+        ),
+        row(
+            "session lost",
+            session,
+            Event::SessionLost,
+            vec![(vec![Ready], Failed, Reason::SessionLost)],
+        ),
+        row(
+            "session lost (function)",
+            function(),
+            Event::SessionLost,
+            vec![],
+        ),
+        row(
+            "terminate drain",
+            drain,
+            Event::Terminate,
+            vec![
+                (vec![Pending], Cancelled, Reason::Terminated),
+                (assigned(), Finalizing, Reason::Draining),
+            ],
+        ),
+        row(
+            "terminate immediate",
+            immediate,
+            Event::Terminate,
+            vec![(live(), Cancelled, Reason::Terminated)],
+        ),
+        row(
+            "terminate without termination",
+            function(),
+            Event::Terminate,
+            vec![],
+        ),
+        row(
+            "drained",
+            function(),
+            Event::Drained,
+            vec![(vec![Finalizing], Succeeded, Reason::Drained)],
+        ),
+    ];
+    for r in table {
+        for phase in ALL_PHASES {
+            let want = r
+                .outcomes
+                .iter()
+                .find(|(from, _, _)| from.contains(&phase))
+                .map(|(_, to, reason)| (*to, *reason));
+            assert_eq!(
+                next(phase, &r.rules, r.event),
+                want,
+                "{} from {phase:?}",
+                r.name
+            );
+        }
+    }
+}
+
+#[test]
+fn terminal_phases_absorb_everything() {
+    for phase in [Succeeded, Failed, Timeout, Cancelled] {
+        assert!(phase.is_terminal());
+        assert!(!phase.holds_capacity());
+        assert_eq!(phase.table_phase(), own::Phase::Failed);
+        for event in [
+            Event::Assigned { pod: "p" },
+            Event::Registered,
+            Event::IdleExpired,
+            Event::TimedOut { seconds: 1 },
+            Event::OwnerLost { pod: "p" },
+            Event::Terminate,
+            Event::Invalid("x"),
+        ] {
+            let r = rules(ModeKind::Function, 3, Some(TerminationMode::Immediate));
+            assert_eq!(apply(&life(phase, 1), &r, &event), None);
+        }
+    }
+}
+
+#[test]
+fn the_happy_path_counts_one_attempt_per_assignment() {
+    let r = function();
+    let mut l = Life::default();
+    for (event, phase) in [
+        (Event::Assigned { pod: "p" }, Scheduled),
+        (Event::RegisterStarted, Running),
+        (Event::Registered, Ready),
+    ] {
+        let t = apply(&l, &r, &event).unwrap();
+        assert_eq!(t.phase, phase);
+        l = t.life();
+    }
+    assert_eq!(l.attempt, 1);
+    assert_eq!(l.reason, Some(Reason::Registered));
+}
+
+#[test]
+fn owner_loss_retries_while_attempt_is_within_max_retries() {
+    // maxRetries 1 allows two attempts.
+    let r = rules(ModeKind::Function, 1, None);
+    let t = apply(&life(Ready, 1), &r, &Event::OwnerLost { pod: "a" }).unwrap();
+    assert_eq!(
+        (t.phase, t.reason, t.attempt),
+        (Pending, Reason::OwnerLost, 1)
+    );
+    assert!(t.clears_assignment());
+    assert!(t.message.contains("attempt 2 of 2"), "{}", t.message);
+    let t = apply(&life(Ready, 2), &r, &Event::OwnerLost { pod: "b" }).unwrap();
+    assert_eq!((t.phase, t.reason), (Failed, Reason::OwnerLost));
+    assert!(t.message.contains("exhausted"));
+    let none = rules(ModeKind::Function, 0, None);
+    assert_eq!(
+        next(Ready, &none, Event::OwnerLost { pod: "a" }),
+        Some((Failed, Reason::OwnerLost))
+    );
+}
+
+#[test]
+fn owner_loss_cancels_runs_being_terminated_and_never_moves_sessions() {
+    for termination in [TerminationMode::Drain, TerminationMode::Immediate] {
+        let r = rules(ModeKind::Function, 3, Some(termination));
+        assert_eq!(
+            next(Ready, &r, Event::OwnerLost { pod: "p" }),
+            Some((Cancelled, Reason::OwnerLost))
+        );
+    }
+    assert_eq!(
+        next(Finalizing, &function(), Event::OwnerLost { pod: "p" }),
+        Some((Cancelled, Reason::OwnerLost))
+    );
+    let session = rules(ModeKind::Session, 3, None);
+    for phase in [Scheduled, Running, Ready] {
+        assert_eq!(
+            next(phase, &session, Event::OwnerLost { pod: "p" }),
+            Some((Failed, Reason::OwnerLost))
+        );
+    }
+    assert_eq!(next(Pending, &session, Event::OwnerLost { pod: "p" }), None);
+}
+
+#[test]
+fn termination_before_a_pod_cancels_in_either_mode() {
+    for termination in [TerminationMode::Drain, TerminationMode::Immediate] {
+        let r = rules(ModeKind::Function, 3, Some(termination));
+        assert_eq!(
+            next(Pending, &r, Event::Terminate),
+            Some((Cancelled, Reason::Terminated))
+        );
+    }
+    // A drain already under way is not restarted.
+    let drain = rules(ModeKind::Session, 3, Some(TerminationMode::Drain));
+    assert_eq!(next(Finalizing, &drain, Event::Terminate), None);
+}
+
+#[test]
+fn waiting_after_owner_loss_keeps_its_reason() {
+    let r = function();
+    let mut l = life(Pending, 1);
+    l.reason = Some(Reason::OwnerLost);
+    let t = apply(&l, &r, &Event::Unplaced { runtime: "python" }).unwrap();
+    assert_eq!(t.reason, Reason::OwnerLost);
+    l.reason = Some(Reason::RuntimeNotFound);
+    let t = apply(&l, &r, &Event::Unplaced { runtime: "python" }).unwrap();
+    assert_eq!(t.reason, Reason::Unschedulable);
+}
+
+#[test]
+fn reasons_round_trip_and_unknown_reasons_parse_to_none() {
+    for r in Reason::ALL {
+        assert_eq!(Reason::parse(r.as_str()), Some(r));
+        assert_eq!(r.to_string(), r.as_str());
+    }
+    assert_eq!(Reason::parse("FunctionRegistered"), None);
+}
+
+#[test]
+fn life_is_read_from_a_status() {
+    assert_eq!(Life::of(None), Life::default());
+    let status = RunStatus {
+        phase: Some(Ready),
+        reason: Some("Registered".into()),
+        attempt: Some(2),
+        ..Default::default()
+    };
+    assert_eq!(
+        Life::of(Some(&status)),
+        Life {
+            phase: Ready,
+            reason: Some(Reason::Registered),
+            attempt: 2
+        }
+    );
+}
+
+#[test]
+fn capacity_is_held_from_assignment_until_the_end() {
+    assert!(!Pending.holds_capacity());
+    for p in [Scheduled, Running, Ready, Finalizing] {
+        assert!(p.holds_capacity() && !p.is_terminal());
+    }
+    assert_eq!(Finalizing.table_phase(), own::Phase::Draining);
+    assert_eq!(Pending.table_phase(), own::Phase::Pending);
+}
+
+#[test]
+fn deletion_releases_as_termination_says_and_cancels_otherwise() {
+    assert_eq!(release_on_delete(None), Stop::Cancel);
+    assert_eq!(release_on_delete(Some(TerminationMode::Drain)), Stop::Drain);
+    assert_eq!(
+        release_on_delete(Some(TerminationMode::Immediate)),
+        Stop::Cancel
+    );
+}

@@ -1,0 +1,692 @@
+//! The embedded control plane's decision core. Pure: every input is an
+//! event (a store scan, a Pod's ownership watch, an RPC outcome, a tick),
+//! every output is an [`Action`] for the adapter to perform over gRPC; Run
+//! status and the ownership table are read back from the state.
+//!
+//! Each input is followed by one decision pass over every Run — the same
+//! shape as the Kubernetes operator's: the lifecycle core's
+//! [`control::decide`] for the control plane's share (validation,
+//! `spec.timeout`, owner loss, termination before a Pod, placement), then
+//! [`owner::decide`] on behalf of each living owner (registration,
+//! readiness, termination, idle expiry, release), fed with that runtimed's
+//! own ownership table. Both modes therefore follow the same rules.
+
+mod view;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use kruntimes_api::lifecycle::owner::{self, Local, Step};
+use kruntimes_api::lifecycle::{self, Event, Life, Phase, Rules, Stop, Transition, control};
+use kruntimes_api::requests::{open_session_request, register_request};
+use kruntimes_api::{ModeKind, Run, TerminationMode};
+use kruntimes_proto::function::v1 as pb;
+use kruntimes_proto::ownership::v1 as own;
+use kruntimes_proto::session::v1 as spb;
+use kruntimes_proto::watch::SourceUpdate;
+
+use crate::scheduler::{PendingRun, PodView, schedule};
+pub use view::RunStatus;
+
+/// A Runtime Pod (a runtimed instance) the control plane schedules onto.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodConfig {
+    /// Instance name.
+    pub name: String,
+    /// Address of its TLS port.
+    pub address: String,
+    /// `runs` capacity.
+    pub capacity: u32,
+}
+
+/// Side effects requested by the core.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Register a function Run on a Pod; the outcome comes back through
+    /// [`Controller::register_result`].
+    Register {
+        /// Pod name.
+        pod: String,
+        /// The request (boxed: it carries the inline source).
+        request: Box<pb::RegisterRequest>,
+    },
+    /// Open a session Run's workspace on a Pod; the outcome comes back
+    /// through [`Controller::register_result`].
+    OpenSession {
+        /// Pod name.
+        pod: String,
+        /// The request (boxed: it carries the inline source).
+        request: Box<spb::OpenSessionRequest>,
+    },
+    /// Close a session; completion comes back through
+    /// [`Controller::release_result`].
+    CloseSession {
+        /// Pod name.
+        pod: String,
+        /// Run UID.
+        run_uid: String,
+        /// Cancel instead of draining.
+        cancel: bool,
+    },
+    /// Unregister a function Run; completion comes back through
+    /// [`Controller::release_result`].
+    Unregister {
+        /// Pod name.
+        pod: String,
+        /// Run UID.
+        run_uid: String,
+        /// Drain or cancel.
+        mode: pb::UnregisterMode,
+    },
+}
+
+/// Outcome of a Register or OpenSession RPC.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RegisterOutcome {
+    /// Registered.
+    Ok,
+    /// The owner could not be reached: treated as owner loss.
+    Retryable(String),
+    /// The registration itself is wrong (bad handler, import error).
+    Permanent(String),
+}
+
+/// The Pod that owns a Run: its name and the instance (UID) it had when
+/// the Run was assigned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    /// Pod name.
+    pub pod: String,
+    /// Pod instance UID at assignment.
+    pub pod_uid: String,
+}
+
+/// An owner step sent but not yet reflected in the owner's table: the Run
+/// is not decided about again until it is (or the RPC failed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum InFlight {
+    /// Register/OpenSession at this attempt; `done` once the RPC answered.
+    Register { attempt: u64, done: bool },
+    /// Unregister/CloseSession; `done` once the RPC answered.
+    Release { done: bool },
+}
+
+/// One Run's state.
+#[derive(Debug, Clone)]
+pub struct RunState {
+    /// The Run as read from the store, with the UID given at creation.
+    pub run: Run,
+    /// Its mode, or why the spec is invalid.
+    pub mode: Result<ModeKind, String>,
+    /// Phase, reason and attempt.
+    pub life: Life,
+    /// Bounded message of the last transition.
+    pub message: String,
+    /// The owner, once assigned.
+    pub owner: Option<Owner>,
+    /// Its manifest is gone: released by its owner, then forgotten.
+    pub deleting: bool,
+    in_flight: Option<InFlight>,
+    retry_at: Option<Instant>,
+    created: Instant,
+    seq: u64,
+}
+
+impl RunState {
+    /// UID.
+    pub fn uid(&self) -> &str {
+        self.run.uid_str()
+    }
+
+    fn rules(&self) -> Option<Rules> {
+        self.mode.as_ref().ok().map(|m| Rules::of(&self.run, *m))
+    }
+
+    fn owned_by(&self, pod: &str, pod_uid: Option<&str>) -> bool {
+        self.owner
+            .as_ref()
+            .is_some_and(|o| o.pod == pod && Some(o.pod_uid.as_str()) == pod_uid)
+    }
+}
+
+#[derive(Debug, Clone)]
+struct PodState {
+    cfg: PodConfig,
+    uid: Option<String>,
+    connected: bool,
+    lost_at: Option<Instant>,
+    entries: HashMap<String, own::OwnershipEntry>,
+}
+
+/// The control plane's state.
+#[derive(Debug)]
+pub struct Controller {
+    /// Every Run by UID (a deleted Run stays until its owner released it,
+    /// possibly beside a new Run of the same name).
+    runs: BTreeMap<String, RunState>,
+    pods: BTreeMap<String, PodState>,
+    /// Orphaned registrations (`pod`, `uid`) whose release is in flight.
+    releasing: BTreeSet<(String, String)>,
+    seq: u64,
+    owner_grace: Duration,
+    retry_backoff: Duration,
+    hold_until: Option<Instant>,
+}
+
+impl Controller {
+    /// A controller over fixed Pods. `owner_grace` is how long a Pod may
+    /// stay unreachable before its Runs move elsewhere; `retry_backoff` how
+    /// long a Run waits after owner loss before it is placed again.
+    pub fn new(pods: Vec<PodConfig>, owner_grace: Duration, retry_backoff: Duration) -> Self {
+        Self {
+            runs: BTreeMap::new(),
+            pods: pods
+                .into_iter()
+                .map(|cfg| {
+                    (
+                        cfg.name.clone(),
+                        PodState {
+                            cfg,
+                            uid: None,
+                            connected: false,
+                            lost_at: None,
+                            entries: HashMap::new(),
+                        },
+                    )
+                })
+                .collect(),
+            releasing: BTreeSet::new(),
+            seq: 0,
+            owner_grace,
+            retry_backoff,
+            hold_until: None,
+        }
+    }
+
+    /// Defers placement until every Pod reported its table once or `until`
+    /// passes, so Runs present at start-up spread over all Pods instead of
+    /// piling onto the first one to connect.
+    pub fn with_startup_hold(mut self, until: Instant) -> Self {
+        self.hold_until = Some(until);
+        self
+    }
+
+    /// The Runs that exist (deleted ones being released are left out).
+    pub fn runs(&self) -> impl Iterator<Item = &RunState> {
+        self.runs.values().filter(|r| !r.deleting)
+    }
+
+    /// Applies the full set of manifests (keyed `namespace/name`, UIDs
+    /// unset). New keys create Runs with fresh UIDs; removed keys delete
+    /// them; changed execution inputs replace the Run (they are immutable);
+    /// `termination` (monotonically), `timeout` and `retryPolicy` change in
+    /// place.
+    pub fn apply_store(&mut self, manifests: BTreeMap<String, Run>, now: Instant) -> Vec<Action> {
+        let mut live: BTreeMap<String, String> = BTreeMap::new();
+        for (uid, state) in self.runs.iter_mut().filter(|(_, r)| !r.deleting) {
+            match manifests.get(&state.run.key()) {
+                Some(m) if m.same_inputs(&state.run) => {
+                    update_in_place(&mut state.run, m);
+                    live.insert(state.run.key(), uid.clone());
+                }
+                _ => {
+                    tracing::info!(run = %state.run.key(), uid = %uid, "run deleted");
+                    state.deleting = true;
+                }
+            }
+        }
+        for (key, mut run) in manifests {
+            if live.contains_key(&key) {
+                continue;
+            }
+            self.seq += 1;
+            let uid = uuid::Uuid::new_v4().to_string();
+            run.metadata.uid = Some(uid.clone());
+            run.metadata.namespace = Some(run.namespace_or_default().to_owned());
+            run.status = None;
+            let mode = run.validate();
+            tracing::info!(run = %key, uid = %uid, "run created");
+            self.runs.insert(
+                uid,
+                RunState {
+                    run,
+                    mode,
+                    life: Life::default(),
+                    message: String::new(),
+                    owner: None,
+                    deleting: false,
+                    in_flight: None,
+                    retry_at: None,
+                    created: now,
+                    seq: self.seq,
+                },
+            );
+        }
+        self.pass(now)
+    }
+
+    /// Applies what a Pod's ownership watch reported.
+    pub fn apply_pod(&mut self, pod: &str, update: SourceUpdate, now: Instant) -> Vec<Action> {
+        let Some(state) = self.pods.get_mut(pod) else {
+            return Vec::new();
+        };
+        match update {
+            SourceUpdate::Snapshot {
+                instance_id,
+                entries,
+            } => {
+                if state.uid.as_ref().is_some_and(|u| *u != instance_id) {
+                    tracing::warn!(pod, new_uid = %instance_id, "pod restarted; fencing its runs");
+                }
+                state.uid = Some(instance_id);
+                state.connected = true;
+                state.lost_at = None;
+                state.entries = entries
+                    .into_iter()
+                    .map(|e| (e.run_uid.clone(), e))
+                    .collect();
+            }
+            SourceUpdate::Upsert(e) => {
+                state.entries.insert(e.run_uid.clone(), e);
+            }
+            SourceUpdate::Delete(uid) => {
+                state.entries.remove(&uid);
+            }
+            SourceUpdate::Lost => {
+                if state.connected {
+                    tracing::warn!(pod, "lost ownership watch of pod");
+                    state.connected = false;
+                    state.lost_at = Some(now);
+                }
+            }
+        }
+        self.pass(now)
+    }
+
+    /// Records a Register/OpenSession outcome for `uid` at `attempt` (late
+    /// outcomes of an older attempt are ignored).
+    pub fn register_result(
+        &mut self,
+        uid: &str,
+        attempt: u64,
+        outcome: RegisterOutcome,
+        now: Instant,
+    ) -> Vec<Action> {
+        let backoff = self.retry_backoff;
+        if let Some(run) = self.runs.get_mut(uid)
+            && run.in_flight
+                == Some(InFlight::Register {
+                    attempt,
+                    done: false,
+                })
+        {
+            match outcome {
+                // Ready once the owner's own table shows the registration:
+                // the table the gateway routes from.
+                RegisterOutcome::Ok => {
+                    run.in_flight = Some(InFlight::Register {
+                        attempt,
+                        done: true,
+                    })
+                }
+                RegisterOutcome::Permanent(why) => {
+                    run.in_flight = None;
+                    if let Some(rules) = run.rules()
+                        && let Some(t) = owner::registered(&run.life, &rules, Err(&why))
+                    {
+                        set(run, t, now, backoff);
+                    }
+                }
+                RegisterOutcome::Retryable(why) => {
+                    run.in_flight = None;
+                    let pod = run
+                        .owner
+                        .as_ref()
+                        .map(|o| o.pod.clone())
+                        .unwrap_or_default();
+                    tracing::warn!(uid, pod = %pod, error = %why, "owner unreachable while registering");
+                    if let Some(rules) = run.rules()
+                        && let Some(t) =
+                            lifecycle::apply(&run.life, &rules, &Event::OwnerLost { pod: &pod })
+                    {
+                        set(run, t, now, backoff);
+                    }
+                }
+            }
+        }
+        self.pass(now)
+    }
+
+    /// Records that an Unregister/CloseSession of `uid` on `pod` answered.
+    pub fn release_result(&mut self, pod: &str, uid: &str, now: Instant) -> Vec<Action> {
+        self.releasing.remove(&(pod.to_owned(), uid.to_owned()));
+        if let Some(run) = self.runs.get_mut(uid)
+            && run.in_flight == Some(InFlight::Release { done: false })
+        {
+            run.in_flight = Some(InFlight::Release { done: true });
+        }
+        self.pass(now)
+    }
+
+    /// Periodic work: grace periods and backoffs expire, timeouts elapse.
+    pub fn tick(&mut self, now: Instant) -> Vec<Action> {
+        self.pass(now)
+    }
+
+    /// Whether `o` is still the Pod it was at assignment and not away past
+    /// its grace period.
+    fn owner_view<'a>(&self, o: &'a Owner, now: Instant) -> control::Owner<'a> {
+        let Some(pod) = self.pods.get(&o.pod) else {
+            return control::Owner::Lost { pod: &o.pod };
+        };
+        let same = pod.uid.as_deref() == Some(o.pod_uid.as_str());
+        let away = !pod.connected
+            && pod
+                .lost_at
+                .is_some_and(|t| now.duration_since(t) >= self.owner_grace);
+        if same && !away {
+            control::Owner::Alive
+        } else {
+            control::Owner::Lost { pod: &o.pod }
+        }
+    }
+
+    /// One decision pass over every Run, then placement.
+    fn pass(&mut self, now: Instant) -> Vec<Action> {
+        let mut actions = Vec::new();
+        let uids: Vec<String> = self.runs.keys().cloned().collect();
+        for uid in &uids {
+            self.decide_run(uid, now, &mut actions);
+        }
+        self.release_orphans(&mut actions);
+        self.place(now, &mut actions);
+        actions
+    }
+
+    fn decide_run(&mut self, uid: &str, now: Instant, actions: &mut Vec<Action>) {
+        let backoff = self.retry_backoff;
+        let Some(run) = self.runs.get(uid) else {
+            return;
+        };
+        let owner = match &run.owner {
+            Some(o) => self.owner_view(o, now),
+            None => control::Owner::Unassigned,
+        };
+        if run.deleting {
+            // Released by a living owner first; otherwise forgotten.
+            if !matches!(owner, control::Owner::Alive) {
+                self.runs.remove(uid);
+                return;
+            }
+        } else {
+            let facts = control::Facts {
+                life: run.life,
+                mode: run.mode.as_ref().map(|m| *m).map_err(String::as_str),
+                max_retries: run.run.spec.retry_policy.max_retries,
+                termination: run.run.termination(),
+                timeout: run.run.spec.timeout,
+                age: now.duration_since(run.created),
+                owner,
+            };
+            let decision = control::decide(&facts);
+            let alive = matches!(owner, control::Owner::Alive);
+            if let control::Decision::Apply(t) = decision
+                && let Some(run) = self.runs.get_mut(uid)
+            {
+                set(run, t, now, backoff);
+            }
+            if !alive {
+                return;
+            }
+        }
+        self.owner_steps(uid, now, actions);
+    }
+
+    /// What the owner does about `uid`, carried out on its behalf.
+    fn owner_steps(&mut self, uid: &str, now: Instant, actions: &mut Vec<Action>) {
+        let Some(run) = self.runs.get(uid) else {
+            return;
+        };
+        let Some(o) = run.owner.clone() else {
+            return;
+        };
+        let Some(pod) = self.pods.get(&o.pod) else {
+            return;
+        };
+        if !pod.connected {
+            return;
+        }
+        let local = pod.entries.get(uid).map(|e| Local {
+            attempt: e.attempt,
+            phase: own::Phase::try_from(e.phase).unwrap_or(own::Phase::Unspecified),
+            reason: e.reason.clone(),
+        });
+        // A step in flight is decided about again once the owner's table
+        // reflects it (or its RPC failed).
+        let settled = match run.in_flight {
+            Some(InFlight::Register { attempt, done }) => {
+                done && local.as_ref().is_some_and(|l| l.attempt == attempt)
+            }
+            // Decided again once answered: the registration is gone, or the
+            // release failed and is tried again.
+            Some(InFlight::Release { done }) => done,
+            None => true,
+        };
+        if !settled {
+            return;
+        }
+        let Some(rules) = run.rules() else {
+            return;
+        };
+        let facts = owner::Facts {
+            mine: true,
+            pod_gone: false,
+            life: run.life,
+            rules,
+            deleting: run.deleting,
+            has_finalizer: true,
+        };
+        let steps = owner::decide(&facts, local.as_ref());
+        let Some(run) = self.runs.get_mut(uid) else {
+            return;
+        };
+        run.in_flight = None;
+        for step in steps {
+            match step {
+                Step::Report(t) => set(run, t, now, Duration::ZERO),
+                Step::Register => {
+                    let attempt = run.life.attempt;
+                    run.in_flight = Some(InFlight::Register {
+                        attempt,
+                        done: false,
+                    });
+                    actions.push(match run.mode {
+                        Ok(ModeKind::Session) => Action::OpenSession {
+                            pod: o.pod.clone(),
+                            request: Box::new(open_session_request(&run.run, attempt)),
+                        },
+                        _ => Action::Register {
+                            pod: o.pod.clone(),
+                            request: Box::new(register_request(&run.run, attempt)),
+                        },
+                    });
+                    // What follows depends on the outcome.
+                    return;
+                }
+                Step::Release(stop) => {
+                    run.in_flight = Some(InFlight::Release { done: false });
+                    actions.push(release(&o.pod, uid, run.mode.as_ref().ok().copied(), stop));
+                    return;
+                }
+                Step::RemoveFinalizer => {
+                    self.runs.remove(uid);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Releases registrations a Pod holds for Runs it does not own.
+    fn release_orphans(&mut self, actions: &mut Vec<Action>) {
+        for (name, pod) in &self.pods {
+            if !pod.connected {
+                continue;
+            }
+            for (uid, e) in &pod.entries {
+                let owned = self
+                    .runs
+                    .get(uid)
+                    .is_some_and(|r| r.owned_by(name, pod.uid.as_deref()));
+                let key = (name.clone(), uid.clone());
+                if owned || self.releasing.contains(&key) {
+                    continue;
+                }
+                let mode = if e.mode == own::Mode::Session as i32 {
+                    ModeKind::Session
+                } else {
+                    ModeKind::Function
+                };
+                actions.push(release(name, uid, Some(mode), Stop::Cancel));
+                self.releasing.insert(key);
+            }
+        }
+    }
+
+    /// Places the Runs that need a Pod: sessions first (they need an idle
+    /// Pod, which a shared Run placed earlier would take), then by age.
+    fn place(&mut self, now: Instant, actions: &mut Vec<Action>) {
+        if let Some(until) = self.hold_until {
+            if now < until && self.pods.values().any(|p| p.uid.is_none()) {
+                return;
+            }
+            self.hold_until = None;
+        }
+        let mut waiting: Vec<&RunState> = self
+            .runs
+            .values()
+            .filter(|r| {
+                !r.deleting
+                    && r.life.phase == Phase::Pending
+                    && r.owner.is_none()
+                    && matches!(r.mode, Ok(ModeKind::Function | ModeKind::Session))
+                    && r.run.termination().is_none()
+                    && r.retry_at.is_none_or(|t| t <= now)
+            })
+            .collect();
+        if waiting.is_empty() {
+            return;
+        }
+        waiting.sort_by_key(|r| (r.mode != Ok(ModeKind::Session), r.seq));
+        let requests: Vec<PendingRun> = waiting
+            .iter()
+            .map(|r| PendingRun {
+                key: r.uid().to_owned(),
+                exclusive: r.mode == Ok(ModeKind::Session),
+            })
+            .collect();
+        let views: Vec<PodView> = self.pods.values().map(|p| self.pod_view(p)).collect();
+        let placed: BTreeMap<String, String> = schedule(&requests, &views).into_iter().collect();
+        for req in requests {
+            let Some(run) = self.runs.get_mut(&req.key) else {
+                continue;
+            };
+            let Some(rules) = run.rules() else {
+                continue;
+            };
+            let runtime = run.run.spec.runtime.clone();
+            let event = match placed.get(&req.key) {
+                Some(pod) => Event::Assigned { pod },
+                None => Event::Unplaced { runtime: &runtime },
+            };
+            let Some(t) = lifecycle::apply(&run.life, &rules, &event) else {
+                continue;
+            };
+            if let Some(pod) = placed.get(&req.key) {
+                let pod_uid = self
+                    .pods
+                    .get(pod)
+                    .and_then(|p| p.uid.clone())
+                    .unwrap_or_default();
+                run.owner = Some(Owner {
+                    pod: pod.clone(),
+                    pod_uid,
+                });
+                run.retry_at = None;
+                tracing::info!(uid = %req.key, pod = %pod, attempt = t.attempt, "run scheduled");
+            }
+            set(run, t, now, self.retry_backoff);
+            if placed.contains_key(&req.key) {
+                self.owner_steps(&req.key, now, actions);
+            }
+        }
+    }
+
+    fn pod_view(&self, p: &PodState) -> PodView {
+        let holders: Vec<&RunState> = self
+            .runs
+            .values()
+            .filter(|r| r.owned_by(&p.cfg.name, p.uid.as_deref()) && r.life.phase.holds_capacity())
+            .collect();
+        PodView {
+            name: p.cfg.name.clone(),
+            ready: p.connected && p.uid.is_some(),
+            capacity: p.cfg.capacity,
+            used: holders.len() as u32,
+            exclusive: holders.iter().any(|r| r.mode == Ok(ModeKind::Session)),
+        }
+    }
+}
+
+/// Takes a transition; a Run back in `Pending` loses its owner and waits
+/// `backoff` before it is placed again.
+fn set(run: &mut RunState, t: Transition, now: Instant, backoff: Duration) {
+    if t.life() != run.life {
+        tracing::info!(uid = %run.uid(), phase = ?t.phase, reason = %t.reason, attempt = t.attempt, "run status");
+    }
+    if t.clears_assignment() && run.owner.take().is_some() {
+        run.retry_at = Some(now + backoff);
+    }
+    run.life = t.life();
+    run.message = kruntimes_api::bounded_message(&t.message).unwrap_or_default();
+}
+
+/// Takes the fields that may change in place: `termination` (only as the
+/// API server's CEL rule allows: set once, or Drain → Immediate), `timeout`
+/// and `retryPolicy`.
+fn update_in_place(run: &mut Run, manifest: &Run) {
+    let monotonic = matches!(
+        (run.termination(), manifest.termination()),
+        (None, Some(_))
+            | (
+                Some(TerminationMode::Drain),
+                Some(TerminationMode::Immediate)
+            )
+    );
+    if monotonic {
+        run.spec.termination = manifest.spec.termination.clone();
+    }
+    run.spec.timeout = manifest.spec.timeout;
+    run.spec.retry_policy = manifest.spec.retry_policy.clone();
+}
+
+/// Releases a Run's registration or session on a Pod.
+fn release(pod: &str, uid: &str, mode: Option<ModeKind>, stop: Stop) -> Action {
+    match mode {
+        Some(ModeKind::Session) => Action::CloseSession {
+            pod: pod.to_owned(),
+            run_uid: uid.to_owned(),
+            cancel: stop == Stop::Cancel,
+        },
+        _ => Action::Unregister {
+            pod: pod.to_owned(),
+            run_uid: uid.to_owned(),
+            mode: match stop {
+                Stop::Drain => pb::UnregisterMode::Drain,
+                Stop::Cancel => pb::UnregisterMode::Cancel,
+            },
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,102 @@
+//! What the embedded control plane shows of its state: each Run's status
+//! (`runs.json`, `krt runs`) and the ownership table it serves to gateways.
+
+use kruntimes_api::{Endpoint, ModeKind, Phase};
+use kruntimes_proto::ownership::v1 as own;
+use serde::Serialize;
+
+use super::Controller;
+
+/// `status` of a Run as shown by `krt runs` and written to `runs.json`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunStatus {
+    /// Name.
+    pub name: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Runtime.
+    pub runtime: String,
+    /// UID.
+    pub uid: String,
+    /// Mode (`function`, `session`, `task`, or `invalid`).
+    pub mode: String,
+    /// Phase.
+    pub phase: Phase,
+    /// Reason.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    /// Message.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    /// Owner Pod name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub assigned_pod: Option<String>,
+    /// Owner Pod UID.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub assigned_pod_uid: Option<String>,
+    /// How many times the Run was assigned to a Pod.
+    pub attempt: u64,
+    /// Invoke URL (function Runs) or session URL (session Runs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+}
+
+impl Controller {
+    /// Status of every Run; `gateway_url` forms the endpoint.
+    pub fn status(&self, gateway_url: &str) -> Vec<RunStatus> {
+        let mut runs: Vec<_> = self.runs().collect();
+        runs.sort_by_key(|r| r.run.key());
+        runs.into_iter()
+            .map(|r| RunStatus {
+                name: r.run.name_str().to_owned(),
+                namespace: r.run.namespace_or_default().to_owned(),
+                runtime: r.run.spec.runtime.clone(),
+                uid: r.uid().to_owned(),
+                mode: r.mode.as_ref().map_or("invalid", |m| m.as_str()).to_owned(),
+                phase: r.life.phase,
+                reason: r.life.reason.map(|r| r.as_str()).unwrap_or("").to_owned(),
+                message: r.message.clone(),
+                assigned_pod: r.owner.as_ref().map(|o| o.pod.clone()),
+                assigned_pod_uid: r.owner.as_ref().map(|o| o.pod_uid.clone()),
+                attempt: r.life.attempt,
+                endpoint: matches!(r.mode, Ok(ModeKind::Function | ModeKind::Session))
+                    .then(|| Endpoint::new(gateway_url, &r.run, None).url),
+            })
+            .collect()
+    }
+
+    /// The control plane's ownership table: every function and session Run
+    /// that is not being deleted, with its assignment (no owner while
+    /// pending). Ended Runs stay, as `FAILED`, so their URL answers 503
+    /// `NotReady` until they are deleted.
+    pub fn ownership_entries(&self) -> Vec<own::OwnershipEntry> {
+        self.runs()
+            .filter(|r| matches!(r.mode, Ok(ModeKind::Function | ModeKind::Session)))
+            .map(|r| {
+                let owner = r.owner.as_ref().and_then(|o| {
+                    self.pods.get(&o.pod).map(|p| own::Owner {
+                        pod_name: o.pod.clone(),
+                        pod_uid: o.pod_uid.clone(),
+                        dataplane_address: p.cfg.address.clone(),
+                    })
+                });
+                own::OwnershipEntry {
+                    namespace: r.run.namespace_or_default().to_owned(),
+                    run_name: r.run.name_str().to_owned(),
+                    run_uid: r.uid().to_owned(),
+                    runtime: r.run.spec.runtime.clone(),
+                    mode: match r.mode {
+                        Ok(ModeKind::Session) => own::Mode::Session as i32,
+                        _ => own::Mode::Function as i32,
+                    },
+                    owner,
+                    attempt: r.life.attempt,
+                    phase: r.life.phase.table_phase() as i32,
+                    limits: None,
+                    reason: r.life.reason.map(|r| r.as_str()).unwrap_or("").to_owned(),
+                }
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,162 @@
+//! The embedded control plane's gRPC side: mTLS channels to the runtimed
+//! instances and the [`Action`]s performed over them, each outcome sent
+//! back to the control loop as a [`Msg`].
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kruntimes_certs::TlsFiles;
+use kruntimes_proto::function::v1 as pb;
+use kruntimes_proto::function::v1::function_runtime_client::FunctionRuntimeClient;
+use kruntimes_proto::session::v1 as spb;
+use kruntimes_proto::session::v1::session_runtime_client::SessionRuntimeClient;
+use tokio::sync::mpsc;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+
+use super::controller::{Action, RegisterOutcome};
+use super::{Error, Msg, Result, read};
+
+/// gRPC clients of one runtimed (one shared channel).
+#[derive(Clone)]
+pub(super) struct PodClients {
+    functions: FunctionRuntimeClient<Channel>,
+    sessions: SessionRuntimeClient<Channel>,
+}
+
+impl PodClients {
+    /// Clients over a lazily connected channel.
+    pub(super) fn new(channel: Channel) -> Self {
+        Self {
+            functions: FunctionRuntimeClient::new(channel.clone()),
+            sessions: SessionRuntimeClient::new(channel),
+        }
+    }
+}
+
+/// A tonic endpoint to a runtimed (or any internal service) over mTLS.
+pub fn internal_endpoint(address: &str, server_name: &str, tls: &TlsFiles) -> Result<Endpoint> {
+    let cfg = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(read(&tls.ca)?))
+        .identity(Identity::from_pem(read(&tls.cert)?, read(&tls.key)?))
+        .domain_name(server_name);
+    Ok(Endpoint::from_shared(format!("https://{address}"))
+        .map_err(|_| Error::Endpoint(address.to_owned()))?
+        .tls_config(cfg)?
+        .connect_timeout(Duration::from_secs(2))
+        .tcp_nodelay(true))
+}
+
+/// How a failed Register/OpenSession counts: a refused registration is
+/// final, anything else means the owner could not be reached.
+fn classify(s: &tonic::Status) -> RegisterOutcome {
+    match s.code() {
+        tonic::Code::InvalidArgument
+        | tonic::Code::FailedPrecondition
+        | tonic::Code::AlreadyExists => RegisterOutcome::Permanent(s.message().to_owned()),
+        _ => RegisterOutcome::Retryable(s.message().to_owned()),
+    }
+}
+
+fn registered(
+    run: Option<&pb::RunRef>,
+    attempt: u64,
+    pod: &str,
+    what: &str,
+    result: std::result::Result<(), tonic::Status>,
+) -> Msg {
+    let uid = run.map(|r| r.uid.clone()).unwrap_or_default();
+    let outcome = match result {
+        Ok(()) => RegisterOutcome::Ok,
+        Err(s) => {
+            tracing::warn!(uid = %uid, pod = %pod, code = ?s.code(), message = %s.message(), "{what} failed");
+            classify(&s)
+        }
+    };
+    Msg::Registered {
+        uid,
+        attempt,
+        outcome,
+    }
+}
+
+/// Performs `action` in a task of its own; its outcome comes back on `tx`.
+pub(super) fn perform(
+    action: Action,
+    clients: &Arc<HashMap<String, PodClients>>,
+    tx: &mpsc::UnboundedSender<Msg>,
+) {
+    let pod = match &action {
+        Action::Register { pod, .. }
+        | Action::OpenSession { pod, .. }
+        | Action::CloseSession { pod, .. }
+        | Action::Unregister { pod, .. } => pod.clone(),
+    };
+    let Some(c) = clients.get(&pod).cloned() else {
+        return;
+    };
+    let tx = tx.clone();
+    tokio::spawn(async move {
+        let msg = match action {
+            Action::Register { request, .. } => {
+                let (run, attempt) = (request.run.clone(), request.attempt);
+                let result = c.functions.clone().register(*request).await.map(drop);
+                registered(run.as_ref(), attempt, &pod, "register", result)
+            }
+            Action::OpenSession { request, .. } => {
+                let (run, attempt) = (request.run.clone(), request.attempt);
+                let result = c.sessions.clone().open(*request).await.map(drop);
+                registered(run.as_ref(), attempt, &pod, "open session", result)
+            }
+            Action::CloseSession {
+                run_uid, cancel, ..
+            } => {
+                let req = spb::CloseSessionRequest {
+                    run_uid: run_uid.clone(),
+                    cancel,
+                };
+                if let Err(s) = c.sessions.clone().close(req).await {
+                    tracing::warn!(uid = %run_uid, pod = %pod, code = ?s.code(), "close session failed");
+                }
+                Msg::Released { pod, uid: run_uid }
+            }
+            Action::Unregister { run_uid, mode, .. } => {
+                let req = pb::UnregisterRequest {
+                    run_uid: run_uid.clone(),
+                    registration_id: String::new(),
+                    mode: mode as i32,
+                };
+                if let Err(s) = c.functions.clone().unregister(req).await {
+                    tracing::warn!(uid = %run_uid, pod = %pod, code = ?s.code(), "unregister failed");
+                }
+                Msg::Released { pod, uid: run_uid }
+            }
+        };
+        let _ = tx.send(msg);
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refused_registrations_are_final_and_transport_errors_are_owner_loss() {
+        for code in [
+            tonic::Code::InvalidArgument,
+            tonic::Code::FailedPrecondition,
+            tonic::Code::AlreadyExists,
+        ] {
+            assert!(matches!(
+                classify(&tonic::Status::new(code, "no")),
+                RegisterOutcome::Permanent(_)
+            ));
+        }
+        for code in [tonic::Code::Unavailable, tonic::Code::DeadlineExceeded] {
+            assert!(matches!(
+                classify(&tonic::Status::new(code, "down")),
+                RegisterOutcome::Retryable(_)
+            ));
+        }
+    }
+}
