@@ -138,3 +138,48 @@ fn describe(api: &str, e: &kube::Error) -> String {
         _ => format!("{api} failed: the API server is unreachable"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api_error(code: u16, reason: &str) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status {
+                code,
+                reason: reason.into(),
+                message: "token abc was rejected".into(),
+                ..kube::core::Status::default()
+            }
+            .boxed(),
+        )
+    }
+
+    #[test]
+    fn api_errors_are_described_by_status_and_reason_only() {
+        let why = describe("tokenreview", &api_error(500, "InternalError"));
+        assert_eq!(why, "tokenreview failed: 500 InternalError");
+        assert!(!why.contains("abc"));
+    }
+
+    #[test]
+    fn forbidden_reviews_point_at_the_gateways_rbac_but_key_reads_do_not() {
+        assert_eq!(
+            describe("subjectaccessreview", &api_error(403, "Forbidden")),
+            "subjectaccessreview failed: 403 Forbidden (the gateway's RBAC must allow creating it)"
+        );
+        assert_eq!(
+            describe("jwks", &api_error(403, "Forbidden")),
+            "jwks failed: 403 Forbidden"
+        );
+    }
+
+    #[test]
+    fn transport_errors_say_the_api_server_is_unreachable() {
+        let e = kube::Error::LinesCodecMaxLineLengthExceeded;
+        assert_eq!(
+            describe("tokenreview", &e),
+            "tokenreview failed: the API server is unreachable"
+        );
+    }
+}
