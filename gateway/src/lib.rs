@@ -9,6 +9,7 @@ pub mod auth;
 pub mod config;
 pub mod metrics;
 pub mod proxy;
+pub mod rejection;
 pub mod table;
 pub mod tls_reload;
 pub mod watch;

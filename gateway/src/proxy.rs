@@ -26,9 +26,10 @@ use pingora::utils::tls::CertKey;
 use pingora::{Error, Result};
 
 use crate::auth::cache::{DecisionCache, Outcome};
-use crate::auth::{AuthError, Target, Verb};
+use crate::auth::{Target, Verb};
 use crate::metrics::Metrics;
-use crate::table::{Route, RouteError, Table};
+use crate::rejection::Rejection;
+use crate::table::{Route, Table};
 use kruntimes_proto::ownership::v1::Mode;
 
 /// Request limits.
@@ -142,8 +143,9 @@ fn header_bytes(req: &RequestHeader) -> usize {
 }
 
 /// Writes a typed JSON error response.
-async fn respond(session: &mut Session, ctx: &Ctx, code: ErrorCode, message: &str) -> Result<()> {
-    let body = ErrorBody::new(code, message, Some(&ctx.invocation_id)).to_json();
+async fn respond(session: &mut Session, ctx: &Ctx, rejection: &Rejection) -> Result<()> {
+    let code = rejection.code;
+    let body = ErrorBody::new(code, rejection.message.as_ref(), Some(&ctx.invocation_id)).to_json();
     let mut resp = ResponseHeader::build(code.status(), Some(5))?;
     resp.insert_header(http::header::CONTENT_TYPE, "application/json")?;
     resp.insert_header(http::header::CONTENT_LENGTH, body.len().to_string())?;
@@ -179,50 +181,38 @@ async fn respond_plain(
         .await
 }
 
-fn route_error(e: RouteError) -> (ErrorCode, &'static str) {
-    match e {
-        RouteError::NotFound => (
-            ErrorCode::NotFound,
-            "no such run in this namespace and runtime",
-        ),
-        RouteError::NotReady(why) => (ErrorCode::NotReady, why),
-        RouteError::Stale(why) => (ErrorCode::OwnerUnavailable, why),
-    }
-}
-
 impl Gateway {
-    /// Checks everything before the request may leave; `Err((code, msg))`
-    /// is answered by the caller.
+    /// Checks everything before the request may leave; the rejection is
+    /// answered by the caller.
     async fn admit(
         &self,
         session: &mut Session,
         ctx: &mut Ctx,
-    ) -> std::result::Result<(), (ErrorCode, String)> {
+    ) -> std::result::Result<(), Rejection> {
         let req = session.req_header();
         if header_bytes(req) > self.limits.max_header_bytes {
-            return Err((
+            return Err(Rejection::new(
                 ErrorCode::HeadersTooLarge,
-                "request headers exceed the limit".into(),
+                "request headers exceed the limit",
             ));
         }
         let path = req.uri.path().to_owned();
-        let (namespace, runtime, uid) = match api::parse_path(&path) {
-            Ok(ApiPath::Invoke {
+        let (namespace, runtime, uid) = match api::parse_path(&path)? {
+            ApiPath::Invoke {
                 namespace,
                 runtime,
                 uid,
-            }) => (namespace.to_owned(), runtime.to_owned(), uid.to_owned()),
-            Ok(ApiPath::Session {
+            } => (namespace.to_owned(), runtime.to_owned(), uid.to_owned()),
+            ApiPath::Session {
                 namespace,
                 runtime,
                 uid,
                 op,
-            }) => {
+            } => {
                 ctx.session = Some(op);
                 (namespace.to_owned(), runtime.to_owned(), uid.to_owned())
             }
-            Ok(_) => return Err((ErrorCode::InvalidPath, "not a Run route".into())),
-            Err(e) => return Err((ErrorCode::InvalidPath, e.to_string())),
+            _ => return Err(Rejection::not_a_run_route()),
         };
         ctx.uid = uid.clone();
         let (method, verb) = match ctx.session {
@@ -231,10 +221,7 @@ impl Gateway {
             Some(_) => (http::Method::GET, Verb::Session),
         };
         if req.method != method {
-            return Err((
-                ErrorCode::MethodNotAllowed,
-                format!("this route takes {method}"),
-            ));
+            return Err(Rejection::method_not_allowed(&method));
         }
         ctx.max_body = if ctx.session.is_some() {
             self.limits.max_session_body_bytes
@@ -246,9 +233,14 @@ impl Gateway {
             .get(http::header::CONTENT_LENGTH)
             .map(|v| v.to_str().ok().and_then(|s| s.parse::<u64>().ok()));
         match content_length {
-            Some(None) => return Err((ErrorCode::BadRequest, "invalid content-length".into())),
+            Some(None) => {
+                return Err(Rejection::new(
+                    ErrorCode::BadRequest,
+                    "invalid content-length",
+                ));
+            }
             Some(Some(n)) if n > ctx.max_body => {
-                return Err((
+                return Err(Rejection::new(
                     ErrorCode::PayloadTooLarge,
                     format!("body exceeds {} bytes", ctx.max_body),
                 ));
@@ -263,13 +255,13 @@ impl Gateway {
             gauge: self.metrics.in_flight.clone(),
         });
         if previous >= self.limits.max_in_flight {
-            return Err((
+            return Err(Rejection::new(
                 ErrorCode::Overloaded,
-                "gateway is at its in-flight limit".into(),
+                "gateway is at its in-flight limit",
             ));
         }
         if self.auth.is_some() && token.is_none() {
-            return Err((ErrorCode::Unauthenticated, "missing bearer token".into()));
+            return Err(Rejection::missing_token());
         }
         let routed = {
             let table = self.table.read().unwrap_or_else(|p| p.into_inner());
@@ -292,38 +284,19 @@ impl Gateway {
                         uid: uid.clone(),
                         verb,
                     };
-                    auth.check(token, &target).await
+                    auth.check(token, &target).await?
                 }
-                None => match auth.authenticate(token).await {
-                    Ok(Ok(_)) => {
-                        return Err((
-                            ErrorCode::NotFound,
-                            "no such run in this namespace and runtime".into(),
-                        ));
-                    }
-                    Ok(Err(why)) => Ok(Outcome::Unauthenticated(why)),
-                    Err(e) => Err(e),
+                None => match auth.authenticate(token).await? {
+                    Ok(_) => return Err(Rejection::unknown_run()),
+                    Err(why) => Outcome::Unauthenticated(why),
                 },
             };
             match outcome {
-                Ok(Outcome::Allowed(id)) => ctx.subject = Some(id.subject.clone()),
-                Ok(Outcome::Denied(id)) => {
-                    return Err((
-                        ErrorCode::Forbidden,
-                        format!(
-                            "{} may not use runs/{} of this run in namespace {namespace}",
-                            id.subject,
-                            verb.as_str()
-                        ),
-                    ));
+                Outcome::Allowed(id) => ctx.subject = Some(id.subject.clone()),
+                Outcome::Denied(id) => {
+                    return Err(Rejection::forbidden(&id.subject, verb, &namespace));
                 }
-                Ok(Outcome::Unauthenticated(why)) => {
-                    return Err((ErrorCode::Unauthenticated, why.to_string()));
-                }
-                Err(AuthError::Unavailable(why)) => return Err((ErrorCode::AuthUnavailable, why)),
-                Err(AuthError::Unauthenticated(why)) => {
-                    return Err((ErrorCode::Unauthenticated, why));
-                }
+                Outcome::Unauthenticated(why) => return Err(Rejection::unauthenticated(&why)),
             }
         }
         match routed {
@@ -334,25 +307,12 @@ impl Gateway {
                     Mode::Function
                 };
                 if r.mode != want as i32 {
-                    return Err((
-                        ErrorCode::NotFound,
-                        format!(
-                            "run {uid} is not a {} run",
-                            if ctx.session.is_some() {
-                                "session"
-                            } else {
-                                "function"
-                            }
-                        ),
-                    ));
+                    return Err(Rejection::wrong_mode(&uid, ctx.session.is_some()));
                 }
                 ctx.route = Some(r);
                 Ok(())
             }
-            Err((e, _)) => {
-                let (code, why) = route_error(e);
-                Err((code, why.into()))
-            }
+            Err((e, _)) => Err(e.into()),
         }
     }
 }
@@ -424,18 +384,16 @@ impl ProxyHttp for Gateway {
             None => uuid::Uuid::new_v4().to_string(),
             Some(_) => {
                 ctx.invocation_id = uuid::Uuid::new_v4().to_string();
-                respond(
-                    session,
-                    ctx,
+                let rejection = Rejection::new(
                     ErrorCode::InvalidInvocationId,
                     "invocation id must be 1-128 visible ASCII bytes",
-                )
-                .await?;
+                );
+                respond(session, ctx, &rejection).await?;
                 return Ok(true);
             }
         };
-        if let Err((code, message)) = self.admit(session, ctx).await {
-            respond(session, ctx, code, &message).await?;
+        if let Err(rejection) = self.admit(session, ctx).await {
+            respond(session, ctx, &rejection).await?;
             return Ok(true);
         }
         Ok(false)
@@ -602,7 +560,7 @@ impl ProxyHttp for Gateway {
                     ErrorCode::PayloadTooLarge => "request body over the limit",
                     _ => "request failed",
                 };
-                if let Err(err) = respond(session, ctx, code, message).await {
+                if let Err(err) = respond(session, ctx, &Rejection::new(code, message)).await {
                     tracing::debug!(error = %err, "could not write error response");
                 }
                 code.status()

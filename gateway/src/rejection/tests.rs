@@ -1,0 +1,78 @@
+use super::*;
+
+fn answer(r: &Rejection) -> (u16, &'static str, &str) {
+    (r.status(), r.code.as_str(), r.message.as_ref())
+}
+
+#[test]
+fn path_errors_are_400_invalid_path() {
+    let r = Rejection::from(PathError::InvalidSegment("namespace"));
+    assert_eq!(
+        answer(&r),
+        (400, "InvalidPath", "invalid namespace in path")
+    );
+    let r = Rejection::from(PathError::UnknownRoute);
+    assert_eq!(answer(&r), (400, "InvalidPath", "no such route"));
+    assert_eq!(
+        answer(&Rejection::not_a_run_route()),
+        (400, "InvalidPath", "not a Run route")
+    );
+}
+
+#[test]
+fn rejected_credentials_are_401_and_an_unreachable_backend_503() {
+    let r = Rejection::from(AuthError::Unauthenticated("token expired".into()));
+    assert_eq!(answer(&r), (401, "Unauthenticated", "token expired"));
+    let r = Rejection::from(AuthError::Unavailable("tokenreview timed out".into()));
+    assert_eq!(
+        answer(&r),
+        (503, "AuthUnavailable", "tokenreview timed out")
+    );
+    assert_eq!(
+        answer(&Rejection::missing_token()),
+        (401, "Unauthenticated", "missing bearer token")
+    );
+}
+
+#[test]
+fn denied_callers_are_told_who_they_are_and_what_they_may_not_use() {
+    let r = Rejection::forbidden("eve", Verb::Session, "team-a");
+    assert_eq!(
+        answer(&r),
+        (
+            403,
+            "Forbidden",
+            "eve may not use runs/session of this run in namespace team-a"
+        )
+    );
+}
+
+#[test]
+fn unknown_runs_are_404_and_unroutable_runs_503() {
+    let r = Rejection::from(RouteError::NotFound);
+    assert_eq!(r, Rejection::unknown_run());
+    assert_eq!(
+        answer(&r),
+        (404, "NotFound", "no such run in this namespace and runtime")
+    );
+    let r = Rejection::from(RouteError::NotReady("run is not ready"));
+    assert_eq!(answer(&r), (503, "NotReady", "run is not ready"));
+    let r = Rejection::from(RouteError::Stale("owner is unreachable"));
+    assert_eq!(
+        answer(&r),
+        (503, "OwnerUnavailable", "owner is unreachable")
+    );
+    let r = Rejection::wrong_mode("u1", true);
+    assert_eq!(answer(&r), (404, "NotFound", "run u1 is not a session run"));
+    let r = Rejection::wrong_mode("u1", false);
+    assert_eq!(r.message, "run u1 is not a function run");
+}
+
+#[test]
+fn other_methods_are_405_naming_the_one_the_route_takes() {
+    let r = Rejection::method_not_allowed(&http::Method::GET);
+    assert_eq!(
+        answer(&r),
+        (405, "MethodNotAllowed", "this route takes GET")
+    );
+}
