@@ -20,6 +20,26 @@ fn path_errors_are_400_invalid_path() {
 }
 
 #[test]
+fn limit_violations_get_their_own_statuses() {
+    let cases = [
+        (LimitError::HeadersTooLarge, 431, "HeadersTooLarge"),
+        (LimitError::InvalidContentLength, 400, "BadRequest"),
+        (LimitError::BodyTooLarge(1024), 413, "PayloadTooLarge"),
+        (LimitError::InvalidInvocationId, 400, "InvalidInvocationId"),
+        (LimitError::Overloaded, 503, "Overloaded"),
+    ];
+    for (e, status, code) in cases {
+        let r = Rejection::from(e);
+        assert_eq!((r.status(), r.code.as_str()), (status, code), "{e:?}");
+        assert_eq!(r.message, e.to_string());
+    }
+    assert_eq!(
+        Rejection::from(LimitError::BodyTooLarge(1024)).message,
+        "body exceeds 1024 bytes"
+    );
+}
+
+#[test]
 fn rejected_credentials_are_401_and_an_unreachable_backend_503() {
     let r = Rejection::from(AuthError::Unauthenticated("token expired".into()));
     assert_eq!(answer(&r), (401, "Unauthenticated", "token expired"));

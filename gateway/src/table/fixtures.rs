@@ -1,8 +1,8 @@
-//! Table fixtures for tests.
+//! Table fixtures shared by the table's tests and the admission tests.
 
 use std::time::{Duration, Instant};
 
-use kruntimes_proto::ownership::v1::{Owner, OwnershipEntry, Phase};
+use kruntimes_proto::ownership::v1::{Mode, Owner, OwnershipEntry, Phase};
 use kruntimes_proto::watch::SourceUpdate;
 
 use super::Table;
@@ -60,5 +60,28 @@ pub(crate) fn ready_table(now: Instant) -> Table {
         ),
         now,
     );
+    t
+}
+
+/// A table where `pod-a` (at `10.0.0.1:1`) owns and is ready for every
+/// `(uid, mode)` of `runs`, and the control plane assigns each at `phase`.
+pub(crate) fn owned_table(now: Instant, runs: &[(&str, Mode, Phase)]) -> Table {
+    let entries = |ready: bool| {
+        runs.iter()
+            .map(|&(uid, mode, phase)| OwnershipEntry {
+                mode: mode as i32,
+                ..assignment(
+                    uid,
+                    "pod-a",
+                    "10.0.0.1:1",
+                    1,
+                    if ready { Phase::Ready } else { phase },
+                )
+            })
+            .collect()
+    };
+    let mut t = Table::new(W);
+    t.apply_control_plane(snap("cp", entries(false)), now);
+    t.apply_runtimed("10.0.0.1:1", snap("pod-a", entries(true)), now);
     t
 }
