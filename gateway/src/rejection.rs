@@ -88,6 +88,37 @@ impl Rejection {
             format!("run {uid} is not a {kind} run"),
         )
     }
+
+    /// The answer to a request that failed while being proxied, or `None`
+    /// when the client went away (nobody to answer). A dispatched request is
+    /// never retried, so an upstream failure is the owner's (503) or its
+    /// deadline's (504).
+    pub fn of_proxy_failure(e: &pingora::Error) -> Option<Self> {
+        use pingora::ErrorType::*;
+        let code = match e.etype() {
+            HTTPStatus(413) => ErrorCode::PayloadTooLarge,
+            ReadTimedout | WriteTimedout => ErrorCode::DeadlineExceeded,
+            ConnectTimedout | ConnectRefused | ConnectNoRoute | ConnectError
+            | TLSHandshakeFailure | TLSHandshakeTimedout | InvalidCert | HandshakeError => {
+                ErrorCode::OwnerUnavailable
+            }
+            _ => match e.esource() {
+                pingora::ErrorSource::Upstream => ErrorCode::OwnerUnavailable,
+                pingora::ErrorSource::Downstream => match e.etype() {
+                    WriteError | ReadError | ConnectionClosed => return None,
+                    _ => ErrorCode::BadRequest,
+                },
+                _ => ErrorCode::Internal,
+            },
+        };
+        let message = match code {
+            ErrorCode::OwnerUnavailable => "owner is unreachable",
+            ErrorCode::DeadlineExceeded => "owner did not answer before the deadline",
+            ErrorCode::PayloadTooLarge => "request body over the limit",
+            _ => "request failed",
+        };
+        Some(Self::new(code, message))
+    }
 }
 
 impl From<PathError> for Rejection {

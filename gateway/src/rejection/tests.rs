@@ -96,3 +96,56 @@ fn other_methods_are_405_naming_the_one_the_route_takes() {
         (405, "MethodNotAllowed", "this route takes GET")
     );
 }
+
+fn proxy_failure(etype: pingora::ErrorType) -> Option<(u16, &'static str)> {
+    let r = Rejection::of_proxy_failure(&pingora::Error::new(etype))?;
+    Some((r.status(), r.code.as_str()))
+}
+
+#[test]
+fn owners_that_cannot_be_reached_are_503_and_slow_ones_504() {
+    use pingora::ErrorType::*;
+    for etype in [
+        ConnectRefused,
+        ConnectTimedout,
+        TLSHandshakeFailure,
+        InvalidCert,
+    ] {
+        assert_eq!(proxy_failure(etype), Some((503, "OwnerUnavailable")));
+    }
+    for etype in [ReadTimedout, WriteTimedout] {
+        assert_eq!(proxy_failure(etype), Some((504, "DeadlineExceeded")));
+    }
+    let r = Rejection::of_proxy_failure(&pingora::Error::new(ReadTimedout)).unwrap();
+    assert_eq!(r.message, "owner did not answer before the deadline");
+    let upstream = pingora::Error::new(ConnectionClosed).into_up();
+    let r = Rejection::of_proxy_failure(&upstream).unwrap();
+    assert_eq!(
+        answer(&r),
+        (503, "OwnerUnavailable", "owner is unreachable")
+    );
+}
+
+#[test]
+fn streamed_bodies_over_the_limit_are_413() {
+    let e = pingora::Error::explain(pingora::ErrorType::HTTPStatus(413), "over").into_down();
+    let r = Rejection::of_proxy_failure(&e).unwrap();
+    assert_eq!(
+        answer(&r),
+        (413, "PayloadTooLarge", "request body over the limit")
+    );
+}
+
+#[test]
+fn clients_that_went_away_get_no_answer_and_other_client_errors_400() {
+    use pingora::ErrorType::*;
+    for etype in [WriteError, ReadError, ConnectionClosed] {
+        let name = etype.as_str();
+        let e = pingora::Error::new(etype).into_down();
+        assert_eq!(Rejection::of_proxy_failure(&e), None, "{name}");
+    }
+    let e = pingora::Error::new(InvalidHTTPHeader).into_down();
+    let r = Rejection::of_proxy_failure(&e).unwrap();
+    assert_eq!(answer(&r), (400, "BadRequest", "request failed"));
+    assert_eq!(proxy_failure(InternalError), Some((500, "Internal")));
+}

@@ -3,25 +3,26 @@
 //! `request_filter` answers the health and metrics endpoints, reads the
 //! invocation id, then runs [`Admission`] — limits, target, authentication
 //! and authorization, route — answering its [`Rejection`] as typed JSON.
-//! `upstream_peer` then names the owner (HTTP/2 over mTLS, pooled by
-//! Pingora), `upstream_request_filter` strips the bearer token and adds
-//! fencing headers, and `fail_to_proxy` turns upstream failures into
-//! 503/504 without ever retrying a dispatched request.
+//! `upstream_peer` then names the owner ([`upstream`]),
+//! `upstream_request_filter` strips the bearer token and adds fencing
+//! headers, and `fail_to_proxy` turns upstream failures into 503/504
+//! without ever retrying a dispatched request.
 
-use std::net::SocketAddr;
+pub mod respond;
+pub mod upstream;
+
+pub use upstream::Upstream;
+
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use kruntimes_proto::api::{self, ErrorBody, ErrorCode, SessionOp};
+use kruntimes_proto::api::{self, SessionOp};
 use pingora::ErrorType;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::HttpPeer;
-use pingora::protocols::ALPN;
-use pingora::protocols::tls::CaType;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
-use pingora::utils::tls::CertKey;
 use pingora::{Error, Result};
 
 use crate::admission::{self, Admission, Facts, Limits};
@@ -29,20 +30,7 @@ use crate::auth::cache::DecisionCache;
 use crate::metrics::Metrics;
 use crate::rejection::Rejection;
 use crate::table::{self, Route, Table};
-
-/// Upstream (gateway → runtimed) connection settings.
-pub struct Upstream {
-    /// Internal CA that runtimed certificates chain to.
-    pub ca: Arc<CaType>,
-    /// The gateway's client certificate and key.
-    pub cert_key: Arc<CertKey>,
-    /// TLS server name of runtimed certificates.
-    pub server_name: String,
-    /// Bound on connecting to an owner.
-    pub connect_timeout: Duration,
-    /// Invocation timeout assumed when the table has none.
-    pub default_timeout: Duration,
-}
+use upstream::Fencing;
 
 /// The proxy.
 pub struct Gateway {
@@ -93,49 +81,10 @@ impl Ctx {
     }
 }
 
-/// Writes a typed JSON error response.
-async fn respond(session: &mut Session, ctx: &Ctx, rejection: &Rejection) -> Result<()> {
-    let code = rejection.code;
-    let body = ErrorBody::new(code, rejection.message.as_ref(), Some(&ctx.invocation_id)).to_json();
-    let mut resp = ResponseHeader::build(code.status(), Some(5))?;
-    resp.insert_header(http::header::CONTENT_TYPE, "application/json")?;
-    resp.insert_header(http::header::CONTENT_LENGTH, body.len().to_string())?;
-    resp.insert_header(api::HEADER_INVOCATION_ID, ctx.invocation_id.as_str())?;
-    if let Some(secs) = code.retry_after_secs() {
-        resp.insert_header(http::header::RETRY_AFTER, secs.to_string())?;
-    }
-    if matches!(
-        code,
-        ErrorCode::PayloadTooLarge | ErrorCode::HeadersTooLarge
-    ) {
-        // The unread body makes the connection unusable for another request.
-        session.set_keepalive(None);
-    }
-    session.write_response_header(Box::new(resp), false).await?;
-    session
-        .write_response_body(Some(Bytes::from(body)), true)
-        .await
-}
-
 /// Answers `rejection` and ends the request (`Ok(true)`).
 async fn reject(session: &mut Session, ctx: &Ctx, rejection: &Rejection) -> Result<bool> {
-    respond(session, ctx, rejection).await?;
+    respond::reject(session, &ctx.invocation_id, rejection).await?;
     Ok(true)
-}
-
-async fn respond_plain(
-    session: &mut Session,
-    status: u16,
-    content_type: &str,
-    body: Vec<u8>,
-) -> Result<()> {
-    let mut resp = ResponseHeader::build(status, Some(3))?;
-    resp.insert_header(http::header::CONTENT_TYPE, content_type)?;
-    resp.insert_header(http::header::CONTENT_LENGTH, body.len().to_string())?;
-    session.write_response_header(Box::new(resp), false).await?;
-    session
-        .write_response_body(Some(Bytes::from(body)), true)
-        .await
 }
 
 #[async_trait]
@@ -157,7 +106,7 @@ impl ProxyHttp for Gateway {
         match session.req_header().uri.path() {
             "/healthz" => {
                 ctx.route_label = "healthz";
-                respond_plain(session, 200, "text/plain", b"ok\n".to_vec()).await?;
+                respond::plain(session, 200, "text/plain", b"ok\n".to_vec()).await?;
                 return Ok(true);
             }
             "/readyz" => {
@@ -168,7 +117,7 @@ impl ProxyHttp for Gateway {
                 } else {
                     (503, "ownership table not synced\n")
                 };
-                respond_plain(session, status, "text/plain", body.as_bytes().to_vec()).await?;
+                respond::plain(session, status, "text/plain", body.as_bytes().to_vec()).await?;
                 return Ok(true);
             }
             "/metrics" => {
@@ -179,7 +128,7 @@ impl ProxyHttp for Gateway {
                     .with_label_values(&["control-plane"])
                     .set(n as i64);
                 let body = self.metrics.render();
-                respond_plain(session, 200, "text/plain; version=0.0.4", body).await?;
+                respond::plain(session, 200, "text/plain; version=0.0.4", body).await?;
                 return Ok(true);
             }
             _ => {}
@@ -208,37 +157,8 @@ impl ProxyHttp for Gateway {
         _session: &mut Session,
         ctx: &mut Self::CTX,
     ) -> Result<Box<HttpPeer>> {
-        let route = ctx.route()?;
-        let addr: SocketAddr = route.address.parse().map_err(|_| {
-            Error::explain(
-                ErrorType::ConnectError,
-                "owner address is not a socket address",
-            )
-        })?;
-        let mut peer = HttpPeer::new(addr, true, self.upstream.server_name.clone());
         let websocket = ctx.facts.session == Some(SessionOp::WebSocket);
-        peer.client_cert_key = Some(self.upstream.cert_key.clone());
-        let o = &mut peer.options;
-        // WebSockets upgrade an HTTP/1.1 connection; everything else is
-        // multiplexed over pooled HTTP/2.
-        o.alpn = if websocket { ALPN::H1 } else { ALPN::H2 };
-        o.ca = Some(self.upstream.ca.clone());
-        o.connection_timeout = Some(self.upstream.connect_timeout);
-        o.total_connection_timeout = Some(self.upstream.connect_timeout * 2);
-        // runtimed enforces the invocation deadline and answers 504 itself;
-        // this is the backstop for an owner that stops answering.
-        let timeout = route.timeout.unwrap_or(self.upstream.default_timeout);
-        o.read_timeout = if websocket {
-            // A session socket may idle between operations; runtimed's idle
-            // timeout bounds it.
-            None
-        } else {
-            Some(timeout + Duration::from_secs(5))
-        };
-        o.write_timeout = Some(Duration::from_secs(10));
-        o.idle_timeout = Some(Duration::from_secs(90));
-        o.max_h2_streams = 128;
-        Ok(Box::new(peer))
+        Ok(Box::new(self.upstream.peer(ctx.route()?, websocket)?))
     }
 
     async fn upstream_request_filter(
@@ -247,28 +167,13 @@ impl ProxyHttp for Gateway {
         upstream: &mut RequestHeader,
         ctx: &mut Self::CTX,
     ) -> Result<()> {
-        let route = ctx.route()?;
-        // The bearer token never goes past the gateway, and callers cannot
-        // forge the fencing headers.
-        upstream.remove_header(&http::header::AUTHORIZATION);
-        let spoofable: Vec<_> = upstream
-            .headers
-            .keys()
-            .filter(|k| k.as_str().starts_with("x-kruntimes-"))
-            .cloned()
-            .collect();
-        for k in spoofable {
-            upstream.remove_header(&k);
+        Fencing {
+            invocation_id: &ctx.invocation_id,
+            uid: &ctx.facts.uid,
+            route: ctx.route()?,
+            subject: ctx.facts.subject.as_deref(),
         }
-        upstream.insert_header(api::HEADER_INVOCATION_ID, ctx.invocation_id.as_str())?;
-        upstream.insert_header(api::HEADER_RUN_UID, ctx.facts.uid.as_str())?;
-        upstream.insert_header(api::HEADER_OWNER_POD_UID, route.pod_uid.as_str())?;
-        upstream.insert_header(api::HEADER_ATTEMPT, route.attempt.to_string())?;
-        upstream.insert_header(api::HEADER_HOP, api::HOP_GATEWAY)?;
-        if let Some(s) = &ctx.facts.subject {
-            upstream.insert_header(api::HEADER_SUBJECT, s.as_str())?;
-        }
-        Ok(())
+        .apply(upstream)
     }
 
     async fn request_body_filter(
@@ -325,41 +230,18 @@ impl ProxyHttp for Gateway {
         e: &Error,
         ctx: &mut Self::CTX,
     ) -> FailToProxy {
-        use ErrorType::*;
-        let code = match e.etype() {
-            HTTPStatus(413) => Some(ErrorCode::PayloadTooLarge),
-            ReadTimedout | WriteTimedout => Some(ErrorCode::DeadlineExceeded),
-            ConnectTimedout | ConnectRefused | ConnectNoRoute | ConnectError
-            | TLSHandshakeFailure | TLSHandshakeTimedout | InvalidCert | HandshakeError => {
-                Some(ErrorCode::OwnerUnavailable)
-            }
-            _ => match e.esource() {
-                pingora::ErrorSource::Upstream => Some(ErrorCode::OwnerUnavailable),
-                pingora::ErrorSource::Downstream => match e.etype() {
-                    WriteError | ReadError | ConnectionClosed => None,
-                    _ => Some(ErrorCode::BadRequest),
-                },
-                _ => Some(ErrorCode::Internal),
-            },
-        };
         tracing::warn!(
             uid = %ctx.facts.uid,
             invocation_id = %ctx.invocation_id,
             error = %e,
             "request failed"
         );
-        let status = match code {
-            Some(code) if session.response_written().is_none() => {
-                let message = match code {
-                    ErrorCode::OwnerUnavailable => "owner is unreachable",
-                    ErrorCode::DeadlineExceeded => "owner did not answer before the deadline",
-                    ErrorCode::PayloadTooLarge => "request body over the limit",
-                    _ => "request failed",
-                };
-                if let Err(err) = respond(session, ctx, &Rejection::new(code, message)).await {
+        let status = match Rejection::of_proxy_failure(e) {
+            Some(rejection) if session.response_written().is_none() => {
+                if let Err(err) = respond::reject(session, &ctx.invocation_id, &rejection).await {
                     tracing::debug!(error = %err, "could not write error response");
                 }
-                code.status()
+                rejection.status()
             }
             _ => 0,
         };
