@@ -5,10 +5,12 @@
 //! ownership table it watches.
 #![forbid(unsafe_code)]
 
+pub mod admission;
 pub mod auth;
 pub mod config;
 pub mod metrics;
 pub mod proxy;
+pub mod rejection;
 pub mod table;
 pub mod tls_reload;
 pub mod watch;
@@ -26,6 +28,7 @@ use pingora::server::{Server, ShutdownWatch};
 use pingora::services::background::{BackgroundService, background_service};
 use pingora::utils::tls::{CertKey, WrappedX509, parse_x509};
 
+use crate::admission::Limits;
 use crate::auth::cache::{CacheConfig, CacheMetrics, DecisionCache};
 use crate::auth::jwt::JwtAuthenticator;
 use crate::auth::kube::{
@@ -36,7 +39,7 @@ use crate::auth::policy::{Policy, PolicyAuthorizer};
 use crate::auth::{Authenticator, Authorizer};
 use crate::config::AuthMode;
 use crate::metrics::Metrics;
-use crate::proxy::{Gateway, Limits, Upstream};
+use crate::proxy::{Gateway, Upstream};
 use crate::table::Table;
 use crate::watch::InternalTls;
 

@@ -7,6 +7,7 @@
 //! sources are live or within the staleness window.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use kruntimes_proto::ownership::v1::{OwnershipEntry, Phase};
@@ -221,5 +222,19 @@ impl Table {
     }
 }
 
+/// Reads the shared table.
+pub fn read(t: &RwLock<Table>) -> RwLockReadGuard<'_, Table> {
+    // Table updates are single map operations; a panic mid-update cannot
+    // leave it inconsistent, so a poisoned lock is still usable.
+    t.read().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Writes the shared table (poisoning ignored, as in [`read`]).
+pub fn write(t: &RwLock<Table>) -> RwLockWriteGuard<'_, Table> {
+    t.write().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+pub(crate) mod fixtures;
 #[cfg(test)]
 mod tests;

@@ -10,7 +10,7 @@ use kruntimes_proto::watch::{SourceUpdate, watch_source};
 use tokio::sync::Notify;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 
-use crate::table::Table;
+use crate::table::{Table, read, write};
 
 /// TLS material for internal (mTLS) connections.
 #[derive(Clone)]
@@ -65,10 +65,7 @@ pub async fn run(table: Arc<RwLock<Table>>, control_plane: String, tls: Internal
     let mut runtimed: HashMap<String, AbortOnDrop> = HashMap::new();
     loop {
         changed.notified().await;
-        let wanted = table
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .owner_addresses();
+        let wanted = read(&table).owner_addresses();
         runtimed.retain(|addr, _| {
             let keep = wanted.contains(addr);
             if !keep {
@@ -95,12 +92,6 @@ pub async fn run(table: Arc<RwLock<Table>>, control_plane: String, tls: Internal
             runtimed.insert(addr, AbortOnDrop(vec![task]));
         }
     }
-}
-
-fn write(t: &RwLock<Table>) -> std::sync::RwLockWriteGuard<'_, Table> {
-    // Table updates are single map operations; a panic mid-update cannot
-    // leave it inconsistent, so a poisoned lock is still usable.
-    t.write().unwrap_or_else(|p| p.into_inner())
 }
 
 struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);

@@ -10,6 +10,8 @@ pub mod cache;
 pub mod jwt;
 pub mod kube;
 pub mod policy;
+#[cfg(test)]
+pub(crate) mod testing;
 
 use std::collections::BTreeMap;
 use std::time::SystemTime;

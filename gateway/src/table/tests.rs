@@ -1,51 +1,5 @@
+use super::fixtures::*;
 use super::*;
-use kruntimes_proto::ownership::v1::Owner;
-
-const W: Duration = Duration::from_secs(10);
-
-fn assignment(uid: &str, pod_uid: &str, addr: &str, attempt: u64, phase: Phase) -> OwnershipEntry {
-    OwnershipEntry {
-        namespace: "default".into(),
-        run_name: format!("run-{uid}"),
-        run_uid: uid.into(),
-        runtime: "python".into(),
-        owner: Some(Owner {
-            pod_name: "runtimed-0".into(),
-            pod_uid: pod_uid.into(),
-            dataplane_address: addr.into(),
-        }),
-        attempt,
-        phase: phase as i32,
-        ..Default::default()
-    }
-}
-
-fn snap(instance: &str, entries: Vec<OwnershipEntry>) -> SourceUpdate {
-    SourceUpdate::Snapshot {
-        instance_id: instance.into(),
-        entries,
-    }
-}
-
-fn ready_table(now: Instant) -> Table {
-    let mut t = Table::new(W);
-    t.apply_control_plane(
-        snap(
-            "cp",
-            vec![assignment("u1", "pod-a", "10.0.0.1:1", 2, Phase::Ready)],
-        ),
-        now,
-    );
-    t.apply_runtimed(
-        "10.0.0.1:1",
-        snap(
-            "pod-a",
-            vec![assignment("u1", "pod-a", "10.0.0.1:1", 2, Phase::Ready)],
-        ),
-        now,
-    );
-    t
-}
 
 #[test]
 fn routes_when_assignment_and_readiness_agree() {

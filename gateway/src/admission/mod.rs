@@ -1,0 +1,112 @@
+//! Admission: everything that decides whether a request may leave the
+//! gateway, as small steps over plain request parts (no Pingora session),
+//! each in a module of its own:
+//!
+//! 1. [`limits`]: header bytes (431);
+//! 2. [`run_target`]: path → Run target, method, verb (400, 405);
+//! 3. [`limits`]: declared body size (400, 413), the in-flight limit (503);
+//! 4. [`authorize`]: the bearer token (401) and, through the decision cache,
+//!    the decision for the exact Run (401, 403, 404, 503);
+//! 5. [`route`]: the table's route and the Run's mode (404, 503). The table
+//!    is read before step 4, which needs the Run's name, and its answer
+//!    given after it: with authentication on, only an authorized caller
+//!    learns a Run's state.
+//!
+//! The order is part of the contract: it decides which rejection a request
+//! breaking several rules gets. The invocation id (the first check of all)
+//! is read by the proxy, which needs it to answer any rejection.
+
+pub mod authorize;
+pub mod limits;
+pub mod route;
+pub mod run_target;
+
+pub use limits::{InFlight, InFlightLimit, LimitError, Limits};
+pub use run_target::RunTarget;
+
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+
+use kruntimes_proto::api::SessionOp;
+use pingora::http::RequestHeader;
+
+use crate::auth::cache::DecisionCache;
+use crate::rejection::Rejection;
+use crate::table::{self, Route, Table};
+
+/// The state admission shares across requests.
+pub struct Admission {
+    table: Arc<RwLock<Table>>,
+    auth: Option<Arc<DecisionCache>>,
+    limits: Limits,
+    in_flight: InFlightLimit,
+}
+
+/// What admission learned about one request so far. It stays in the
+/// request's context when a step rejects: logs read the UID and subject, the
+/// in-flight slot is held until the request ends.
+#[derive(Default)]
+pub struct Facts {
+    /// Run UID from the path.
+    pub uid: String,
+    /// The session route, `None` for an invoke.
+    pub session: Option<SessionOp>,
+    /// Body limit of the route.
+    pub max_body: u64,
+    /// The authenticated subject, once authorized.
+    pub subject: Option<String>,
+    /// Where to forward, once admitted.
+    pub route: Option<Route>,
+    in_flight: Option<InFlight>,
+}
+
+impl Admission {
+    /// `auth` `None` disables authentication (benchmarks only); `in_flight`
+    /// is the gauge of requests in flight.
+    pub fn new(
+        table: Arc<RwLock<Table>>,
+        auth: Option<Arc<DecisionCache>>,
+        limits: Limits,
+        in_flight: prometheus::IntGauge,
+    ) -> Self {
+        Self {
+            table,
+            auth,
+            in_flight: InFlightLimit::new(limits.max_in_flight, in_flight),
+            limits,
+        }
+    }
+
+    /// The ownership table routes are read from.
+    pub fn table(&self) -> &RwLock<Table> {
+        &self.table
+    }
+
+    /// Runs every step on `req` in order, recording what it learns in
+    /// `facts`; `Ok` leaves the route in `facts.route`.
+    pub async fn admit(&self, req: &RequestHeader, facts: &mut Facts) -> Result<(), Rejection> {
+        limits::check_header_bytes(&req.headers, &req.uri, self.limits.max_header_bytes)?;
+        let target = RunTarget::parse(req.uri.path())?;
+        facts.uid = target.uid.clone();
+        facts.session = target.session;
+        target.check_method(&req.method)?;
+        facts.max_body = self.limits.max_body(target.is_session());
+        limits::check_content_length(&req.headers, facts.max_body)?;
+        let slot = facts.in_flight.insert(self.in_flight.acquire());
+        slot.admitted()?;
+        let token = match self.auth {
+            Some(_) => Some(authorize::require_bearer(&req.headers)?),
+            None => None,
+        };
+        let lookup = route::lookup(&table::read(&self.table), &target, Instant::now());
+        if let (Some(cache), Some(token)) = (&self.auth, token) {
+            let subject = authorize::authorize(cache, token, &target, lookup.run_name()).await?;
+            facts.subject = Some(subject);
+        }
+        facts.route = Some(lookup.into_route(&target)?);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

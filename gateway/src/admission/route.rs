@@ -1,0 +1,56 @@
+//! The route lookup of a request: where the table sends the addressed Run,
+//! and whether the Run is of the route's mode. Pure.
+
+use std::time::Instant;
+
+use crate::rejection::Rejection;
+use crate::table::{Route, RouteError, Table};
+
+use super::RunTarget;
+
+/// What the table said about a target, read once (under the lock) before
+/// authorization, which may wait on the API server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lookup {
+    route: Result<Route, RouteError>,
+    /// The Run's name when it is known but cannot be routed.
+    unroutable_name: Option<String>,
+}
+
+/// Looks `target` up in `table` at `now`.
+pub fn lookup(table: &Table, target: &RunTarget, now: Instant) -> Lookup {
+    let route = table.route(&target.namespace, &target.runtime, &target.uid, now);
+    let unroutable_name = match &route {
+        Ok(_) => None,
+        Err(_) => table.run_name(&target.namespace, &target.runtime, &target.uid),
+    };
+    Lookup {
+        route,
+        unroutable_name,
+    }
+}
+
+impl Lookup {
+    /// The name of the addressed Run, if the control plane knows it in that
+    /// namespace and Runtime (routable or not).
+    pub fn run_name(&self) -> Option<&str> {
+        match &self.route {
+            Ok(r) => Some(&r.run_name),
+            Err(_) => self.unroutable_name.as_deref(),
+        }
+    }
+
+    /// The route, if the Run is routable and of the mode `target` expects:
+    /// 404 for an unknown UID or a Run of the other mode, 503 when not
+    /// ready or stale.
+    pub fn into_route(self, target: &RunTarget) -> Result<Route, Rejection> {
+        let route = self.route?;
+        if route.mode != target.mode() as i32 {
+            return Err(Rejection::wrong_mode(&target.uid, target.is_session()));
+        }
+        Ok(route)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,104 @@
+//! The Run a request addresses: parsed from its path, with the method, the
+//! authorization verb and the Run mode its route implies. Pure.
+
+use http::Method;
+use kruntimes_proto::api::{self, ApiPath, SessionOp};
+use kruntimes_proto::ownership::v1::Mode;
+
+use crate::auth::{Target, Verb};
+use crate::rejection::Rejection;
+
+/// The Run a request addresses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunTarget {
+    /// Namespace.
+    pub namespace: String,
+    /// Runtime name.
+    pub runtime: String,
+    /// Run UID.
+    pub uid: String,
+    /// The session route, or `None` for a function invoke.
+    pub session: Option<SessionOp>,
+}
+
+impl RunTarget {
+    /// Parses a request path (without query string); `400 InvalidPath` for
+    /// anything but a Run route.
+    pub fn parse(path: &str) -> Result<Self, Rejection> {
+        let (namespace, runtime, uid, session) = match api::parse_path(path)? {
+            ApiPath::Invoke {
+                namespace,
+                runtime,
+                uid,
+            } => (namespace, runtime, uid, None),
+            ApiPath::Session {
+                namespace,
+                runtime,
+                uid,
+                op,
+            } => (namespace, runtime, uid, Some(op)),
+            ApiPath::Healthz | ApiPath::Readyz | ApiPath::Metrics => {
+                return Err(Rejection::not_a_run_route());
+            }
+        };
+        Ok(Self {
+            namespace: namespace.to_owned(),
+            runtime: runtime.to_owned(),
+            uid: uid.to_owned(),
+            session,
+        })
+    }
+
+    /// Whether this is a session route.
+    pub fn is_session(&self) -> bool {
+        self.session.is_some()
+    }
+
+    /// The one method the route takes.
+    pub fn method(&self) -> Method {
+        match self.session {
+            None | Some(SessionOp::Execute | SessionOp::Stream) => Method::POST,
+            Some(_) => Method::GET,
+        }
+    }
+
+    /// Rejects any other method than [`Self::method`] (405).
+    pub fn check_method(&self, method: &Method) -> Result<(), Rejection> {
+        let expected = self.method();
+        if *method != expected {
+            return Err(Rejection::method_not_allowed(&expected));
+        }
+        Ok(())
+    }
+
+    /// The authorization subresource.
+    pub fn verb(&self) -> Verb {
+        if self.is_session() {
+            Verb::Session
+        } else {
+            Verb::Invoke
+        }
+    }
+
+    /// The mode the addressed Run must have.
+    pub fn mode(&self) -> Mode {
+        if self.is_session() {
+            Mode::Session
+        } else {
+            Mode::Function
+        }
+    }
+
+    /// What authorization is asked about, once the table named the Run.
+    pub fn authz_target(&self, run_name: &str) -> Target {
+        Target {
+            namespace: self.namespace.clone(),
+            name: run_name.to_owned(),
+            uid: self.uid.clone(),
+            verb: self.verb(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

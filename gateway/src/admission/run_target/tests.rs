@@ -1,0 +1,105 @@
+use kruntimes_proto::api::ErrorCode;
+
+use super::*;
+
+const UID: &str = "0e0c4f9a-1b2c-4d5e-8f90-123456789abc";
+
+fn invoke_path() -> String {
+    format!("/v1/namespaces/team-a/runtimes/python/runs/{UID}:invoke")
+}
+
+fn session_path(rest: &str) -> String {
+    format!("/v1/namespaces/team-a/runtimes/shell/sessions/{UID}{rest}")
+}
+
+#[test]
+fn an_invoke_path_names_a_function_run() {
+    let t = RunTarget::parse(&invoke_path()).unwrap();
+    assert_eq!(
+        t,
+        RunTarget {
+            namespace: "team-a".into(),
+            runtime: "python".into(),
+            uid: UID.into(),
+            session: None,
+        }
+    );
+    assert_eq!(
+        (t.method(), t.verb(), t.mode()),
+        (Method::POST, Verb::Invoke, Mode::Function)
+    );
+}
+
+#[test]
+fn session_paths_name_a_session_run_and_its_route() {
+    let cases = [
+        ("", SessionOp::Status, Method::GET),
+        ("/operations:execute", SessionOp::Execute, Method::POST),
+        ("/operations:stream", SessionOp::Stream, Method::POST),
+        ("/operations:ws", SessionOp::WebSocket, Method::GET),
+        ("/files", SessionOp::ListFiles, Method::GET),
+        ("/files:content", SessionOp::ReadFile, Method::GET),
+    ];
+    for (rest, op, method) in cases {
+        let t = RunTarget::parse(&session_path(rest)).unwrap();
+        assert_eq!((t.runtime.as_str(), t.uid.as_str()), ("shell", UID));
+        assert_eq!(t.session, Some(op), "{rest}");
+        assert_eq!(t.method(), method, "{rest}");
+        assert_eq!((t.verb(), t.mode()), (Verb::Session, Mode::Session));
+    }
+}
+
+#[test]
+fn malformed_paths_are_400_invalid_path() {
+    let bad = [
+        format!("/v1/namespaces/Team-A/runtimes/python/runs/{UID}:invoke"),
+        format!("/v1/namespaces/team-a/runtimes/python/runs/{UID}"),
+        "/v1/namespaces/team-a/runtimes/python/runs/NOT-HEX:invoke".into(),
+        "/v2/anything".into(),
+        "/".into(),
+    ];
+    for path in bad {
+        let r = RunTarget::parse(&path).unwrap_err();
+        assert_eq!(r.code, ErrorCode::InvalidPath, "{path}");
+        assert_eq!(r.status(), 400);
+    }
+}
+
+#[test]
+fn health_and_metrics_paths_are_not_run_routes() {
+    for path in ["/healthz", "/readyz", "/metrics"] {
+        assert_eq!(
+            RunTarget::parse(path).unwrap_err(),
+            Rejection::not_a_run_route()
+        );
+    }
+}
+
+#[test]
+fn each_route_takes_one_method_and_answers_405_to_others() {
+    let invoke = RunTarget::parse(&invoke_path()).unwrap();
+    assert_eq!(invoke.check_method(&Method::POST), Ok(()));
+    let r = invoke.check_method(&Method::GET).unwrap_err();
+    assert_eq!(
+        (r.status(), r.message.as_ref()),
+        (405, "this route takes POST")
+    );
+    let status = RunTarget::parse(&session_path("")).unwrap();
+    assert_eq!(status.check_method(&Method::GET), Ok(()));
+    let r = status.check_method(&Method::DELETE).unwrap_err();
+    assert_eq!(r.message, "this route takes GET");
+}
+
+#[test]
+fn authorization_is_asked_about_the_named_run_and_the_routes_subresource() {
+    let t = RunTarget::parse(&session_path("/files")).unwrap();
+    assert_eq!(
+        t.authz_target("sandbox"),
+        Target {
+            namespace: "team-a".into(),
+            name: "sandbox".into(),
+            uid: UID.into(),
+            verb: Verb::Session,
+        }
+    );
+}

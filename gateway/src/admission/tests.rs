@@ -1,0 +1,215 @@
+//! The steps in order: which rejection a request gets, and what admission
+//! records about it on the way.
+
+use std::sync::Arc;
+
+use kruntimes_proto::api::ErrorCode;
+use kruntimes_proto::ownership::v1::{Mode, Phase};
+
+use super::*;
+use crate::auth::testing;
+use crate::table::fixtures::owned_table;
+
+const INVOKE: &str = "/v1/namespaces/default/runtimes/python/runs/f1:invoke";
+const SESSION: &str = "/v1/namespaces/default/runtimes/python/sessions/5e55/operations:execute";
+const UNKNOWN: &str = "/v1/namespaces/default/runtimes/python/runs/0ff:invoke";
+const PENDING: &str = "/v1/namespaces/default/runtimes/python/runs/a1:invoke";
+
+struct Fixture {
+    admission: Admission,
+    gauge: prometheus::IntGauge,
+}
+
+fn fixture(auth: bool, max_in_flight: usize) -> Fixture {
+    let table = owned_table(
+        Instant::now(),
+        &[
+            ("f1", Mode::Function, Phase::Ready),
+            ("5e55", Mode::Session, Phase::Ready),
+            ("a1", Mode::Function, Phase::Pending),
+        ],
+    );
+    let gauge = prometheus::IntGauge::new("in_flight", "test").unwrap();
+    let limits = Limits {
+        max_body_bytes: 100,
+        max_session_body_bytes: 1000,
+        max_header_bytes: 200,
+        max_in_flight,
+    };
+    Fixture {
+        admission: Admission::new(
+            Arc::new(RwLock::new(table)),
+            auth.then(|| Arc::new(testing::cache())),
+            limits,
+            gauge.clone(),
+        ),
+        gauge,
+    }
+}
+
+fn request(method: &str, path: &str, headers: &[(&'static str, &str)]) -> RequestHeader {
+    let mut req = RequestHeader::build(method, path.as_bytes(), None).unwrap();
+    for (k, v) in headers {
+        req.insert_header(*k, *v).unwrap();
+    }
+    req
+}
+
+fn post(path: &str, token: &str) -> RequestHeader {
+    request(
+        "POST",
+        path,
+        &[("authorization", &format!("Bearer {token}"))],
+    )
+}
+
+async fn admit(f: &Fixture, req: &RequestHeader) -> (Result<(), Rejection>, Facts) {
+    let mut facts = Facts::default();
+    let result = f.admission.admit(req, &mut facts).await;
+    (result, facts)
+}
+
+async fn code(f: &Fixture, req: &RequestHeader) -> ErrorCode {
+    admit(f, req).await.0.unwrap_err().code
+}
+
+#[tokio::test]
+async fn an_allowed_invoke_is_routed_with_its_subject_and_body_limit() {
+    let f = fixture(true, 10);
+    let (result, facts) = admit(&f, &post(INVOKE, "alice")).await;
+    assert_eq!(result, Ok(()));
+    assert_eq!(facts.uid, "f1");
+    assert_eq!(facts.session, None);
+    assert_eq!(facts.max_body, 100);
+    assert_eq!(facts.subject.as_deref(), Some("alice"));
+    assert_eq!(
+        facts.route.as_ref().map(|r| r.pod_uid.as_str()),
+        Some("pod-a")
+    );
+    assert_eq!(f.gauge.get(), 1, "the slot is held while the request runs");
+    drop(facts);
+    assert_eq!(f.gauge.get(), 0);
+}
+
+#[tokio::test]
+async fn a_session_operation_gets_the_session_body_limit() {
+    let f = fixture(true, 10);
+    let (result, facts) = admit(&f, &post(SESSION, "alice")).await;
+    assert_eq!(result, Ok(()));
+    assert_eq!(facts.session, Some(SessionOp::Execute));
+    assert_eq!(facts.max_body, 1000);
+}
+
+#[tokio::test]
+async fn oversized_headers_win_over_every_other_rejection() {
+    let f = fixture(true, 10);
+    let big = "v".repeat(300);
+    let req = request("GET", "/nope", &[("x-big", &big)]);
+    assert_eq!(code(&f, &req).await, ErrorCode::HeadersTooLarge);
+    let (_, facts) = admit(&f, &req).await;
+    assert!(facts.uid.is_empty(), "no step after the failed one ran");
+}
+
+#[tokio::test]
+async fn a_bad_path_is_400_before_the_method_or_the_token_is_looked_at() {
+    let f = fixture(true, 10);
+    let req = request(
+        "GET",
+        "/v1/namespaces/Bad/runtimes/python/runs/f1:invoke",
+        &[],
+    );
+    assert_eq!(code(&f, &req).await, ErrorCode::InvalidPath);
+}
+
+#[tokio::test]
+async fn a_wrong_method_is_405_and_the_uid_is_already_known() {
+    let f = fixture(true, 10);
+    let (result, facts) = admit(&f, &request("GET", INVOKE, &[])).await;
+    assert_eq!(result.unwrap_err().status(), 405);
+    assert_eq!(facts.uid, "f1");
+}
+
+#[tokio::test]
+async fn a_declared_body_over_the_limit_is_413_even_without_a_token() {
+    let f = fixture(true, 10);
+    let req = request("POST", INVOKE, &[("content-length", "101")]);
+    assert_eq!(code(&f, &req).await, ErrorCode::PayloadTooLarge);
+    let req = request("POST", SESSION, &[("content-length", "101")]);
+    assert_eq!(code(&f, &req).await, ErrorCode::Unauthenticated);
+    assert_eq!(
+        f.gauge.get(),
+        0,
+        "size checks come before the in-flight slot"
+    );
+}
+
+#[tokio::test]
+async fn over_the_in_flight_limit_is_503_overloaded_before_authentication() {
+    let f = fixture(true, 1);
+    let (first, held) = admit(&f, &post(INVOKE, "alice")).await;
+    assert_eq!(first, Ok(()));
+    let (second, rejected) = admit(&f, &request("POST", INVOKE, &[])).await;
+    assert_eq!(second.unwrap_err().code, ErrorCode::Overloaded);
+    assert_eq!(
+        f.gauge.get(),
+        2,
+        "a rejected request is in flight until answered"
+    );
+    drop((held, rejected));
+    assert_eq!(admit(&f, &post(INVOKE, "alice")).await.0, Ok(()));
+}
+
+#[tokio::test]
+async fn a_missing_token_is_401_before_an_unknown_uid_is_revealed() {
+    let f = fixture(true, 10);
+    let (result, facts) = admit(&f, &request("POST", UNKNOWN, &[])).await;
+    assert_eq!(result, Err(Rejection::missing_token()));
+    assert_eq!(facts.subject, None);
+}
+
+#[tokio::test]
+async fn an_unknown_uid_is_404_for_an_authenticated_caller_and_401_for_others() {
+    let f = fixture(true, 10);
+    assert_eq!(code(&f, &post(UNKNOWN, "eve")).await, ErrorCode::NotFound);
+    assert_eq!(
+        code(&f, &post(UNKNOWN, "forged")).await,
+        ErrorCode::Unauthenticated
+    );
+}
+
+#[tokio::test]
+async fn a_caller_without_the_grant_is_403_even_for_a_run_that_is_not_ready() {
+    let f = fixture(true, 10);
+    assert_eq!(code(&f, &post(INVOKE, "eve")).await, ErrorCode::Forbidden);
+    assert_eq!(code(&f, &post(PENDING, "eve")).await, ErrorCode::Forbidden);
+}
+
+#[tokio::test]
+async fn an_allowed_caller_learns_that_the_run_is_not_ready_and_is_logged() {
+    let f = fixture(true, 10);
+    let (result, facts) = admit(&f, &post(PENDING, "alice")).await;
+    assert_eq!(result.unwrap_err().code, ErrorCode::NotReady);
+    assert_eq!(facts.subject.as_deref(), Some("alice"));
+    assert!(facts.route.is_none());
+}
+
+#[tokio::test]
+async fn a_run_of_the_other_mode_is_404_after_authorization() {
+    let f = fixture(true, 10);
+    let path = "/v1/namespaces/default/runtimes/python/runs/5e55:invoke";
+    let (result, facts) = admit(&f, &post(path, "alice")).await;
+    assert_eq!(result, Err(Rejection::wrong_mode("5e55", false)));
+    assert_eq!(facts.subject.as_deref(), Some("alice"));
+}
+
+#[tokio::test]
+async fn without_authentication_no_token_is_needed_and_no_subject_recorded() {
+    let f = fixture(false, 10);
+    let (result, facts) = admit(&f, &request("POST", INVOKE, &[])).await;
+    assert_eq!(result, Ok(()));
+    assert_eq!(facts.subject, None);
+    assert_eq!(
+        code(&f, &request("POST", UNKNOWN, &[])).await,
+        ErrorCode::NotFound
+    );
+}

@@ -1,0 +1,278 @@
+//! The Pingora proxy: one [`Gateway`] implementing [`ProxyHttp`].
+//!
+//! `request_filter` answers the health and metrics endpoints, reads the
+//! invocation id, then runs [`Admission`] — limits, target, authentication
+//! and authorization, route — answering its [`Rejection`] as typed JSON.
+//! `upstream_peer` then names the owner ([`upstream`]),
+//! `upstream_request_filter` strips the bearer token and adds fencing
+//! headers, and `fail_to_proxy` turns upstream failures into 503/504
+//! without ever retrying a dispatched request.
+
+pub mod respond;
+pub mod upstream;
+
+pub use upstream::Upstream;
+
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use kruntimes_proto::api::{self, SessionOp};
+use pingora::ErrorType;
+use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::prelude::HttpPeer;
+use pingora::proxy::{FailToProxy, ProxyHttp, Session};
+use pingora::{Error, Result};
+
+use crate::admission::{self, Admission, Facts, Limits};
+use crate::auth::cache::DecisionCache;
+use crate::metrics::Metrics;
+use crate::rejection::Rejection;
+use crate::table::{self, Route, Table};
+use upstream::Fencing;
+
+/// The proxy.
+pub struct Gateway {
+    /// Admission of requests: limits, authentication, authorization, routes.
+    pub admission: Admission,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// Upstream settings.
+    pub upstream: Upstream,
+    /// Whether every invoke is logged.
+    pub access_log: bool,
+}
+
+impl Gateway {
+    /// Assembles the proxy; `auth` `None` disables authentication
+    /// (benchmarks only).
+    pub fn new(
+        table: Arc<RwLock<Table>>,
+        auth: Option<Arc<DecisionCache>>,
+        metrics: Arc<Metrics>,
+        limits: Limits,
+        upstream: Upstream,
+    ) -> Self {
+        Self {
+            admission: Admission::new(table, auth, limits, metrics.in_flight.clone()),
+            metrics,
+            upstream,
+            access_log: true,
+        }
+    }
+}
+
+/// Per-request state.
+pub struct Ctx {
+    invocation_id: String,
+    route_label: &'static str,
+    started: Instant,
+    body_bytes: u64,
+    facts: Facts,
+}
+
+impl Ctx {
+    fn route(&self) -> Result<&Route> {
+        self.facts
+            .route
+            .as_ref()
+            .ok_or_else(|| Error::explain(ErrorType::InternalError, "no route after admission"))
+    }
+}
+
+/// Answers `rejection` and ends the request (`Ok(true)`).
+async fn reject(session: &mut Session, ctx: &Ctx, rejection: &Rejection) -> Result<bool> {
+    respond::reject(session, &ctx.invocation_id, rejection).await?;
+    Ok(true)
+}
+
+#[async_trait]
+impl ProxyHttp for Gateway {
+    type CTX = Ctx;
+
+    fn new_ctx(&self) -> Self::CTX {
+        Ctx {
+            invocation_id: String::new(),
+            route_label: "other",
+            started: Instant::now(),
+            body_bytes: 0,
+            facts: Facts::default(),
+        }
+    }
+
+    async fn request_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<bool> {
+        ctx.started = Instant::now();
+        match session.req_header().uri.path() {
+            "/healthz" => {
+                ctx.route_label = "healthz";
+                respond::plain(session, 200, "text/plain", b"ok\n".to_vec()).await?;
+                return Ok(true);
+            }
+            "/readyz" => {
+                ctx.route_label = "readyz";
+                let ready = table::read(self.admission.table()).control_plane_fresh(Instant::now());
+                let (status, body) = if ready {
+                    (200, "ready\n")
+                } else {
+                    (503, "ownership table not synced\n")
+                };
+                respond::plain(session, status, "text/plain", body.as_bytes().to_vec()).await?;
+                return Ok(true);
+            }
+            "/metrics" => {
+                ctx.route_label = "metrics";
+                let n = table::read(self.admission.table()).len();
+                self.metrics
+                    .table_entries
+                    .with_label_values(&["control-plane"])
+                    .set(n as i64);
+                let body = self.metrics.render();
+                respond::plain(session, 200, "text/plain; version=0.0.4", body).await?;
+                return Ok(true);
+            }
+            _ => {}
+        }
+        ctx.route_label = "invoke";
+        ctx.invocation_id = match admission::limits::invocation_id(&session.req_header().headers) {
+            Ok(id) => id,
+            Err(e) => {
+                // The caller's id cannot be echoed: the answer gets a fresh one.
+                ctx.invocation_id = admission::limits::new_invocation_id();
+                return reject(session, ctx, &e.into()).await;
+            }
+        };
+        match self
+            .admission
+            .admit(session.req_header(), &mut ctx.facts)
+            .await
+        {
+            Ok(()) => Ok(false),
+            Err(rejection) => reject(session, ctx, &rejection).await,
+        }
+    }
+
+    async fn upstream_peer(
+        &self,
+        _session: &mut Session,
+        ctx: &mut Self::CTX,
+    ) -> Result<Box<HttpPeer>> {
+        let websocket = ctx.facts.session == Some(SessionOp::WebSocket);
+        Ok(Box::new(self.upstream.peer(ctx.route()?, websocket)?))
+    }
+
+    async fn upstream_request_filter(
+        &self,
+        _session: &mut Session,
+        upstream: &mut RequestHeader,
+        ctx: &mut Self::CTX,
+    ) -> Result<()> {
+        Fencing {
+            invocation_id: &ctx.invocation_id,
+            uid: &ctx.facts.uid,
+            route: ctx.route()?,
+            subject: ctx.facts.subject.as_deref(),
+        }
+        .apply(upstream)
+    }
+
+    async fn request_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<Bytes>,
+        _end_of_stream: bool,
+        ctx: &mut Self::CTX,
+    ) -> Result<()> {
+        if let Some(b) = body {
+            ctx.body_bytes += b.len() as u64;
+            if ctx.body_bytes > ctx.facts.max_body {
+                // Chunked bodies without Content-Length are counted here; the
+                // owner sees a reset stream and never invokes the handler.
+                // Marked downstream so Pingora stops at once instead of
+                // waiting for the owner to answer an unfinished request.
+                return Err(Error::explain(
+                    ErrorType::HTTPStatus(413),
+                    "request body over the limit",
+                )
+                .into_down());
+            }
+        }
+        Ok(())
+    }
+
+    async fn response_filter(
+        &self,
+        _session: &mut Session,
+        resp: &mut ResponseHeader,
+        ctx: &mut Self::CTX,
+    ) -> Result<()> {
+        resp.insert_header(api::HEADER_INVOCATION_ID, ctx.invocation_id.as_str())?;
+        Ok(())
+    }
+
+    fn error_while_proxy(
+        &self,
+        peer: &HttpPeer,
+        _session: &mut Session,
+        e: Box<Error>,
+        _ctx: &mut Self::CTX,
+        _client_reused: bool,
+    ) -> Box<Error> {
+        // The outcome of a dispatched invocation is unknown: never retry.
+        let mut e = e.more_context(format!("owner {peer}"));
+        e.set_retry(false);
+        e
+    }
+
+    async fn fail_to_proxy(
+        &self,
+        session: &mut Session,
+        e: &Error,
+        ctx: &mut Self::CTX,
+    ) -> FailToProxy {
+        tracing::warn!(
+            uid = %ctx.facts.uid,
+            invocation_id = %ctx.invocation_id,
+            error = %e,
+            "request failed"
+        );
+        let status = match Rejection::of_proxy_failure(e) {
+            Some(rejection) if session.response_written().is_none() => {
+                if let Err(err) = respond::reject(session, &ctx.invocation_id, &rejection).await {
+                    tracing::debug!(error = %err, "could not write error response");
+                }
+                rejection.status()
+            }
+            _ => 0,
+        };
+        FailToProxy {
+            error_code: status,
+            can_reuse_downstream: false,
+        }
+    }
+
+    async fn logging(&self, session: &mut Session, _e: Option<&Error>, ctx: &mut Self::CTX) {
+        let code = session.response_written().map_or(0, |r| r.status.as_u16());
+        let elapsed = ctx.started.elapsed();
+        self.metrics
+            .requests
+            .with_label_values(&[ctx.route_label, &code.to_string()])
+            .inc();
+        self.metrics
+            .latency
+            .with_label_values(&[ctx.route_label])
+            .observe(elapsed.as_secs_f64());
+        if self.access_log && ctx.route_label == "invoke" {
+            let facts = &ctx.facts;
+            tracing::info!(
+                run_uid = %facts.uid,
+                invocation_id = %ctx.invocation_id,
+                subject = facts.subject.as_deref().unwrap_or(""),
+                owner = facts.route.as_ref().map_or("", |r| r.pod_name.as_str()),
+                status = code,
+                duration_us = elapsed.as_micros() as u64,
+                "invoke"
+            );
+        }
+    }
+}

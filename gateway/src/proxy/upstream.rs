@@ -1,0 +1,166 @@
+//! The gateway → runtimed hop: the owner's peer (HTTP/2 over mTLS, pooled
+//! by Pingora; HTTP/1.1 for WebSockets) and the fencing headers added to
+//! the forwarded request.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kruntimes_proto::api;
+use pingora::http::RequestHeader;
+use pingora::prelude::HttpPeer;
+use pingora::protocols::ALPN;
+use pingora::protocols::tls::CaType;
+use pingora::utils::tls::CertKey;
+use pingora::{Error, ErrorType, Result};
+
+use crate::table::Route;
+
+/// Upstream (gateway → runtimed) connection settings.
+pub struct Upstream {
+    /// Internal CA that runtimed certificates chain to.
+    pub ca: Arc<CaType>,
+    /// The gateway's client certificate and key.
+    pub cert_key: Arc<CertKey>,
+    /// TLS server name of runtimed certificates.
+    pub server_name: String,
+    /// Bound on connecting to an owner.
+    pub connect_timeout: Duration,
+    /// Invocation timeout assumed when the table has none.
+    pub default_timeout: Duration,
+}
+
+impl Upstream {
+    /// The peer of `route`'s owner; `websocket` for a session socket.
+    pub fn peer(&self, route: &Route, websocket: bool) -> Result<HttpPeer> {
+        let addr: SocketAddr = route.address.parse().map_err(|_| {
+            Error::explain(
+                ErrorType::ConnectError,
+                "owner address is not a socket address",
+            )
+        })?;
+        let mut peer = HttpPeer::new(addr, true, self.server_name.clone());
+        peer.client_cert_key = Some(self.cert_key.clone());
+        let o = &mut peer.options;
+        // WebSockets upgrade an HTTP/1.1 connection; everything else is
+        // multiplexed over pooled HTTP/2.
+        o.alpn = if websocket { ALPN::H1 } else { ALPN::H2 };
+        o.ca = Some(self.ca.clone());
+        o.connection_timeout = Some(self.connect_timeout);
+        o.total_connection_timeout = Some(self.connect_timeout * 2);
+        // runtimed enforces the invocation deadline and answers 504 itself;
+        // this is the backstop for an owner that stops answering.
+        let timeout = route.timeout.unwrap_or(self.default_timeout);
+        o.read_timeout = if websocket {
+            // A session socket may idle between operations; runtimed's idle
+            // timeout bounds it.
+            None
+        } else {
+            Some(timeout + Duration::from_secs(5))
+        };
+        o.write_timeout = Some(Duration::from_secs(10));
+        o.idle_timeout = Some(Duration::from_secs(90));
+        o.max_h2_streams = 128;
+        Ok(peer)
+    }
+}
+
+/// What the owner is told about a forwarded request.
+pub struct Fencing<'a> {
+    /// Invocation id of the request.
+    pub invocation_id: &'a str,
+    /// Run UID from the path.
+    pub uid: &'a str,
+    /// The route admission chose.
+    pub route: &'a Route,
+    /// The authenticated subject, when authentication is on.
+    pub subject: Option<&'a str>,
+}
+
+impl Fencing<'_> {
+    /// Rewrites the headers of the request to the owner: the bearer token
+    /// never goes past the gateway, and callers cannot forge the fencing
+    /// headers.
+    pub fn apply(&self, upstream: &mut RequestHeader) -> Result<()> {
+        upstream.remove_header(&http::header::AUTHORIZATION);
+        let spoofable: Vec<_> = upstream
+            .headers
+            .keys()
+            .filter(|k| k.as_str().starts_with("x-kruntimes-"))
+            .cloned()
+            .collect();
+        for k in spoofable {
+            upstream.remove_header(&k);
+        }
+        upstream.insert_header(api::HEADER_INVOCATION_ID, self.invocation_id)?;
+        upstream.insert_header(api::HEADER_RUN_UID, self.uid)?;
+        upstream.insert_header(api::HEADER_OWNER_POD_UID, self.route.pod_uid.as_str())?;
+        upstream.insert_header(api::HEADER_ATTEMPT, self.route.attempt.to_string())?;
+        upstream.insert_header(api::HEADER_HOP, api::HOP_GATEWAY)?;
+        if let Some(s) = self.subject {
+            upstream.insert_header(api::HEADER_SUBJECT, s)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn route() -> Route {
+        Route {
+            address: "10.0.0.1:7443".into(),
+            pod_name: "runtimed-0".into(),
+            pod_uid: "pod-a".into(),
+            attempt: 3,
+            run_name: "hello".into(),
+            timeout: None,
+            mode: 1,
+        }
+    }
+
+    fn forwarded(subject: Option<&str>) -> RequestHeader {
+        let mut req = RequestHeader::build("POST", b"/v1/x", None).unwrap();
+        req.insert_header("authorization", "Bearer secret").unwrap();
+        req.insert_header("x-kruntimes-attempt", "99").unwrap();
+        req.insert_header("x-kruntimes-subject", "admin").unwrap();
+        req.insert_header("x-kruntimes-forged", "1").unwrap();
+        req.insert_header("content-type", "application/json")
+            .unwrap();
+        let route = route();
+        let fencing = Fencing {
+            invocation_id: "inv-1",
+            uid: "u1",
+            route: &route,
+            subject,
+        };
+        fencing.apply(&mut req).unwrap();
+        req
+    }
+
+    fn header<'a>(req: &'a RequestHeader, name: &str) -> Option<&'a str> {
+        req.headers.get(name).map(|v| v.to_str().unwrap())
+    }
+
+    #[test]
+    fn forwarded_requests_carry_the_tables_fencing_values_and_no_token() {
+        let req = forwarded(Some("alice"));
+        assert_eq!(header(&req, "authorization"), None);
+        assert_eq!(header(&req, "x-kruntimes-invocation-id"), Some("inv-1"));
+        assert_eq!(header(&req, "x-kruntimes-run-uid"), Some("u1"));
+        assert_eq!(header(&req, "x-kruntimes-owner-pod-uid"), Some("pod-a"));
+        assert_eq!(header(&req, "x-kruntimes-attempt"), Some("3"));
+        assert_eq!(header(&req, "x-kruntimes-hop"), Some("gateway"));
+        assert_eq!(header(&req, "x-kruntimes-subject"), Some("alice"));
+        assert_eq!(header(&req, "content-type"), Some("application/json"));
+    }
+
+    #[test]
+    fn caller_supplied_kruntimes_headers_never_reach_the_owner() {
+        let req = forwarded(None);
+        assert_eq!(header(&req, "x-kruntimes-forged"), None);
+        assert_eq!(header(&req, "x-kruntimes-subject"), None);
+        assert_eq!(req.headers.get_all("x-kruntimes-attempt").iter().count(), 1);
+    }
+}

@@ -1,0 +1,151 @@
+use super::*;
+
+fn answer(r: &Rejection) -> (u16, &'static str, &str) {
+    (r.status(), r.code.as_str(), r.message.as_ref())
+}
+
+#[test]
+fn path_errors_are_400_invalid_path() {
+    let r = Rejection::from(PathError::InvalidSegment("namespace"));
+    assert_eq!(
+        answer(&r),
+        (400, "InvalidPath", "invalid namespace in path")
+    );
+    let r = Rejection::from(PathError::UnknownRoute);
+    assert_eq!(answer(&r), (400, "InvalidPath", "no such route"));
+    assert_eq!(
+        answer(&Rejection::not_a_run_route()),
+        (400, "InvalidPath", "not a Run route")
+    );
+}
+
+#[test]
+fn limit_violations_get_their_own_statuses() {
+    let cases = [
+        (LimitError::HeadersTooLarge, 431, "HeadersTooLarge"),
+        (LimitError::InvalidContentLength, 400, "BadRequest"),
+        (LimitError::BodyTooLarge(1024), 413, "PayloadTooLarge"),
+        (LimitError::InvalidInvocationId, 400, "InvalidInvocationId"),
+        (LimitError::Overloaded, 503, "Overloaded"),
+    ];
+    for (e, status, code) in cases {
+        let r = Rejection::from(e);
+        assert_eq!((r.status(), r.code.as_str()), (status, code), "{e:?}");
+        assert_eq!(r.message, e.to_string());
+    }
+    assert_eq!(
+        Rejection::from(LimitError::BodyTooLarge(1024)).message,
+        "body exceeds 1024 bytes"
+    );
+}
+
+#[test]
+fn rejected_credentials_are_401_and_an_unreachable_backend_503() {
+    let r = Rejection::from(AuthError::Unauthenticated("token expired".into()));
+    assert_eq!(answer(&r), (401, "Unauthenticated", "token expired"));
+    let r = Rejection::from(AuthError::Unavailable("tokenreview timed out".into()));
+    assert_eq!(
+        answer(&r),
+        (503, "AuthUnavailable", "tokenreview timed out")
+    );
+    assert_eq!(
+        answer(&Rejection::missing_token()),
+        (401, "Unauthenticated", "missing bearer token")
+    );
+}
+
+#[test]
+fn denied_callers_are_told_who_they_are_and_what_they_may_not_use() {
+    let r = Rejection::forbidden("eve", Verb::Session, "team-a");
+    assert_eq!(
+        answer(&r),
+        (
+            403,
+            "Forbidden",
+            "eve may not use runs/session of this run in namespace team-a"
+        )
+    );
+}
+
+#[test]
+fn unknown_runs_are_404_and_unroutable_runs_503() {
+    let r = Rejection::from(RouteError::NotFound);
+    assert_eq!(r, Rejection::unknown_run());
+    assert_eq!(
+        answer(&r),
+        (404, "NotFound", "no such run in this namespace and runtime")
+    );
+    let r = Rejection::from(RouteError::NotReady("run is not ready"));
+    assert_eq!(answer(&r), (503, "NotReady", "run is not ready"));
+    let r = Rejection::from(RouteError::Stale("owner is unreachable"));
+    assert_eq!(
+        answer(&r),
+        (503, "OwnerUnavailable", "owner is unreachable")
+    );
+    let r = Rejection::wrong_mode("u1", true);
+    assert_eq!(answer(&r), (404, "NotFound", "run u1 is not a session run"));
+    let r = Rejection::wrong_mode("u1", false);
+    assert_eq!(r.message, "run u1 is not a function run");
+}
+
+#[test]
+fn other_methods_are_405_naming_the_one_the_route_takes() {
+    let r = Rejection::method_not_allowed(&http::Method::GET);
+    assert_eq!(
+        answer(&r),
+        (405, "MethodNotAllowed", "this route takes GET")
+    );
+}
+
+fn proxy_failure(etype: pingora::ErrorType) -> Option<(u16, &'static str)> {
+    let r = Rejection::of_proxy_failure(&pingora::Error::new(etype))?;
+    Some((r.status(), r.code.as_str()))
+}
+
+#[test]
+fn owners_that_cannot_be_reached_are_503_and_slow_ones_504() {
+    use pingora::ErrorType::*;
+    for etype in [
+        ConnectRefused,
+        ConnectTimedout,
+        TLSHandshakeFailure,
+        InvalidCert,
+    ] {
+        assert_eq!(proxy_failure(etype), Some((503, "OwnerUnavailable")));
+    }
+    for etype in [ReadTimedout, WriteTimedout] {
+        assert_eq!(proxy_failure(etype), Some((504, "DeadlineExceeded")));
+    }
+    let r = Rejection::of_proxy_failure(&pingora::Error::new(ReadTimedout)).unwrap();
+    assert_eq!(r.message, "owner did not answer before the deadline");
+    let upstream = pingora::Error::new(ConnectionClosed).into_up();
+    let r = Rejection::of_proxy_failure(&upstream).unwrap();
+    assert_eq!(
+        answer(&r),
+        (503, "OwnerUnavailable", "owner is unreachable")
+    );
+}
+
+#[test]
+fn streamed_bodies_over_the_limit_are_413() {
+    let e = pingora::Error::explain(pingora::ErrorType::HTTPStatus(413), "over").into_down();
+    let r = Rejection::of_proxy_failure(&e).unwrap();
+    assert_eq!(
+        answer(&r),
+        (413, "PayloadTooLarge", "request body over the limit")
+    );
+}
+
+#[test]
+fn clients_that_went_away_get_no_answer_and_other_client_errors_400() {
+    use pingora::ErrorType::*;
+    for etype in [WriteError, ReadError, ConnectionClosed] {
+        let name = etype.as_str();
+        let e = pingora::Error::new(etype).into_down();
+        assert_eq!(Rejection::of_proxy_failure(&e), None, "{name}");
+    }
+    let e = pingora::Error::new(InvalidHTTPHeader).into_down();
+    let r = Rejection::of_proxy_failure(&e).unwrap();
+    assert_eq!(answer(&r), (400, "BadRequest", "request failed"));
+    assert_eq!(proxy_failure(InternalError), Some((500, "Internal")));
+}
