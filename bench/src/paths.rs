@@ -54,17 +54,13 @@ impl HttpTarget {
         {
             headers.insert(api::HEADER_INVOCATION_ID, v);
         }
-        let resp = self
-            .client
-            .post(&*self.url)
-            .headers(headers)
-            .body(self.body.to_vec())
-            .send()
-            .await
-            .map_err(|e| e.to_string())?;
-        let status = resp.status().as_u16();
-        resp.bytes().await.map_err(|e| e.to_string())?;
-        Ok(status)
+        send(
+            self.client
+                .post(&*self.url)
+                .headers(headers)
+                .body(self.body.to_vec()),
+        )
+        .await
     }
 
     /// The same target with another bearer token.
@@ -78,6 +74,15 @@ impl HttpTarget {
             ..self.clone()
         }
     }
+}
+
+/// Sends `request` and reads the whole response body: its status, or the
+/// transport error.
+pub async fn send(request: reqwest::RequestBuilder) -> Outcome {
+    let resp = request.send().await.map_err(|e| e.to_string())?;
+    let status = resp.status().as_u16();
+    resp.bytes().await.map_err(|e| e.to_string())?;
+    Ok(status)
 }
 
 fn client(

@@ -1,0 +1,81 @@
+//! The scenarios, run in one process against one stack so every figure is
+//! measured side by side on the same machine at the same time.
+//!
+//! One scenario a module, run in this order: `sequential`, `open_loop`
+//! (with the proxies' cost), `sessions`, `interpreter_per_call`,
+//! `auth`, `kube_auth`, `propagation`, `table_scale`; then
+//! `summary` derives the headline figures. `remote` is the cluster mode.
+//! The rest is shared: the stack (`local`), the baselines in front of it
+//! (`proxies`), extra gateways (`extra_gateway`), the report being built
+//! (`context`), `/proc` readings (`procfs`) and small helpers
+//! (`support`).
+
+mod auth;
+mod context;
+mod extra_gateway;
+mod interpreter_per_call;
+mod kube_auth;
+mod local;
+mod open_loop;
+mod procfs;
+mod propagation;
+mod proxies;
+mod remote;
+mod sequential;
+mod sessions;
+mod summary;
+mod support;
+mod table_scale;
+
+use std::path::PathBuf;
+
+use crate::report::Report;
+use crate::{Args, Sizes};
+
+/// The echo handler every path calls.
+pub const ECHO_PY: &str = "def invoke(request):\n    return request\n";
+/// The input of every invoke.
+const INPUT: &str = r#"{"name": "bench"}"#;
+/// [`INPUT`] as a request body.
+const BODY: &[u8] = INPUT.as_bytes();
+/// Open-loop requests in flight at most; more are recorded as dropped.
+const MAX_OUTSTANDING: usize = 1024;
+
+/// Runs every scenario.
+pub async fn run(args: &Args, sizes: &Sizes) -> anyhow::Result<Report> {
+    if let Some(gateway) = &args.gateway {
+        return remote::run(args, sizes, gateway).await;
+    }
+    let krt = args.krt.clone().unwrap_or_else(|| sibling("krt"));
+    let local = local::Local::start(krt).await?;
+    let mut ctx = context::Ctx::new(args, sizes);
+    let proxies = if args.no_baselines {
+        Vec::new()
+    } else {
+        proxies::start(&mut ctx, &local, args.install_baselines).await
+    };
+
+    sequential::run(&mut ctx, &local, &proxies, sizes).await;
+    open_loop::run(&mut ctx, &local, &proxies, sizes).await;
+    sessions::run(&mut ctx, &local, sizes).await?;
+    interpreter_per_call::run(&mut ctx, &local, sizes).await?;
+    auth::run(&mut ctx, &local, sizes).await?;
+    kube_auth::run(&mut ctx, &local, sizes).await;
+    propagation::run(&mut ctx, &local, sizes).await?;
+    table_scale::run(&mut ctx, &local, sizes).await;
+    ctx.bar.finish_and_clear();
+
+    summary::derive(&ctx.report.scenarios, &mut ctx.report.summary);
+    // The baselines stop before the stack they proxy to.
+    drop(proxies);
+    drop(local);
+    Ok(ctx.report)
+}
+
+/// `name` next to this executable (where cargo puts `krt` too).
+fn sibling(name: &str) -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(|d| d.join(name)))
+        .unwrap_or_else(|| PathBuf::from(name))
+}
