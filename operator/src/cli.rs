@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use crate::cluster::{self, ClusterConfig, objects::PodSettings};
+use crate::cluster::{self, ClusterConfig, workloads::PodSettings};
 use anyhow::Context as _;
 use clap::Parser;
 use kruntimes_certs::TlsFiles;

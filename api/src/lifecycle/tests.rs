@@ -1,5 +1,6 @@
 use super::Phase::*;
 use super::*;
+use kruntimes_proto::ownership::v1 as own;
 
 const ALL_PHASES: [Phase; 9] = [
     Pending, Scheduled, Running, Ready, Finalizing, Succeeded, Failed, Timeout, Cancelled,

@@ -1,5 +1,5 @@
 //! The operator in Kubernetes mode: a thin adapter around the pure
-//! [`decide`] and [`objects`] functions.
+//! [`decide`], [`views`] and [`workloads`] functions.
 //!
 //! It keeps reflector caches of Runs, Runtime Pods and Runtimes (one watch
 //! each), and on every change (and once a second, for timeouts) runs one
@@ -13,9 +13,10 @@
 
 mod ca;
 pub mod decide;
-pub mod objects;
 mod runtimes;
+pub mod views;
 mod watch;
+pub mod workloads;
 mod writes;
 
 use std::collections::{BTreeMap, HashMap};
@@ -35,7 +36,8 @@ use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 
 use decide::{Op, Settings};
-use objects::{PodSettings, RUNTIME_LABEL};
+use views::RUNTIME_LABEL;
+use workloads::PodSettings;
 
 /// Field manager of the operator's writes.
 pub const FIELD_MANAGER: &str = "kruntimes-operator";
@@ -162,16 +164,16 @@ impl Operator {
             system_namespace: self.cfg.system_namespace.clone(),
         };
         let runs: Vec<Arc<Run>> = self.runs.state();
-        let views: Vec<decide::RunView> = runs.iter().map(|r| objects::run_view(r)).collect();
+        let views: Vec<decide::RunView> = runs.iter().map(|r| views::run_view(r)).collect();
         let pods: Vec<decide::PodInfo> = self
             .pods
             .state()
             .iter()
-            .filter_map(|p| objects::pod_info(p))
+            .filter_map(|p| views::pod_info(p))
             .collect();
         let runtimes: Vec<Arc<Runtime>> = self.runtimes.state();
         let infos: Vec<decide::RuntimeInfo> =
-            runtimes.iter().map(|r| objects::runtime_info(r)).collect();
+            runtimes.iter().map(|r| views::runtime_info(r)).collect();
         let by_key: BTreeMap<(String, String), &Arc<Run>> = runs
             .iter()
             .map(|r| ((r.namespace().unwrap_or_default(), r.name_any()), r))
@@ -221,7 +223,7 @@ impl Operator {
             }
         }
         self.publisher
-            .replace_all(objects::ownership_entries(&views, &pods));
+            .replace_all(views::ownership_entries(&views, &pods));
         Ok(())
     }
 }

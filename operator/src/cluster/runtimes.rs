@@ -12,7 +12,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use super::decide::PodInfo;
-use super::objects::{self, PodSettings};
+use super::workloads::{self, PodSettings};
 
 /// Applies `rt`'s Deployment and Service when their rendered content changed
 /// since the last apply recorded in `applied`, then writes its status.
@@ -25,8 +25,8 @@ pub(super) async fn reconcile(
 ) -> anyhow::Result<()> {
     let ns = rt.namespace().unwrap_or_default();
     let key = format!("{ns}/{}", rt.name_any());
-    let deployment = objects::deployment(rt, settings);
-    let service = objects::service(rt);
+    let deployment = workloads::deployment(rt, settings);
+    let service = workloads::service(rt);
     let fingerprint = serde_json::to_string(&(&deployment, &service))?;
     if applied.get(&key) != Some(&fingerprint) {
         let pp = PatchParams::apply(super::FIELD_MANAGER).force();

@@ -428,7 +428,7 @@ fn ended_runs_stay_published_as_failed_until_deleted() {
     let live = assigned(run("live", 1), &p, RunPhase::Ready, 1);
     let mut deleting = assigned(run("deleting", 2), &p, RunPhase::Ready, 1);
     deleting.deleting = true;
-    let entries = crate::cluster::objects::ownership_entries(&[ended, live, deleting], &[p]);
+    let entries = crate::cluster::views::ownership_entries(&[ended, live, deleting], &[p]);
     let phases: BTreeMap<&str, i32> = entries
         .iter()
         .map(|e| (e.run_name.as_str(), e.phase))

@@ -1,5 +1,5 @@
 use kruntimes_api::{
-    FunctionMode, Reason, RunMode, RunSpec, SessionMode, SourceSpec, TaskMode, Termination,
+    FunctionMode, Phase, Reason, RunMode, RunSpec, SessionMode, SourceSpec, TaskMode, Termination,
 };
 
 use super::*;

@@ -1,145 +1,23 @@
-//! What the operator derives from cluster objects, as pure functions: views
-//! of Runs/Pods/Runtimes for [`super::decide`], the Deployment and Service of
-//! a Runtime, and the ownership table served to gateways.
+//! What the operator renders for a Runtime, as pure functions: the
+//! Deployment that keeps its Pods warm and the headless Service naming them.
 
 use std::collections::BTreeMap;
-use std::time::SystemTime;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, EnvVar, EnvVarSource, ObjectFieldSelector, Pod, PodSpec,
-    PodTemplateSpec, Probe, SecretVolumeSource, Service, ServicePort, ServiceSpec, TCPSocketAction,
-    Volume, VolumeMount,
+    Container, ContainerPort, EnvVar, EnvVarSource, ObjectFieldSelector, PodSpec, PodTemplateSpec,
+    Probe, SecretVolumeSource, Service, ServicePort, ServiceSpec, TCPSocketAction, Volume,
+    VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kruntimes_proto::ownership::v1 as own;
+use kruntimes_api::{Backend, RUNTIME_LABEL, Runtime};
 use kube::{Resource, ResourceExt};
 
-pub use kruntimes_api::RUNTIME_LABEL;
-use kruntimes_api::lifecycle::Life;
-use kruntimes_api::{Backend, FINALIZER, ModeKind, Run, Runtime};
-
-use super::decide::{PodInfo, RunView, RuntimeInfo};
 /// Name of the dataplane container port.
 pub const DATAPLANE_PORT_NAME: &str = "dataplane";
 /// Default dataplane port.
 pub const DATAPLANE_PORT: i32 = 7443;
-
-/// The operator's view of a Run.
-pub fn run_view(run: &Run) -> RunView {
-    let spec = &run.spec;
-    let mode = run.validate();
-    RunView {
-        namespace: run.namespace().unwrap_or_default(),
-        name: run.name_any(),
-        uid: run.uid().unwrap_or_default(),
-        runtime: spec.runtime.clone(),
-        mode,
-        created: run
-            .meta()
-            .creation_timestamp
-            .as_ref()
-            .map(|t| SystemTime::from(t.0))
-            .unwrap_or(SystemTime::UNIX_EPOCH),
-        timeout: spec.timeout,
-        max_retries: spec.retry_policy.max_retries,
-        termination: spec.termination.as_ref().map(|t| t.mode),
-        deleting: run.meta().deletion_timestamp.is_some(),
-        has_finalizer: run.finalizers().iter().any(|f| f == FINALIZER),
-        status: run.status.clone().unwrap_or_default(),
-    }
-}
-
-/// The dataplane port of a Pod: its container port named `dataplane`.
-pub fn dataplane_port(pod: &Pod) -> Option<i32> {
-    pod.spec.as_ref()?.containers.iter().find_map(|c| {
-        c.ports
-            .as_ref()?
-            .iter()
-            .find(|p| p.name.as_deref() == Some(DATAPLANE_PORT_NAME))
-            .map(|p| p.container_port)
-    })
-}
-
-/// The operator's view of a Runtime Pod (`None` for Pods of no Runtime).
-pub fn pod_info(pod: &Pod) -> Option<PodInfo> {
-    let runtime = pod.labels().get(RUNTIME_LABEL)?.clone();
-    let status = pod.status.as_ref();
-    let terminating = pod.meta().deletion_timestamp.is_some();
-    let ready = !terminating
-        && status
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-    let address = match (status.and_then(|s| s.pod_ip.as_ref()), dataplane_port(pod)) {
-        (Some(ip), Some(port)) if !ip.is_empty() => Some(if ip.contains(':') {
-            format!("[{ip}]:{port}")
-        } else {
-            format!("{ip}:{port}")
-        }),
-        _ => None,
-    };
-    Some(PodInfo {
-        namespace: pod.namespace().unwrap_or_default(),
-        name: pod.name_any(),
-        uid: pod.uid().unwrap_or_default(),
-        runtime,
-        ready,
-        terminating,
-        address,
-    })
-}
-
-/// The operator's view of a Runtime.
-pub fn runtime_info(rt: &Runtime) -> RuntimeInfo {
-    RuntimeInfo {
-        namespace: rt.namespace().unwrap_or_default(),
-        name: rt.name_any(),
-        capacity: rt.spec.capacity.runs,
-    }
-}
-
-/// The control plane's ownership table: every function and session Run that
-/// is not being deleted, with its assignment (owner absent while pending).
-/// Ended Runs stay, as `FAILED`, so their URL answers 503 `NotReady` until
-/// they are deleted.
-pub fn ownership_entries(runs: &[RunView], pods: &[PodInfo]) -> Vec<own::OwnershipEntry> {
-    let by_uid: BTreeMap<&str, &PodInfo> = pods.iter().map(|p| (p.uid.as_str(), p)).collect();
-    runs.iter()
-        .filter(|r| matches!(r.mode, Ok(ModeKind::Function | ModeKind::Session)))
-        .filter(|r| !r.deleting)
-        .map(|r| {
-            let life = Life::of(Some(&r.status));
-            let owner = r
-                .status
-                .assigned_pod_uid
-                .as_deref()
-                .and_then(|uid| by_uid.get(uid))
-                .and_then(|p| {
-                    Some(own::Owner {
-                        pod_name: p.name.clone(),
-                        pod_uid: p.uid.clone(),
-                        dataplane_address: p.address.clone()?,
-                    })
-                });
-            own::OwnershipEntry {
-                namespace: r.namespace.clone(),
-                run_name: r.name.clone(),
-                run_uid: r.uid.clone(),
-                runtime: r.runtime.clone(),
-                mode: match r.mode {
-                    Ok(ModeKind::Session) => own::Mode::Session as i32,
-                    _ => own::Mode::Function as i32,
-                },
-                owner,
-                attempt: life.attempt,
-                phase: life.phase.table_phase() as i32,
-                limits: None,
-                reason: r.status.reason.clone().unwrap_or_default(),
-            }
-        })
-        .collect()
-}
 
 /// How Runtime Pods are built.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -432,22 +310,5 @@ mod tests {
         let s = service(&rt()).spec.unwrap();
         assert_eq!(s.cluster_ip.as_deref(), Some("None"));
         assert_eq!(s.selector.unwrap()[RUNTIME_LABEL], "python");
-    }
-
-    #[test]
-    fn pod_info_needs_ready_ip_and_dataplane_port() {
-        let mut pod: Pod = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "p", "namespace": "ns", "uid": "u", "labels": {RUNTIME_LABEL: "python"}},
-            "spec": {"containers": [{"name": "runtimed", "ports": [{"name": "dataplane", "containerPort": 9000}]}]},
-            "status": {"podIP": "127.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]}
-        }))
-        .unwrap();
-        let info = pod_info(&pod).unwrap();
-        assert!(info.ready);
-        assert_eq!(info.address.as_deref(), Some("127.0.0.1:9000"));
-        pod.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].status = "False".into();
-        assert!(!pod_info(&pod).unwrap().ready);
-        pod.metadata.labels = None;
-        assert!(pod_info(&pod).is_none());
     }
 }

@@ -1,0 +1,154 @@
+//! The phases a Run goes through and the reasons given for them.
+
+use kruntimes_proto::ownership::v1 as own;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Run phases (`status.phase`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum Phase {
+    /// Waiting for a Pod.
+    Pending,
+    /// Assigned to a Pod, not yet registering.
+    Scheduled,
+    /// Registering on its Pod.
+    Running,
+    /// Registered and invocable (function) or open (session).
+    Ready,
+    /// Draining before it ends.
+    Finalizing,
+    /// Ended normally.
+    Succeeded,
+    /// Ended with an error.
+    Failed,
+    /// Ended by a timeout.
+    Timeout,
+    /// Ended by cancellation.
+    Cancelled,
+}
+
+impl Phase {
+    /// Whether the Run has ended.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            Self::Succeeded | Self::Failed | Self::Timeout | Self::Cancelled
+        )
+    }
+
+    /// Whether the Run holds capacity on its Pod: from assignment until it
+    /// ends.
+    pub fn holds_capacity(self) -> bool {
+        matches!(
+            self,
+            Self::Scheduled | Self::Running | Self::Ready | Self::Finalizing
+        )
+    }
+
+    /// The phase the control plane publishes in its ownership table. An
+    /// ended Run stays in the table as `FAILED` until it is deleted: its URL
+    /// names a Run that exists but will not be served (503 `NotReady`),
+    /// while a deleted Run's URL is unknown (404).
+    pub fn table_phase(self) -> own::Phase {
+        match self {
+            Self::Pending => own::Phase::Pending,
+            Self::Scheduled => own::Phase::Scheduled,
+            Self::Running => own::Phase::Running,
+            Self::Ready => own::Phase::Ready,
+            Self::Finalizing => own::Phase::Draining,
+            Self::Succeeded | Self::Failed | Self::Timeout | Self::Cancelled => own::Phase::Failed,
+        }
+    }
+}
+
+/// Machine-readable reasons (`status.reason`), one per rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// `Pending`: no ready Pod of the Runtime has free capacity.
+    Unschedulable,
+    /// `Pending`: the Runtime the Run names does not exist.
+    RuntimeNotFound,
+    /// `Pending` (rescheduling), `Failed` or `Cancelled`: the owner is gone.
+    OwnerLost,
+    /// `Scheduled`: assigned to a Pod.
+    Scheduled,
+    /// `Running`: the owner is registering the Run.
+    Registering,
+    /// `Ready`: registered (function) or opened (session).
+    Registered,
+    /// `Finalizing`: draining after `termination: Drain`.
+    Draining,
+    /// `Succeeded`: accepted work finished after `Drain`.
+    Drained,
+    /// `Cancelled`: `termination: Immediate`, or termination before a Pod.
+    Terminated,
+    /// `Timeout`: `spec.timeout` elapsed.
+    RunTimeout,
+    /// `Timeout`: no activity within the idle timeout.
+    IdleTimeout,
+    /// `Failed`: the spec fails validation.
+    InvalidSpec,
+    /// `Failed`: the mode is not served.
+    UnsupportedMode,
+    /// `Failed`: registering or opening failed.
+    RegistrationFailed,
+    /// `Failed`: the owner's registration failed after it was Ready.
+    RuntimeFailed,
+    /// `Failed`: a Ready session's workspace is gone from its owner.
+    SessionLost,
+}
+
+impl Reason {
+    /// Every reason, for parsing and tests.
+    pub const ALL: [Reason; 16] = [
+        Self::Unschedulable,
+        Self::RuntimeNotFound,
+        Self::OwnerLost,
+        Self::Scheduled,
+        Self::Registering,
+        Self::Registered,
+        Self::Draining,
+        Self::Drained,
+        Self::Terminated,
+        Self::RunTimeout,
+        Self::IdleTimeout,
+        Self::InvalidSpec,
+        Self::UnsupportedMode,
+        Self::RegistrationFailed,
+        Self::RuntimeFailed,
+        Self::SessionLost,
+    ];
+
+    /// The reason as written to `status.reason`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unschedulable => "Unschedulable",
+            Self::RuntimeNotFound => "RuntimeNotFound",
+            Self::OwnerLost => "OwnerLost",
+            Self::Scheduled => "Scheduled",
+            Self::Registering => "Registering",
+            Self::Registered => "Registered",
+            Self::Draining => "Draining",
+            Self::Drained => "Drained",
+            Self::Terminated => "Terminated",
+            Self::RunTimeout => "RunTimeout",
+            Self::IdleTimeout => "IdleTimeout",
+            Self::InvalidSpec => "InvalidSpec",
+            Self::UnsupportedMode => "UnsupportedMode",
+            Self::RegistrationFailed => "RegistrationFailed",
+            Self::RuntimeFailed => "RuntimeFailed",
+            Self::SessionLost => "SessionLost",
+        }
+    }
+
+    /// Parses `status.reason`; `None` for reasons this version does not know.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

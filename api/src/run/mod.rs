@@ -1,0 +1,172 @@
+//! The `Run` resource: a reservation of warm capacity on one Runtime Pod,
+//! in one of three modes (task, function, session). The embedded store
+//! reads manifests straight into [`Run`]; the Kubernetes operator and
+//! runtimed watch the same type. This module holds what is derived from a
+//! Run: validation, the registration digest, its key and public path.
+
+mod spec;
+mod status;
+
+use std::collections::BTreeMap;
+
+use kruntimes_proto::api::dns_label;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+pub use spec::{
+    EnvVar, FunctionMode, ModeKind, RetryPolicy, Run, RunMode, RunSpec, SessionMode, SourceSpec,
+    TaskMode, Termination, TerminationMode,
+};
+pub use status::{Endpoint, RunStatus};
+
+impl Run {
+    /// Namespace, `default` when the manifest names none.
+    pub fn namespace_or_default(&self) -> &str {
+        self.metadata.namespace.as_deref().unwrap_or("default")
+    }
+
+    /// Name (empty when unset).
+    pub fn name_str(&self) -> &str {
+        self.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    /// UID (empty when unset).
+    pub fn uid_str(&self) -> &str {
+        self.metadata.uid.as_deref().unwrap_or_default()
+    }
+
+    /// `namespace/name`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace_or_default(), self.name_str())
+    }
+
+    /// The Run's mode by its spec alone (`None` when not exactly one is set).
+    pub fn mode_kind(&self) -> Option<ModeKind> {
+        let m = &self.spec.mode;
+        match (m.task.is_some(), m.function.is_some(), m.session.is_some()) {
+            (true, false, false) => Some(ModeKind::Task),
+            (false, true, false) => Some(ModeKind::Function),
+            (false, false, true) => Some(ModeKind::Session),
+            _ => None,
+        }
+    }
+
+    /// Validates the Run as the CRD's schema and CEL rules would, and
+    /// returns its mode.
+    pub fn validate(&self) -> Result<ModeKind, String> {
+        if !dns_label(self.name_str()) {
+            return Err(format!(
+                "metadata.name {:?} is not a DNS-1123 label",
+                self.name_str()
+            ));
+        }
+        if !dns_label(self.namespace_or_default()) {
+            return Err(format!(
+                "metadata.namespace {:?} is not a DNS-1123 label",
+                self.namespace_or_default()
+            ));
+        }
+        if !dns_label(&self.spec.runtime) {
+            return Err(format!(
+                "spec.runtime {:?} is not a DNS-1123 label",
+                self.spec.runtime
+            ));
+        }
+        let m = &self.spec.mode;
+        let kind = match self.mode_kind() {
+            Some(kind) => kind,
+            None if m.task.is_none() && m.function.is_none() && m.session.is_none() => {
+                return Err("spec.mode requires exactly one of task, function, session".into());
+            }
+            None => return Err("spec.mode must set exactly one of task, function, session".into()),
+        };
+        if let Some(f) = &m.function
+            && f.handler.is_empty()
+        {
+            return Err("spec.mode.function.handler is required".into());
+        }
+        if self
+            .spec
+            .source
+            .inline
+            .as_ref()
+            .is_some_and(|s| s.len() > crate::MAX_INLINE_SOURCE_BYTES)
+        {
+            return Err("spec.source.inline is larger than 1 MiB".into());
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for e in &self.spec.env {
+            if e.name.is_empty() || e.name.contains('=') || !seen.insert(&e.name) {
+                return Err(format!(
+                    "spec.env name {:?} is empty, contains '=' or repeats",
+                    e.name
+                ));
+            }
+        }
+        Ok(kind)
+    }
+
+    /// Requested termination, if any.
+    pub fn termination(&self) -> Option<TerminationMode> {
+        self.spec.termination.as_ref().map(|t| t.mode)
+    }
+
+    /// Whether `other` has the same execution inputs (runtime, source, mode,
+    /// env: the fields the API server keeps immutable). `termination`,
+    /// `timeout` and `retryPolicy` may change in place.
+    pub fn same_inputs(&self, other: &Run) -> bool {
+        let (a, b) = (&self.spec, &other.spec);
+        a.runtime == b.runtime && a.source == b.source && a.mode == b.mode && a.env == b.env
+    }
+
+    /// The environment as a map.
+    pub fn env(&self) -> BTreeMap<String, String> {
+        self.spec
+            .env
+            .iter()
+            .map(|e| (e.name.clone(), e.value.clone()))
+            .collect()
+    }
+
+    /// Digest of the immutable registration inputs (runtime, source, mode,
+    /// env): equal digests mean an idempotent re-registration.
+    pub fn digest(&self) -> String {
+        #[derive(Serialize)]
+        struct Inputs<'a> {
+            runtime: &'a str,
+            source: &'a SourceSpec,
+            mode: &'a RunMode,
+            env: BTreeMap<String, String>,
+        }
+        let inputs = Inputs {
+            runtime: &self.spec.runtime,
+            source: &self.spec.source,
+            mode: &self.spec.mode,
+            env: self.env(),
+        };
+        // Plain structs with string keys always serialize.
+        let bytes = serde_json::to_vec(&inputs).unwrap_or_default();
+        Sha256::digest(&bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    /// The gateway path of the Run: the invoke route of a function Run, the
+    /// session route of a session Run.
+    pub fn public_path(&self) -> String {
+        let (collection, suffix) = match self.mode_kind() {
+            Some(ModeKind::Session) => ("sessions", ""),
+            _ => ("runs", ":invoke"),
+        };
+        format!(
+            "/v1/namespaces/{}/runtimes/{}/{collection}/{}{suffix}",
+            self.namespace_or_default(),
+            self.spec.runtime,
+            self.uid_str()
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,203 @@
+//! `spec` of a Run: what it runs (runtime, source, mode, env) and how it
+//! may end (retry policy, timeout, termination).
+
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::RunStatus;
+
+/// `spec` of a Run. Execution inputs (runtime, source, mode, env) are
+/// immutable after creation and `termination` is monotonic, enforced by the
+/// API server with CEL transition rules (and by the embedded store, which
+/// replaces a Run whose inputs change).
+#[derive(CustomResource, KubeSchema, Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[kube(
+    group = "kruntimes.io",
+    version = "v1alpha1",
+    kind = "Run",
+    namespaced,
+    derive = "PartialEq",
+    status = "RunStatus",
+    shortname = "krun",
+    category = "kruntimes",
+    printcolumn = r#"{"name":"Runtime","type":"string","jsonPath":".spec.runtime"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Pod","type":"string","jsonPath":".status.assignedPod"}"#,
+    printcolumn = r#"{"name":"Attempt","type":"integer","jsonPath":".status.attempt"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("self.runtime == oldSelf.runtime").message("spec.runtime is immutable"),
+    validation = Rule::new("has(self.source) == has(oldSelf.source) && (!has(self.source) || self.source == oldSelf.source)").message("spec.source is immutable"),
+    validation = Rule::new("self.mode == oldSelf.mode").message("spec.mode is immutable"),
+    validation = Rule::new("has(self.env) == has(oldSelf.env) && (!has(self.env) || self.env == oldSelf.env)").message("spec.env is immutable"),
+    validation = Rule::new("!has(oldSelf.termination) || (has(self.termination) && (self.termination.mode == oldSelf.termination.mode || self.termination.mode == 'Immediate'))").message("spec.termination can only be set once, or moved from Drain to Immediate"),
+)]
+pub struct RunSpec {
+    /// Runtime name (`python`, `bash`, or a custom Runtime).
+    #[schemars(length(min = 1, max = 63))]
+    pub runtime: String,
+    /// Code source, shared by all modes.
+    #[serde(default)]
+    pub source: SourceSpec,
+    /// Exactly one mode.
+    pub mode: RunMode,
+    /// Environment of the handler.
+    #[serde(default)]
+    #[schemars(length(max = 256))]
+    pub env: Vec<EnvVar>,
+    /// Retry policy for owner loss.
+    #[serde(default)]
+    pub retry_policy: RetryPolicy,
+    /// Total lifetime from creation, in seconds; the Run then ends as
+    /// `Timeout` (reason `RunTimeout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<u32>,
+    /// Ends the Run: `Drain` finishes accepted work, `Immediate` cancels it.
+    /// Monotonic: once set it can only move from `Drain` to `Immediate`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub termination: Option<Termination>,
+}
+
+/// `spec.source`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceSpec {
+    /// Inline source text (at most 256 KiB; etcd objects are small).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 262144))]
+    pub inline: Option<String>,
+    /// Where the inline source is written, relative to the working directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 255))]
+    pub inline_path: Option<String>,
+}
+
+/// `spec.mode.task`: a one-shot process.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, JsonSchema)]
+pub struct TaskMode {
+    /// File to run, relative to the working directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entrypoint: Option<String>,
+    /// Arguments.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+}
+
+/// `spec.mode`: exactly one of the fields.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, KubeSchema)]
+#[x_kube(validation = Rule::new("(has(self.task) ? 1 : 0) + (has(self.function) ? 1 : 0) + (has(self.session) ? 1 : 0) == 1").message("spec.mode must set exactly one of task, function, session"))]
+pub struct RunMode {
+    /// One-shot task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<TaskMode>,
+    /// Function mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function: Option<FunctionMode>,
+    /// Session (sandbox) mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<SessionMode>,
+}
+
+/// `spec.mode.session`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SessionMode {
+    /// End the session after this long without operations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout_seconds: Option<u32>,
+    /// Operations that may wait behind the running one (default 16, max 1024).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_size: Option<u32>,
+    /// Default command timeout in seconds (default 300, max 3600).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation_timeout: Option<u32>,
+}
+
+/// `spec.mode.function`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FunctionMode {
+    /// `module.function` (Python) or `file.function` (Bash).
+    pub handler: String,
+    /// Idle timeout that ends the reservation; none when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout_seconds: Option<u32>,
+    /// Per-invocation timeout; the runtime default when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invocation_timeout_seconds: Option<u32>,
+}
+
+/// One environment variable.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct EnvVar {
+    /// Name.
+    pub name: String,
+    /// Value.
+    #[serde(default)]
+    pub value: String,
+}
+
+/// `spec.retryPolicy`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RetryPolicy {
+    /// Moves to another Pod allowed after owner loss (a failed
+    /// registration is terminal).
+    #[serde(default = "default_retries")]
+    pub max_retries: u32,
+}
+
+fn default_retries() -> u32 {
+    3
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            max_retries: default_retries(),
+        }
+    }
+}
+
+/// `spec.termination`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, JsonSchema)]
+pub struct Termination {
+    /// `Drain` finishes accepted work; `Immediate` cancels it.
+    #[serde(default)]
+    pub mode: TerminationMode,
+}
+
+/// How a Run ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, JsonSchema)]
+pub enum TerminationMode {
+    /// Let in-flight work finish.
+    #[default]
+    Drain,
+    /// Cancel in-flight work.
+    Immediate,
+}
+
+/// Which mode a valid Run has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum ModeKind {
+    /// Task.
+    Task,
+    /// Function.
+    Function,
+    /// Session.
+    Session,
+}
+
+impl ModeKind {
+    /// Lowercase name as shown by `krt runs`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Task => "task",
+            Self::Function => "function",
+            Self::Session => "session",
+        }
+    }
+}
