@@ -2,6 +2,9 @@
 //! (its own stack, every scenario, JSON and SVG output). No timing is
 //! asserted: these machines are shared and noisy.
 
+// Test helpers panic on failure: that is how a test fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::PathBuf;
 use std::process::Command;
 

@@ -3,6 +3,9 @@
 //! TTLs bounded by token expiry, revocation within the allowed TTL), failing
 //! closed while the API server is down, and no token in any log.
 
+// Test helpers panic on failure: that is how a test fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::path::Path;

@@ -5,6 +5,9 @@
 //! end on idle timeout, move to another Pod when their owner Pod is deleted
 //! (attempt + 1, old owner fenced), and survive an operator restart.
 
+// Test helpers panic on failure: that is how a test fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::path::Path;

@@ -1,6 +1,9 @@
 //! Ownership changes end to end: owner loss and recovery, Runs appearing and
 //! disappearing, and runtimed's own fencing and peer checks.
 
+// Test helpers panic on failure: that is how a test fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::time::Duration;

@@ -359,7 +359,7 @@ async fn krt_session_commands_create_exec_copy_list_and_close() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn websocket_sends_operations_streams_events_and_cancels() {
-    use futures_util::{SinkExt, StreamExt};
+    use futures::{SinkExt, StreamExt};
     use tokio_tungstenite::tungstenite::Message;
     use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 

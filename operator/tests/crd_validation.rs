@@ -1,6 +1,9 @@
 //! The Run CRD's validation, enforced by a real kube-apiserver: exactly one
 //! mode, immutable execution inputs, monotonic termination, bounded status.
 
+// Test helpers panic on failure: that is how a test fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use kruntimes_api::Run;
 use kruntimes_kubetest::ApiServer;
 use kube::Resource as _;

@@ -8,6 +8,9 @@
 //! — driven by small simulations of what happens around them (runtimed
 //! tables, Pods coming and going, the clock).
 
+// Test helpers panic on failure: that is how a test fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime};
 

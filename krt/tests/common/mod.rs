@@ -1,4 +1,7 @@
 //! Shared pieces of the end-to-end tests.
+
+// Test helpers panic on failure: that is how a test fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(dead_code)]
 
 use kruntimes_testkit::{Options, Stack, function_run};
