@@ -123,7 +123,7 @@ pub async fn run(
     // Serve gateways only once the table reflects the synced caches: an
     // early, empty snapshot would make them answer 404 for every Run.
     if let Err(e) = op.pass().await {
-        tracing::warn!(error = %e, "reconcile pass failed");
+        tracing::warn!(error = %e, failures = 1, "reconcile pass failed");
     }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let server = watch::serve(
@@ -136,6 +136,7 @@ pub async fn run(
 
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tokio::pin!(shutdown);
+    let mut failures = 0u32;
     loop {
         tokio::select! {
             _ = notify.notified() => {
@@ -145,8 +146,17 @@ pub async fn run(
             _ = tick.tick() => {}
             _ = &mut shutdown => break,
         }
-        if let Err(e) = op.pass().await {
-            tracing::warn!(error = %e, "reconcile pass failed");
+        match op.pass().await {
+            Ok(()) => failures = 0,
+            Err(e) => {
+                failures += 1;
+                let wait = pass_backoff(failures);
+                tracing::warn!(error = %e, failures, retry_in_ms = wait.as_millis() as u64, "reconcile pass failed");
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = &mut shutdown => break,
+                }
+            }
         }
     }
     let _ = stop_tx.send(true);
@@ -180,6 +190,7 @@ impl Operator {
             .collect();
 
         let mut written: Vec<Run> = Vec::new();
+        let mut failed: Vec<String> = Vec::new();
         for op in decide::reconcile(&views, &pods, &infos, &settings, SystemTime::now()) {
             let (Op::AddFinalizer { namespace, name }
             | Op::RemoveFinalizer { namespace, name }
@@ -207,9 +218,12 @@ impl Operator {
             };
             match result {
                 Ok(run) => written.push(run),
-                // Conflicts are expected (a newer version exists); the next
-                // pass decides again on it.
-                Err(e) => tracing::debug!(error = %e, "operation not applied"),
+                // A conflict means a newer version exists (or the Run is
+                // gone): the next pass decides again on it.
+                Err(e) if writes::is_stale(&e) => {
+                    tracing::debug!(error = %e, "operation not applied: stale decision")
+                }
+                Err(e) => failed.push(format!("{namespace}/{name}: {e}")),
             }
         }
         writes::catch_up(&self.runs, &written).await;
@@ -224,6 +238,28 @@ impl Operator {
         }
         self.publisher
             .replace_all(views::ownership_entries(&views, &pods));
-        Ok(())
+        match failed.as_slice() {
+            [] => Ok(()),
+            [first, ..] => anyhow::bail!("{} writes failed, first {first}", failed.len()),
+        }
+    }
+}
+
+/// How long the loop waits after `failures` passes in a row failed: 1 s,
+/// doubling, at most 30 s (the API server may be down; every pass would
+/// fail the same way).
+fn pass_backoff(failures: u32) -> Duration {
+    let secs = 1u64 << failures.saturating_sub(1).min(5);
+    Duration::from_secs(secs.min(30))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_passes_back_off_exponentially_up_to_thirty_seconds() {
+        let waits: Vec<u64> = (1..=8).map(|n| pass_backoff(n).as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 30, 30, 30]);
     }
 }
