@@ -43,16 +43,7 @@ use crate::proxy::{Gateway, Upstream};
 use crate::table::Table;
 use crate::watch::InternalTls;
 
-/// JSON logs to stderr, filtered by `RUST_LOG` (default `info`).
-pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .json()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
-}
+pub use kruntimes_support::init_logging;
 
 struct WatchService {
     table: Arc<RwLock<Table>>,
@@ -107,19 +98,8 @@ fn kube_backends(
 ) -> anyhow::Result<(Arc<dyn Authenticator>, Arc<dyn Authorizer>)> {
     let runtime = kube_runtime()?;
     let kubeconfig = args.kubeconfig.clone();
-    let client = runtime.block_on(async move {
-        let config = match kubeconfig {
-            Some(path) => {
-                let kc = kube::config::Kubeconfig::read_from(&path)
-                    .with_context(|| format!("read kubeconfig {}", path.display()))?;
-                kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
-            }
-            None => kube::Config::infer()
-                .await
-                .context("no --kubeconfig and no in-cluster configuration")?,
-        };
-        anyhow::Ok(kube::Client::try_from(config)?)
-    })?;
+    let client = runtime
+        .block_on(async move { kruntimes_support::kube::client(kubeconfig.as_deref()).await })?;
     let calls = KubeCalls::new(
         client,
         runtime.clone(),

@@ -7,7 +7,7 @@ use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 
-use super::{GROUP, KubeCalls};
+use super::{GROUP, KubeCalls, RUNS_RESOURCE};
 use crate::auth::{AuthError, Authorizer, Identity, Target};
 
 /// Authorizes with `SubjectAccessReview`: verb `create` on
@@ -33,7 +33,7 @@ pub fn access_review(identity: &Identity, target: &Target) -> SubjectAccessRevie
             extra: (!identity.extra.is_empty()).then(|| identity.extra.clone()),
             resource_attributes: Some(ResourceAttributes {
                 group: Some(GROUP.into()),
-                resource: Some("runs".into()),
+                resource: Some(RUNS_RESOURCE.into()),
                 subresource: Some(target.verb.as_str().into()),
                 verb: Some("create".into()),
                 namespace: Some(target.namespace.clone()),

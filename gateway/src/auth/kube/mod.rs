@@ -28,8 +28,8 @@ use serde::de::DeserializeOwned;
 
 use super::AuthError;
 
-/// API group of Runs.
-pub const GROUP: &str = "kruntimes.io";
+/// The API group and resource of Runs, as SubjectAccessReviews name them.
+pub use kruntimes_api::{GROUP, RUNS_RESOURCE};
 
 /// Counters of API calls.
 #[derive(Clone)]
