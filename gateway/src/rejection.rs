@@ -9,7 +9,6 @@ use std::borrow::Cow;
 
 use kruntimes_proto::api::{ErrorCode, PathError};
 
-use crate::admission::LimitError;
 use crate::auth::{AuthError, Verb};
 use crate::table::RouteError;
 
@@ -124,19 +123,6 @@ impl Rejection {
 impl From<PathError> for Rejection {
     fn from(e: PathError) -> Self {
         Self::new(ErrorCode::InvalidPath, e.to_string())
-    }
-}
-
-impl From<LimitError> for Rejection {
-    fn from(e: LimitError) -> Self {
-        let code = match e {
-            LimitError::HeadersTooLarge => ErrorCode::HeadersTooLarge,
-            LimitError::InvalidContentLength => ErrorCode::BadRequest,
-            LimitError::BodyTooLarge(_) => ErrorCode::PayloadTooLarge,
-            LimitError::InvalidInvocationId => ErrorCode::InvalidInvocationId,
-            LimitError::Overloaded => ErrorCode::Overloaded,
-        };
-        Self::new(code, e.to_string())
     }
 }
 

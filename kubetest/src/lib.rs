@@ -34,6 +34,7 @@ mod tokens;
 mod users;
 
 pub use binaries::{binaries_dir, crd_dir};
+pub use pki::{API_AUDIENCE, SA_ISSUER};
 pub use server::ApiServer;
-pub use tokens::{API_AUDIENCE, SA_ISSUER, foreign_signing_key, mint_service_account_token};
+pub use tokens::{foreign_signing_key, mint_service_account_token};
 pub use users::{Subject, User};

@@ -10,6 +10,11 @@ use std::path::Path;
 
 use crate::users::User;
 
+/// The service-account token issuer the API server is configured with.
+pub const SA_ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
+/// The default audience of service-account tokens.
+pub const API_AUDIENCE: &str = "https://kubernetes.default.svc.cluster.local";
+
 /// The serving CA's certificate (PEM), read by clients.
 pub(crate) const CA_CERT: &str = "ca.crt";
 /// The serving certificate (PEM).

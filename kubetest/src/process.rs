@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 
 use crate::pki;
-use crate::tokens::{API_AUDIENCE, SA_ISSUER};
+use crate::pki::{API_AUDIENCE, SA_ISSUER};
 
 /// A free loopback TCP port.
 pub(crate) fn free_port() -> anyhow::Result<u16> {

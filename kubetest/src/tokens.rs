@@ -7,12 +7,8 @@ use std::time::Duration;
 use anyhow::Context;
 use kube::api::{Api, PostParams};
 
+use crate::pki::{API_AUDIENCE, SA_ISSUER};
 use crate::server::ApiServer;
-
-/// The service-account token issuer the API server is configured with.
-pub const SA_ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
-/// The default audience of service-account tokens.
-pub const API_AUDIENCE: &str = "https://kubernetes.default.svc.cluster.local";
 
 impl ApiServer {
     /// A real service-account JWT from the TokenRequest API (the API server

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use http::{HeaderMap, Uri};
-use kruntimes_proto::api;
+use kruntimes_proto::api::{self, ErrorCode};
+
+use crate::rejection::Rejection;
 
 /// Request limits.
 #[derive(Debug, Clone)]
@@ -55,6 +57,19 @@ pub enum LimitError {
 /// A fresh invocation id (a v4 UUID).
 pub fn new_invocation_id() -> String {
     uuid::Uuid::new_v4().to_string()
+}
+
+impl From<LimitError> for Rejection {
+    fn from(e: LimitError) -> Self {
+        let code = match e {
+            LimitError::HeadersTooLarge => ErrorCode::HeadersTooLarge,
+            LimitError::InvalidContentLength => ErrorCode::BadRequest,
+            LimitError::BodyTooLarge(_) => ErrorCode::PayloadTooLarge,
+            LimitError::InvalidInvocationId => ErrorCode::InvalidInvocationId,
+            LimitError::Overloaded => ErrorCode::Overloaded,
+        };
+        Self::new(code, e.to_string())
+    }
 }
 
 /// The caller's invocation id, or a fresh one when it sent none.

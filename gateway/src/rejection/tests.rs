@@ -1,4 +1,5 @@
 use super::*;
+use crate::admission::LimitError;
 
 fn answer(r: &Rejection) -> (u16, &'static str, &str) {
     (r.status(), r.code.as_str(), r.message.as_ref())
