@@ -1,0 +1,197 @@
+//! The embedded control plane under test, with healthy runtimed
+//! instances simulated around it.
+
+use super::*;
+
+/// The embedded control plane with healthy runtimed instances simulated
+/// around it: their tables follow every RPC, as the real ones publish.
+pub(crate) struct Embedded {
+    c: Controller,
+    now: Instant,
+    refuse: bool,
+    instances: BTreeMap<String, String>,
+    queue: Vec<Action>,
+    spec: Option<Spec>,
+}
+
+impl Embedded {
+    pub(crate) fn new(pods: usize) -> Self {
+        let now = Instant::now();
+        let cfg = (0..pods)
+            .map(|i| PodConfig {
+                name: format!("pod-{i}"),
+                address: format!("127.0.0.1:{}", 9000 + i),
+                capacity: 4,
+            })
+            .collect();
+        let mut e = Self {
+            c: Controller::new(cfg, Duration::from_secs(5), Duration::ZERO),
+            now,
+            refuse: false,
+            instances: BTreeMap::new(),
+            queue: Vec::new(),
+            spec: None,
+        };
+        for i in 0..pods {
+            e.restart_pod(&format!("pod-{i}"), &format!("uid-{i}"));
+        }
+        e
+    }
+
+    fn restart_pod(&mut self, pod: &str, instance: &str) {
+        self.instances.insert(pod.into(), instance.into());
+        let snapshot = SourceUpdate::Snapshot {
+            instance_id: instance.into(),
+            entries: vec![],
+        };
+        let actions = self.c.apply_pod(pod, snapshot, self.now);
+        self.queue.extend(actions);
+    }
+
+    fn owner(&self) -> String {
+        self.c
+            .runs()
+            .next()
+            .and_then(|r| r.owner.as_ref().map(|o| o.pod.clone()))
+            .expect("the Run has an owner")
+    }
+
+    fn perform(&mut self, action: Action) {
+        let now = self.now;
+        let entry = |uid: &str, attempt, mode: own::Mode| own::OwnershipEntry {
+            run_uid: uid.into(),
+            attempt,
+            phase: own::Phase::Ready as i32,
+            mode: mode as i32,
+            ..Default::default()
+        };
+        let more = match action {
+            Action::Register { pod, request } => {
+                let uid = request.run.clone().unwrap().uid;
+                self.registered(
+                    &pod,
+                    &uid,
+                    request.attempt,
+                    entry(&uid, request.attempt, own::Mode::Function),
+                )
+            }
+            Action::OpenSession { pod, request } => {
+                let uid = request.run.clone().unwrap().uid;
+                self.registered(
+                    &pod,
+                    &uid,
+                    request.attempt,
+                    entry(&uid, request.attempt, own::Mode::Session),
+                )
+            }
+            Action::Unregister { pod, run_uid, .. } | Action::CloseSession { pod, run_uid, .. } => {
+                let mut more = self
+                    .c
+                    .apply_pod(&pod, SourceUpdate::Delete(run_uid.clone()), now);
+                more.extend(self.c.release_result(&pod, &run_uid, now));
+                more
+            }
+        };
+        self.queue.extend(more);
+    }
+
+    fn registered(
+        &mut self,
+        pod: &str,
+        uid: &str,
+        attempt: u64,
+        entry: own::OwnershipEntry,
+    ) -> Vec<Action> {
+        let now = self.now;
+        if self.refuse {
+            let outcome = RegisterOutcome::Permanent("ImportError: no module main".into());
+            return self.c.register_result(uid, attempt, outcome, now);
+        }
+        let mut more = self.c.apply_pod(pod, SourceUpdate::Upsert(entry), now);
+        more.extend(
+            self.c
+                .register_result(uid, attempt, RegisterOutcome::Ok, now),
+        );
+        more
+    }
+}
+
+impl Mode for Embedded {
+    fn create(&mut self, spec: &Spec) {
+        self.refuse = spec.refused;
+        self.spec = Some(spec.clone());
+        let run = spec.run();
+        let actions = self
+            .c
+            .apply_store(BTreeMap::from([(run.key(), run)]), self.now);
+        self.queue.extend(actions);
+    }
+
+    fn step(&mut self, step: Happening) {
+        match step {
+            OwnerReplaced => {
+                let pod = self.owner();
+                let fresh = format!("{}-replaced", self.instances[&pod]);
+                self.restart_pod(&pod, &fresh);
+            }
+            OwnerGone => {
+                let pod = self.owner();
+                let actions = self.c.apply_pod(&pod, SourceUpdate::Lost, self.now);
+                self.queue.extend(actions);
+                self.now += Duration::from_secs(6);
+            }
+            OwnerRestarted => {
+                let pod = self.owner();
+                let instance = self.instances[&pod].clone();
+                self.restart_pod(&pod, &instance);
+            }
+            IdleExpires => {
+                let pod = self.owner();
+                let run = self.c.runs().next().unwrap();
+                let mode = match run.mode {
+                    Ok(ModeKind::Session) => own::Mode::Session,
+                    _ => own::Mode::Function,
+                };
+                let e = own::OwnershipEntry {
+                    run_uid: run.uid().into(),
+                    attempt: run.life.attempt,
+                    phase: own::Phase::Failed as i32,
+                    reason: "IdleTimeout".into(),
+                    mode: mode as i32,
+                    ..Default::default()
+                };
+                let actions = self.c.apply_pod(&pod, SourceUpdate::Upsert(e), self.now);
+                self.queue.extend(actions);
+            }
+            Terminate(mode) => {
+                let mut spec = self.spec.clone().unwrap();
+                spec.termination = Some(mode);
+                let run = spec.run();
+                let actions = self
+                    .c
+                    .apply_store(BTreeMap::from([(run.key(), run)]), self.now);
+                self.queue.extend(actions);
+            }
+            Advance(secs) => self.now += Duration::from_secs(secs),
+        }
+    }
+
+    fn settle(&mut self) {
+        for _ in 0..50 {
+            while let Some(a) = self.queue.pop() {
+                self.perform(a);
+            }
+            let actions = self.c.tick(self.now);
+            if actions.is_empty() {
+                return;
+            }
+            self.queue.extend(actions);
+        }
+        panic!("the embedded control plane did not settle");
+    }
+
+    fn observe(&self) -> (Phase, Option<Reason>, u64) {
+        let l = self.c.runs().next().expect("the Run exists").life;
+        (l.phase, l.reason, l.attempt)
+    }
+}
