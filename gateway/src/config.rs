@@ -114,6 +114,11 @@ pub struct Args {
     /// Requests in flight at once (503 beyond).
     #[arg(long, default_value_t = 4096)]
     pub max_in_flight: usize,
+    /// How long a request for a Run that is on its way to Ready, or Ready
+    /// with its owner's readiness not yet here, waits for the table to
+    /// converge before 503 `NotReady`, milliseconds (0: answer at once).
+    #[arg(long, default_value_t = 250)]
+    pub route_settle_ms: u64,
     /// How long entries of a lost watch stream stay routable, seconds.
     #[arg(long, default_value_t = 10)]
     pub staleness_secs: u64,

@@ -211,6 +211,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             max_session_body_bytes: args.max_session_body_bytes,
             max_header_bytes: args.max_header_bytes,
             max_in_flight: args.max_in_flight,
+            route_settle: Duration::from_millis(args.route_settle_ms),
         },
         upstream(&args)?,
     );

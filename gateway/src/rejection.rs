@@ -139,7 +139,9 @@ impl From<RouteError> for Rejection {
     fn from(e: RouteError) -> Self {
         match e {
             RouteError::NotFound => Self::unknown_run(),
-            RouteError::NotReady(why) => Self::new(ErrorCode::NotReady, why),
+            RouteError::NotReady(why) | RouteError::Settling(why) => {
+                Self::new(ErrorCode::NotReady, why)
+            }
             RouteError::Stale(why) => Self::new(ErrorCode::OwnerUnavailable, why),
         }
     }

@@ -84,6 +84,10 @@ pub enum RouteError {
     NotFound,
     /// Known but not Ready (503).
     NotReady(&'static str),
+    /// Known and on its way to Ready, or Ready with the owner's readiness
+    /// not yet agreeing: the table is converging, a short wait may route it
+    /// (503 if it does not).
+    Settling(&'static str),
     /// The table can no longer vouch for the owner (503).
     Stale(&'static str),
 }
@@ -94,6 +98,8 @@ pub struct Table {
     control: Source,
     runtimed: HashMap<String, Source>,
     window: Duration,
+    /// Bumped on every change, for requests waiting for a route to settle.
+    changed: tokio::sync::watch::Sender<u64>,
 }
 
 impl Table {
@@ -103,12 +109,23 @@ impl Table {
             control: Source::default(),
             runtimed: HashMap::new(),
             window,
+            changed: tokio::sync::watch::Sender::new(0),
         }
+    }
+
+    /// A receiver that sees every later change of the table.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    fn touch(&self) {
+        self.changed.send_modify(|v| *v = v.wrapping_add(1));
     }
 
     /// Applies a control-plane update.
     pub fn apply_control_plane(&mut self, update: SourceUpdate, now: Instant) {
         self.control.apply(update, now);
+        self.touch();
     }
 
     /// Applies an update from the runtimed watched at `address`.
@@ -117,11 +134,13 @@ impl Table {
             .entry(address.to_owned())
             .or_default()
             .apply(update, now);
+        self.touch();
     }
 
     /// Forgets a runtimed no assignment names any more.
     pub fn remove_runtimed(&mut self, address: &str) {
         self.runtimed.remove(address);
+        self.touch();
     }
 
     /// Dataplane addresses the assignments name: the runtimed to watch.
@@ -175,6 +194,9 @@ impl Table {
         if a.namespace != namespace || a.runtime != runtime {
             return Err(RouteError::NotFound);
         }
+        if a.phase == Phase::Scheduled as i32 || a.phase == Phase::Running as i32 {
+            return Err(RouteError::Settling("run is not ready yet"));
+        }
         if a.phase != Phase::Ready as i32 {
             return Err(RouteError::NotReady("run is not ready"));
         }
@@ -185,21 +207,21 @@ impl Table {
         let source = self
             .runtimed
             .get(&owner.dataplane_address)
-            .ok_or(RouteError::NotReady("owner readiness not yet known"))?;
+            .ok_or(RouteError::Settling("owner readiness not yet known"))?;
         if !source.fresh(now, self.window) {
             return Err(RouteError::Stale("owner is unreachable"));
         }
         if source.instance.as_deref() != Some(owner.pod_uid.as_str()) {
-            return Err(RouteError::NotReady(
+            return Err(RouteError::Settling(
                 "owner pod does not match the assignment",
             ));
         }
         let r = source
             .entries
             .get(uid)
-            .ok_or(RouteError::NotReady("owner has not registered the run"))?;
+            .ok_or(RouteError::Settling("owner has not registered the run"))?;
         if r.attempt != a.attempt {
-            return Err(RouteError::NotReady(
+            return Err(RouteError::Settling(
                 "owner registration attempt does not match",
             ));
         }

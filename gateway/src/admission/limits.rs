@@ -21,6 +21,10 @@ pub struct Limits {
     pub max_header_bytes: usize,
     /// Requests in flight at once (503 `Overloaded` beyond).
     pub max_in_flight: usize,
+    /// How long a request for a Run on its way to Ready (or Ready with its
+    /// owner's readiness not yet arrived) waits for the table to converge
+    /// before it is answered 503 `NotReady`; zero answers at once.
+    pub route_settle: std::time::Duration,
 }
 
 impl Limits {

@@ -98,13 +98,41 @@ impl Admission {
             Some(_) => Some(authorize::require_bearer(&req.headers)?),
             None => None,
         };
-        let lookup = route::lookup(&table::read(&self.table), &target, Instant::now());
+        let (mut lookup, changes) = {
+            let t = table::read(&self.table);
+            (route::lookup(&t, &target, Instant::now()), t.subscribe())
+        };
         if let (Some(cache), Some(token)) = (&self.auth, token) {
             let subject = authorize::authorize(cache, token, &target, lookup.run_name()).await?;
             facts.subject = Some(subject);
         }
+        if lookup.is_settling() {
+            lookup = self.settle(&target, lookup, changes).await;
+        }
         facts.route = Some(lookup.into_route(&target)?);
         Ok(())
+    }
+
+    /// Looks `target` up again on every table change until it is no
+    /// longer settling or [`Limits::route_settle`] has passed: a client
+    /// that saw its Run Ready must not get `NotReady` only because the
+    /// owner's readiness reached this gateway a few milliseconds later.
+    async fn settle(
+        &self,
+        target: &RunTarget,
+        mut lookup: route::Lookup,
+        mut changes: tokio::sync::watch::Receiver<u64>,
+    ) -> route::Lookup {
+        let deadline = tokio::time::Instant::now() + self.limits.route_settle;
+        while lookup.is_settling() {
+            match tokio::time::timeout_at(deadline, changes.changed()).await {
+                Ok(Ok(())) => {}
+                // The deadline passed, or the table is gone (shutdown).
+                Ok(Err(_)) | Err(_) => break,
+            }
+            lookup = route::lookup(&table::read(&self.table), target, Instant::now());
+        }
+        lookup
     }
 }
 

@@ -31,6 +31,12 @@ pub fn lookup(table: &Table, target: &RunTarget, now: Instant) -> Lookup {
 }
 
 impl Lookup {
+    /// Whether the table is converging on this Run: waiting for a change
+    /// may route it.
+    pub fn is_settling(&self) -> bool {
+        matches!(self.route, Err(RouteError::Settling(_)))
+    }
+
     /// The name of the addressed Run, if the control plane knows it in that
     /// namespace and Runtime (routable or not).
     pub fn run_name(&self) -> Option<&str> {

@@ -21,12 +21,19 @@ struct Fixture {
 }
 
 fn fixture(auth: bool, max_in_flight: usize) -> Fixture {
+    settling_fixture(auth, max_in_flight, std::time::Duration::ZERO)
+}
+
+/// Runs `f1` (Ready), `5e55` (Ready session), `a1` (Pending) and `b2`
+/// (Running: on its way to Ready).
+fn settling_fixture(auth: bool, max_in_flight: usize, settle: std::time::Duration) -> Fixture {
     let table = owned_table(
         Instant::now(),
         &[
             ("f1", Mode::Function, Phase::Ready),
             ("5e55", Mode::Session, Phase::Ready),
             ("a1", Mode::Function, Phase::Pending),
+            ("b2", Mode::Function, Phase::Running),
         ],
     );
     let gauge = prometheus::IntGauge::new("in_flight", "test").unwrap();
@@ -35,6 +42,7 @@ fn fixture(auth: bool, max_in_flight: usize) -> Fixture {
         max_session_body_bytes: 1000,
         max_header_bytes: 200,
         max_in_flight,
+        route_settle: settle,
     };
     Fixture {
         admission: Admission::new(
@@ -212,4 +220,45 @@ async fn without_authentication_no_token_is_needed_and_no_subject_recorded() {
         code(&f, &request("POST", UNKNOWN, &[])).await,
         ErrorCode::NotFound
     );
+}
+
+const RUNNING: &str = "/v1/namespaces/default/runtimes/python/runs/b2:invoke";
+
+#[tokio::test]
+async fn a_run_on_its_way_to_ready_is_routed_once_the_table_converges() {
+    let f = settling_fixture(true, 10, std::time::Duration::from_secs(30));
+    let table = f.admission.table.clone();
+    let ready = tokio::spawn(async move {
+        tokio::task::yield_now().await;
+        let mut e = crate::table::fixtures::assignment(
+            "b2",
+            "pod-a",
+            "10.0.0.1:1",
+            1,
+            Phase::Ready,
+        );
+        e.mode = Mode::Function as i32;
+        table::write(&table).apply_control_plane(
+            kruntimes_proto::watch::SourceUpdate::Upsert(e),
+            Instant::now(),
+        );
+    });
+    let (result, facts) = admit(&f, &post(RUNNING, "alice")).await;
+    ready.await.unwrap();
+    assert_eq!(result, Ok(()));
+    assert_eq!(facts.route.map(|r| r.run_name).as_deref(), Some("run-b2"));
+}
+
+#[tokio::test]
+async fn a_run_that_does_not_converge_is_not_ready_after_the_wait() {
+    let f = settling_fixture(true, 10, std::time::Duration::from_millis(20));
+    assert_eq!(code(&f, &post(RUNNING, "alice")).await, ErrorCode::NotReady);
+}
+
+#[tokio::test]
+async fn pending_runs_and_unauthorized_callers_never_wait() {
+    // A 30 s budget: a test that waited would time out the suite.
+    let f = settling_fixture(true, 10, std::time::Duration::from_secs(30));
+    assert_eq!(code(&f, &post(PENDING, "alice")).await, ErrorCode::NotReady);
+    assert_eq!(code(&f, &post(RUNNING, "eve")).await, ErrorCode::Forbidden);
 }

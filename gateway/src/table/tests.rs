@@ -35,7 +35,7 @@ fn unknown_uid_or_wrong_namespace_or_runtime_is_not_found() {
 }
 
 #[test]
-fn disagreement_on_attempt_or_pod_is_not_ready() {
+fn disagreement_on_attempt_or_pod_is_settling() {
     let now = Instant::now();
     let mut t = ready_table(now);
     t.apply_runtimed(
@@ -45,18 +45,18 @@ fn disagreement_on_attempt_or_pod_is_not_ready() {
     );
     assert!(matches!(
         t.route("default", "python", "u1", now),
-        Err(RouteError::NotReady(_))
+        Err(RouteError::Settling(_))
     ));
     let mut t = ready_table(now);
     t.apply_runtimed("10.0.0.1:1", snap("pod-restarted", vec![]), now);
     assert!(matches!(
         t.route("default", "python", "u1", now),
-        Err(RouteError::NotReady(_))
+        Err(RouteError::Settling(_))
     ));
 }
 
 #[test]
-fn non_ready_phases_and_missing_readiness_are_not_ready() {
+fn runs_on_their_way_settle_and_draining_registrations_are_not_ready() {
     let now = Instant::now();
     let mut t = Table::new(W);
     t.apply_control_plane(
@@ -68,7 +68,7 @@ fn non_ready_phases_and_missing_readiness_are_not_ready() {
     );
     assert!(matches!(
         t.route("default", "python", "u1", now),
-        Err(RouteError::NotReady(_))
+        Err(RouteError::Settling(_))
     ));
     t.apply_control_plane(
         SourceUpdate::Upsert(assignment("u1", "pod-a", "a:1", 1, Phase::Ready)),
@@ -76,7 +76,7 @@ fn non_ready_phases_and_missing_readiness_are_not_ready() {
     );
     assert!(matches!(
         t.route("default", "python", "u1", now),
-        Err(RouteError::NotReady(_))
+        Err(RouteError::Settling(_))
     ));
     t.apply_runtimed(
         "a:1",
@@ -93,7 +93,7 @@ fn non_ready_phases_and_missing_readiness_are_not_ready() {
     t.apply_runtimed("a:1", SourceUpdate::Delete("u1".into()), now);
     assert!(matches!(
         t.route("default", "python", "u1", now),
-        Err(RouteError::NotReady(_))
+        Err(RouteError::Settling(_))
     ));
 }
 
@@ -146,4 +146,39 @@ fn empty_table_is_stale_until_first_snapshot() {
         t.route("default", "python", "u1", Instant::now()),
         Err(RouteError::Stale(_))
     ));
+}
+
+#[test]
+fn pending_ended_and_ownerless_runs_are_not_ready_not_settling() {
+    let now = Instant::now();
+    for phase in [Phase::Pending, Phase::Draining, Phase::Failed] {
+        let mut t = ready_table(now);
+        t.apply_control_plane(
+            SourceUpdate::Upsert(assignment("u1", "pod-a", "10.0.0.1:1", 2, phase)),
+            now,
+        );
+        assert!(
+            matches!(
+                t.route("default", "python", "u1", now),
+                Err(RouteError::NotReady(_))
+            ),
+            "{phase:?}"
+        );
+    }
+}
+
+#[test]
+fn every_change_wakes_subscribers() {
+    let now = Instant::now();
+    let mut t = Table::new(W);
+    let mut rx = t.subscribe();
+    assert!(!rx.has_changed().unwrap());
+    t.apply_control_plane(snap("cp", vec![]), now);
+    assert!(rx.has_changed().unwrap());
+    rx.mark_unchanged();
+    t.apply_runtimed("a:1", snap("pod-a", vec![]), now);
+    assert!(rx.has_changed().unwrap());
+    rx.mark_unchanged();
+    t.remove_runtimed("a:1");
+    assert!(rx.has_changed().unwrap());
 }

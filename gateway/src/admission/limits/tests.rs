@@ -16,6 +16,7 @@ fn limits() -> Limits {
         max_session_body_bytes: 4096,
         max_header_bytes: 64,
         max_in_flight: 2,
+        route_settle: std::time::Duration::ZERO,
     }
 }
 
