@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use crate::engine::{Engine, EngineConfig};
-use crate::server::{PeerPolicy, ServeConfig, serve};
+use crate::dataplane::{PeerPolicy, ServeConfig, serve};
+use crate::function::engine::{Engine, EngineConfig};
 
 /// runtimed flags (also readable from `KRUNTIMES_RUNTIMED_*` variables).
 #[derive(Debug, Clone, Parser)]
@@ -63,7 +63,7 @@ pub struct Args {
     /// The built-in backend of this Pod's Runtime (`Runtime.spec.backend`);
     /// by default chosen from each Run's runtime name.
     #[arg(long, value_enum, env = "KRUNTIMES_RUNTIMED_BACKEND")]
-    pub backend: Option<crate::backend::Kind>,
+    pub backend: Option<crate::function::backend::Kind>,
     /// Kubernetes mode: watch the Runs assigned to this Pod (by
     /// `--pod-uid`), register them and report their status.
     #[arg(long, env = "KRUNTIMES_RUNTIMED_KUBERNETES")]
@@ -116,7 +116,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         backend: args.backend,
     });
     engine.spawn_idle_reaper(Duration::from_secs(1));
-    let sessions = crate::sessions::Sessions::new(engine.clone());
+    let sessions = crate::session::Sessions::new(engine.clone());
     sessions.spawn_idle_reaper(Duration::from_secs(1));
     let tls = kruntimes_certs::server_config(
         &args.tls_cert,

@@ -30,9 +30,9 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use crate::engine::Engine;
+use crate::function::engine::Engine;
 use crate::session::CloseMode;
-use crate::sessions::Sessions;
+use crate::session::Sessions;
 
 /// Field manager of runtimed's status writes.
 pub const FIELD_MANAGER: &str = "runtimed";

@@ -1,4 +1,11 @@
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
 use super::*;
+use crate::session::ops::{self, OpState, Operation, OperationResult};
 
 fn env() -> BTreeMap<String, String> {
     BTreeMap::from([

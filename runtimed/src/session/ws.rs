@@ -15,11 +15,11 @@ use kruntimes_proto::api::{ErrorBody, ErrorCode};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
+use crate::session::Hosted;
 use crate::session::{SubmitError, ops};
-use crate::sessions::Hosted;
 
 /// Largest client frame (a base64 32 MiB file plus JSON).
-const MAX_FRAME: usize = crate::session_http::MAX_OPERATION_BODY;
+const MAX_FRAME: usize = crate::session::http::MAX_OPERATION_BODY;
 
 /// Accepts the upgrade.
 pub fn upgrade(ws: WebSocketUpgrade, h: Arc<Hosted>) -> Response {
@@ -55,7 +55,7 @@ fn on_message(h: &Arc<Hosted>, text: &str, events: &mpsc::Sender<Value>) -> Opti
                 Ok(op) => op,
                 Err(e) => return Some(failure(ErrorCode::BadRequest, &e, None)),
             };
-            if let Err(e) = crate::session_http::check_paths(&op) {
+            if let Err(e) = crate::session::http::check_paths(&op) {
                 return Some(failure(ErrorCode::InvalidPath, &e, None));
             }
             let (chunks_tx, mut chunks) = mpsc::channel(64);

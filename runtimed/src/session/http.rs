@@ -11,11 +11,11 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use kruntimes_proto::api::{ErrorBody, ErrorCode, SessionOp};
 
-use crate::dataplane::{Reply, error};
+use crate::dataplane::dispatch::{Reply, error};
+use crate::session::Hosted;
 use crate::session::files::FileError;
 use crate::session::ops::{self, Event, OperationRequest};
 use crate::session::{SubmitError, exec};
-use crate::sessions::Hosted;
 
 /// Largest `operations:*` body: a 32 MiB file, base64-encoded, plus JSON.
 pub const MAX_OPERATION_BODY: usize = 45 * 1024 * 1024;

@@ -14,62 +14,12 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
-use crate::dataplane::{self, Dataplane};
-use crate::engine::Engine;
-use crate::grpc::FunctionService;
-use crate::sessions::{SessionService, Sessions};
-
-/// The authenticated peer of a connection (subject CN of its client cert).
-#[derive(Debug, Clone, Default)]
-pub struct PeerIdentity {
-    /// Subject common name, when a certificate was presented.
-    pub common_name: Option<String>,
-}
-
-/// Which client identities may use which interface.
-#[derive(Debug, Clone)]
-pub struct PeerPolicy {
-    /// CNs allowed on the dataplane (gateways).
-    pub dataplane_clients: Vec<String>,
-    /// CNs allowed to call `FunctionRuntime` (control plane).
-    pub control_clients: Vec<String>,
-}
-
-impl PeerPolicy {
-    /// Whether `peer` may send dataplane traffic.
-    pub fn may_use_dataplane(&self, peer: &PeerIdentity) -> bool {
-        peer.common_name
-            .as_ref()
-            .is_some_and(|cn| self.dataplane_clients.iter().any(|c| c == cn))
-    }
-
-    /// Admits a gRPC request from the control-plane identity only.
-    pub fn require_control<T>(
-        &self,
-        req: &tonic::Request<T>,
-        service: &str,
-    ) -> Result<(), tonic::Status> {
-        let peer = req
-            .extensions()
-            .get::<PeerIdentity>()
-            .cloned()
-            .unwrap_or_default();
-        if self.may_control(&peer) {
-            Ok(())
-        } else {
-            Err(tonic::Status::permission_denied(format!(
-                "{service} accepts the control-plane identity only"
-            )))
-        }
-    }
-
-    /// Whether `peer` may register and unregister.
-    pub fn may_control(&self, peer: &PeerIdentity) -> bool {
-        peer.common_name
-            .as_ref()
-            .is_some_and(|cn| self.control_clients.iter().any(|c| c == cn))
-    }
-}
+use crate::dataplane::dispatch::{self, Dataplane};
+use crate::dataplane::grpc::FunctionService;
+use crate::dataplane::grpc::SessionService;
+use crate::dataplane::peer::{PeerIdentity, PeerPolicy};
+use crate::function::engine::Engine;
+use crate::session::Sessions;
 
 /// What [`serve`] needs.
 pub struct ServeConfig {
@@ -88,7 +38,7 @@ pub fn router(engine: Arc<Engine>, sessions: Arc<Sessions>, policy: Arc<PeerPoli
         .add_service(engine.publisher().service())
         .into_axum_router();
     Router::new()
-        .route("/v1/{*rest}", any(dataplane::dispatch))
+        .route("/v1/{*rest}", any(dispatch::dispatch))
         .with_state(Dataplane {
             engine,
             sessions,

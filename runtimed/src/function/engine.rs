@@ -12,9 +12,9 @@ use kruntimes_proto::ownership::v1 as own;
 use kruntimes_proto::watch::Publisher;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
-use crate::backend::{self, Backend, InvokeError, Kind};
+use crate::function::backend::{self, Backend, InvokeError, Kind};
+use crate::function::source;
 use crate::registry::{self, Fence, FenceError, IdCheck, Record, RegisterDecision};
-use crate::source;
 
 /// Hard bound of a function's input and output.
 pub const MAX_IO_BYTES: u64 = 1024 * 1024;

@@ -1,6 +1,5 @@
 //! The sessions a runtimed hosts: open/close semantics keyed by Run UID and
-//! attempt, idle expiry, their ownership entries, and the `SessionRuntime`
-//! gRPC service the control plane drives.
+//! attempt, idle expiry and their ownership entries.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
@@ -9,12 +8,10 @@ use std::time::Duration;
 use kruntimes_proto::function::v1 as fpb;
 use kruntimes_proto::ownership::v1 as own;
 use kruntimes_proto::session::v1 as pb;
-use kruntimes_proto::session::v1::session_runtime_server::{SessionRuntime, SessionRuntimeServer};
-use tonic::{Request, Response, Status};
+use tonic::Status;
 
-use crate::engine::Engine;
+use crate::function::engine::Engine;
 use crate::registry::{self, Record, RegisterDecision};
-use crate::server::PeerPolicy;
 use crate::session::{CloseMode, Session, SessionLimits};
 
 /// A hosted session.
@@ -27,6 +24,20 @@ pub struct Hosted {
     pub session: Arc<Session>,
     idle_timeout: Option<Duration>,
     expired: std::sync::atomic::AtomicBool,
+}
+
+impl Hosted {
+    /// What `SessionRuntime` reports about it.
+    pub fn info(&self) -> pb::SessionInfo {
+        let st = self.session.status();
+        pb::SessionInfo {
+            run: Some(self.run.clone()),
+            attempt: self.attempt,
+            pending_operations: st.pending_operations as u32,
+            idle_ms: st.idle_ms,
+            closing: st.closing,
+        }
+    }
 }
 
 /// Every session of this runtimed.
@@ -75,17 +86,6 @@ impl Sessions {
         });
     }
 
-    fn info(h: &Hosted) -> pb::SessionInfo {
-        let st = h.session.status();
-        pb::SessionInfo {
-            run: Some(h.run.clone()),
-            attempt: h.attempt,
-            pending_operations: st.pending_operations as u32,
-            idle_ms: st.idle_ms,
-            closing: st.closing,
-        }
-    }
-
     /// Opens (idempotently) a session.
     pub async fn open(&self, req: pb::OpenSessionRequest) -> Result<pb::SessionInfo, Status> {
         let run = req
@@ -112,7 +112,7 @@ impl Sessions {
         match registry::decide_register(record.as_ref(), req.attempt, "") {
             RegisterDecision::Idempotent => {
                 if let Some(h) = current {
-                    return Ok(Self::info(&h));
+                    return Ok(h.info());
                 }
             }
             RegisterDecision::Stale => {
@@ -163,12 +163,13 @@ impl Sessions {
             } else {
                 src.inline_path.as_str()
             };
-            crate::source::write_inline(session.root(), path, src.inline.as_bytes()).map_err(
-                |e| match e {
-                    crate::source::WriteError::Path(p) => Status::invalid_argument(p.to_string()),
-                    crate::source::WriteError::Io(io) => Status::internal(io.to_string()),
-                },
-            )?;
+            crate::function::source::write_inline(session.root(), path, src.inline.as_bytes())
+                .map_err(|e| match e {
+                    crate::function::source::WriteError::Path(p) => {
+                        Status::invalid_argument(p.to_string())
+                    }
+                    crate::function::source::WriteError::Io(io) => Status::internal(io.to_string()),
+                })?;
         }
         let hosted = Arc::new(Hosted {
             run: run.clone(),
@@ -184,7 +185,7 @@ impl Sessions {
             .unwrap_or_else(|p| p.into_inner())
             .insert(run.uid.clone(), hosted.clone());
         tracing::info!(run_uid = %run.uid, attempt = req.attempt, "session opened");
-        Ok(Self::info(&hosted))
+        Ok(hosted.info())
     }
 
     async fn remove(&self, h: &Arc<Hosted>, mode: CloseMode) {
@@ -234,7 +235,7 @@ impl Sessions {
 
     /// Runs [`Sessions::expire_idle`] every `period`.
     pub fn spawn_idle_reaper(self: &Arc<Self>, period: Duration) {
-        crate::engine::spawn_periodic(self, period, |s| async move { s.expire_idle() });
+        crate::function::engine::spawn_periodic(self, period, |s| async move { s.expire_idle() });
     }
 
     /// Cancels every session (shutdown).
@@ -249,62 +250,5 @@ impl Sessions {
         for h in all {
             h.session.close(CloseMode::Cancel).await;
         }
-    }
-}
-
-/// The gRPC service.
-#[derive(Clone)]
-pub struct SessionService {
-    sessions: Arc<Sessions>,
-    policy: Arc<PeerPolicy>,
-}
-
-impl SessionService {
-    /// Wraps the sessions.
-    pub fn new(sessions: Arc<Sessions>, policy: Arc<PeerPolicy>) -> SessionRuntimeServer<Self> {
-        SessionRuntimeServer::new(Self { sessions, policy })
-    }
-
-    fn authorize<T>(&self, req: &Request<T>) -> Result<(), Status> {
-        self.policy.require_control(req, "SessionRuntime")
-    }
-}
-
-#[tonic::async_trait]
-impl SessionRuntime for SessionService {
-    async fn open(
-        &self,
-        req: Request<pb::OpenSessionRequest>,
-    ) -> Result<Response<pb::SessionInfo>, Status> {
-        self.authorize(&req)?;
-        Ok(Response::new(self.sessions.open(req.into_inner()).await?))
-    }
-
-    async fn status(
-        &self,
-        req: Request<pb::SessionStatusRequest>,
-    ) -> Result<Response<pb::SessionInfo>, Status> {
-        self.authorize(&req)?;
-        let uid = req.into_inner().run_uid;
-        let h = self
-            .sessions
-            .get(&uid)
-            .ok_or_else(|| Status::not_found(format!("no session for run {uid}")))?;
-        Ok(Response::new(Sessions::info(&h)))
-    }
-
-    async fn close(
-        &self,
-        req: Request<pb::CloseSessionRequest>,
-    ) -> Result<Response<pb::CloseSessionResponse>, Status> {
-        self.authorize(&req)?;
-        let r = req.into_inner();
-        let mode = if r.cancel {
-            CloseMode::Cancel
-        } else {
-            CloseMode::Drain
-        };
-        let existed = self.sessions.close(&r.run_uid, mode).await;
-        Ok(Response::new(pb::CloseSessionResponse { existed }))
     }
 }

@@ -11,9 +11,9 @@ use kruntimes_proto::function::v1::function_runtime_server::{
 };
 use tonic::{Request, Response, Status};
 
-use crate::dataplane::classify;
-use crate::engine::{Engine, EngineError, Invocation, RegisterError};
-use crate::server::PeerPolicy;
+use crate::dataplane::PeerPolicy;
+use crate::dataplane::dispatch::classify;
+use crate::function::engine::{Engine, EngineError, Invocation, RegisterError};
 
 /// The service.
 #[derive(Clone)]

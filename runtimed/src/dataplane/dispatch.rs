@@ -12,11 +12,11 @@ use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
 use kruntimes_proto::api::{self, ApiPath, ErrorBody, ErrorCode};
 
-use crate::backend::InvokeError;
-use crate::engine::{Engine, EngineError, Invocation, MAX_IO_BYTES};
+use crate::dataplane::{PeerIdentity, PeerPolicy};
+use crate::function::backend::InvokeError;
+use crate::function::engine::{Engine, EngineError, Invocation, MAX_IO_BYTES};
 use crate::registry::{Fence, FenceError};
-use crate::server::{PeerIdentity, PeerPolicy};
-use crate::sessions::Sessions;
+use crate::session::Sessions;
 
 /// Shared state of the dataplane routes.
 #[derive(Clone)]
@@ -207,7 +207,7 @@ pub async fn dispatch(
                 return match axum::extract::WebSocketUpgrade::from_request_parts(&mut parts, &())
                     .await
                 {
-                    Ok(ws) => r.decorate(crate::session_ws::upgrade(ws, h)),
+                    Ok(ws) => r.decorate(crate::session::ws::upgrade(ws, h)),
                     Err(e) => error(
                         ErrorCode::BadRequest,
                         format!("expected a WebSocket upgrade: {e}"),
@@ -215,7 +215,7 @@ pub async fn dispatch(
                     ),
                 };
             }
-            crate::session_http::handle(h, op, method, uri, body, r).await
+            crate::session::http::handle(h, op, method, uri, body, r).await
         }
         _ => error(ErrorCode::InvalidPath, "not a Run route", &r),
     }
