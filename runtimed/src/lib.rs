@@ -9,15 +9,22 @@
 //! The folders follow those concerns; arrows point one way:
 //! [`dataplane`] uses [`function`] and [`session`], which never use
 //! `dataplane` or each other; [`cluster`] (the Kubernetes adapter) drives
-//! `function` and `session`; [`cli`] wires everything together.
+//! `function` and `session`; [`cli`] wires everything together. What both
+//! modes need lives in small modules below them: [`local`] (this Pod and its
+//! ownership table), [`registry`] (registration and fencing rules),
+//! [`source`] (inline source), [`reply`] (API responses) and [`periodic`].
 #![forbid(unsafe_code)]
 
 pub mod cli;
 pub mod cluster;
 pub mod dataplane;
 pub mod function;
+pub mod local;
+pub mod periodic;
 pub mod registry;
+pub mod reply;
 pub mod session;
+pub mod source;
 
 pub use dataplane::{ServeConfig, serve};
 pub use function::{Engine, EngineConfig};

@@ -7,66 +7,30 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Extension, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
+use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
-use kruntimes_proto::api::{self, ApiPath, ErrorBody, ErrorCode};
+use kruntimes_proto::api::{self, ApiPath, ErrorCode};
 
-use crate::dataplane::{PeerIdentity, PeerPolicy};
+use super::peer::{PeerIdentity, PeerPolicy};
 use crate::function::backend::InvokeError;
-use crate::function::engine::{Engine, EngineError, Invocation, MAX_IO_BYTES};
+use crate::function::{Engine, EngineError, Invocation, MAX_IO_BYTES};
+use crate::local::LocalPod;
 use crate::registry::{Fence, FenceError};
+use crate::reply::{Reply, error};
 use crate::session::Sessions;
 
 /// Shared state of the dataplane routes.
 #[derive(Clone)]
 pub struct Dataplane {
+    /// This Pod.
+    pub pod: Arc<LocalPod>,
     /// The function engine.
     pub engine: Arc<Engine>,
     /// The sessions.
     pub sessions: Arc<Sessions>,
     /// Who may call.
     pub policy: Arc<PeerPolicy>,
-}
-
-/// What every response carries: the serving instance and invocation id.
-pub struct Reply<'a> {
-    /// This instance's name.
-    pub served_by: &'a str,
-    /// The request's invocation id (empty before it is validated).
-    pub invocation_id: &'a str,
-}
-
-impl Reply<'_> {
-    /// Adds `X-Kruntimes-Served-By` and the invocation id.
-    pub fn decorate(&self, mut resp: Response) -> Response {
-        let h = resp.headers_mut();
-        if let Ok(v) = HeaderValue::from_str(self.served_by) {
-            h.insert(api::HEADER_SERVED_BY, v);
-        }
-        if !self.invocation_id.is_empty()
-            && let Ok(v) = HeaderValue::from_str(self.invocation_id)
-        {
-            h.insert(api::HEADER_INVOCATION_ID, v);
-        }
-        resp
-    }
-}
-
-/// A typed JSON error response.
-pub fn error(code: ErrorCode, message: impl Into<String>, r: &Reply<'_>) -> Response {
-    let inv = (!r.invocation_id.is_empty()).then_some(r.invocation_id);
-    let mut resp = (
-        StatusCode::from_u16(code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-        [(axum::http::header::CONTENT_TYPE, "application/json")],
-        ErrorBody::new(code, message, inv).to_json(),
-    )
-        .into_response();
-    if let Some(secs) = code.retry_after_secs() {
-        resp.headers_mut()
-            .insert(axum::http::header::RETRY_AFTER, HeaderValue::from(secs));
-    }
-    r.decorate(resp)
 }
 
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
@@ -106,7 +70,7 @@ pub async fn dispatch(
         parts.uri.clone(),
         parts.headers.clone(),
     );
-    let me = dp.engine.config().pod_name.clone();
+    let me = dp.pod.name.clone();
     let supplied =
         header(&headers, api::HEADER_INVOCATION_ID).filter(|i| api::valid_invocation_id(i));
     let pre = Reply {
@@ -178,12 +142,7 @@ pub async fn dispatch(
                 digest: String::new(),
                 registration_id: String::new(),
             });
-            if let Err(e) = crate::registry::check_fence(
-                fence,
-                uid,
-                &dp.engine.config().pod_uid,
-                record.as_ref(),
-            ) {
+            if let Err(e) = crate::registry::check_fence(fence, uid, &dp.pod.uid, record.as_ref()) {
                 let code = if e == FenceError::RunMismatch {
                     ErrorCode::BadRequest
                 } else {

@@ -1,5 +1,5 @@
 //! One TLS port for everything runtimed serves: gRPC (`FunctionRuntime`,
-//! `OwnershipTable`) and the HTTP/2 dataplane. Clients must present a
+//! `SessionRuntime`, `OwnershipTable`) and the HTTP/2 dataplane. Clients must present a
 //! certificate from the internal CA; the peer's common name then decides what
 //! it may call.
 
@@ -14,11 +14,11 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
-use crate::dataplane::dispatch::{self, Dataplane};
-use crate::dataplane::grpc::FunctionService;
-use crate::dataplane::grpc::SessionService;
-use crate::dataplane::peer::{PeerIdentity, PeerPolicy};
-use crate::function::engine::Engine;
+use super::dispatch::{self, Dataplane};
+use super::grpc::{FunctionService, SessionService};
+use super::peer::{PeerIdentity, PeerPolicy};
+use crate::function::Engine;
+use crate::local::LocalPod;
 use crate::session::Sessions;
 
 /// What [`serve`] needs.
@@ -31,31 +31,33 @@ pub struct ServeConfig {
     pub policy: PeerPolicy,
 }
 
-/// Builds the router for one engine and its sessions.
-pub fn router(engine: Arc<Engine>, sessions: Arc<Sessions>, policy: Arc<PeerPolicy>) -> Router {
-    let grpc = tonic::service::Routes::new(FunctionService::new(engine.clone(), policy.clone()))
-        .add_service(SessionService::new(sessions.clone(), policy.clone()))
-        .add_service(engine.publisher().service())
-        .into_axum_router();
+/// Builds the router: the gRPC services and the `/v1/…` dataplane.
+pub fn router(dp: Dataplane) -> Router {
+    let grpc =
+        tonic::service::Routes::new(FunctionService::new(dp.engine.clone(), dp.policy.clone()))
+            .add_service(SessionService::new(dp.sessions.clone(), dp.policy.clone()))
+            .add_service(dp.pod.publisher().service())
+            .into_axum_router();
     Router::new()
         .route("/v1/{*rest}", any(dispatch::dispatch))
-        .with_state(Dataplane {
-            engine,
-            sessions,
-            policy,
-        })
+        .with_state(dp)
         .merge(grpc)
 }
 
-/// Serves until `shutdown` resolves.
+/// Serves `pod`'s functions and sessions until `shutdown` resolves.
 pub async fn serve(
+    pod: Arc<LocalPod>,
     engine: Arc<Engine>,
     sessions: Arc<Sessions>,
     cfg: ServeConfig,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let policy = Arc::new(cfg.policy);
-    let app = router(engine, sessions, policy);
+    let app = router(Dataplane {
+        pod,
+        engine,
+        sessions,
+        policy: Arc::new(cfg.policy),
+    });
     let acceptor = TlsAcceptor::from(Arc::new(cfg.tls));
     tokio::pin!(shutdown);
     loop {

@@ -12,9 +12,10 @@ use kruntimes_proto::ownership::v1 as own;
 use kruntimes_proto::watch::Publisher;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
-use crate::function::backend::{self, Backend, InvokeError, Kind};
-use crate::function::source;
+use super::backend::{self, Backend, InvokeError, Kind};
+use crate::local::{LocalPod, Published};
 use crate::registry::{self, Fence, FenceError, IdCheck, Record, RegisterDecision};
+use crate::source;
 
 /// Hard bound of a function's input and output.
 pub const MAX_IO_BYTES: u64 = 1024 * 1024;
@@ -22,14 +23,6 @@ pub const MAX_IO_BYTES: u64 = 1024 * 1024;
 /// Static configuration of an engine.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
-    /// This Pod's (or instance's) name.
-    pub pod_name: String,
-    /// This Pod's UID; a restart yields a new one.
-    pub pod_uid: String,
-    /// Dataplane address published in ownership entries.
-    pub dataplane_address: String,
-    /// Root of the Runs' working directories.
-    pub work_root: PathBuf,
     /// Python interpreter for the Python backend.
     pub python: PathBuf,
     /// Invocation timeout when the registration sets none.
@@ -146,11 +139,11 @@ impl Function {
 
 /// The engine. Cheap to share behind an `Arc`.
 pub struct Engine {
+    pod: Arc<LocalPod>,
     cfg: EngineConfig,
     spares: Option<Arc<backend::SparePool>>,
     functions: RwLock<HashMap<String, Arc<Function>>>,
     registering: tokio::sync::Mutex<()>,
-    publisher: Publisher,
 }
 
 fn new_registration_id() -> String {
@@ -158,22 +151,18 @@ fn new_registration_id() -> String {
 }
 
 impl Engine {
-    /// Creates an engine with an empty table.
-    pub fn new(cfg: EngineConfig) -> Arc<Self> {
-        let publisher = Publisher::new(
-            own::SourceKind::Runtimed,
-            cfg.pod_uid.clone(),
-            kruntimes_proto::watch::DEFAULT_LAG_CAPACITY,
-        );
+    /// Creates an engine with no registrations, publishing into `pod`'s
+    /// ownership table.
+    pub fn new(pod: Arc<LocalPod>, cfg: EngineConfig) -> Arc<Self> {
         let spares = (cfg.python_spares > 0).then(|| {
-            backend::SparePool::new(cfg.python.clone(), cfg.work_root.clone(), cfg.python_spares)
+            backend::SparePool::new(cfg.python.clone(), pod.work_root.clone(), cfg.python_spares)
         });
         Arc::new(Self {
+            pod,
             cfg,
             spares,
             functions: RwLock::new(HashMap::new()),
             registering: tokio::sync::Mutex::new(()),
-            publisher,
         })
     }
 
@@ -184,7 +173,7 @@ impl Engine {
 
     /// The local ownership table.
     pub fn publisher(&self) -> &Publisher {
-        &self.publisher
+        self.pod.publisher()
     }
 
     fn get(&self, uid: &str) -> Option<Arc<Function>> {
@@ -206,26 +195,20 @@ impl Engine {
             State::Draining => own::Phase::Draining,
             State::Failed => own::Phase::Failed,
         };
-        self.publisher.upsert(own::OwnershipEntry {
-            namespace: f.run.namespace.clone(),
-            run_name: f.run.name.clone(),
-            run_uid: f.run.uid.clone(),
-            runtime: f.run.runtime.clone(),
-            mode: own::Mode::Function as i32,
-            owner: Some(own::Owner {
-                pod_name: self.cfg.pod_name.clone(),
-                pod_uid: self.cfg.pod_uid.clone(),
-                dataplane_address: self.cfg.dataplane_address.clone(),
-            }),
-            attempt: f.record.attempt,
-            phase: phase as i32,
-            limits: Some(own::EntryLimits {
-                max_input_bytes: f.max_input as u64,
-                max_output_bytes: f.max_output as u64,
-                timeout_ms: f.timeout.as_millis() as u32,
-            }),
-            reason,
-        });
+        self.pod.publish(
+            &f.run,
+            f.record.attempt,
+            Published {
+                mode: own::Mode::Function,
+                phase,
+                reason: &reason,
+                limits: Some(own::EntryLimits {
+                    max_input_bytes: f.max_input as u64,
+                    max_output_bytes: f.max_output as u64,
+                    timeout_ms: f.timeout.as_millis() as u32,
+                }),
+            },
+        );
     }
 
     fn describe(&self, f: &Function) -> pb::Registration {
@@ -326,7 +309,7 @@ impl Engine {
                 return Err(RegisterError::Invalid(format!("invalid env name {key:?}")));
             }
         }
-        let workdir = self.cfg.work_root.join(&run.uid);
+        let workdir = self.pod.workdir(&run.uid);
         if workdir.exists() {
             std::fs::remove_dir_all(&workdir)?;
         }
@@ -440,7 +423,7 @@ impl Engine {
                 map.remove(&f.run.uid);
             }
         }
-        self.publisher.delete(&f.run.uid);
+        self.pod.withdraw(&f.run.uid);
         let _ = std::fs::remove_dir_all(&f.workdir);
         tracing::info!(run_uid = %f.run.uid, attempt = f.record.attempt, ?mode, "function unregistered");
     }
@@ -453,7 +436,7 @@ impl Engine {
             registry::check_fence(
                 fence,
                 call.run_uid,
-                &self.cfg.pod_uid,
+                &self.pod.uid,
                 f.as_ref().map(|f| &f.record),
             )
             .map_err(EngineError::Fenced)?;
@@ -540,11 +523,9 @@ impl Engine {
 
     /// Runs [`Engine::expire_idle`] every `period` until the engine is dropped.
     pub fn spawn_idle_reaper(self: &Arc<Self>, period: Duration) {
-        spawn_periodic(
-            self,
-            period,
-            |engine| async move { engine.expire_idle().await },
-        );
+        crate::periodic::spawn_periodic(self, period, |engine| async move {
+            engine.expire_idle().await
+        });
     }
 
     /// Stops every backend (on shutdown).
@@ -566,24 +547,6 @@ impl Engine {
     pub fn current_record(&self, uid: &str) -> Option<Record> {
         self.record(uid)
     }
-}
-
-/// Runs `f` every `period` for as long as `owner` is alive.
-pub fn spawn_periodic<T, F, Fut>(owner: &Arc<T>, period: Duration, f: F)
-where
-    T: Send + Sync + 'static,
-    F: Fn(Arc<T>) -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = ()> + Send,
-{
-    let weak = Arc::downgrade(owner);
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(period);
-        loop {
-            tick.tick().await;
-            let Some(owner) = weak.upgrade() else { return };
-            f(owner).await;
-        }
-    });
 }
 
 /// One invocation request.

@@ -4,10 +4,8 @@
 //!
 //! - [`engine`]: the registrations and their invocations.
 //! - [`backend`]: the built-in backends.
-//! - [`source`]: a Run's inline source, written beneath its working directory.
 
 pub mod backend;
 pub mod engine;
-pub mod source;
 
 pub use engine::{Engine, EngineConfig, EngineError, Invocation, MAX_IO_BYTES, RegisterError};

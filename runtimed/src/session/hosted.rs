@@ -10,9 +10,9 @@ use kruntimes_proto::ownership::v1 as own;
 use kruntimes_proto::session::v1 as pb;
 use tonic::Status;
 
-use crate::function::engine::Engine;
+use super::{CloseMode, Session, SessionLimits};
+use crate::local::{LocalPod, Published};
 use crate::registry::{self, Record, RegisterDecision};
-use crate::session::{CloseMode, Session, SessionLimits};
 
 /// A hosted session.
 pub struct Hosted {
@@ -42,16 +42,16 @@ impl Hosted {
 
 /// Every session of this runtimed.
 pub struct Sessions {
-    engine: Arc<Engine>,
+    pod: Arc<LocalPod>,
     map: RwLock<HashMap<String, Arc<Hosted>>>,
     serial: tokio::sync::Mutex<()>,
 }
 
 impl Sessions {
-    /// An empty set publishing into the engine's ownership table.
-    pub fn new(engine: Arc<Engine>) -> Arc<Self> {
+    /// An empty set publishing into `pod`'s ownership table.
+    pub fn new(pod: Arc<LocalPod>) -> Arc<Self> {
         Arc::new(Self {
-            engine,
+            pod,
             map: RwLock::new(HashMap::new()),
             serial: tokio::sync::Mutex::new(()),
         })
@@ -67,23 +67,16 @@ impl Sessions {
     }
 
     fn publish(&self, h: &Hosted, phase: own::Phase, reason: &str) {
-        let cfg = self.engine.config();
-        self.engine.publisher().upsert(own::OwnershipEntry {
-            namespace: h.run.namespace.clone(),
-            run_name: h.run.name.clone(),
-            run_uid: h.run.uid.clone(),
-            runtime: h.run.runtime.clone(),
-            mode: own::Mode::Session as i32,
-            owner: Some(own::Owner {
-                pod_name: cfg.pod_name.clone(),
-                pod_uid: cfg.pod_uid.clone(),
-                dataplane_address: cfg.dataplane_address.clone(),
-            }),
-            attempt: h.attempt,
-            phase: phase as i32,
-            limits: None,
-            reason: reason.to_owned(),
-        });
+        self.pod.publish(
+            &h.run,
+            h.attempt,
+            Published {
+                mode: own::Mode::Session,
+                phase,
+                reason,
+                limits: None,
+            },
+        );
     }
 
     /// Opens (idempotently) a session.
@@ -128,7 +121,7 @@ impl Sessions {
             }
             RegisterDecision::Create | RegisterDecision::Conflict => {}
         }
-        let workspace = self.engine.config().work_root.join(&run.uid);
+        let workspace = self.pod.workdir(&run.uid);
         if workspace.exists() {
             std::fs::remove_dir_all(&workspace).map_err(|e| Status::internal(e.to_string()))?;
         }
@@ -163,13 +156,12 @@ impl Sessions {
             } else {
                 src.inline_path.as_str()
             };
-            crate::function::source::write_inline(session.root(), path, src.inline.as_bytes())
-                .map_err(|e| match e {
-                    crate::function::source::WriteError::Path(p) => {
-                        Status::invalid_argument(p.to_string())
-                    }
-                    crate::function::source::WriteError::Io(io) => Status::internal(io.to_string()),
-                })?;
+            crate::source::write_inline(session.root(), path, src.inline.as_bytes()).map_err(
+                |e| match e {
+                    crate::source::WriteError::Path(p) => Status::invalid_argument(p.to_string()),
+                    crate::source::WriteError::Io(io) => Status::internal(io.to_string()),
+                },
+            )?;
         }
         let hosted = Arc::new(Hosted {
             run: run.clone(),
@@ -197,7 +189,7 @@ impl Sessions {
                 map.remove(&h.run.uid);
             }
         }
-        self.engine.publisher().delete(&h.run.uid);
+        self.pod.withdraw(&h.run.uid);
     }
 
     /// Closes a session; absent sessions succeed with `false`.
@@ -235,7 +227,7 @@ impl Sessions {
 
     /// Runs [`Sessions::expire_idle`] every `period`.
     pub fn spawn_idle_reaper(self: &Arc<Self>, period: Duration) {
-        crate::function::engine::spawn_periodic(self, period, |s| async move { s.expire_idle() });
+        crate::periodic::spawn_periodic(self, period, |s| async move { s.expire_idle() });
     }
 
     /// Cancels every session (shutdown).

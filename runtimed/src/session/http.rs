@@ -11,7 +11,7 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use kruntimes_proto::api::{ErrorBody, ErrorCode, SessionOp};
 
-use crate::dataplane::dispatch::{Reply, error};
+use crate::reply::{Reply, error};
 use crate::session::Hosted;
 use crate::session::files::FileError;
 use crate::session::ops::{self, Event, OperationRequest};

@@ -1,6 +1,7 @@
 //! Engine tests with real Python and Bash processes.
 
 use super::*;
+use crate::local::LocalPod;
 
 struct Fixture {
     _dir: tempfile::TempDir,
@@ -9,18 +10,18 @@ struct Fixture {
 
 fn fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
-    let engine = Engine::new(EngineConfig {
-        backend: None,
-        pod_name: "runtimed-0".into(),
-        pod_uid: "pod-uid-0".into(),
-        dataplane_address: "127.0.0.1:1".into(),
-        work_root: dir.path().to_path_buf(),
-        python: "python3".into(),
-        default_timeout: Duration::from_secs(10),
-        max_timeout: Duration::from_secs(30),
-        start_timeout: Duration::from_secs(20),
-        python_spares: 1,
-    });
+    let pod = LocalPod::new("runtimed-0", "pod-uid-0", "127.0.0.1:1", dir.path());
+    let engine = Engine::new(
+        pod,
+        EngineConfig {
+            backend: None,
+            python: "python3".into(),
+            default_timeout: Duration::from_secs(10),
+            max_timeout: Duration::from_secs(30),
+            start_timeout: Duration::from_secs(20),
+            python_spares: 1,
+        },
+    );
     Fixture { _dir: dir, engine }
 }
 
