@@ -11,7 +11,7 @@
 //! `dataplane` or each other; [`cluster`] (the Kubernetes adapter) drives
 //! `function` and `session`; [`cli`] wires everything together. What both
 //! modes need lives in small modules below them: [`local`] (this Pod and its
-//! ownership table), [`registry`] (registration and fencing rules),
+//! ownership table), [`registration`] (the registration table and its rules),
 //! [`source`] (inline source), [`reply`] (API responses) and [`periodic`].
 #![forbid(unsafe_code)]
 
@@ -21,7 +21,7 @@ pub mod dataplane;
 pub mod function;
 pub mod local;
 pub mod periodic;
-pub mod registry;
+pub mod registration;
 pub mod reply;
 pub mod session;
 pub mod source;

@@ -241,7 +241,7 @@ impl Agent {
                         .open(open_session_request(run, attempt))
                         .await
                         .map(|_| ())
-                        .map_err(|e| e.message().to_owned()),
+                        .map_err(|e| e.to_string()),
                     Ok(ModeKind::Task) => Err("task mode is not served by runtimed".into()),
                     Err(e) => Err(e),
                 };

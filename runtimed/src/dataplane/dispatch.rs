@@ -16,7 +16,7 @@ use super::peer::{PeerIdentity, PeerPolicy};
 use crate::function::backend::InvokeError;
 use crate::function::{Engine, EngineError, Invocation, MAX_IO_BYTES};
 use crate::local::LocalPod;
-use crate::registry::{Fence, FenceError};
+use crate::registration::{Fence, FenceError};
 use crate::reply::{Reply, error};
 use crate::session::Sessions;
 
@@ -136,23 +136,17 @@ pub async fn dispatch(
             uid,
             op,
         } => {
-            let hosted = dp.sessions.get(uid);
-            let record = hosted.as_ref().map(|h| crate::registry::Record {
-                attempt: h.attempt,
-                digest: String::new(),
-                registration_id: String::new(),
-            });
-            if let Err(e) = crate::registry::check_fence(fence, uid, &dp.pod.uid, record.as_ref()) {
-                let code = if e == FenceError::RunMismatch {
-                    ErrorCode::BadRequest
-                } else {
-                    ErrorCode::StaleOwner
-                };
-                tracing::warn!(run_uid = %uid, invocation_id = %inv, reason = ?e, "refused fenced session request");
-                return error(code, format!("stale owner: {e:?}"), &r);
-            }
-            let Some(h) = hosted else {
-                return error(ErrorCode::StaleOwner, "no session here", &r);
+            let h = match dp.sessions.fenced(fence, uid) {
+                Ok(h) => h,
+                Err(e) => {
+                    let code = if e == FenceError::RunMismatch {
+                        ErrorCode::BadRequest
+                    } else {
+                        ErrorCode::StaleOwner
+                    };
+                    tracing::warn!(run_uid = %uid, invocation_id = %inv, reason = ?e, "refused fenced session request");
+                    return error(code, format!("stale owner: {e:?}"), &r);
+                }
             };
             if h.run.namespace != namespace || h.run.runtime != runtime {
                 return error(

@@ -1,50 +1,58 @@
-//! The sessions a runtimed hosts: open/close semantics keyed by Run UID and
-//! attempt, idle expiry and their ownership entries.
+//! The sessions a runtimed hosts: a registration table keyed by Run UID (the
+//! same rules as functions: idempotent / conflict / supersede / stale),
+//! close, idle expiry and their ownership entries.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use kruntimes_proto::function::v1 as fpb;
 use kruntimes_proto::ownership::v1 as own;
 use kruntimes_proto::session::v1 as pb;
-use tonic::Status;
 
-use super::{CloseMode, Session, SessionLimits};
+use super::prepare;
+use super::{CloseMode, Session};
 use crate::local::{LocalPod, Published};
-use crate::registry::{self, Record, RegisterDecision};
+use crate::registration::{
+    Fence, FenceError, Plan, Record, RegisterError, Registration, Table, addressable_run,
+};
 
-/// A hosted session.
+/// What a hosted session adds to its registration.
+#[derive(Debug)]
 pub struct Hosted {
-    /// The Run.
-    pub run: fpb::RunRef,
-    /// Attempt.
-    pub attempt: u64,
     /// The session.
     pub session: Arc<Session>,
     idle_timeout: Option<Duration>,
-    expired: std::sync::atomic::AtomicBool,
+    expired: AtomicBool,
 }
 
-impl Hosted {
+/// A session in the registration table.
+pub type HostedSession = Registration<Hosted>;
+
+impl HostedSession {
     /// What `SessionRuntime` reports about it.
     pub fn info(&self) -> pb::SessionInfo {
         let st = self.session.status();
         pb::SessionInfo {
             run: Some(self.run.clone()),
-            attempt: self.attempt,
+            attempt: self.record.attempt,
             pending_operations: st.pending_operations as u32,
             idle_ms: st.idle_ms,
             closing: st.closing,
         }
+    }
+
+    fn idle_expired(&self) -> bool {
+        matches!(
+            (self.idle_timeout, self.session.idle_for()),
+            (Some(limit), Some(idle)) if idle >= limit
+        )
     }
 }
 
 /// Every session of this runtimed.
 pub struct Sessions {
     pod: Arc<LocalPod>,
-    map: RwLock<HashMap<String, Arc<Hosted>>>,
-    serial: tokio::sync::Mutex<()>,
+    table: Table<Hosted>,
 }
 
 impl Sessions {
@@ -52,24 +60,28 @@ impl Sessions {
     pub fn new(pod: Arc<LocalPod>) -> Arc<Self> {
         Arc::new(Self {
             pod,
-            map: RwLock::new(HashMap::new()),
-            serial: tokio::sync::Mutex::new(()),
+            table: Table::default(),
         })
     }
 
     /// A hosted session.
-    pub fn get(&self, uid: &str) -> Option<Arc<Hosted>> {
-        self.map
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(uid)
-            .cloned()
+    pub fn get(&self, uid: &str) -> Option<Arc<HostedSession>> {
+        self.table.get(uid)
     }
 
-    fn publish(&self, h: &Hosted, phase: own::Phase, reason: &str) {
+    /// The session a gateway-fenced request for `path_uid` may use.
+    pub fn fenced(
+        &self,
+        fence: Fence<'_>,
+        path_uid: &str,
+    ) -> Result<Arc<HostedSession>, FenceError> {
+        self.table.fenced(fence, path_uid, &self.pod.uid)
+    }
+
+    fn publish(&self, h: &HostedSession, phase: own::Phase, reason: &str) {
         self.pod.publish(
             &h.run,
-            h.attempt,
+            h.record.attempt,
             Published {
                 mode: own::Mode::Session,
                 phase,
@@ -79,123 +91,52 @@ impl Sessions {
         );
     }
 
-    /// Opens (idempotently) a session.
-    pub async fn open(&self, req: pb::OpenSessionRequest) -> Result<pb::SessionInfo, Status> {
-        let run = req
-            .run
-            .clone()
-            .ok_or_else(|| Status::invalid_argument("run is required"))?;
-        if kruntimes_proto::api::parse_path(&format!(
-            "/v1/namespaces/{}/runtimes/{}/sessions/{}",
-            run.namespace, run.runtime, run.uid
-        ))
-        .is_err()
-        {
-            return Err(Status::invalid_argument(
-                "namespace, runtime or uid is malformed",
-            ));
+    /// Opens a session (see [`crate::registration::rules`]: a retry at the
+    /// same attempt and digest answers with the open session).
+    pub async fn open(
+        &self,
+        req: pb::OpenSessionRequest,
+    ) -> Result<pb::SessionInfo, RegisterError> {
+        let run = addressable_run(req.run.as_ref())?;
+        let _change = self.table.change().await;
+        match self.table.plan(&run.uid, req.attempt, &req.digest)? {
+            Plan::Idempotent(h) => return Ok(h.info()),
+            Plan::Supersede(old) => self.remove(&old, CloseMode::Cancel).await,
+            Plan::Create => {}
         }
-        let _serial = self.serial.lock().await;
-        let current = self.get(&run.uid);
-        let record = current.as_ref().map(|h| Record {
-            attempt: h.attempt,
-            digest: String::new(),
-            registration_id: String::new(),
-        });
-        match registry::decide_register(record.as_ref(), req.attempt, "") {
-            RegisterDecision::Idempotent => {
-                if let Some(h) = current {
-                    return Ok(h.info());
-                }
-            }
-            RegisterDecision::Stale => {
-                return Err(Status::failed_precondition(format!(
-                    "attempt {} is older than the open session's",
-                    req.attempt
-                )));
-            }
-            RegisterDecision::Supersede => {
-                if let Some(old) = current {
-                    self.remove(&old, CloseMode::Cancel).await;
-                }
-            }
-            RegisterDecision::Create | RegisterDecision::Conflict => {}
-        }
-        let workspace = self.pod.workdir(&run.uid);
-        if workspace.exists() {
-            std::fs::remove_dir_all(&workspace).map_err(|e| Status::internal(e.to_string()))?;
-        }
-        let mut env: BTreeMap<String, String> = BTreeMap::from([
-            (
-                "PATH".to_owned(),
-                std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into()),
-            ),
-            ("LANG".to_owned(), "C.UTF-8".to_owned()),
-            ("KRUNTIMES_RUN_UID".to_owned(), run.uid.clone()),
-        ]);
-        env.extend(req.env.clone());
-        let limits = SessionLimits {
-            queue_size: if req.queue_size == 0 {
-                16
-            } else {
-                req.queue_size.min(1024) as usize
+        let session = prepare::prepare(&run.uid, &self.pod.workdir(&run.uid), &req)?;
+        let hosted = Arc::new(Registration {
+            run,
+            record: Record::issue(req.attempt, req.digest),
+            mode: Hosted {
+                session,
+                idle_timeout: (req.idle_timeout_seconds > 0)
+                    .then(|| Duration::from_secs(req.idle_timeout_seconds.into())),
+                expired: AtomicBool::new(false),
             },
-            operation_timeout: if req.operation_timeout_seconds == 0 {
-                Duration::from_secs(300)
-            } else {
-                Duration::from_secs(req.operation_timeout_seconds.into())
-                    .min(Duration::from_secs(3600))
-            },
-            max_operation_timeout: Duration::from_secs(3600),
-        };
-        let session = Session::open(&run.uid, &workspace, env, limits)
-            .map_err(|e| Status::internal(e.to_string()))?;
-        if let Some(src) = req.source.as_ref().filter(|s| !s.inline.is_empty()) {
-            let path = if src.inline_path.is_empty() {
-                "main.sh"
-            } else {
-                src.inline_path.as_str()
-            };
-            crate::source::write_inline(session.root(), path, src.inline.as_bytes()).map_err(
-                |e| match e {
-                    crate::source::WriteError::Path(p) => Status::invalid_argument(p.to_string()),
-                    crate::source::WriteError::Io(io) => Status::internal(io.to_string()),
-                },
-            )?;
-        }
-        let hosted = Arc::new(Hosted {
-            run: run.clone(),
-            attempt: req.attempt,
-            session,
-            idle_timeout: (req.idle_timeout_seconds > 0)
-                .then(|| Duration::from_secs(req.idle_timeout_seconds.into())),
-            expired: std::sync::atomic::AtomicBool::new(false),
         });
         self.publish(&hosted, own::Phase::Ready, "");
-        self.map
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(run.uid.clone(), hosted.clone());
-        tracing::info!(run_uid = %run.uid, attempt = req.attempt, "session opened");
+        self.table.insert(hosted.clone());
+        tracing::info!(
+            run_uid = %hosted.run.uid,
+            attempt = hosted.record.attempt,
+            registration_id = %hosted.record.registration_id,
+            "session opened"
+        );
         Ok(hosted.info())
     }
 
-    async fn remove(&self, h: &Arc<Hosted>, mode: CloseMode) {
+    async fn remove(&self, h: &Arc<HostedSession>, mode: CloseMode) {
         self.publish(h, own::Phase::Draining, "Closing");
         h.session.close(mode).await;
-        {
-            let mut map = self.map.write().unwrap_or_else(|p| p.into_inner());
-            if map.get(&h.run.uid).is_some_and(|cur| Arc::ptr_eq(cur, h)) {
-                map.remove(&h.run.uid);
-            }
-        }
+        self.table.remove(h);
         self.pod.withdraw(&h.run.uid);
     }
 
     /// Closes a session; absent sessions succeed with `false`.
     pub async fn close(&self, uid: &str, mode: CloseMode) -> bool {
-        let _serial = self.serial.lock().await;
-        match self.get(uid) {
+        let _change = self.table.change().await;
+        match self.table.get(uid) {
             Some(h) => {
                 self.remove(&h, mode).await;
                 true
@@ -207,18 +148,8 @@ impl Sessions {
     /// Marks idle sessions `FAILED`/`IdleTimeout`; the control plane ends
     /// the Run and closes them.
     pub fn expire_idle(&self) {
-        let all: Vec<_> = self
-            .map
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect();
-        for h in all {
-            if let (Some(limit), Some(idle)) = (h.idle_timeout, h.session.idle_for())
-                && idle >= limit
-                && !h.expired.swap(true, std::sync::atomic::Ordering::AcqRel)
-            {
+        for h in self.table.all() {
+            if h.idle_expired() && !h.expired.swap(true, Ordering::AcqRel) {
                 tracing::info!(run_uid = %h.run.uid, "session idle timeout");
                 self.publish(&h, own::Phase::Failed, "IdleTimeout");
             }
@@ -232,15 +163,11 @@ impl Sessions {
 
     /// Cancels every session (shutdown).
     pub async fn shutdown(&self) {
-        let all: Vec<_> = self
-            .map
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect();
-        for h in all {
+        for h in self.table.all() {
             h.session.close(CloseMode::Cancel).await;
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

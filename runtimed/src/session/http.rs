@@ -11,8 +11,8 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use kruntimes_proto::api::{ErrorBody, ErrorCode, SessionOp};
 
+use super::HostedSession;
 use crate::reply::{Reply, error};
-use crate::session::Hosted;
 use crate::session::files::FileError;
 use crate::session::ops::{self, Event, OperationRequest};
 use crate::session::{SubmitError, exec};
@@ -95,7 +95,7 @@ fn submit_error(e: SubmitError, r: &Reply<'_>) -> Response {
 
 /// Serves one session route for an admitted, fenced request.
 pub async fn handle(
-    h: Arc<Hosted>,
+    h: Arc<HostedSession>,
     op: SessionOp,
     method: Method,
     uri: Uri,
@@ -120,7 +120,7 @@ pub async fn handle(
                 StatusCode::OK,
                 &serde_json::json!({
                     "uid": h.run.uid,
-                    "attempt": h.attempt,
+                    "attempt": h.record.attempt,
                     "pendingOperations": st.pending_operations,
                     "idleMs": st.idle_ms,
                     "closing": st.closing,
@@ -189,7 +189,7 @@ fn line(e: &Event) -> Bytes {
 
 /// `operations:stream`: `accepted`, `output`…, then `completed`; an error
 /// after the stream started is a `failed` event.
-fn stream(h: &Arc<Hosted>, op: ops::Operation, r: &Reply<'_>) -> Response {
+fn stream(h: &Arc<HostedSession>, op: ops::Operation, r: &Reply<'_>) -> Response {
     let (chunks_tx, mut chunks) = tokio::sync::mpsc::channel::<exec::Chunk>(64);
     let (id, done) = match h.session.submit(op, Some(chunks_tx)) {
         Ok(v) => v,

@@ -7,7 +7,8 @@
 //! - [`queue`]: one session and its bounded queue; [`worker`] consumes it.
 //! - [`ops`], [`exec`], [`files`], [`path`]: the operations, commands, file
 //!   operations and workspace-relative paths.
-//! - [`hosted`]: the sessions this runtimed hosts, keyed by Run UID.
+//! - [`hosted`]: the sessions this runtimed hosts, keyed by Run UID;
+//!   [`prepare`] turns an `OpenSession` request into a started session.
 //! - [`http`], [`ws`]: the session routes of the dataplane and the WebSocket.
 
 pub mod exec;
@@ -16,9 +17,10 @@ pub mod hosted;
 pub mod http;
 pub mod ops;
 pub mod path;
+pub mod prepare;
 pub mod queue;
 mod worker;
 pub mod ws;
 
-pub use hosted::{Hosted, Sessions};
+pub use hosted::{Hosted, HostedSession, Sessions};
 pub use queue::{CloseMode, Session, SessionLimits, SessionStatus, SubmitError};

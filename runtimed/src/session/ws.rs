@@ -15,14 +15,14 @@ use kruntimes_proto::api::{ErrorBody, ErrorCode};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use crate::session::Hosted;
+use super::HostedSession;
 use crate::session::{SubmitError, ops};
 
 /// Largest client frame (a base64 32 MiB file plus JSON).
 const MAX_FRAME: usize = crate::session::http::MAX_OPERATION_BODY;
 
 /// Accepts the upgrade.
-pub fn upgrade(ws: WebSocketUpgrade, h: Arc<Hosted>) -> Response {
+pub fn upgrade(ws: WebSocketUpgrade, h: Arc<HostedSession>) -> Response {
     ws.max_message_size(MAX_FRAME)
         .max_frame_size(MAX_FRAME)
         .on_upgrade(move |socket| serve(socket, h))
@@ -39,7 +39,7 @@ fn failure(code: ErrorCode, message: &str, operation_id: Option<&str>) -> Value 
 }
 
 /// Handles one client message; events go to `events`.
-fn on_message(h: &Arc<Hosted>, text: &str, events: &mpsc::Sender<Value>) -> Option<Value> {
+fn on_message(h: &Arc<HostedSession>, text: &str, events: &mpsc::Sender<Value>) -> Option<Value> {
     let msg: Value = match serde_json::from_str(text) {
         Ok(v) => v,
         Err(e) => return Some(failure(ErrorCode::InvalidJson, &e.to_string(), None)),
@@ -113,7 +113,7 @@ fn on_message(h: &Arc<Hosted>, text: &str, events: &mpsc::Sender<Value>) -> Opti
     }
 }
 
-async fn serve(mut socket: WebSocket, h: Arc<Hosted>) {
+async fn serve(mut socket: WebSocket, h: Arc<HostedSession>) {
     let (events_tx, mut events) = mpsc::channel::<Value>(256);
     let mut sequence = 0u64;
     loop {

@@ -11,9 +11,10 @@ use kruntimes_proto::function::v1::function_runtime_server::{
 };
 use tonic::{Request, Response, Status};
 
+use super::register_status;
 use crate::dataplane::PeerPolicy;
 use crate::dataplane::dispatch::classify;
-use crate::function::engine::{Engine, EngineError, Invocation, RegisterError};
+use crate::function::{Engine, EngineError, Invocation};
 
 /// The service.
 #[derive(Clone)]
@@ -30,17 +31,6 @@ impl FunctionService {
 
     fn authorize<T>(&self, req: &Request<T>) -> Result<(), Status> {
         self.policy.require_control(req, "FunctionRuntime")
-    }
-}
-
-fn register_status(e: RegisterError) -> Status {
-    match &e {
-        RegisterError::Invalid(_) => Status::invalid_argument(e.to_string()),
-        RegisterError::Conflict(_) => Status::already_exists(e.to_string()),
-        RegisterError::Stale { .. } | RegisterError::Load(_) => {
-            Status::failed_precondition(e.to_string())
-        }
-        RegisterError::Io(_) => Status::internal(e.to_string()),
     }
 }
 

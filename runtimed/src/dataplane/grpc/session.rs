@@ -7,6 +7,7 @@ use kruntimes_proto::session::v1 as pb;
 use kruntimes_proto::session::v1::session_runtime_server::{SessionRuntime, SessionRuntimeServer};
 use tonic::{Request, Response, Status};
 
+use super::register_status;
 use crate::dataplane::PeerPolicy;
 use crate::session::{CloseMode, Sessions};
 
@@ -35,7 +36,12 @@ impl SessionRuntime for SessionService {
         req: Request<pb::OpenSessionRequest>,
     ) -> Result<Response<pb::SessionInfo>, Status> {
         self.authorize(&req)?;
-        Ok(Response::new(self.sessions.open(req.into_inner()).await?))
+        let info = self
+            .sessions
+            .open(req.into_inner())
+            .await
+            .map_err(register_status)?;
+        Ok(Response::new(info))
     }
 
     async fn status(

@@ -1,11 +1,12 @@
-//! Registration and fencing decisions. Pure: the engine applies them.
+//! Registration and fencing decisions. Pure: the [`super::Table`] and its
+//! users apply them.
 //!
 //! A registration is keyed by Run UID and ordered by attempt. The rules come
-//! from the function-mode lifecycle design: idempotent retries, rejected
-//! conflicting re-registration, supersession by a higher attempt, and stale
-//! ids that can never touch a newer registration.
+//! from the lifecycle design: idempotent retries, rejected conflicting
+//! re-registration, supersession by a higher attempt, and stale ids that can
+//! never touch a newer registration.
 
-/// What the engine knows about the current registration of a Run UID.
+/// What every registration records, whatever its mode.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
     /// Registration attempt.
@@ -14,6 +15,17 @@ pub struct Record {
     pub digest: String,
     /// Opaque registration id handed out on registration.
     pub registration_id: String,
+}
+
+impl Record {
+    /// The record of a new registration, with a fresh registration id.
+    pub fn issue(attempt: u64, digest: impl Into<String>) -> Self {
+        Self {
+            attempt,
+            digest: digest.into(),
+            registration_id: format!("reg-{}", uuid::Uuid::new_v4().simple()),
+        }
+    }
 }
 
 /// Outcome of a Register call against the current record.
@@ -105,84 +117,5 @@ pub fn check_fence(
         None => Err(FenceError::NotRegistered),
         Some(r) if r.attempt != fence.attempt => Err(FenceError::WrongAttempt),
         Some(_) => Ok(()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn rec(attempt: u64, digest: &str, id: &str) -> Record {
-        Record {
-            attempt,
-            digest: digest.into(),
-            registration_id: id.into(),
-        }
-    }
-
-    #[test]
-    fn register_decisions_follow_attempt_then_digest() {
-        let r = rec(2, "d1", "id-2");
-        assert_eq!(decide_register(None, 1, "d1"), RegisterDecision::Create);
-        assert_eq!(
-            decide_register(Some(&r), 2, "d1"),
-            RegisterDecision::Idempotent
-        );
-        assert_eq!(
-            decide_register(Some(&r), 2, "d2"),
-            RegisterDecision::Conflict
-        );
-        assert_eq!(
-            decide_register(Some(&r), 3, "d1"),
-            RegisterDecision::Supersede
-        );
-        assert_eq!(
-            decide_register(Some(&r), 3, "d9"),
-            RegisterDecision::Supersede
-        );
-        assert_eq!(decide_register(Some(&r), 1, "d1"), RegisterDecision::Stale);
-        assert_eq!(decide_register(Some(&r), 0, "d2"), RegisterDecision::Stale);
-    }
-
-    #[test]
-    fn stale_ids_never_match_a_newer_registration() {
-        let r = rec(3, "d", "id-3");
-        assert_eq!(check_id(Some(&r), "id-3"), IdCheck::Current);
-        assert_eq!(check_id(Some(&r), "id-2"), IdCheck::Stale);
-        assert_eq!(check_id(Some(&r), ""), IdCheck::Current);
-        assert_eq!(check_id(None, "id-2"), IdCheck::Absent);
-    }
-
-    #[test]
-    fn fencing_checks_run_pod_and_attempt() {
-        let r = rec(2, "d", "id");
-        let ok = Fence {
-            run_uid: "u",
-            owner_pod_uid: "pod-a",
-            attempt: 2,
-        };
-        assert_eq!(check_fence(ok, "u", "pod-a", Some(&r)), Ok(()));
-        assert_eq!(
-            check_fence(ok, "other", "pod-a", Some(&r)),
-            Err(FenceError::RunMismatch)
-        );
-        assert_eq!(
-            check_fence(ok, "u", "pod-b", Some(&r)),
-            Err(FenceError::WrongPod)
-        );
-        assert_eq!(
-            check_fence(ok, "u", "pod-a", None),
-            Err(FenceError::NotRegistered)
-        );
-        let stale = Fence { attempt: 1, ..ok };
-        assert_eq!(
-            check_fence(stale, "u", "pod-a", Some(&r)),
-            Err(FenceError::WrongAttempt)
-        );
-        let newer = Fence { attempt: 3, ..ok };
-        assert_eq!(
-            check_fence(newer, "u", "pod-a", Some(&r)),
-            Err(FenceError::WrongAttempt)
-        );
     }
 }
