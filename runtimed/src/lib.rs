@@ -12,9 +12,10 @@
 //! `function` and `session`; [`cli`] wires everything together. What both
 //! modes need lives in small modules below them: [`local`] (this Pod and its
 //! ownership table), [`registration`] (the registration table and its rules),
-//! [`source`] (inline source), [`reply`] (API responses) and [`periodic`].
+//! [`source`] (inline source), [`api_error`] (the API error and its rendering) and [`periodic`].
 #![forbid(unsafe_code)]
 
+pub mod api_error;
 pub mod cli;
 pub mod cluster;
 pub mod dataplane;
@@ -22,7 +23,6 @@ pub mod function;
 pub mod local;
 pub mod periodic;
 pub mod registration;
-pub mod reply;
 pub mod session;
 pub mod source;
 

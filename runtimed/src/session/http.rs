@@ -1,21 +1,20 @@
 //! The session routes of the dataplane: status, `operations:execute`,
-//! `operations:stream` (NDJSON events), `files` and `files:content`.
+//! `operations:stream` (NDJSON events), `files` and `files:content`. Every
+//! route answers `Result<Response, ApiError>`; the dataplane renders it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::http::{Method, StatusCode, Uri};
+use axum::http::{Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use http_body_util::BodyExt;
-use kruntimes_proto::api::{ErrorBody, ErrorCode, SessionOp};
+use kruntimes_proto::api::{ErrorCode, SessionOp};
 
 use super::HostedSession;
-use crate::reply::{Reply, error};
-use crate::session::files::FileError;
-use crate::session::ops::{self, Event, OperationRequest};
-use crate::session::{SubmitError, exec};
+use super::ops::{self, Event, OperationRequest};
+use super::{exec, path};
+use crate::api_error::{ApiError, Reply, read_body};
 
 /// Largest `operations:*` body: a 32 MiB file, base64-encoded, plus JSON.
 pub const MAX_OPERATION_BODY: usize = 45 * 1024 * 1024;
@@ -23,20 +22,10 @@ pub const MAX_OPERATION_BODY: usize = 45 * 1024 * 1024;
 fn json(status: StatusCode, v: &impl serde::Serialize) -> Response {
     (
         status,
-        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        [(header::CONTENT_TYPE, "application/json")],
         serde_json::to_vec(v).unwrap_or_default(),
     )
         .into_response()
-}
-
-fn file_error(e: FileError, r: &Reply<'_>) -> Response {
-    let code = match &e {
-        FileError::Path(_) => ErrorCode::InvalidPath,
-        FileError::NotFound(_) => ErrorCode::NotFound,
-        FileError::TooLarge(_) => ErrorCode::PayloadTooLarge,
-        FileError::Io(_) => ErrorCode::BadRequest,
-    };
-    error(code, e.to_string(), r)
 }
 
 fn query(uri: &Uri) -> HashMap<String, String> {
@@ -47,7 +36,7 @@ fn query(uri: &Uri) -> HashMap<String, String> {
 
 /// Refuses lexically bad paths before queueing (symlink escapes are caught
 /// when the operation runs: the file system may change meanwhile).
-pub fn check_paths(op: &ops::Operation) -> Result<(), String> {
+pub fn check_paths(op: &ops::Operation) -> Result<(), ApiError> {
     let paths: Vec<&str> = match op {
         ops::Operation::Command { cwd, .. } => vec![cwd],
         ops::Operation::WriteFile { path, .. }
@@ -56,67 +45,53 @@ pub fn check_paths(op: &ops::Operation) -> Result<(), String> {
         ops::Operation::Rename { from, to } => vec![from, to],
     };
     for p in paths {
-        crate::session::path::normalize(p).map_err(|e| format!("{p}: {e}"))?;
+        path::normalize(p)
+            .map_err(|e| ApiError::new(ErrorCode::InvalidPath, format!("{p}: {e}")))?;
     }
     Ok(())
 }
 
-async fn operation(body: Body, r: &Reply<'_>) -> Result<ops::Operation, Response> {
-    let bytes = match http_body_util::Limited::new(body, MAX_OPERATION_BODY)
-        .collect()
-        .await
-    {
-        Ok(c) => c.to_bytes(),
-        Err(e)
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some() =>
-        {
-            return Err(error(
-                ErrorCode::PayloadTooLarge,
-                "operation body exceeds the limit",
-                r,
-            ));
-        }
-        Err(e) => return Err(error(ErrorCode::BadRequest, format!("read body: {e}"), r)),
-    };
-    let req: OperationRequest = serde_json::from_slice(&bytes)
-        .map_err(|e| error(ErrorCode::InvalidJson, e.to_string(), r))?;
-    let op = ops::validate(req).map_err(|e| error(ErrorCode::BadRequest, e, r))?;
-    check_paths(&op).map_err(|e| error(ErrorCode::InvalidPath, e, r))?;
+/// Validates an `operations:*` request (HTTP body or WebSocket `send`).
+pub fn operation(req: OperationRequest) -> Result<ops::Operation, ApiError> {
+    let op = ops::validate(req).map_err(|e| ApiError::new(ErrorCode::BadRequest, e))?;
+    check_paths(&op)?;
     Ok(op)
 }
 
-fn submit_error(e: SubmitError, r: &Reply<'_>) -> Response {
-    match e {
-        SubmitError::QueueFull => error(ErrorCode::Busy, e.to_string(), r),
-        SubmitError::Closed => error(ErrorCode::NotReady, e.to_string(), r),
-    }
+async fn read_operation(body: Body) -> Result<ops::Operation, ApiError> {
+    let bytes = read_body(body, MAX_OPERATION_BODY, "operation body").await?;
+    let req: OperationRequest = serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::new(ErrorCode::InvalidJson, e.to_string()))?;
+    operation(req)
 }
 
-/// Serves one session route for an admitted, fenced request.
+/// Serves one session route for an admitted, fenced request; `r` is the
+/// request's reply context (the stream's `failed` event carries its
+/// invocation id).
 pub async fn handle(
     h: Arc<HostedSession>,
     op: SessionOp,
     method: Method,
     uri: Uri,
     body: Body,
-    r: Reply<'_>,
-) -> Response {
+    r: &Reply<'_>,
+) -> Result<Response, ApiError> {
+    let h = &h;
+    let uri = &uri;
     let want = match op {
         SessionOp::Execute | SessionOp::Stream => Method::POST,
         _ => Method::GET,
     };
     if method != want {
-        return error(
+        return Err(ApiError::new(
             ErrorCode::MethodNotAllowed,
             format!("this route takes {want}"),
-            &r,
-        );
+        ));
     }
-    let resp = match op {
+    match op {
         SessionOp::Status => {
             let st = h.session.status();
-            json(
+            Ok(json(
                 StatusCode::OK,
                 &serde_json::json!({
                     "uid": h.run.uid,
@@ -125,60 +100,51 @@ pub async fn handle(
                     "idleMs": st.idle_ms,
                     "closing": st.closing,
                 }),
-            )
+            ))
         }
-        SessionOp::Execute => match operation(body, &r).await {
-            Err(resp) => resp,
-            Ok(op) => match h.session.submit(op, None) {
-                Err(e) => submit_error(e, &r),
-                Ok((_, done)) => match done.await {
-                    Ok(result) => json(StatusCode::OK, &result),
-                    Err(_) => error(ErrorCode::Internal, "operation was dropped", &r),
-                },
-            },
-        },
-        SessionOp::Stream => match operation(body, &r).await {
-            Err(resp) => resp,
-            Ok(op) => stream(&h, op, &r),
-        },
+        SessionOp::Execute => {
+            let op = read_operation(body).await?;
+            let (_, done) = h.session.submit(op, None)?;
+            let result = done
+                .await
+                .map_err(|_| ApiError::new(ErrorCode::Internal, "operation was dropped"))?;
+            Ok(json(StatusCode::OK, &result))
+        }
+        SessionOp::Stream => {
+            let op = read_operation(body).await?;
+            stream(h, op, r)
+        }
         SessionOp::ListFiles => {
-            let q = query(&uri);
-            let limit = match q.get("limit").map(|l| l.parse::<usize>()) {
-                Some(Err(_)) => return error(ErrorCode::BadRequest, "limit must be a number", &r),
-                Some(Ok(l)) => Some(l),
-                None => None,
-            };
+            let q = query(uri);
+            let limit = q
+                .get("limit")
+                .map(|l| l.parse::<usize>())
+                .transpose()
+                .map_err(|_| ApiError::new(ErrorCode::BadRequest, "limit must be a number"))?;
             let path = q.get("path").map(String::as_str).unwrap_or("");
-            match h
+            let listing = h
                 .session
-                .list(path, limit, q.get("pageToken").map(String::as_str))
-            {
-                Ok(listing) => json(StatusCode::OK, &listing),
-                Err(e) => file_error(e, &r),
-            }
+                .list(path, limit, q.get("pageToken").map(String::as_str))?;
+            Ok(json(StatusCode::OK, &listing))
         }
         SessionOp::ReadFile => {
-            let q = query(&uri);
-            let Some(path) = q.get("path") else {
-                return error(ErrorCode::BadRequest, "path is required", &r);
-            };
-            match h.session.read_file(path) {
-                Ok(bytes) => (
-                    StatusCode::OK,
-                    [(axum::http::header::CONTENT_TYPE, "application/octet-stream")],
-                    bytes,
-                )
-                    .into_response(),
-                Err(e) => file_error(e, &r),
-            }
+            let q = query(uri);
+            let path = q
+                .get("path")
+                .ok_or_else(|| ApiError::new(ErrorCode::BadRequest, "path is required"))?;
+            let bytes = h.session.read_file(path)?;
+            Ok((
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "application/octet-stream")],
+                bytes,
+            )
+                .into_response())
         }
-        SessionOp::WebSocket => error(
+        SessionOp::WebSocket => Err(ApiError::new(
             ErrorCode::BadRequest,
             "operations:ws needs a WebSocket upgrade",
-            &r,
-        ),
-    };
-    r.decorate(resp)
+        )),
+    }
 }
 
 fn line(e: &Event) -> Bytes {
@@ -189,12 +155,9 @@ fn line(e: &Event) -> Bytes {
 
 /// `operations:stream`: `accepted`, `output`…, then `completed`; an error
 /// after the stream started is a `failed` event.
-fn stream(h: &Arc<HostedSession>, op: ops::Operation, r: &Reply<'_>) -> Response {
+fn stream(h: &Arc<HostedSession>, op: ops::Operation, r: &Reply<'_>) -> Result<Response, ApiError> {
     let (chunks_tx, mut chunks) = tokio::sync::mpsc::channel::<exec::Chunk>(64);
-    let (id, done) = match h.session.submit(op, Some(chunks_tx)) {
-        Ok(v) => v,
-        Err(e) => return submit_error(e, r),
-    };
+    let (id, done) = h.session.submit(op, Some(chunks_tx))?;
     let invocation_id = r.invocation_id.to_owned();
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(64);
     tokio::spawn(async move {
@@ -229,21 +192,16 @@ fn stream(h: &Arc<HostedSession>, op: ops::Operation, r: &Reply<'_>) -> Response
             },
             Err(_) => Event::Failed {
                 sequence: seq,
-                error: serde_json::to_value(ErrorBody::new(
-                    ErrorCode::Internal,
-                    "operation was dropped",
-                    Some(&invocation_id),
-                ))
-                .unwrap_or_default()["error"]
-                    .clone(),
+                error: ApiError::new(ErrorCode::Internal, "operation was dropped")
+                    .detail(Some(&invocation_id)),
             },
         };
         let _ = tx.send(Ok(line(&last))).await;
     });
-    (
+    Ok((
         StatusCode::OK,
-        [(axum::http::header::CONTENT_TYPE, "application/x-ndjson")],
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
         Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx)),
     )
-        .into_response()
+        .into_response())
 }

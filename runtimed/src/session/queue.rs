@@ -8,11 +8,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use kruntimes_proto::api::ErrorCode;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::ops::{Operation, OperationResult};
 use super::worker::{Job, OpCancels, Worker};
 use super::{exec, files};
+use crate::api_error::ApiError;
 
 /// Per-session bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +46,16 @@ pub enum SubmitError {
     /// The FIFO queue is full.
     #[error("session queue is full")]
     QueueFull,
+}
+
+impl From<SubmitError> for ApiError {
+    fn from(e: SubmitError) -> Self {
+        let code = match e {
+            SubmitError::QueueFull => ErrorCode::Busy,
+            SubmitError::Closed => ErrorCode::NotReady,
+        };
+        Self::new(code, e.to_string())
+    }
 }
 
 /// What a session reports about itself.

@@ -12,8 +12,8 @@ use kruntimes_proto::function::v1::function_runtime_server::{
 use tonic::{Request, Response, Status};
 
 use super::register_status;
+use crate::api_error::ApiError;
 use crate::dataplane::PeerPolicy;
-use crate::dataplane::dispatch::classify;
 use crate::function::{Engine, EngineError, Invocation};
 
 /// The service.
@@ -34,19 +34,9 @@ impl FunctionService {
     }
 }
 
+/// An engine refusal, classified as on the dataplane.
 fn engine_status(e: EngineError) -> Status {
-    use kruntimes_proto::api::ErrorCode::*;
-    let msg = e.to_string();
-    match classify(&e) {
-        StaleOwner => Status::failed_precondition(msg),
-        Busy => Status::resource_exhausted(msg),
-        NotReady => Status::unavailable(msg),
-        PayloadTooLarge | InvalidJson | BadRequest => Status::invalid_argument(msg),
-        NotFound => Status::not_found(msg),
-        DeadlineExceeded => Status::deadline_exceeded(msg),
-        FunctionError | InvalidOutput => Status::aborted(msg),
-        _ => Status::internal(msg),
-    }
+    ApiError::from(e).into()
 }
 
 #[tonic::async_trait]
