@@ -65,10 +65,10 @@ impl From<FenceError> for ApiError {
     fn from(e: FenceError) -> Self {
         let code = match e {
             // The gateway's own headers disagree: a malformed request.
-            FenceError::RunMismatch => ErrorCode::BadRequest,
+            FenceError::RunMismatch { .. } => ErrorCode::BadRequest,
             _ => ErrorCode::StaleOwner,
         };
-        Self::new(code, format!("stale owner: {e:?}"))
+        Self::new(code, e.to_string())
     }
 }
 

@@ -76,16 +76,28 @@ fn stream_events_carry_the_same_error_object() {
 
 #[test]
 fn fencing_refusals_are_stale_owners_unless_the_headers_disagree() {
-    assert_eq!(
-        ApiError::from(FenceError::RunMismatch).code,
-        ErrorCode::BadRequest
-    );
-    for e in [
-        FenceError::WrongPod,
-        FenceError::NotRegistered,
-        FenceError::WrongAttempt,
-    ] {
-        assert_eq!(ApiError::from(e).code, ErrorCode::StaleOwner);
+    let mismatch = FenceError::RunMismatch {
+        routed: "u-1".into(),
+        path: "u-2".into(),
+    };
+    assert_eq!(ApiError::from(mismatch).code, ErrorCode::BadRequest);
+    let stale = [
+        FenceError::WrongPod {
+            this_pod: "pod-b".into(),
+            routed_to: "pod-a".into(),
+        },
+        FenceError::NotRegistered { run: "u-1".into() },
+        FenceError::WrongAttempt {
+            run: "u-1".into(),
+            registered: 2,
+            requested: 1,
+        },
+    ];
+    for e in stale {
+        let sentence = e.to_string();
+        let api = ApiError::from(e);
+        assert_eq!(api.code, ErrorCode::StaleOwner);
+        assert_eq!(api.message, sentence, "the client reads the sentence");
     }
 }
 

@@ -144,7 +144,7 @@ async fn route(
             op,
         } => {
             let h = dp.sessions.fenced(fence, uid).map_err(|e| {
-                tracing::warn!(run_uid = %uid, invocation_id = %r.invocation_id, reason = ?e, "refused fenced session request");
+                tracing::warn!(run_uid = %uid, invocation_id = %r.invocation_id, reason = %e, "refused fenced session request");
                 ApiError::from(e)
             })?;
             if h.run.namespace != namespace || h.run.runtime != runtime {

@@ -11,7 +11,7 @@ use crate::registration::FenceError;
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     /// The fencing headers do not match this owner.
-    #[error("stale owner: {0:?}")]
+    #[error(transparent)]
     Fenced(FenceError),
     /// Registration id is not the current one.
     #[error("registration id is stale")]
@@ -43,7 +43,7 @@ impl EngineError {
     /// The code of the public error table this refusal answers with.
     pub fn code(&self) -> ErrorCode {
         match self {
-            Self::Fenced(FenceError::RunMismatch) => ErrorCode::BadRequest,
+            Self::Fenced(FenceError::RunMismatch { .. }) => ErrorCode::BadRequest,
             Self::Fenced(_) | Self::StaleRegistration | Self::NotRegistered => {
                 ErrorCode::StaleOwner
             }
@@ -76,8 +76,17 @@ mod tests {
     #[test]
     fn engine_errors_map_onto_the_public_error_table() {
         let cases = [
-            (EngineError::Fenced(FenceError::RunMismatch), 400),
-            (EngineError::Fenced(FenceError::WrongPod), 503),
+            (
+                EngineError::Fenced(FenceError::RunMismatch {
+                    routed: "a".into(),
+                    path: "b".into(),
+                }),
+                400,
+            ),
+            (
+                EngineError::Fenced(FenceError::NotRegistered { run: "a".into() }),
+                503,
+            ),
             (EngineError::StaleRegistration, 503),
             (EngineError::NotRegistered, 503),
             (EngineError::WrongRun, 404),
@@ -110,5 +119,17 @@ mod tests {
         );
         let status = tonic::Status::from(busy);
         assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+    }
+
+    #[test]
+    fn fenced_invocations_say_what_did_not_match() {
+        let e = EngineError::Fenced(FenceError::WrongPod {
+            this_pod: "pod-b".into(),
+            routed_to: "pod-a".into(),
+        });
+        assert_eq!(
+            e.to_string(),
+            "this Pod (uid pod-b) is not the owner the gateway routed to (pod-a)"
+        );
     }
 }

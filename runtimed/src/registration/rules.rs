@@ -87,17 +87,43 @@ pub struct Fence<'a> {
     pub attempt: u64,
 }
 
-/// Why a fenced request is refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Why a fenced request is refused; each says what did not match.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FenceError {
     /// The header's Run UID differs from the path's.
-    RunMismatch,
+    #[error("the gateway routed run {routed} but the path names run {path}")]
+    RunMismatch {
+        /// The Run UID of the fencing header.
+        routed: String,
+        /// The Run UID of the path.
+        path: String,
+    },
     /// The request was meant for another Pod (or an earlier incarnation).
-    WrongPod,
+    #[error("this Pod (uid {this_pod}) is not the owner the gateway routed to ({routed_to})")]
+    WrongPod {
+        /// This Pod's UID.
+        this_pod: String,
+        /// The owner Pod UID in the gateway's table.
+        routed_to: String,
+    },
     /// Not registered here.
-    NotRegistered,
+    #[error("run {run} is not registered on this Pod")]
+    NotRegistered {
+        /// The Run UID.
+        run: String,
+    },
     /// Registered here at a different attempt.
-    WrongAttempt,
+    #[error(
+        "run {run} is registered here at attempt {registered}, the request carries attempt {requested}"
+    )]
+    WrongAttempt {
+        /// The Run UID.
+        run: String,
+        /// The attempt registered on this Pod.
+        registered: u64,
+        /// The attempt in the gateway's table.
+        requested: u64,
+    },
 }
 
 /// Checks the gateway's fencing headers against this Pod and its record.
@@ -108,14 +134,26 @@ pub fn check_fence(
     current: Option<&Record>,
 ) -> Result<(), FenceError> {
     if fence.run_uid != path_uid {
-        return Err(FenceError::RunMismatch);
+        return Err(FenceError::RunMismatch {
+            routed: fence.run_uid.to_owned(),
+            path: path_uid.to_owned(),
+        });
     }
     if fence.owner_pod_uid != my_pod_uid {
-        return Err(FenceError::WrongPod);
+        return Err(FenceError::WrongPod {
+            this_pod: my_pod_uid.to_owned(),
+            routed_to: fence.owner_pod_uid.to_owned(),
+        });
     }
     match current {
-        None => Err(FenceError::NotRegistered),
-        Some(r) if r.attempt != fence.attempt => Err(FenceError::WrongAttempt),
+        None => Err(FenceError::NotRegistered {
+            run: path_uid.to_owned(),
+        }),
+        Some(r) if r.attempt != fence.attempt => Err(FenceError::WrongAttempt {
+            run: path_uid.to_owned(),
+            registered: r.attempt,
+            requested: fence.attempt,
+        }),
         Some(_) => Ok(()),
     }
 }

@@ -145,6 +145,9 @@ impl<T> Table<T> {
             my_pod_uid,
             current.as_ref().map(|r| &r.record),
         )?;
-        current.ok_or(FenceError::NotRegistered)
+        // check_fence refuses a missing registration, so this is Some.
+        current.ok_or_else(|| FenceError::NotRegistered {
+            run: path_uid.to_owned(),
+        })
     }
 }

@@ -56,25 +56,70 @@ fn fencing_checks_run_pod_and_attempt() {
     assert_eq!(check_fence(ok, "u", "pod-a", Some(&r)), Ok(()));
     assert_eq!(
         check_fence(ok, "other", "pod-a", Some(&r)),
-        Err(FenceError::RunMismatch)
+        Err(FenceError::RunMismatch {
+            routed: "u".into(),
+            path: "other".into()
+        })
     );
     assert_eq!(
         check_fence(ok, "u", "pod-b", Some(&r)),
-        Err(FenceError::WrongPod)
+        Err(FenceError::WrongPod {
+            this_pod: "pod-b".into(),
+            routed_to: "pod-a".into()
+        })
     );
     assert_eq!(
         check_fence(ok, "u", "pod-a", None),
-        Err(FenceError::NotRegistered)
+        Err(FenceError::NotRegistered { run: "u".into() })
     );
     let stale = Fence { attempt: 1, ..ok };
     assert_eq!(
         check_fence(stale, "u", "pod-a", Some(&r)),
-        Err(FenceError::WrongAttempt)
+        Err(FenceError::WrongAttempt {
+            run: "u".into(),
+            registered: 2,
+            requested: 1
+        })
     );
     let newer = Fence { attempt: 3, ..ok };
     assert_eq!(
         check_fence(newer, "u", "pod-a", Some(&r)),
-        Err(FenceError::WrongAttempt)
+        Err(FenceError::WrongAttempt {
+            run: "u".into(),
+            registered: 2,
+            requested: 3
+        })
+    );
+}
+
+#[test]
+fn fencing_refusals_read_as_sentences_with_the_values() {
+    let r = rec(2, "d", "id");
+    let fence = Fence {
+        run_uid: "u-1",
+        owner_pod_uid: "pod-a",
+        attempt: 1,
+    };
+    let say = |fence: Fence<'_>, path: &str, pod: &str, current: Option<&Record>| {
+        check_fence(fence, path, pod, current)
+            .unwrap_err()
+            .to_string()
+    };
+    assert_eq!(
+        say(fence, "u-1", "pod-b", Some(&r)),
+        "this Pod (uid pod-b) is not the owner the gateway routed to (pod-a)"
+    );
+    assert_eq!(
+        say(fence, "u-1", "pod-a", Some(&r)),
+        "run u-1 is registered here at attempt 2, the request carries attempt 1"
+    );
+    assert_eq!(
+        say(fence, "u-1", "pod-a", None),
+        "run u-1 is not registered on this Pod"
+    );
+    assert_eq!(
+        say(fence, "u-2", "pod-a", Some(&r)),
+        "the gateway routed run u-1 but the path names run u-2"
     );
 }
 
@@ -155,7 +200,7 @@ fn fenced_lookups_return_the_registration_only_when_the_fence_matches() {
     };
     assert!(matches!(
         table.fenced(fence, "u", "pod-a"),
-        Err(FenceError::NotRegistered)
+        Err(FenceError::NotRegistered { .. })
     ));
     let reg = registration("u", 2, "d", "payload");
     table.insert(reg.clone());
@@ -174,10 +219,10 @@ fn fenced_lookups_return_the_registration_only_when_the_fence_matches() {
             "u",
             "pod-a"
         ),
-        Err(FenceError::WrongAttempt)
+        Err(FenceError::WrongAttempt { .. })
     ));
     assert!(matches!(
         table.fenced(fence, "u", "pod-b"),
-        Err(FenceError::WrongPod)
+        Err(FenceError::WrongPod { .. })
     ));
 }

@@ -67,7 +67,11 @@ async fn registration_is_idempotent_conflicting_superseding_and_fenced() {
     };
     assert!(matches!(
         fx.engine.invoke(fenced).await,
-        Err(EngineError::Fenced(FenceError::WrongAttempt))
+        Err(EngineError::Fenced(FenceError::WrongAttempt {
+            registered: 2,
+            requested: 1,
+            ..
+        }))
     ));
     let other_pod = Invocation {
         fence: Some(Fence {
@@ -79,7 +83,7 @@ async fn registration_is_idempotent_conflicting_superseding_and_fenced() {
     };
     assert!(matches!(
         fx.engine.invoke(other_pod).await,
-        Err(EngineError::Fenced(FenceError::WrongPod))
+        Err(EngineError::Fenced(FenceError::WrongPod { ref routed_to, .. })) if routed_to == "pod-uid-9"
     ));
 
     assert!(

@@ -99,7 +99,7 @@ async fn fenced_requests_reach_only_the_current_attempt_on_this_pod() {
     };
     assert!(matches!(
         s.fenced(fence, UID),
-        Err(FenceError::NotRegistered)
+        Err(FenceError::NotRegistered { .. })
     ));
     s.open(open_request(1, "d1")).await.unwrap();
     assert!(s.fenced(fence, UID).is_ok());
@@ -111,7 +111,7 @@ async fn fenced_requests_reach_only_the_current_attempt_on_this_pod() {
             },
             UID
         ),
-        Err(FenceError::WrongAttempt)
+        Err(FenceError::WrongAttempt { .. })
     ));
     assert!(matches!(
         s.fenced(
@@ -121,7 +121,7 @@ async fn fenced_requests_reach_only_the_current_attempt_on_this_pod() {
             },
             UID
         ),
-        Err(FenceError::WrongPod)
+        Err(FenceError::WrongPod { .. })
     ));
 }
 
