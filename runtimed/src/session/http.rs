@@ -12,7 +12,8 @@ use bytes::Bytes;
 use kruntimes_proto::api::{ErrorCode, SessionOp};
 
 use super::HostedSession;
-use super::ops::{self, Event, OperationRequest};
+use super::ops::{self, OperationRequest};
+use super::outcome::Event;
 use super::{exec, path};
 use crate::api_error::{ApiError, Reply, read_body};
 

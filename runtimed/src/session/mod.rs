@@ -5,8 +5,8 @@
 //! what runs and removes the workspace.
 //!
 //! - [`queue`]: one session and its bounded queue; [`worker`] consumes it.
-//! - [`ops`], [`exec`], [`files`], [`path`]: the operations, commands, file
-//!   operations and workspace-relative paths.
+//! - [`ops`], [`outcome`], [`exec`], [`files`], [`path`]: the operations and
+//!   their results, commands, file operations and workspace-relative paths.
 //! - [`hosted`]: the sessions this runtimed hosts, keyed by Run UID;
 //!   [`prepare`] turns an `OpenSession` request into a started session.
 //! - [`http`], [`ws`]: the session routes of the dataplane and the WebSocket.
@@ -16,6 +16,7 @@ pub mod files;
 pub mod hosted;
 pub mod http;
 pub mod ops;
+pub mod outcome;
 pub mod path;
 pub mod prepare;
 pub mod queue;

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use kruntimes_proto::api::ErrorCode;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::ops::{Operation, OperationResult};
+use super::ops::Operation;
+use super::outcome::OperationResult;
 use super::worker::{Job, OpCancels, Worker};
 use super::{exec, files};
 use crate::api_error::ApiError;

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::ops::{OpState, Operation, OperationResult};
+use super::ops::Operation;
+use super::outcome::{OpState, OperationResult};
 use super::queue::SessionLimits;
 use super::{exec, files, path};
 

@@ -73,7 +73,7 @@ async fn a_higher_attempt_replaces_the_session_and_a_lower_one_is_stale() {
     assert_ne!(new.record.registration_id, old.record.registration_id);
     assert_eq!(
         running.await.unwrap().state,
-        crate::session::ops::OpState::Cancelled,
+        crate::session::outcome::OpState::Cancelled,
         "the superseded session's work is cancelled"
     );
     let err = s.open(open_request(1, "d1")).await.unwrap_err();

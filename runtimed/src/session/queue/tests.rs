@@ -5,7 +5,8 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use super::*;
-use crate::session::ops::{self, OpState, Operation, OperationResult};
+use crate::session::ops::{self, Operation};
+use crate::session::outcome::{OpState, OperationResult};
 
 fn env() -> BTreeMap<String, String> {
     BTreeMap::from([
