@@ -11,8 +11,9 @@
 //! `dataplane` or each other; [`cluster`] (the Kubernetes adapter) drives
 //! `function` and `session`; [`cli`] wires everything together. What both
 //! modes need lives in small modules below them: [`local`] (this Pod and its
-//! ownership table), [`registration`] (the registration table and its rules),
-//! [`source`] (inline source), [`api_error`] (the API error and its rendering) and [`periodic`].
+//! ownership table), [`registration`] (the registration table and its
+//! rules), [`source`] (inline source), [`api_error`] (the API error and its
+//! rendering) and [`periodic`] (background passes).
 #![forbid(unsafe_code)]
 
 pub mod api_error;
