@@ -47,6 +47,7 @@ pub fn open_session_request(run: &Run, attempt: u64) -> spb::OpenSessionRequest 
     spb::OpenSessionRequest {
         run: Some(run_ref(run)),
         attempt,
+        digest: run.digest(),
         source: run.spec.source.inline.as_ref().map(|inline| pb::Source {
             inline: inline.clone(),
             inline_path: run.spec.source.inline_path.clone().unwrap_or_default(),

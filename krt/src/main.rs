@@ -75,7 +75,7 @@ enum Command {
     #[command(hide = true)]
     Runtimed {
         #[command(flatten)]
-        args: runtimed::cli::Args,
+        args: kruntimes_runtimed::cli::Args,
         /// Exit when the parent process exits.
         #[arg(long)]
         exit_with_parent: bool,
@@ -168,8 +168,8 @@ fn main() -> anyhow::Result<()> {
             if e {
                 exit_with_parent();
             }
-            runtimed::cli::init_logging();
-            tokio::runtime::Runtime::new()?.block_on(runtimed::cli::run(args))
+            kruntimes_runtimed::cli::init_logging();
+            tokio::runtime::Runtime::new()?.block_on(kruntimes_runtimed::cli::run(args))
         }
         Command::Operator {
             args,

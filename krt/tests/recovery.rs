@@ -142,25 +142,34 @@ async fn runtimed_rejects_stale_attempts_foreign_pods_and_non_gateway_peers() {
     let ok = send(gw.clone(), "1", pod_uid).await.unwrap();
     assert_eq!(ok.status(), 200);
     assert_eq!(ok.headers()["x-kruntimes-served-by"], "runtimed-0");
-    // A stale attempt and a foreign Pod UID are refused as stale owners.
-    expect_error(
+    // A stale attempt and a foreign Pod UID are refused as stale owners,
+    // with a message saying what did not match.
+    let stale = expect_error(
         send(gw.clone(), "0", pod_uid).await.unwrap(),
         503,
         "StaleOwner",
     )
     .await;
+    assert_eq!(
+        stale["error"]["message"],
+        format!("run {uid} is registered here at attempt 1, the request carries attempt 0")
+    );
     expect_error(
         send(gw.clone(), "2", pod_uid).await.unwrap(),
         503,
         "StaleOwner",
     )
     .await;
-    expect_error(
+    let foreign = expect_error(
         send(gw.clone(), "1", "some-other-pod").await.unwrap(),
         503,
         "StaleOwner",
     )
     .await;
+    assert_eq!(
+        foreign["error"]["message"],
+        format!("this Pod (uid {pod_uid}) is not the owner the gateway routed to (some-other-pod)")
+    );
     // Without the hop marker the request did not come through a gateway.
     let r = gw
         .post(url.clone())

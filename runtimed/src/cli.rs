@@ -7,8 +7,10 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use crate::engine::{Engine, EngineConfig};
-use crate::server::{PeerPolicy, ServeConfig, serve};
+use crate::dataplane::{PeerPolicy, ServeConfig, serve};
+use crate::function::{Engine, EngineConfig};
+use crate::local::LocalPod;
+use crate::session::Sessions;
 
 /// runtimed flags (also readable from `KRUNTIMES_RUNTIMED_*` variables).
 #[derive(Debug, Clone, Parser)]
@@ -63,7 +65,7 @@ pub struct Args {
     /// The built-in backend of this Pod's Runtime (`Runtime.spec.backend`);
     /// by default chosen from each Run's runtime name.
     #[arg(long, value_enum, env = "KRUNTIMES_RUNTIMED_BACKEND")]
-    pub backend: Option<crate::backend::Kind>,
+    pub backend: Option<crate::function::backend::Kind>,
     /// Kubernetes mode: watch the Runs assigned to this Pod (by
     /// `--pod-uid`), register them and report their status.
     #[arg(long, env = "KRUNTIMES_RUNTIMED_KUBERNETES")]
@@ -103,20 +105,20 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .pod_uid
         .clone()
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-    let engine = Engine::new(EngineConfig {
-        pod_name: args.name.clone(),
-        pod_uid: pod_uid.clone(),
-        dataplane_address: address.clone(),
-        work_root: args.work_root.clone(),
-        python: args.python.clone(),
-        default_timeout: Duration::from_secs(args.default_timeout_secs),
-        max_timeout: Duration::from_secs(args.max_timeout_secs),
-        start_timeout: Duration::from_secs(30),
-        python_spares: args.python_spares,
-        backend: args.backend,
-    });
+    let pod = LocalPod::new(&args.name, &pod_uid, &address, &args.work_root);
+    let engine = Engine::new(
+        pod.clone(),
+        EngineConfig {
+            python: args.python.clone(),
+            default_timeout: Duration::from_secs(args.default_timeout_secs),
+            max_timeout: Duration::from_secs(args.max_timeout_secs),
+            start_timeout: Duration::from_secs(30),
+            python_spares: args.python_spares,
+            backend: args.backend,
+        },
+    );
     engine.spawn_idle_reaper(Duration::from_secs(1));
-    let sessions = crate::sessions::Sessions::new(engine.clone());
+    let sessions = Sessions::new(pod.clone());
     sessions.spawn_idle_reaper(Duration::from_secs(1));
     let tls = kruntimes_certs::server_config(
         &args.tls_cert,
@@ -174,7 +176,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             control_clients: args.control_clients.clone(),
         },
     };
-    let serving = serve(engine.clone(), sessions.clone(), cfg, shutdown_signal());
+    let serving = serve(
+        pod,
+        engine.clone(),
+        sessions.clone(),
+        cfg,
+        shutdown_signal(),
+    );
     // A Kubernetes loop that dies takes the daemon down (the kubelet restarts
     // it) rather than leaving a Ready Pod that acts on nothing.
     let loop_died = async {

@@ -1,23 +1,31 @@
 //! runtimed, the daemon in every Runtime Pod. It registers function-mode Runs
 //! with its built-in backends (a persistent Python worker per registration,
-//! Bash functions), enforces per-Run bounds and fencing, serves the dataplane
-//! the gateway forwards to (HTTP/2 + mTLS), implements the `FunctionRuntime`
-//! contract, and publishes its local ownership table over `OwnershipTable/Watch`.
+//! Bash functions), hosts session-mode Runs (a workspace and a FIFO queue of
+//! commands and file operations), enforces per-Run bounds and fencing, serves
+//! the dataplane the gateway forwards to (HTTP/2 + mTLS), implements the
+//! `FunctionRuntime` and `SessionRuntime` contracts, and publishes its local
+//! ownership table over `OwnershipTable/Watch`.
+//!
+//! The folders follow those concerns; arrows point one way:
+//! [`dataplane`] uses [`function`] and [`session`], which never use
+//! `dataplane` or each other; [`cluster`] (the Kubernetes adapter) drives
+//! `function` and `session`; [`cli`] wires everything together. What both
+//! modes need lives in small modules below them: [`local`] (this Pod and its
+//! ownership table), [`registration`] (the registration table and its
+//! rules), [`source`] (inline source), [`api_error`] (the API error and its
+//! rendering) and [`periodic`] (background passes).
 #![forbid(unsafe_code)]
 
-pub mod backend;
+pub mod api_error;
 pub mod cli;
 pub mod cluster;
 pub mod dataplane;
-pub mod engine;
-pub mod grpc;
-pub mod registry;
-pub mod server;
+pub mod function;
+pub mod local;
+pub mod periodic;
+pub mod registration;
 pub mod session;
-pub mod session_http;
-pub mod session_ws;
-pub mod sessions;
 pub mod source;
 
-pub use engine::{Engine, EngineConfig};
-pub use server::{ServeConfig, serve};
+pub use dataplane::{ServeConfig, serve};
+pub use function::{Engine, EngineConfig};

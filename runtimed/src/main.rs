@@ -4,7 +4,7 @@ use clap::Parser;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = runtimed::cli::Args::parse();
-    runtimed::cli::init_logging();
-    runtimed::cli::run(args).await
+    let args = kruntimes_runtimed::cli::Args::parse();
+    kruntimes_runtimed::cli::init_logging();
+    kruntimes_runtimed::cli::run(args).await
 }

@@ -30,9 +30,9 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use crate::engine::Engine;
+use crate::function::engine::Engine;
 use crate::session::CloseMode;
-use crate::sessions::Sessions;
+use crate::session::Sessions;
 
 /// Field manager of runtimed's status writes.
 pub const FIELD_MANAGER: &str = "runtimed";
@@ -241,7 +241,7 @@ impl Agent {
                         .open(open_session_request(run, attempt))
                         .await
                         .map(|_| ())
-                        .map_err(|e| e.message().to_owned()),
+                        .map_err(|e| e.to_string()),
                     Ok(ModeKind::Task) => Err("task mode is not served by runtimed".into()),
                     Err(e) => Err(e),
                 };

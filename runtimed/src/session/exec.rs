@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
 
-use super::ops::{MAX_OUTPUT_BYTES, OpState, OperationResult};
+use super::ops::MAX_OUTPUT_BYTES;
+use super::outcome::{OpState, OperationResult};
 
 /// Grace between SIGTERM and SIGKILL.
 pub const KILL_GRACE: Duration = Duration::from_secs(2);

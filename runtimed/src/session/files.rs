@@ -4,10 +4,12 @@
 use std::path::Path;
 
 use base64::Engine as _;
+use kruntimes_proto::api::ErrorCode;
 use serde::{Deserialize, Serialize};
 
 use super::ops::MAX_FILE_BYTES;
 use super::path::{PathError, resolve};
+use crate::api_error::ApiError;
 
 /// A failed file operation.
 #[derive(Debug, thiserror::Error)]
@@ -24,6 +26,18 @@ pub enum FileError {
     /// Wrong kind of file or other I/O failure.
     #[error("{0}")]
     Io(String),
+}
+
+impl From<FileError> for ApiError {
+    fn from(e: FileError) -> Self {
+        let code = match &e {
+            FileError::Path(_) => ErrorCode::InvalidPath,
+            FileError::NotFound(_) => ErrorCode::NotFound,
+            FileError::TooLarge(_) => ErrorCode::PayloadTooLarge,
+            FileError::Io(_) => ErrorCode::BadRequest,
+        };
+        Self::new(code, e.to_string())
+    }
 }
 
 fn io(path: &str, e: std::io::Error) -> FileError {

@@ -1,9 +1,10 @@
-//! The session wire shapes (`operations:execute` request and result, stream
-//! events) and their validation. Pure.
+//! The `operations:execute` / `operations:stream` request and its
+//! validation into an [`Operation`]. Pure. Results and stream events are in
+//! [`super::outcome`].
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 /// Largest file written or read through the API.
 pub const MAX_FILE_BYTES: usize = 32 * 1024 * 1024;
@@ -231,104 +232,6 @@ pub fn validate(req: OperationRequest) -> Result<Operation, String> {
     }
 }
 
-/// Terminal state of an operation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum OpState {
-    /// Completed; commands exited 0.
-    Succeeded,
-    /// Command exited non-zero, or a file operation failed.
-    Failed,
-    /// Cancelled (session closed).
-    Cancelled,
-    /// The timeout killed the command.
-    TimedOut,
-}
-
-/// Result of one operation (the unary response and the `completed` event).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct OperationResult {
-    /// Operation id.
-    pub operation_id: String,
-    /// Terminal state.
-    pub state: OpState,
-    /// Exit code (commands that exited).
-    pub exit_code: Option<i32>,
-    /// Captured stdout (lossy UTF-8, bounded).
-    pub stdout: String,
-    /// Captured stderr (lossy UTF-8, bounded).
-    pub stderr: String,
-    /// Whether stdout was cut at the bound.
-    pub stdout_truncated: bool,
-    /// Whether stderr was cut at the bound.
-    pub stderr_truncated: bool,
-    /// Wall time.
-    pub duration_ms: u64,
-    /// Why a file operation failed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
-
-impl OperationResult {
-    /// A result without output.
-    pub fn bare(
-        operation_id: &str,
-        state: OpState,
-        duration_ms: u64,
-        error: Option<String>,
-    ) -> Self {
-        Self {
-            operation_id: operation_id.to_owned(),
-            state,
-            exit_code: None,
-            stdout: String::new(),
-            stderr: String::new(),
-            stdout_truncated: false,
-            stderr_truncated: false,
-            duration_ms,
-            error,
-        }
-    }
-}
-
-/// A streamed event (`operations:stream`, one JSON object per line).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "camelCase")]
-pub enum Event {
-    /// Admitted to the queue.
-    #[serde(rename_all = "camelCase")]
-    Accepted {
-        /// Strictly increasing per stream.
-        sequence: u64,
-        /// Operation id.
-        operation_id: String,
-    },
-    /// Output bytes.
-    Output {
-        /// Strictly increasing per stream.
-        sequence: u64,
-        /// `stdout` or `stderr`.
-        stream: String,
-        /// Lossy UTF-8 text.
-        data: String,
-    },
-    /// Finished (any terminal state).
-    Completed {
-        /// Strictly increasing per stream.
-        sequence: u64,
-        /// The result.
-        #[serde(flatten)]
-        result: OperationResult,
-    },
-    /// The stream broke after it started.
-    Failed {
-        /// Strictly increasing per stream.
-        sequence: u64,
-        /// Error body.
-        error: serde_json::Value,
-    },
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -389,26 +292,5 @@ mod tests {
         assert!(
             req(serde_json::json!({"writeFile": {"path": "f", "contentBase64": "!!"}})).is_err()
         );
-    }
-
-    #[test]
-    fn events_serialize_with_type_and_sequence() {
-        let e = Event::Output {
-            sequence: 2,
-            stream: "stdout".into(),
-            data: "x".into(),
-        };
-        assert_eq!(
-            serde_json::to_value(&e).unwrap(),
-            serde_json::json!({"type": "output", "sequence": 2, "stream": "stdout", "data": "x"})
-        );
-        let done = Event::Completed {
-            sequence: 3,
-            result: OperationResult::bare("op-1", OpState::Succeeded, 5, None),
-        };
-        let v = serde_json::to_value(&done).unwrap();
-        assert_eq!(v["type"], "completed");
-        assert_eq!(v["operationId"], "op-1");
-        assert_eq!(v["state"], "Succeeded");
     }
 }

@@ -1,4 +1,12 @@
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
 use super::*;
+use crate::session::ops::{self, Operation};
+use crate::session::outcome::{OpState, OperationResult};
 
 fn env() -> BTreeMap<String, String> {
     BTreeMap::from([

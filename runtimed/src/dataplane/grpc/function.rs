@@ -11,9 +11,10 @@ use kruntimes_proto::function::v1::function_runtime_server::{
 };
 use tonic::{Request, Response, Status};
 
-use crate::dataplane::classify;
-use crate::engine::{Engine, EngineError, Invocation, RegisterError};
-use crate::server::PeerPolicy;
+use super::register_status;
+use crate::api_error::ApiError;
+use crate::dataplane::PeerPolicy;
+use crate::function::{Engine, EngineError, Invocation};
 
 /// The service.
 #[derive(Clone)]
@@ -33,30 +34,9 @@ impl FunctionService {
     }
 }
 
-fn register_status(e: RegisterError) -> Status {
-    match &e {
-        RegisterError::Invalid(_) => Status::invalid_argument(e.to_string()),
-        RegisterError::Conflict(_) => Status::already_exists(e.to_string()),
-        RegisterError::Stale { .. } | RegisterError::Load(_) => {
-            Status::failed_precondition(e.to_string())
-        }
-        RegisterError::Io(_) => Status::internal(e.to_string()),
-    }
-}
-
+/// An engine refusal, classified as on the dataplane.
 fn engine_status(e: EngineError) -> Status {
-    use kruntimes_proto::api::ErrorCode::*;
-    let msg = e.to_string();
-    match classify(&e) {
-        StaleOwner => Status::failed_precondition(msg),
-        Busy => Status::resource_exhausted(msg),
-        NotReady => Status::unavailable(msg),
-        PayloadTooLarge | InvalidJson | BadRequest => Status::invalid_argument(msg),
-        NotFound => Status::not_found(msg),
-        DeadlineExceeded => Status::deadline_exceeded(msg),
-        FunctionError | InvalidOutput => Status::aborted(msg),
-        _ => Status::internal(msg),
-    }
+    ApiError::from(e).into()
 }
 
 #[tonic::async_trait]

@@ -1,0 +1,208 @@
+//! The dataplane: the public API routes as forwarded by the gateway, with its
+//! fencing headers. Only peers presenting a gateway client certificate
+//! (checked by common name after mTLS) are served. Every refusal is an
+//! [`ApiError`], rendered once by [`Reply::finish`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Extension, FromRequestParts, State, WebSocketUpgrade};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use kruntimes_proto::api::{self, ApiPath, ErrorCode, SessionOp};
+
+use super::peer::{PeerIdentity, PeerPolicy};
+use crate::api_error::{ApiError, Reply, read_body};
+use crate::function::{Engine, Invocation, MAX_IO_BYTES};
+use crate::local::LocalPod;
+use crate::registration::Fence;
+use crate::session::{Sessions, http, ws};
+
+/// Shared state of the dataplane routes.
+#[derive(Clone)]
+pub struct Dataplane {
+    /// This Pod.
+    pub pod: Arc<LocalPod>,
+    /// The function engine.
+    pub engine: Arc<Engine>,
+    /// The sessions.
+    pub sessions: Arc<Sessions>,
+    /// Who may call.
+    pub policy: Arc<PeerPolicy>,
+}
+
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// Every `/v1/…` request: peer, hop marker, invocation id and fencing
+/// headers are checked, then the route is served.
+pub async fn dispatch(
+    State(dp): State<Dataplane>,
+    Extension(peer): Extension<PeerIdentity>,
+    request: axum::extract::Request,
+) -> Response {
+    let (mut parts, body) = request.into_parts();
+    let headers = parts.headers.clone();
+    let supplied =
+        header(&headers, api::HEADER_INVOCATION_ID).filter(|i| api::valid_invocation_id(i));
+    let r = Reply {
+        served_by: &dp.pod.name,
+        invocation_id: supplied.unwrap_or(""),
+    };
+    let outcome = match admit(&dp.policy, &peer, &headers, supplied) {
+        Ok(()) => route(&dp, &headers, &mut parts, body, &r).await,
+        Err(e) => Err(e),
+    };
+    r.finish(outcome)
+}
+
+/// The checks before any route: a gateway peer, the hop marker and a valid
+/// invocation id.
+fn admit(
+    policy: &PeerPolicy,
+    peer: &PeerIdentity,
+    headers: &HeaderMap,
+    invocation_id: Option<&str>,
+) -> Result<(), ApiError> {
+    if !policy.may_use_dataplane(peer) {
+        return Err(ApiError::new(
+            ErrorCode::Forbidden,
+            "dataplane accepts gateway client certificates only",
+        ));
+    }
+    if header(headers, api::HEADER_HOP) != Some(api::HOP_GATEWAY) {
+        return Err(ApiError::new(
+            ErrorCode::Forbidden,
+            "request did not come through a gateway",
+        ));
+    }
+    if invocation_id.is_none() {
+        return Err(ApiError::new(
+            ErrorCode::InvalidInvocationId,
+            "missing or invalid invocation id",
+        ));
+    }
+    Ok(())
+}
+
+/// The gateway's fencing headers, all three required.
+fn fence(headers: &HeaderMap) -> Result<Fence<'_>, ApiError> {
+    match (
+        header(headers, api::HEADER_RUN_UID),
+        header(headers, api::HEADER_OWNER_POD_UID),
+        header(headers, api::HEADER_ATTEMPT).and_then(|a| a.parse::<u64>().ok()),
+    ) {
+        (Some(run_uid), Some(owner_pod_uid), Some(attempt)) => Ok(Fence {
+            run_uid,
+            owner_pod_uid,
+            attempt,
+        }),
+        _ => Err(ApiError::new(
+            ErrorCode::BadRequest,
+            "missing fencing headers",
+        )),
+    }
+}
+
+/// A Run route: its path, then its fencing headers, then the route.
+async fn route(
+    dp: &Dataplane,
+    headers: &HeaderMap,
+    parts: &mut Parts,
+    body: Body,
+    r: &Reply<'_>,
+) -> Result<Response, ApiError> {
+    let not_a_run_route = || ApiError::new(ErrorCode::InvalidPath, "not a Run route");
+    let path = parts.uri.path().to_owned();
+    let route =
+        api::parse_path(&path).map_err(|e| ApiError::new(ErrorCode::InvalidPath, e.to_string()))?;
+    if !matches!(route, ApiPath::Invoke { .. } | ApiPath::Session { .. }) {
+        return Err(not_a_run_route());
+    }
+    let fence = fence(headers)?;
+    match route {
+        ApiPath::Invoke {
+            namespace,
+            runtime,
+            uid,
+        } => {
+            if parts.method != Method::POST {
+                return Err(ApiError::new(
+                    ErrorCode::MethodNotAllowed,
+                    "invoke requires POST",
+                ));
+            }
+            invoke(dp, fence, (namespace, runtime, uid), headers, body, r).await
+        }
+        ApiPath::Session {
+            namespace,
+            runtime,
+            uid,
+            op,
+        } => {
+            let h = dp.sessions.fenced(fence, uid).map_err(|e| {
+                tracing::warn!(run_uid = %uid, invocation_id = %r.invocation_id, reason = %e, "refused fenced session request");
+                ApiError::from(e)
+            })?;
+            if h.run.namespace != namespace || h.run.runtime != runtime {
+                return Err(ApiError::new(
+                    ErrorCode::NotFound,
+                    "session does not belong to that namespace/runtime",
+                ));
+            }
+            if op == SessionOp::WebSocket {
+                let upgrade = WebSocketUpgrade::from_request_parts(parts, &())
+                    .await
+                    .map_err(|e| {
+                        ApiError::new(
+                            ErrorCode::BadRequest,
+                            format!("expected a WebSocket upgrade: {e}"),
+                        )
+                    })?;
+                return Ok(ws::upgrade(upgrade, h));
+            }
+            let (method, uri) = (parts.method.clone(), parts.uri.clone());
+            http::handle(h, op, method, uri, body, r).await
+        }
+        _ => Err(not_a_run_route()),
+    }
+}
+
+async fn invoke(
+    dp: &Dataplane,
+    fence: Fence<'_>,
+    (namespace, runtime, uid): (&str, &str, &str),
+    headers: &HeaderMap,
+    body: Body,
+    r: &Reply<'_>,
+) -> Result<Response, ApiError> {
+    let input = read_body(body, MAX_IO_BYTES as usize, "input").await?;
+    let timeout = header(headers, "x-kruntimes-timeout-ms")
+        .and_then(|t| t.parse::<u64>().ok())
+        .map(Duration::from_millis);
+    let call = Invocation {
+        run_uid: uid,
+        fence: Some(fence),
+        registration_id: None,
+        namespace_runtime: Some((namespace, runtime)),
+        invocation_id: r.invocation_id,
+        input: &input,
+        timeout,
+    };
+    let output = dp.engine.invoke(call).await.map_err(|e| {
+        let e = ApiError::from(e);
+        if e.code == ErrorCode::StaleOwner {
+            tracing::warn!(run_uid = %uid, invocation_id = %r.invocation_id, reason = %e, "refused fenced request");
+        }
+        e
+    })?;
+    Ok((
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        output,
+    )
+        .into_response())
+}

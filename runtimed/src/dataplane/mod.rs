@@ -1,0 +1,13 @@
+//! The one TLS port runtimed serves: the accept loop and its router
+//! ([`server`]), who may call what ([`peer`]), the `/v1/…` routes the gateway
+//! forwards with their fencing headers ([`dispatch`]), and the gRPC services
+//! of the control plane ([`grpc`]). This is the only folder that sees both
+//! function and session mode.
+
+pub mod dispatch;
+pub mod grpc;
+pub mod peer;
+pub mod server;
+
+pub use peer::{PeerIdentity, PeerPolicy};
+pub use server::{ServeConfig, router, serve};

@@ -1,0 +1,101 @@
+//! One TLS port for everything runtimed serves: gRPC (`FunctionRuntime`,
+//! `SessionRuntime`, `OwnershipTable`) and the HTTP/2 dataplane. Clients must present a
+//! certificate from the internal CA; the peer's common name then decides what
+//! it may call.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::routing::any;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+use tower::ServiceExt;
+
+use super::dispatch::{self, Dataplane};
+use super::grpc::{FunctionService, SessionService};
+use super::peer::{PeerIdentity, PeerPolicy};
+use crate::function::Engine;
+use crate::local::LocalPod;
+use crate::session::Sessions;
+
+/// What [`serve`] needs.
+pub struct ServeConfig {
+    /// Bound listener.
+    pub listener: TcpListener,
+    /// TLS server configuration (with client verification).
+    pub tls: rustls::ServerConfig,
+    /// Client identity policy.
+    pub policy: PeerPolicy,
+}
+
+/// Builds the router: the gRPC services and the `/v1/…` dataplane.
+pub fn router(dp: Dataplane) -> Router {
+    let grpc =
+        tonic::service::Routes::new(FunctionService::new(dp.engine.clone(), dp.policy.clone()))
+            .add_service(SessionService::new(dp.sessions.clone(), dp.policy.clone()))
+            .add_service(dp.pod.publisher().service())
+            .into_axum_router();
+    Router::new()
+        .route("/v1/{*rest}", any(dispatch::dispatch))
+        .with_state(dp)
+        .merge(grpc)
+}
+
+/// Serves `pod`'s functions and sessions until `shutdown` resolves.
+pub async fn serve(
+    pod: Arc<LocalPod>,
+    engine: Arc<Engine>,
+    sessions: Arc<Sessions>,
+    cfg: ServeConfig,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> std::io::Result<()> {
+    let app = router(Dataplane {
+        pod,
+        engine,
+        sessions,
+        policy: Arc::new(cfg.policy),
+    });
+    let acceptor = TlsAcceptor::from(Arc::new(cfg.tls));
+    tokio::pin!(shutdown);
+    loop {
+        let (tcp, remote) = tokio::select! {
+            r = cfg.listener.accept() => r?,
+            _ = &mut shutdown => return Ok(()),
+        };
+        let _ = tcp.set_nodelay(true);
+        let acceptor = acceptor.clone();
+        let app = app.clone();
+        tokio::spawn(async move {
+            if let Err(e) = connection(acceptor, tcp, remote, app).await {
+                tracing::debug!(%remote, error = %e, "connection ended with error");
+            }
+        });
+    }
+}
+
+async fn connection(
+    acceptor: TlsAcceptor,
+    tcp: tokio::net::TcpStream,
+    remote: SocketAddr,
+    app: Router,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let tls = acceptor.accept(tcp).await?;
+    let common_name = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .and_then(|c| kruntimes_certs::peer_common_name(c.as_ref()));
+    let identity = PeerIdentity { common_name };
+    tracing::trace!(%remote, peer = ?identity.common_name, "accepted connection");
+    let svc = app.map_request(move |mut req: axum::http::Request<hyper::body::Incoming>| {
+        req.extensions_mut().insert(identity.clone());
+        req
+    });
+    hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+        .serve_connection_with_upgrades(TokioIo::new(tls), TowerToHyperService::new(svc))
+        .await
+}

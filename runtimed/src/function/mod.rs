@@ -1,0 +1,23 @@
+//! Function mode: registrations keyed by Run UID, each with a built-in
+//! backend (a persistent Python worker, or a Bash function), the
+//! one-in-flight rule, per-Run bounds and idle expiry.
+//!
+//! - [`engine`]: the table of registered functions and its lifecycle.
+//! - [`prepare`]: a `Register` request turned into a started function.
+//! - [`registered`]: one registered function, its state and reports.
+//! - [`invoke`]: serving one invocation.
+//! - [`backend`]: the built-in backends.
+
+pub mod backend;
+pub mod engine;
+pub mod error;
+pub mod invoke;
+pub mod prepare;
+pub mod registered;
+
+pub use engine::{Engine, EngineConfig, MAX_IO_BYTES};
+pub use error::EngineError;
+pub use invoke::Invocation;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,153 @@
+//! One registered function: its bounds, its backend, its state, and how it
+//! is reported (the `FunctionRuntime` registration, the ownership entry).
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kruntimes_proto::function::v1 as pb;
+use kruntimes_proto::ownership::v1 as own;
+use tokio::sync::{Semaphore, watch};
+
+use super::backend::{Backend, Kind};
+use crate::local::Published;
+use crate::registration::Registration;
+
+/// A function in the registration table.
+pub type Registered = Registration<Function>;
+
+/// Where a registration stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Serving invocations.
+    Ready,
+    /// Unregistering: no new invocations.
+    Draining,
+    /// Idle-expired (or otherwise ended); the control plane unregisters it.
+    Failed,
+}
+
+/// A function's bounds, fixed at registration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    /// Largest input, bytes.
+    pub max_input: usize,
+    /// Largest output, bytes.
+    pub max_output: usize,
+    /// Invocation timeout.
+    pub timeout: Duration,
+    /// Idle expiry, when set.
+    pub idle_timeout: Option<Duration>,
+}
+
+/// What the engine keeps for one registered function.
+#[derive(Debug)]
+pub struct Function {
+    /// The backend serving it.
+    pub kind: Kind,
+    /// Its bounds.
+    pub bounds: Bounds,
+    /// The Run's working directory.
+    pub workdir: PathBuf,
+    /// The started backend; one invocation holds it at a time.
+    pub backend: tokio::sync::Mutex<Backend>,
+    /// The one-in-flight rule: a single permit.
+    pub permit: Arc<Semaphore>,
+    /// Invocations served.
+    pub invocations: AtomicU64,
+    /// Fires when the registration is cancelled.
+    pub cancel: watch::Sender<bool>,
+    state: Mutex<(State, String)>,
+    last_activity: Mutex<Instant>,
+}
+
+impl Function {
+    /// A ready function around a started backend.
+    pub fn new(kind: Kind, bounds: Bounds, workdir: PathBuf, backend: Backend) -> Self {
+        Self {
+            kind,
+            bounds,
+            workdir,
+            backend: tokio::sync::Mutex::new(backend),
+            permit: Arc::new(Semaphore::new(1)),
+            invocations: AtomicU64::new(0),
+            cancel: watch::channel(false).0,
+            state: Mutex::new((State::Ready, String::new())),
+            last_activity: Mutex::new(Instant::now()),
+        }
+    }
+
+    /// The state and its reason.
+    pub fn state(&self) -> (State, String) {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Moves to `s` for `reason`.
+    pub fn set_state(&self, s: State, reason: &str) {
+        *self.state.lock().unwrap_or_else(|p| p.into_inner()) = (s, reason.to_owned());
+    }
+
+    /// Time since the last invocation finished (or the registration).
+    pub fn idle_for(&self) -> Duration {
+        self.last_activity
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .elapsed()
+    }
+
+    /// Records a finished invocation.
+    pub fn touch(&self) {
+        *self.last_activity.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        self.invocations.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether the idle reaper should end it now.
+    pub fn expired(&self) -> bool {
+        self.state().0 == State::Ready
+            && self
+                .bounds
+                .idle_timeout
+                .is_some_and(|t| self.idle_for() >= t)
+            && self.permit.available_permits() == 1
+    }
+}
+
+impl Registered {
+    /// The `FunctionRuntime` view of the registration.
+    pub fn describe(&self) -> pb::Registration {
+        let (state, message) = self.state();
+        pb::Registration {
+            run: Some(self.run.clone()),
+            attempt: self.record.attempt,
+            registration_id: self.record.registration_id.clone(),
+            digest: self.record.digest.clone(),
+            state: match state {
+                State::Ready => pb::RegistrationState::Ready,
+                State::Draining => pb::RegistrationState::Draining,
+                State::Failed => pb::RegistrationState::Failed,
+            } as i32,
+            message,
+            invocations: self.invocations.load(Ordering::Relaxed),
+            idle_ms: self.idle_for().as_millis() as u64,
+        }
+    }
+
+    /// Its ownership entry for `state` and its `reason`.
+    pub fn published<'a>(&self, state: State, reason: &'a str) -> Published<'a> {
+        Published {
+            mode: own::Mode::Function,
+            phase: match state {
+                State::Ready => own::Phase::Ready,
+                State::Draining => own::Phase::Draining,
+                State::Failed => own::Phase::Failed,
+            },
+            reason,
+            limits: Some(own::EntryLimits {
+                max_input_bytes: self.bounds.max_input as u64,
+                max_output_bytes: self.bounds.max_output as u64,
+                timeout_ms: self.bounds.timeout.as_millis() as u32,
+            }),
+        }
+    }
+}

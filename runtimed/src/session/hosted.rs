@@ -1,0 +1,173 @@
+//! The sessions a runtimed hosts: a registration table keyed by Run UID (the
+//! same rules as functions: idempotent / conflict / supersede / stale),
+//! close, idle expiry and their ownership entries.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use kruntimes_proto::ownership::v1 as own;
+use kruntimes_proto::session::v1 as pb;
+
+use super::prepare;
+use super::{CloseMode, Session};
+use crate::local::{LocalPod, Published};
+use crate::registration::{
+    Fence, FenceError, Plan, Record, RegisterError, Registration, Table, addressable_run,
+};
+
+/// What a hosted session adds to its registration.
+#[derive(Debug)]
+pub struct Hosted {
+    /// The session.
+    pub session: Arc<Session>,
+    idle_timeout: Option<Duration>,
+    expired: AtomicBool,
+}
+
+/// A session in the registration table.
+pub type HostedSession = Registration<Hosted>;
+
+impl HostedSession {
+    /// What `SessionRuntime` reports about it.
+    pub fn info(&self) -> pb::SessionInfo {
+        let st = self.session.status();
+        pb::SessionInfo {
+            run: Some(self.run.clone()),
+            attempt: self.record.attempt,
+            pending_operations: st.pending_operations as u32,
+            idle_ms: st.idle_ms,
+            closing: st.closing,
+        }
+    }
+
+    fn idle_expired(&self) -> bool {
+        matches!(
+            (self.idle_timeout, self.session.idle_for()),
+            (Some(limit), Some(idle)) if idle >= limit
+        )
+    }
+}
+
+/// Every session of this runtimed.
+pub struct Sessions {
+    pod: Arc<LocalPod>,
+    table: Table<Hosted>,
+}
+
+impl Sessions {
+    /// An empty set publishing into `pod`'s ownership table.
+    pub fn new(pod: Arc<LocalPod>) -> Arc<Self> {
+        Arc::new(Self {
+            pod,
+            table: Table::default(),
+        })
+    }
+
+    /// A hosted session.
+    pub fn get(&self, uid: &str) -> Option<Arc<HostedSession>> {
+        self.table.get(uid)
+    }
+
+    /// The session a gateway-fenced request for `path_uid` may use.
+    pub fn fenced(
+        &self,
+        fence: Fence<'_>,
+        path_uid: &str,
+    ) -> Result<Arc<HostedSession>, FenceError> {
+        self.table.fenced(fence, path_uid, &self.pod.uid)
+    }
+
+    fn publish(&self, h: &HostedSession, phase: own::Phase, reason: &str) {
+        self.pod.publish(
+            &h.run,
+            h.record.attempt,
+            Published {
+                mode: own::Mode::Session,
+                phase,
+                reason,
+                limits: None,
+            },
+        );
+    }
+
+    /// Opens a session (see [`crate::registration::rules`]: a retry at the
+    /// same attempt and digest answers with the open session).
+    pub async fn open(
+        &self,
+        req: pb::OpenSessionRequest,
+    ) -> Result<pb::SessionInfo, RegisterError> {
+        let run = addressable_run(req.run.as_ref())?;
+        let _change = self.table.change().await;
+        match self.table.plan(&run.uid, req.attempt, &req.digest)? {
+            Plan::Idempotent(h) => return Ok(h.info()),
+            Plan::Supersede(old) => self.remove(&old, CloseMode::Cancel).await,
+            Plan::Create => {}
+        }
+        let session = prepare::prepare(&run.uid, &self.pod.workdir(&run.uid), &req)?;
+        let hosted = Arc::new(Registration {
+            run,
+            record: Record::issue(req.attempt, req.digest),
+            mode: Hosted {
+                session,
+                idle_timeout: (req.idle_timeout_seconds > 0)
+                    .then(|| Duration::from_secs(req.idle_timeout_seconds.into())),
+                expired: AtomicBool::new(false),
+            },
+        });
+        self.publish(&hosted, own::Phase::Ready, "");
+        self.table.insert(hosted.clone());
+        tracing::info!(
+            run_uid = %hosted.run.uid,
+            attempt = hosted.record.attempt,
+            registration_id = %hosted.record.registration_id,
+            "session opened"
+        );
+        Ok(hosted.info())
+    }
+
+    async fn remove(&self, h: &Arc<HostedSession>, mode: CloseMode) {
+        self.publish(h, own::Phase::Draining, "Closing");
+        h.session.close(mode).await;
+        self.table.remove(h);
+        self.pod.withdraw(&h.run.uid);
+    }
+
+    /// Closes a session; absent sessions succeed with `false`.
+    pub async fn close(&self, uid: &str, mode: CloseMode) -> bool {
+        let _change = self.table.change().await;
+        match self.table.get(uid) {
+            Some(h) => {
+                self.remove(&h, mode).await;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Marks idle sessions `FAILED`/`IdleTimeout`; the control plane ends
+    /// the Run and closes them.
+    pub fn expire_idle(&self) {
+        for h in self.table.all() {
+            if h.idle_expired() && !h.expired.swap(true, Ordering::AcqRel) {
+                tracing::info!(run_uid = %h.run.uid, "session idle timeout");
+                self.publish(&h, own::Phase::Failed, "IdleTimeout");
+            }
+        }
+    }
+
+    /// Runs [`Sessions::expire_idle`] every `period`.
+    pub fn spawn_idle_reaper(self: &Arc<Self>, period: Duration) {
+        crate::periodic::spawn_periodic(self, period, |s| async move { s.expire_idle() });
+    }
+
+    /// Cancels every session (shutdown).
+    pub async fn shutdown(&self) {
+        for h in self.table.all() {
+            h.session.close(CloseMode::Cancel).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,154 @@
+//! Opening, re-opening and closing sessions: the registration rules as
+//! sessions apply them, with real workspaces.
+
+use kruntimes_proto::function::v1::RunRef;
+
+use super::*;
+
+const UID: &str = "0f0e0d0c-0000-4000-8000-000000000002";
+
+fn sessions() -> (tempfile::TempDir, Arc<Sessions>) {
+    let dir = tempfile::tempdir().unwrap();
+    let pod = LocalPod::new("runtimed-0", "pod-uid-0", "127.0.0.1:1", dir.path());
+    (dir, Sessions::new(pod))
+}
+
+fn open_request(attempt: u64, digest: &str) -> pb::OpenSessionRequest {
+    pb::OpenSessionRequest {
+        run: Some(RunRef {
+            namespace: "default".into(),
+            name: "sandbox".into(),
+            uid: UID.into(),
+            runtime: "bash".into(),
+        }),
+        attempt,
+        digest: digest.into(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn reopening_at_the_same_attempt_and_digest_keeps_the_session() {
+    let (_dir, s) = sessions();
+    s.open(open_request(1, "d1")).await.unwrap();
+    let first = s.get(UID).unwrap();
+    std::fs::write(first.session.root().join("kept"), b"x").unwrap();
+    let again = s.open(open_request(1, "d1")).await.unwrap();
+    assert_eq!(again.attempt, 1);
+    let same = s.get(UID).unwrap();
+    assert!(Arc::ptr_eq(&first, &same), "the open session answers");
+    assert!(same.session.root().join("kept").exists());
+}
+
+#[tokio::test]
+async fn reopening_at_the_same_attempt_with_another_digest_is_refused() {
+    let (_dir, s) = sessions();
+    s.open(open_request(1, "d1")).await.unwrap();
+    let err = s.open(open_request(1, "d2")).await.unwrap_err();
+    assert!(matches!(err, RegisterError::Conflict(1)), "{err}");
+    assert_eq!(s.get(UID).unwrap().record.digest, "d1", "untouched");
+}
+
+#[tokio::test]
+async fn a_higher_attempt_replaces_the_session_and_a_lower_one_is_stale() {
+    let (_dir, s) = sessions();
+    s.open(open_request(1, "d1")).await.unwrap();
+    let old = s.get(UID).unwrap();
+    let (_, running) = old
+        .session
+        .submit(
+            crate::session::ops::Operation::Command {
+                argv: vec!["sleep".into(), "30".into()],
+                stdin: Vec::new(),
+                cwd: String::new(),
+                env: Default::default(),
+                timeout_seconds: None,
+            },
+            None,
+        )
+        .unwrap();
+    s.open(open_request(2, "d2")).await.unwrap();
+    let new = s.get(UID).unwrap();
+    assert_eq!(new.record.attempt, 2);
+    assert_ne!(new.record.registration_id, old.record.registration_id);
+    assert_eq!(
+        running.await.unwrap().state,
+        crate::session::outcome::OpState::Cancelled,
+        "the superseded session's work is cancelled"
+    );
+    let err = s.open(open_request(1, "d1")).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RegisterError::Stale {
+                requested: 1,
+                current: 2
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn fenced_requests_reach_only_the_current_attempt_on_this_pod() {
+    let (_dir, s) = sessions();
+    let fence = Fence {
+        run_uid: UID,
+        owner_pod_uid: "pod-uid-0",
+        attempt: 1,
+    };
+    assert!(matches!(
+        s.fenced(fence, UID),
+        Err(FenceError::NotRegistered { .. })
+    ));
+    s.open(open_request(1, "d1")).await.unwrap();
+    assert!(s.fenced(fence, UID).is_ok());
+    assert!(matches!(
+        s.fenced(
+            Fence {
+                attempt: 2,
+                ..fence
+            },
+            UID
+        ),
+        Err(FenceError::WrongAttempt { .. })
+    ));
+    assert!(matches!(
+        s.fenced(
+            Fence {
+                owner_pod_uid: "pod-uid-9",
+                ..fence
+            },
+            UID
+        ),
+        Err(FenceError::WrongPod { .. })
+    ));
+}
+
+#[tokio::test]
+async fn closing_removes_the_session_its_entry_and_its_workspace() {
+    let (_dir, s) = sessions();
+    s.open(open_request(1, "d1")).await.unwrap();
+    let root = s.get(UID).unwrap().session.root().to_path_buf();
+    assert_eq!(s.pod.publisher().entries().len(), 1);
+    assert!(s.close(UID, CloseMode::Drain).await);
+    assert!(s.get(UID).is_none());
+    assert!(s.pod.publisher().entries().is_empty());
+    assert!(!root.exists());
+    assert!(
+        !s.close(UID, CloseMode::Drain).await,
+        "absent sessions close fine"
+    );
+}
+
+#[tokio::test]
+async fn malformed_runs_are_refused_before_anything_is_created() {
+    let (dir, s) = sessions();
+    let mut req = open_request(1, "d1");
+    req.run.as_mut().unwrap().uid = "../escape".into();
+    assert!(matches!(s.open(req).await, Err(RegisterError::Invalid(_))));
+    let mut req = open_request(1, "d1");
+    req.run = None;
+    assert!(matches!(s.open(req).await, Err(RegisterError::Invalid(_))));
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}

@@ -1,0 +1,290 @@
+//! One session's FIFO queue: admission (bounded), per-operation
+//! cancellation, status outside the queue, and close (drain or cancel, then
+//! the workspace is removed). The queue's consumer is [`super::worker`].
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kruntimes_proto::api::ErrorCode;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::ops::Operation;
+use super::outcome::OperationResult;
+use super::worker::{Job, OpCancels, Worker};
+use super::{exec, files};
+use crate::api_error::ApiError;
+
+/// Per-session bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionLimits {
+    /// Operations waiting in the FIFO queue (429 beyond).
+    pub queue_size: usize,
+    /// Command timeout when the request sets none.
+    pub operation_timeout: Duration,
+    /// Largest command timeout a request may ask for.
+    pub max_operation_timeout: Duration,
+}
+
+impl Default for SessionLimits {
+    fn default() -> Self {
+        Self {
+            queue_size: 16,
+            operation_timeout: Duration::from_secs(300),
+            max_operation_timeout: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// Why work was not admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
+    /// The session is closing or closed.
+    #[error("session is closing")]
+    Closed,
+    /// The FIFO queue is full.
+    #[error("session queue is full")]
+    QueueFull,
+}
+
+impl From<SubmitError> for ApiError {
+    fn from(e: SubmitError) -> Self {
+        let code = match e {
+            SubmitError::QueueFull => ErrorCode::Busy,
+            SubmitError::Closed => ErrorCode::NotReady,
+        };
+        Self::new(code, e.to_string())
+    }
+}
+
+/// What a session reports about itself.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionStatus {
+    /// Operations waiting or running.
+    pub pending_operations: usize,
+    /// Milliseconds since the last operation finished (or the session opened).
+    pub idle_ms: u64,
+    /// Whether it is closing.
+    pub closing: bool,
+}
+
+/// One session.
+pub struct Session {
+    root: PathBuf,
+    env: BTreeMap<String, String>,
+    limits: SessionLimits,
+    tx: Mutex<Option<mpsc::Sender<Job>>>,
+    cancel: watch::Sender<bool>,
+    closing: AtomicBool,
+    pending: Arc<AtomicUsize>,
+    last_activity: Arc<Mutex<Instant>>,
+    seq: AtomicU64,
+    worker: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    run_uid: String,
+    op_cancels: OpCancels,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("run_uid", &self.run_uid)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How a session ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseMode {
+    /// Finish the accepted operations first.
+    Drain,
+    /// Cancel queued work and terminate the running command.
+    Cancel,
+}
+
+impl Session {
+    /// Creates the workspace and starts the queue worker. `env` is the full
+    /// environment of commands (clean, plus the Run's `spec.env`).
+    pub fn open(
+        run_uid: &str,
+        workspace: &Path,
+        env: BTreeMap<String, String>,
+        limits: SessionLimits,
+    ) -> std::io::Result<Arc<Self>> {
+        std::fs::create_dir_all(workspace)?;
+        let root = workspace.canonicalize()?;
+        // Room for the running operation plus `queue_size` waiting ones; the
+        // `pending` count enforces the bound.
+        let (tx, rx) = mpsc::channel::<Job>(limits.queue_size.clamp(1, 1024) + 1);
+        let (cancel, cancel_rx) = watch::channel(false);
+        let pending = Arc::new(AtomicUsize::new(0));
+        let last_activity = Arc::new(Mutex::new(Instant::now()));
+        let op_cancels: OpCancels = Arc::default();
+        let mut env = env;
+        env.entry("HOME".into())
+            .or_insert_with(|| root.display().to_string());
+        let session = Arc::new(Self {
+            root: root.clone(),
+            env: env.clone(),
+            limits,
+            tx: Mutex::new(Some(tx)),
+            cancel,
+            closing: AtomicBool::new(false),
+            pending: pending.clone(),
+            last_activity: last_activity.clone(),
+            seq: AtomicU64::new(0),
+            worker: Mutex::new(None),
+            run_uid: run_uid.to_owned(),
+            op_cancels: op_cancels.clone(),
+        });
+        let worker = tokio::spawn(
+            Worker {
+                root,
+                env,
+                limits,
+                pending,
+                last_activity,
+                run_uid: run_uid.to_owned(),
+                op_cancels,
+            }
+            .run(rx, cancel_rx),
+        );
+        *session.worker.lock().unwrap_or_else(|p| p.into_inner()) = Some(worker);
+        Ok(session)
+    }
+
+    /// The canonical workspace root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Admits an operation to the FIFO queue; returns its id and a receiver
+    /// of its result. `events` receives output chunks as they happen.
+    pub fn submit(
+        &self,
+        op: Operation,
+        events: Option<mpsc::Sender<exec::Chunk>>,
+    ) -> Result<(String, oneshot::Receiver<OperationResult>), SubmitError> {
+        if self.closing.load(Ordering::Acquire) {
+            return Err(SubmitError::Closed);
+        }
+        let tx = self
+            .tx
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .ok_or(SubmitError::Closed)?;
+        // One running + queue_size waiting.
+        if self.pending.load(Ordering::Acquire) > self.limits.queue_size {
+            return Err(SubmitError::QueueFull);
+        }
+        let id = format!("op-{}", self.seq.fetch_add(1, Ordering::Relaxed) + 1);
+        let (done, rx) = oneshot::channel();
+        let (cancel_tx, cancel) = watch::channel(false);
+        self.pending.fetch_add(1, Ordering::AcqRel);
+        self.op_cancels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.clone(), cancel_tx);
+        match tx.try_send(Job {
+            id: id.clone(),
+            op,
+            events,
+            done,
+            cancel,
+        }) {
+            Ok(()) => Ok((id, rx)),
+            Err(e) => {
+                self.pending.fetch_sub(1, Ordering::AcqRel);
+                self.op_cancels
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&id);
+                Err(match e {
+                    mpsc::error::TrySendError::Full(_) => SubmitError::QueueFull,
+                    mpsc::error::TrySendError::Closed(_) => SubmitError::Closed,
+                })
+            }
+        }
+    }
+
+    /// Cancels one queued or running operation; `false` when it is unknown
+    /// or already finished.
+    pub fn cancel_operation(&self, id: &str) -> bool {
+        match self
+            .op_cancels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+        {
+            Some(tx) => tx.send(true).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Status, outside the queue.
+    pub fn status(&self) -> SessionStatus {
+        SessionStatus {
+            pending_operations: self.pending.load(Ordering::Acquire),
+            idle_ms: self
+                .last_activity
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .elapsed()
+                .as_millis() as u64,
+            closing: self.closing.load(Ordering::Acquire),
+        }
+    }
+
+    /// Idle time when nothing is pending.
+    pub fn idle_for(&self) -> Option<Duration> {
+        (self.pending.load(Ordering::Acquire) == 0).then(|| {
+            self.last_activity
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .elapsed()
+        })
+    }
+
+    /// Reads a file, outside the queue.
+    pub fn read_file(&self, path: &str) -> Result<Vec<u8>, files::FileError> {
+        files::read(&self.root, path)
+    }
+
+    /// Lists a directory, outside the queue.
+    pub fn list(
+        &self,
+        path: &str,
+        limit: Option<usize>,
+        page_token: Option<&str>,
+    ) -> Result<files::Listing, files::FileError> {
+        files::list(&self.root, path, limit, page_token)
+    }
+
+    /// Closes: rejects new work, drains or cancels accepted work, removes the
+    /// workspace.
+    pub async fn close(&self, mode: CloseMode) {
+        self.closing.store(true, Ordering::Release);
+        if mode == CloseMode::Cancel {
+            let _ = self.cancel.send(true);
+        }
+        // Dropping the sender lets the worker finish what is queued.
+        self.tx.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let worker = self.worker.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(w) = worker {
+            let _ = w.await;
+        }
+        let _ = std::fs::remove_dir_all(&self.root);
+        tracing::info!(run_uid = %self.run_uid, ?mode, "session closed");
+    }
+
+    /// The environment commands run with (tests).
+    pub fn env(&self) -> &BTreeMap<String, String> {
+        &self.env
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,159 @@
+//! The consumer of a session's queue: runs each admitted operation in turn
+//! (commands through [`super::exec`], file mutations through
+//! [`super::files`]), honouring the session's and the operation's
+//! cancellation, and logs one audit line per operation (never its content).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::ops::Operation;
+use super::outcome::{OpState, OperationResult};
+use super::queue::SessionLimits;
+use super::{exec, files, path};
+
+/// One admitted operation.
+pub(super) struct Job {
+    pub(super) id: String,
+    pub(super) op: Operation,
+    pub(super) events: Option<mpsc::Sender<exec::Chunk>>,
+    pub(super) done: oneshot::Sender<OperationResult>,
+    pub(super) cancel: watch::Receiver<bool>,
+}
+
+/// Cancellation handles of the operations not yet finished.
+pub(super) type OpCancels = Arc<Mutex<BTreeMap<String, watch::Sender<bool>>>>;
+
+/// What the worker shares with its [`super::Session`].
+pub(super) struct Worker {
+    pub(super) root: PathBuf,
+    pub(super) env: BTreeMap<String, String>,
+    pub(super) limits: SessionLimits,
+    pub(super) pending: Arc<AtomicUsize>,
+    pub(super) last_activity: Arc<Mutex<Instant>>,
+    pub(super) run_uid: String,
+    pub(super) op_cancels: OpCancels,
+}
+
+impl Worker {
+    /// Serves the queue until its sender is dropped (the session closed).
+    pub(super) async fn run(self, mut rx: mpsc::Receiver<Job>, cancel: watch::Receiver<bool>) {
+        while let Some(job) = rx.recv().await {
+            let started = Instant::now();
+            let kind = job.op.kind();
+            let result = if *cancel.borrow() {
+                OperationResult::bare(
+                    &job.id,
+                    OpState::Cancelled,
+                    0,
+                    Some("session closed".into()),
+                )
+            } else if *job.cancel.borrow() {
+                OperationResult::bare(
+                    &job.id,
+                    OpState::Cancelled,
+                    0,
+                    Some("operation cancelled".into()),
+                )
+            } else {
+                // Either the session closing or this operation's cancel stops it.
+                let (merged_tx, merged) = watch::channel(false);
+                let mut session_cancel = cancel.clone();
+                let mut op_cancel = job.cancel.clone();
+                let watcher = tokio::spawn(async move {
+                    tokio::select! {
+                        _ = session_cancel.wait_for(|c| *c) => {}
+                        _ = op_cancel.wait_for(|c| *c) => {}
+                    }
+                    let _ = merged_tx.send(true);
+                });
+                let r = self.execute(&job, merged).await;
+                watcher.abort();
+                r
+            };
+            self.op_cancels
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&job.id);
+            tracing::info!(
+                run_uid = %self.run_uid,
+                operation_id = %job.id,
+                kind,
+                state = ?result.state,
+                exit_code = result.exit_code,
+                duration_ms = started.elapsed().as_millis() as u64,
+                "session operation"
+            );
+            *self.last_activity.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+            self.pending.fetch_sub(1, Ordering::AcqRel);
+            let _ = job.done.send(result);
+        }
+    }
+
+    async fn execute(&self, job: &Job, cancel: watch::Receiver<bool>) -> OperationResult {
+        let (root, env, limits) = (&self.root, &self.env, &self.limits);
+        let started = Instant::now();
+        let file_result = |r: Result<(), files::FileError>| match r {
+            Ok(()) => OperationResult::bare(
+                &job.id,
+                OpState::Succeeded,
+                started.elapsed().as_millis() as u64,
+                None,
+            ),
+            Err(e) => OperationResult::bare(
+                &job.id,
+                OpState::Failed,
+                started.elapsed().as_millis() as u64,
+                Some(e.to_string()),
+            ),
+        };
+        match &job.op {
+            Operation::Command {
+                argv,
+                stdin,
+                cwd,
+                env: overrides,
+                timeout_seconds,
+            } => {
+                let dir = match path::resolve(root, cwd, true) {
+                    Ok(r) if r.path.is_dir() => r.path,
+                    Ok(_) => {
+                        return file_result(Err(files::FileError::Io(format!(
+                            "cwd {cwd} is not a directory"
+                        ))));
+                    }
+                    Err(e) => return file_result(Err(e.into())),
+                };
+                let mut full = env.clone();
+                full.extend(overrides.iter().map(|(k, v)| (k.clone(), v.clone())));
+                let timeout = timeout_seconds
+                    .map(Duration::from_secs)
+                    .unwrap_or(limits.operation_timeout)
+                    .min(limits.max_operation_timeout);
+                exec::run(
+                    exec::CommandRun {
+                        operation_id: &job.id,
+                        argv,
+                        stdin,
+                        cwd: &dir,
+                        env: &full,
+                        timeout,
+                    },
+                    job.events.clone(),
+                    cancel,
+                )
+                .await
+            }
+            Operation::WriteFile { path, content } => {
+                file_result(files::write(root, path, content))
+            }
+            Operation::Mkdir { path } => file_result(files::mkdir(root, path)),
+            Operation::Delete { path } => file_result(files::delete(root, path)),
+            Operation::Rename { from, to } => file_result(files::rename(root, from, to)),
+        }
+    }
+}
