@@ -230,13 +230,8 @@ async fn a_run_on_its_way_to_ready_is_routed_once_the_table_converges() {
     let table = f.admission.table.clone();
     let ready = tokio::spawn(async move {
         tokio::task::yield_now().await;
-        let mut e = crate::table::fixtures::assignment(
-            "b2",
-            "pod-a",
-            "10.0.0.1:1",
-            1,
-            Phase::Ready,
-        );
+        let mut e =
+            crate::table::fixtures::assignment("b2", "pod-a", "10.0.0.1:1", 1, Phase::Ready);
         e.mode = Mode::Function as i32;
         table::write(&table).apply_control_plane(
             kruntimes_proto::watch::SourceUpdate::Upsert(e),

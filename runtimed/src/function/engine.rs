@@ -3,14 +3,14 @@
 //! / stale), unregistration (drain or cancel), idle expiry and shutdown.
 //! Invocations are served in [`super::invoke`].
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use kruntimes_proto::function::v1 as pb;
 use kruntimes_proto::watch::Publisher;
 
-use super::backend::{self, Kind};
+use super::backend;
+pub use super::config::{EngineConfig, MAX_IO_BYTES};
 use super::error::EngineError;
 use super::prepare::{self, Context};
 use super::registered::{Function, Registered, State};
@@ -18,27 +18,6 @@ use crate::local::LocalPod;
 use crate::registration::{
     IdCheck, Plan, Record, RegisterError, Registration, Table, addressable_run, check_id,
 };
-
-/// Hard bound of a function's input and output.
-pub const MAX_IO_BYTES: u64 = 1024 * 1024;
-
-/// Static configuration of an engine.
-#[derive(Debug, Clone)]
-pub struct EngineConfig {
-    /// Python interpreter for the Python backend.
-    pub python: PathBuf,
-    /// Invocation timeout when the registration sets none.
-    pub default_timeout: Duration,
-    /// Largest invocation timeout a registration may ask for.
-    pub max_timeout: Duration,
-    /// Bound on handler loading at registration.
-    pub start_timeout: Duration,
-    /// Pre-started Python interpreters kept ready (0 disables).
-    pub python_spares: usize,
-    /// The built-in backend of this Pod's Runtime; `None` picks it by the
-    /// Run's runtime name (`python`, `bash`).
-    pub backend: Option<Kind>,
-}
 
 /// The engine. Cheap to share behind an `Arc`.
 pub struct Engine {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use kruntimes_proto::function::v1 as pb;
 
 use super::backend::{self, Backend, Kind};
-use super::engine::{EngineConfig, MAX_IO_BYTES};
+use super::config::{EngineConfig, MAX_IO_BYTES};
 use super::registered::{Bounds, Function};
 use crate::registration::RegisterError;
 use crate::source;

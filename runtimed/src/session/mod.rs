@@ -4,7 +4,8 @@
 //! the queue. Closing rejects new work, cancels what is queued, terminates
 //! what runs and removes the workspace.
 //!
-//! - [`queue`]: one session and its bounded queue; [`worker`] consumes it.
+//! - [`queue`]: one session and its bounded queue ([`limits`]); [`worker`]
+//!   consumes it.
 //! - [`ops`], [`outcome`], [`exec`], [`files`], [`path`]: the operations and
 //!   their results, commands, file operations and workspace-relative paths.
 //! - [`hosted`]: the sessions this runtimed hosts, keyed by Run UID;
@@ -15,6 +16,7 @@ pub mod exec;
 pub mod files;
 pub mod hosted;
 pub mod http;
+pub mod limits;
 pub mod ops;
 pub mod outcome;
 pub mod path;

@@ -11,32 +11,12 @@ use std::time::{Duration, Instant};
 use kruntimes_proto::api::ErrorCode;
 use tokio::sync::{mpsc, oneshot, watch};
 
+pub use super::limits::SessionLimits;
 use super::ops::Operation;
 use super::outcome::OperationResult;
 use super::worker::{Job, OpCancels, Worker};
 use super::{exec, files};
 use crate::api_error::ApiError;
-
-/// Per-session bounds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SessionLimits {
-    /// Operations waiting in the FIFO queue (429 beyond).
-    pub queue_size: usize,
-    /// Command timeout when the request sets none.
-    pub operation_timeout: Duration,
-    /// Largest command timeout a request may ask for.
-    pub max_operation_timeout: Duration,
-}
-
-impl Default for SessionLimits {
-    fn default() -> Self {
-        Self {
-            queue_size: 16,
-            operation_timeout: Duration::from_secs(300),
-            max_operation_timeout: Duration::from_secs(3600),
-        }
-    }
-}
 
 /// Why work was not admitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot, watch};
 
+use super::limits::SessionLimits;
 use super::ops::Operation;
 use super::outcome::{OpState, OperationResult};
-use super::queue::SessionLimits;
 use super::{exec, files, path};
 
 /// One admitted operation.
