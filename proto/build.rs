@@ -6,6 +6,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/kruntimes/function/v1/function.proto",
         "proto/kruntimes/ownership/v1/ownership.proto",
         "proto/kruntimes/session/v1/session.proto",
+        "proto/kruntimes/runtime/v1/runtime.proto",
     ];
     for f in files {
         println!("cargo:rerun-if-changed={f}");
