@@ -1,10 +1,9 @@
 //! Process plumbing shared by the kruntimes daemons (operator, runtimed,
-//! gateway, `krt up`): JSON logging, the shutdown signal, process
-//! confinement ([`confine`]: Landlock, capabilities, `no_new_privs`,
-//! non-dumpable), and the
-//! Kubernetes client, reflector caches and finalizer patch that the
-//! operator and runtimed's cluster adapter both use. Nothing here decides
-//! anything about a Run.
+//! gateway, `krt up`, the Runtime Server): JSON logging, the shutdown
+//! signal, process confinement ([`confine`]: Landlock, capabilities,
+//! `no_new_privs`, non-dumpable), and the Kubernetes client, reflector
+//! caches and finalizer patch that the operator and runtimed's cluster
+//! adapter both use. Nothing here decides anything about a Run.
 #![forbid(unsafe_code)]
 
 pub mod confine;
