@@ -45,6 +45,18 @@ use crate::watch::InternalTls;
 
 pub use kruntimes_support::init_logging;
 
+/// `GET /version`: this build (no secret, no configuration). The commit is
+/// what `KRUNTIMES_GIT_COMMIT` said at build time (image builds set it).
+pub fn version_json() -> Vec<u8> {
+    serde_json::json!({
+        "component": "kruntimes-gateway",
+        "version": env!("CARGO_PKG_VERSION"),
+        "commit": option_env!("KRUNTIMES_GIT_COMMIT").unwrap_or("unknown"),
+    })
+    .to_string()
+    .into_bytes()
+}
+
 struct WatchService {
     table: Arc<RwLock<Table>>,
     control_plane: String,

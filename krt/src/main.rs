@@ -1,23 +1,35 @@
-//! `krt`: the kruntimes CLI. `krt up` runs the embedded stack; `krt runs`
-//! and `krt invoke` are its clients. `krt runtimed` and `krt gateway` run the
-//! daemons themselves (the stack starts them as child processes).
+//! `krt`: the kruntimes CLI. The same verbs act on the embedded stack of
+//! `krt up` (its state directory) or on a Kubernetes cluster (a kubeconfig,
+//! a context, or the in-cluster service account): apply, runs, get, delete,
+//! wait, invoke, session, runtime, logs, version. `krt up` runs the
+//! embedded stack; `krt runtimed`, `krt operator` and `krt gateway` run the
+//! daemons themselves (the stack and the test harnesses start them).
 #![forbid(unsafe_code)]
 
 mod client;
+mod cmd;
+mod gateway;
+mod kubeauth;
 mod pki;
-mod session;
+mod target;
 mod up;
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
+use kruntimes_api::Phase;
+
+use cmd::Output;
+use target::{Selector, Target};
 
 #[derive(Debug, Parser)]
 #[command(
     name = "krt",
     version,
-    about = "kruntimes: warm execution on Kubernetes, and on one machine"
+    about = "kruntimes: warm execution on Kubernetes, and on one machine",
+    after_help = "Against krt up by default (--state-dir); against a cluster with --kubeconfig, --context or --cluster.\nExit codes: 0 ok, 1 local or API-server failure, 2 usage, 9 HTTP error, 10-30 one per API error code (docs/cli.md)."
 )]
 struct Cli {
     /// Directory of the embedded stack's state (certificates, client config, Run status).
@@ -28,37 +40,137 @@ struct Cli {
         default_value = ".kruntimes"
     )]
     state_dir: PathBuf,
+    /// Kubeconfig of a cluster (selects the cluster mode).
+    #[arg(long, global = true, env = "KRUNTIMES_KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context (selects the cluster mode).
+    #[arg(long, global = true)]
+    context: Option<String>,
+    /// Use a cluster: KUBECONFIG, ~/.kube/config, or the in-cluster service account.
+    #[arg(long, global = true)]
+    cluster: bool,
+    /// Namespace (default: `default`, or the kubeconfig context's).
+    #[arg(short, long, global = true)]
+    namespace: Option<String>,
+    /// Bearer token for the gateway (default: client.json's, or the kubeconfig user's).
+    #[arg(long, global = true, env = "KRUNTIMES_TOKEN", hide_env_values = true)]
+    token: Option<String>,
     #[command(subcommand)]
     command: Command,
+}
+
+impl Cli {
+    fn selector(&self) -> Selector {
+        Selector {
+            state_dir: self.state_dir.clone(),
+            kubeconfig: self.kubeconfig.clone(),
+            context: self.context.clone(),
+            cluster: self.cluster,
+            token: self.token.clone(),
+        }
+    }
+}
+
+/// `krt get …`
+#[derive(Debug, Subcommand)]
+enum GetNoun {
+    /// A Run.
+    Run {
+        /// Name.
+        name: String,
+        /// Output format.
+        #[arg(short, long, value_enum, default_value = "table")]
+        output: Output,
+    },
+}
+
+/// `krt delete …`
+#[derive(Debug, Subcommand)]
+enum DeleteNoun {
+    /// A Run (its owner releases it first).
+    Run {
+        /// Name.
+        name: String,
+        /// Wait until it is gone.
+        #[arg(long, value_parser = cmd::parse_duration)]
+        wait: Option<Duration>,
+    },
+}
+
+/// `krt wait …`
+#[derive(Debug, Subcommand)]
+enum WaitNoun {
+    /// A Run.
+    Run {
+        /// Name.
+        name: String,
+        /// The phase (Ready, Succeeded, …).
+        #[arg(long = "for", value_parser = parse_phase)]
+        phase: Phase,
+        /// How long to wait.
+        #[arg(long, default_value = "60s", value_parser = cmd::parse_duration)]
+        timeout: Duration,
+    },
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Start the embedded stack: control plane, runtimed instances, gateway.
     Up(up::UpArgs),
+    /// Create or update Runs (and, on a cluster, Runtimes) from a YAML file.
+    Apply {
+        /// Manifest file (`-` for stdin).
+        #[arg(short, long)]
+        filename: PathBuf,
+    },
     /// List Runs with their phase, owner and endpoint.
     Runs {
         /// Output format.
-        #[arg(short, long, value_parser = ["table", "json"], default_value = "table")]
-        output: String,
+        #[arg(short, long, value_enum, default_value = "table")]
+        output: Output,
+        /// Every namespace.
+        #[arg(short = 'A', long)]
+        all_namespaces: bool,
     },
+    /// Show one object.
+    #[command(subcommand)]
+    Get(GetNoun),
+    /// Delete an object.
+    #[command(subcommand)]
+    Delete(DeleteNoun),
+    /// Wait until an object reaches a state.
+    #[command(subcommand)]
+    Wait(WaitNoun),
     /// Invoke a function Run through the gateway.
     Invoke {
         /// Run name.
         name: String,
-        /// Namespace.
-        #[arg(short, long, default_value = "default")]
-        namespace: String,
         /// JSON input.
         #[arg(long, conflicts_with = "data_file")]
         data: Option<String>,
         /// File holding the JSON input (`-` for stdin).
         #[arg(long)]
         data_file: Option<PathBuf>,
+        /// Invocation id (echoed in errors and logs).
+        #[arg(long)]
+        invocation_id: Option<String>,
     },
     /// Session (sandbox) Runs: create, exec, cp, ls, close.
     #[command(subcommand)]
-    Session(session::SessionCommand),
+    Session(cmd::session::SessionCommand),
+    /// Runtime pools: replicas and capacity in use.
+    #[command(subcommand)]
+    Runtime(RuntimeCommand),
+    /// The owner's log lines about a Run.
+    Logs {
+        /// Run name.
+        name: String,
+        /// Keep printing new lines.
+        #[arg(short, long)]
+        follow: bool,
+    },
+    /// This build, and the versions of the components it can reach.
+    Version,
     /// Mint a token for the embedded stack (signed with its key).
     Token {
         /// Subject.
@@ -98,6 +210,30 @@ enum Command {
         #[arg(long)]
         exit_with_parent: bool,
     },
+}
+
+/// `krt runtime …`
+#[derive(Debug, Subcommand)]
+enum RuntimeCommand {
+    /// Every Runtime.
+    List {
+        /// Output format.
+        #[arg(short, long, value_enum, default_value = "table")]
+        output: Output,
+    },
+    /// One Runtime.
+    Get {
+        /// Name.
+        name: String,
+        /// Output format.
+        #[arg(short, long, value_enum, default_value = "table")]
+        output: Output,
+    },
+}
+
+fn parse_phase(s: &str) -> Result<Phase, String> {
+    serde_json::from_value(serde_json::Value::String(s.to_owned()))
+        .map_err(|_| format!("{s:?} is not a phase (Pending, Scheduled, Running, Ready, Finalizing, Succeeded, Failed, Timeout, Cancelled)"))
 }
 
 /// The parent's pid; a change means the parent died and we were reparented.
@@ -200,30 +336,79 @@ fn main() -> anyhow::Result<()> {
             println!("{token}");
             Ok(())
         }
-        Command::Session(cmd) => {
+        _ => {
             let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
             init_logging();
-            let code =
-                tokio::runtime::Runtime::new()?.block_on(session::run(&cli.state_dir, cmd))?;
-            std::process::exit(code);
-        }
-        Command::Runs { output } => client::print_runs(&cli.state_dir, output == "json"),
-        Command::Invoke {
-            name,
-            namespace,
-            data,
-            data_file,
-        } => {
-            let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-            init_logging();
-            let body = read_data(data, data_file)?;
-            let code = tokio::runtime::Runtime::new()?.block_on(client::invoke(
-                &cli.state_dir,
-                &namespace,
-                &name,
-                body,
-            ))?;
+            let code = tokio::runtime::Runtime::new()?.block_on(client_verb(cli));
             std::process::exit(code);
         }
     }
+}
+
+/// Runs a client verb; returns the process exit code.
+async fn client_verb(cli: Cli) -> i32 {
+    match client_verb_inner(cli).await {
+        Ok(code) => code,
+        Err(e) => gateway::report(&e),
+    }
+}
+
+async fn client_verb_inner(cli: Cli) -> anyhow::Result<i32> {
+    let sel = cli.selector();
+    if let Command::Version = cli.command {
+        let t = Target::open(&sel).await.ok();
+        cmd::version::version(t.as_ref()).await?;
+        return Ok(0);
+    }
+    let t = Target::open(&sel).await?;
+    let ns = match (&cli.namespace, &t) {
+        (Some(ns), _) => ns.clone(),
+        (None, Target::Cluster(c)) => c.default_namespace().to_owned(),
+        (None, Target::Embedded(_)) => "default".to_owned(),
+    };
+    match cli.command {
+        Command::Apply { filename } => {
+            cmd::runs::apply(&t, &filename, cli.namespace.as_deref()).await?
+        }
+        Command::Runs {
+            output,
+            all_namespaces,
+        } => {
+            let filter = (!all_namespaces).then_some(ns.as_str());
+            cmd::runs::list(&t, filter, output).await?
+        }
+        Command::Get(GetNoun::Run { name, output }) => {
+            cmd::runs::get(&t, &ns, &name, output).await?
+        }
+        Command::Delete(DeleteNoun::Run { name, wait }) => {
+            cmd::runs::delete(&t, &ns, &name, wait).await?
+        }
+        Command::Wait(WaitNoun::Run {
+            name,
+            phase,
+            timeout,
+        }) => cmd::runs::wait(&t, &ns, &name, phase, timeout).await?,
+        Command::Invoke {
+            name,
+            data,
+            data_file,
+            invocation_id,
+        } => {
+            let body = read_data(data, data_file)?;
+            cmd::invoke::invoke(&t, &ns, &name, body, invocation_id.as_deref()).await?
+        }
+        Command::Session(c) => return cmd::session::run(&t, &ns, c).await,
+        Command::Runtime(RuntimeCommand::List { output }) => cmd::runtime::list(&t, output).await?,
+        Command::Runtime(RuntimeCommand::Get { name, output }) => {
+            cmd::runtime::get(&t, cli.namespace.as_deref(), &name, output).await?
+        }
+        Command::Logs { name, follow } => cmd::logs::logs(&t, &ns, &name, follow).await?,
+        Command::Up(_)
+        | Command::Token { .. }
+        | Command::Version
+        | Command::Runtimed { .. }
+        | Command::Operator { .. }
+        | Command::Gateway { .. } => unreachable!("handled by main"),
+    }
+    Ok(0)
 }

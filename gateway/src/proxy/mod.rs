@@ -109,6 +109,11 @@ impl ProxyHttp for Gateway {
                 respond::plain(session, 200, "text/plain", b"ok\n".to_vec()).await?;
                 return Ok(true);
             }
+            "/version" => {
+                ctx.route_label = "version";
+                respond::plain(session, 200, "application/json", crate::version_json()).await?;
+                return Ok(true);
+            }
             "/readyz" => {
                 ctx.route_label = "readyz";
                 let ready = table::read(self.admission.table()).control_plane_fresh(Instant::now());

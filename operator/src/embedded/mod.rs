@@ -79,6 +79,7 @@ pub struct EmbeddedConfig {
 struct StatusFile<'a> {
     gateway: &'a str,
     runs: Vec<RunStatus>,
+    pods: Vec<controller::PodStatus>,
     errors: &'a [FileError],
 }
 
@@ -202,6 +203,7 @@ pub async fn run(
         let status = serde_json::to_vec_pretty(&StatusFile {
             gateway: &cfg.gateway_url,
             runs: ctl.status(&cfg.gateway_url),
+            pods: ctl.pod_status(),
             errors: &errors,
         })
         .unwrap_or_default();

@@ -26,7 +26,7 @@ use kruntimes_proto::session::v1 as spb;
 use kruntimes_proto::watch::SourceUpdate;
 
 use pass::set;
-pub use view::RunStatus;
+pub use view::{PodStatus, RunStatus};
 
 /// A Runtime Pod (a runtimed instance) the control plane schedules onto.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -265,7 +265,7 @@ impl Controller {
         }
     }
 
-    fn pod_view(&self, p: &PodState) -> PodView {
+    pub(super) fn pod_view(&self, p: &PodState) -> PodView {
         let holders: Vec<&RunState> = self
             .runs
             .values()

@@ -42,7 +42,40 @@ pub struct RunStatus {
     pub endpoint: Option<String>,
 }
 
+/// A runtimed instance as `runs.json` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodStatus {
+    /// Instance name.
+    pub name: String,
+    /// Its dataplane address.
+    pub address: String,
+    /// Runs it may own.
+    pub capacity: u32,
+    /// Runs holding capacity on it.
+    pub used: u32,
+    /// Its ownership watch is connected.
+    pub connected: bool,
+}
+
 impl Controller {
+    /// Every runtimed instance with the capacity its Runs hold.
+    pub fn pod_status(&self) -> Vec<PodStatus> {
+        self.pods
+            .values()
+            .map(|p| {
+                let view = self.pod_view(p);
+                PodStatus {
+                    name: p.cfg.name.clone(),
+                    address: p.cfg.address.clone(),
+                    capacity: p.cfg.capacity,
+                    used: view.used,
+                    connected: p.connected,
+                }
+            })
+            .collect()
+    }
+
     /// Status of every Run; `gateway_url` forms the endpoint.
     pub fn status(&self, gateway_url: &str) -> Vec<RunStatus> {
         let mut runs: Vec<_> = self.runs().collect();

@@ -1,0 +1,106 @@
+//! `krt runs`, `krt get run`, `krt apply`, `krt delete run`, `krt wait run`.
+
+use std::path::Path;
+use std::time::Duration;
+
+use kruntimes_api::Phase;
+
+use super::{Output, print_doc, read_input, yaml_documents};
+use crate::target::{RunInfo, Target};
+
+/// `krt runs`.
+pub async fn list(t: &Target, namespace: Option<&str>, output: Output) -> anyhow::Result<()> {
+    let runs = t.runs(namespace).await?;
+    if output != Output::Table {
+        return print_doc(&runs, output);
+    }
+    println!(
+        "{:<20} {:<12} {:<8} {:<36} {:<9} {:<10} {:<14} {:<3} ENDPOINT",
+        "NAME", "NAMESPACE", "RUNTIME", "UID", "MODE", "PHASE", "OWNER", "ATT"
+    );
+    for r in &runs {
+        print_row(r);
+    }
+    Ok(())
+}
+
+fn print_row(r: &RunInfo) {
+    println!(
+        "{:<20} {:<12} {:<8} {:<36} {:<9} {:<10} {:<14} {:<3} {}",
+        r.name,
+        r.namespace,
+        r.runtime,
+        r.uid,
+        r.mode,
+        r.phase,
+        r.assigned_pod.as_deref().unwrap_or("-"),
+        r.attempt,
+        r.endpoint.as_deref().unwrap_or("-")
+    );
+    if !r.message.is_empty() {
+        println!("  {}: {}", r.reason, r.message);
+    }
+}
+
+/// `krt get run NAME`: a table row, or the whole object.
+pub async fn get(t: &Target, namespace: &str, name: &str, output: Output) -> anyhow::Result<()> {
+    let (info, raw) = t.run(namespace, name).await?;
+    match output {
+        Output::Table => {
+            print_row(&info);
+            Ok(())
+        }
+        _ => print_doc(&raw, output),
+    }
+}
+
+/// `krt apply -f FILE`.
+pub async fn apply(t: &Target, file: &Path, namespace: Option<&str>) -> anyhow::Result<()> {
+    let text = String::from_utf8(read_input(file)?)?;
+    let mut docs = yaml_documents(&text)?;
+    if let Some(ns) = namespace {
+        for d in &mut docs {
+            if d["metadata"]["namespace"].is_null() {
+                d["metadata"]["namespace"] = ns.into();
+            }
+        }
+    }
+    for line in t.apply(docs).await? {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+/// `krt delete run NAME [--wait]`.
+pub async fn delete(
+    t: &Target,
+    namespace: &str,
+    name: &str,
+    wait: Option<Duration>,
+) -> anyhow::Result<()> {
+    t.delete(namespace, name).await?;
+    if let Some(timeout) = wait {
+        let deadline = std::time::Instant::now() + timeout;
+        while t.run(namespace, name).await.is_ok() {
+            if std::time::Instant::now() > deadline {
+                anyhow::bail!("run {namespace}/{name} still exists after {timeout:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    println!("run.kruntimes.io/{name} deleted");
+    Ok(())
+}
+
+/// `krt wait run NAME --for PHASE`.
+pub async fn wait(
+    t: &Target,
+    namespace: &str,
+    name: &str,
+    phase: Phase,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let r = t.wait(namespace, name, &[phase], timeout).await?;
+    println!("run.kruntimes.io/{} {}", r.name, r.phase);
+    Ok(())
+}

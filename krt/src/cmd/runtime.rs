@@ -1,0 +1,61 @@
+//! `krt runtime list|get`: the Runtime pools, their replicas and the
+//! capacity their Runs hold.
+
+use anyhow::Context as _;
+
+use super::{Output, print_doc};
+use crate::target::{RuntimeInfo, Target};
+
+fn header() {
+    println!(
+        "{:<16} {:<18} {:>7} {:>5} {:>8} {:>6}  IMAGE",
+        "NAME", "NAMESPACE", "DESIRED", "READY", "CAPACITY", "IN-USE"
+    );
+}
+
+fn row(r: &RuntimeInfo) {
+    println!(
+        "{:<16} {:<18} {:>7} {:>5} {:>8} {:>6}  {}",
+        r.name,
+        r.namespace,
+        r.desired_replicas,
+        r.ready_replicas,
+        r.capacity_per_pod * r.ready_replicas.max(0) as u64,
+        r.runs_in_use,
+        if r.image.is_empty() { "-" } else { &r.image }
+    );
+}
+
+/// `krt runtime list`.
+pub async fn list(t: &Target, output: Output) -> anyhow::Result<()> {
+    let rts = t.runtimes().await?;
+    if output != Output::Table {
+        return print_doc(&rts, output);
+    }
+    header();
+    rts.iter().for_each(row);
+    Ok(())
+}
+
+/// `krt runtime get NAME`.
+pub async fn get(
+    t: &Target,
+    namespace: Option<&str>,
+    name: &str,
+    output: Output,
+) -> anyhow::Result<()> {
+    let rt = t
+        .runtimes()
+        .await?
+        .into_iter()
+        .find(|r| {
+            r.name == name && namespace.is_none_or(|ns| r.namespace == ns || r.namespace == "-")
+        })
+        .with_context(|| format!("runtime {name} not found"))?;
+    if output != Output::Table {
+        return print_doc(&rt, output);
+    }
+    header();
+    row(&rt);
+    Ok(())
+}

@@ -1,0 +1,289 @@
+//! `krt session`: create, use and close session (sandbox) Runs — as a
+//! manifest in `krt up`'s store, or a Run through the Kubernetes API — and
+//! reach them through the gateway.
+
+use std::io::Write as _;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use base64::Engine as _;
+use kruntimes_api::{EnvVar, Phase, Run, RunMode, RunSpec, SessionMode, TerminationMode};
+use serde_json::json;
+
+use crate::gateway::{self, Gateway};
+use crate::target::{self, Target};
+
+/// `krt session …`
+#[derive(Debug, clap::Subcommand)]
+pub enum SessionCommand {
+    /// Create a session Run and wait until it is Ready; prints its URL.
+    Create {
+        /// Name.
+        name: String,
+        /// Runtime.
+        #[arg(long, default_value = "bash")]
+        runtime: String,
+        /// Environment (`KEY=VALUE`, repeatable).
+        #[arg(long = "env")]
+        env: Vec<String>,
+        /// Idle timeout, seconds.
+        #[arg(long)]
+        idle_timeout: Option<u32>,
+        /// Queue size.
+        #[arg(long)]
+        queue_size: Option<u32>,
+        /// How long to wait for Ready.
+        #[arg(long, default_value = "60s", value_parser = super::parse_duration)]
+        timeout: Duration,
+    },
+    /// Run a command, streaming its output; exits with its exit code.
+    Exec {
+        /// Session name.
+        name: String,
+        /// A `bash -c` script instead of argv.
+        #[arg(long, conflicts_with = "argv")]
+        shell: Option<String>,
+        /// Working directory in the workspace.
+        #[arg(long)]
+        cwd: Option<String>,
+        /// Timeout, seconds.
+        #[arg(long)]
+        timeout: Option<u64>,
+        /// Program and arguments.
+        #[arg(last = true)]
+        argv: Vec<String>,
+    },
+    /// Copy a file: `LOCAL NAME:PATH` uploads, `NAME:PATH LOCAL` downloads.
+    Cp {
+        /// Source.
+        src: String,
+        /// Destination.
+        dst: String,
+    },
+    /// List a directory: `NAME[:PATH]`.
+    Ls {
+        /// `NAME` or `NAME:PATH`.
+        target: String,
+    },
+    /// End a session: drain accepted work (or `--cancel` it).
+    Close {
+        /// Name.
+        name: String,
+        /// Cancel queued and running work.
+        #[arg(long)]
+        cancel: bool,
+        /// How long to wait for the end.
+        #[arg(long, default_value = "120s", value_parser = super::parse_duration)]
+        timeout: Duration,
+    },
+}
+
+fn session_run(
+    namespace: &str,
+    name: &str,
+    runtime: &str,
+    env: &[String],
+    idle_timeout: Option<u32>,
+    queue_size: Option<u32>,
+) -> anyhow::Result<Run> {
+    let env = env
+        .iter()
+        .map(|kv| {
+            let (k, v) = kv
+                .split_once('=')
+                .with_context(|| format!("--env {kv}: expected KEY=VALUE"))?;
+            Ok(EnvVar {
+                name: k.into(),
+                value: v.into(),
+            })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut run = Run::new(
+        name,
+        RunSpec {
+            runtime: runtime.into(),
+            env,
+            mode: RunMode {
+                session: Some(SessionMode {
+                    idle_timeout_seconds: idle_timeout,
+                    queue_size,
+                    operation_timeout: None,
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    );
+    run.metadata.namespace = Some(namespace.into());
+    Ok(run)
+}
+
+/// The session's URL and a gateway client for it.
+async fn session(t: &Target, namespace: &str, name: &str) -> anyhow::Result<(String, Gateway)> {
+    let r = t.run_of_mode(namespace, name, "session").await?;
+    let url = target::endpoint(&r)?.to_owned();
+    Ok((url, t.gateway(&r).await?))
+}
+
+/// Runs a `krt session` command; returns the process exit code.
+pub async fn run(t: &Target, namespace: &str, cmd: SessionCommand) -> anyhow::Result<i32> {
+    match cmd {
+        SessionCommand::Create {
+            name,
+            runtime,
+            env,
+            idle_timeout,
+            queue_size,
+            timeout,
+        } => {
+            let run = session_run(namespace, &name, &runtime, &env, idle_timeout, queue_size)?;
+            t.create(&run).await?;
+            let r = t.wait(namespace, &name, &[Phase::Ready], timeout).await?;
+            println!("{}", r.endpoint.unwrap_or_default());
+            Ok(0)
+        }
+        SessionCommand::Exec {
+            name,
+            shell,
+            cwd,
+            timeout,
+            argv,
+        } => {
+            let (url, gw) = session(t, namespace, &name).await?;
+            let mut body = match (shell, argv.is_empty()) {
+                (Some(s), true) => json!({"command": {"shell": s}}),
+                (None, false) => json!({"command": {"argv": argv}}),
+                _ => bail!("pass a program after `--`, or --shell"),
+            };
+            if let Some(c) = cwd {
+                body["cwd"] = c.into();
+            }
+            if let Some(t) = timeout {
+                body["timeoutSeconds"] = t.into();
+            }
+            let resp = gw
+                .http()
+                .post(format!("{url}/operations:stream"))
+                .json(&body)
+                .send()
+                .await?;
+            stream(gateway::check(resp).await?).await
+        }
+        SessionCommand::Cp { src, dst } => {
+            match (src.split_once(':'), dst.split_once(':')) {
+                (None, Some((name, path))) => {
+                    let data = std::fs::read(&src).with_context(|| format!("read {src}"))?;
+                    let (url, gw) = session(t, namespace, name).await?;
+                    let body = json!({"writeFile": {"path": path, "contentBase64": base64::engine::general_purpose::STANDARD.encode(data)}});
+                    let resp = gw
+                        .http()
+                        .post(format!("{url}/operations:execute"))
+                        .json(&body)
+                        .send()
+                        .await?;
+                    let r: serde_json::Value = gateway::check(resp).await?.json().await?;
+                    if r["state"] != "Succeeded" {
+                        bail!("write {path}: {}", r["error"].as_str().unwrap_or("failed"));
+                    }
+                }
+                (Some((name, path)), None) => {
+                    let (url, gw) = session(t, namespace, name).await?;
+                    let resp = gw
+                        .http()
+                        .get(format!("{url}/files:content"))
+                        .query(&[("path", path)])
+                        .send()
+                        .await?;
+                    let bytes = gateway::check(resp).await?.bytes().await?;
+                    std::fs::write(&dst, bytes).with_context(|| format!("write {dst}"))?;
+                }
+                _ => bail!("exactly one of SRC and DST must be NAME:PATH"),
+            }
+            Ok(0)
+        }
+        SessionCommand::Ls { target } => {
+            let (name, path) = target.split_once(':').unwrap_or((target.as_str(), ""));
+            let (url, gw) = session(t, namespace, name).await?;
+            let mut token: Option<String> = None;
+            loop {
+                let mut q = vec![("path", path.to_owned()), ("limit", "1000".to_owned())];
+                if let Some(t) = &token {
+                    q.push(("pageToken", t.clone()));
+                }
+                let resp = gw
+                    .http()
+                    .get(format!("{url}/files"))
+                    .query(&q)
+                    .send()
+                    .await?;
+                let page: serde_json::Value = gateway::check(resp).await?.json().await?;
+                for e in page["entries"].as_array().into_iter().flatten() {
+                    println!(
+                        "{:<9} {:>10}  {}",
+                        e["type"].as_str().unwrap_or("?"),
+                        e["size"],
+                        e["name"].as_str().unwrap_or("")
+                    );
+                }
+                token = page["nextPageToken"].as_str().map(str::to_owned);
+                if token.is_none() {
+                    return Ok(0);
+                }
+            }
+        }
+        SessionCommand::Close {
+            name,
+            cancel,
+            timeout,
+        } => {
+            t.run_of_mode(namespace, &name, "session").await?;
+            let (mode, want) = if cancel {
+                (TerminationMode::Immediate, Phase::Cancelled)
+            } else {
+                (TerminationMode::Drain, Phase::Succeeded)
+            };
+            t.terminate(namespace, &name, mode).await?;
+            let r = t
+                .wait(namespace, &name, &[want, Phase::Cancelled], timeout)
+                .await?;
+            println!("{}", r.phase);
+            Ok(0)
+        }
+    }
+}
+
+/// Prints an `operations:stream` response; returns the command's exit code.
+async fn stream(mut resp: reqwest::Response) -> anyhow::Result<i32> {
+    let mut buf = Vec::new();
+    let mut code = 1;
+    while let Some(chunk) = resp.chunk().await? {
+        buf.extend_from_slice(&chunk);
+        while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buf.drain(..=pos).collect();
+            let ev: serde_json::Value = serde_json::from_slice(&line)?;
+            match ev["type"].as_str() {
+                Some("output") => {
+                    let data = ev["data"].as_str().unwrap_or_default();
+                    if ev["stream"] == "stderr" {
+                        eprint!("{data}");
+                    } else {
+                        print!("{data}");
+                        std::io::stdout().flush()?;
+                    }
+                }
+                Some("completed") => {
+                    code = match ev["state"].as_str() {
+                        Some("Succeeded") => 0,
+                        _ => ev["exitCode"].as_i64().map_or(1, |c| c as i32),
+                    };
+                    if ev["state"] != "Succeeded" && ev["state"] != "Failed" {
+                        eprintln!("operation {}", ev["state"].as_str().unwrap_or("ended"));
+                    }
+                }
+                Some("failed") => eprintln!("error: {}", ev["error"]),
+                _ => {}
+            }
+        }
+    }
+    Ok(code)
+}

@@ -1,0 +1,367 @@
+//! The `krt` verbs as a user runs them, against a live `krt up` and against
+//! a real API server with the operator, the gateway and runtimed Pods
+//! (kubetest's harness): apply, runs, get, wait, invoke (with typed errors
+//! and their exit codes), session create/exec/cp/ls/close, runtime list,
+//! logs, delete, version; kubeconfig tokens and an exec credential plugin.
+
+// Test helpers panic on failure: that is how a test fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use kruntimes_kubetest::cluster::Cluster;
+use kruntimes_kubetest::{ApiServer, Subject, User};
+use serde_json::Value;
+
+use common::PY;
+
+const KRT: &str = env!("CARGO_BIN_EXE_krt");
+
+fn text(o: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn ok(o: Output) -> String {
+    assert!(o.status.success(), "{}", text(&o));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn fails_with(o: Output, code: i32, needle: &str) {
+    assert_eq!(o.status.code(), Some(code), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(needle),
+        "stderr lacks {needle:?}:\n{}",
+        text(&o)
+    );
+}
+
+fn manifest(dir: &Path, name: &str, namespace: &str) -> PathBuf {
+    let indented: String = PY.lines().map(|l| format!("      {l}\n")).collect();
+    let yaml = format!(
+        "apiVersion: kruntimes.io/v1alpha1\nkind: Run\nmetadata:\n  name: {name}\n  namespace: {namespace}\nspec:\n  runtime: python\n  source:\n    inlinePath: main.py\n    inline: |\n{indented}  mode:\n    function:\n      handler: main.invoke\n      invocationTimeoutSeconds: 2\n"
+    );
+    let path = dir.join(format!("{name}.yaml"));
+    std::fs::write(&path, yaml).unwrap();
+    path
+}
+
+/// `krt` with `args` after the target flags `base`.
+fn krt(base: &[&str], args: &[&str]) -> Output {
+    std::process::Command::new(KRT)
+        .args(base)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// The verbs every mode shares, on Run `name` of `ns`.
+fn function_verbs(base: &[&str], dir: &Path, name: &str, ns: &str) {
+    let file = manifest(dir, name, ns);
+    let applied = ok(krt(
+        base,
+        &["-n", ns, "apply", "-f", file.to_str().unwrap()],
+    ));
+    assert!(
+        applied.contains(&format!("run.kruntimes.io/{name}")),
+        "{applied}"
+    );
+    let waited = ok(krt(
+        base,
+        &[
+            "-n",
+            ns,
+            "wait",
+            "run",
+            name,
+            "--for",
+            "Ready",
+            "--timeout",
+            "60s",
+        ],
+    ));
+    assert!(waited.contains("Ready"), "{waited}");
+    let runs = ok(krt(base, &["-n", ns, "runs", "-o", "json"]));
+    let runs: Vec<Value> = serde_json::from_str(&runs).unwrap();
+    let me = runs.iter().find(|r| r["name"] == name).expect("listed");
+    assert_eq!(me["phase"], "Ready");
+    assert_eq!(me["mode"], "function");
+    let got = ok(krt(base, &["-n", ns, "get", "run", name, "-o", "yaml"]));
+    assert!(got.contains(&format!("name: {name}")), "{got}");
+
+    // The gateway may still be converging right after Ready.
+    let mut out = krt(
+        base,
+        &["-n", ns, "invoke", name, "--data", r#"{"name": "cli"}"#],
+    );
+    for _ in 0..50 {
+        if out.status.success() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        out = krt(
+            base,
+            &["-n", ns, "invoke", name, "--data", r#"{"name": "cli"}"#],
+        );
+    }
+    let body: Value = serde_json::from_str(&ok(out)).unwrap();
+    assert_eq!(body["message"], "hello cli");
+
+    // Typed errors: code, message, invocation id, one exit code per code.
+    fails_with(
+        krt(
+            base,
+            &[
+                "-n",
+                ns,
+                "invoke",
+                name,
+                "--data",
+                r#"{"raise": 7}"#,
+                "--invocation-id",
+                "inv-raise",
+            ],
+        ),
+        26,
+        "500 FunctionError: ValueError: bad 7 (invocation inv-raise)",
+    );
+    fails_with(
+        krt(base, &["-n", ns, "invoke", name, "--data", "not json"]),
+        11,
+        "400 InvalidJson",
+    );
+    fails_with(
+        krt(
+            base,
+            &["-n", ns, "invoke", name, "--data", r#"{"sleep": 5}"#],
+        ),
+        29,
+        "504 DeadlineExceeded",
+    );
+    fails_with(
+        krt(base, &["-n", ns, "invoke", "no-such-run"]),
+        1,
+        "not found",
+    );
+    fails_with(
+        krt(
+            &[base, &["--token", "made-up"]].concat(),
+            &["-n", ns, "invoke", name],
+        ),
+        15,
+        "401 Unauthenticated",
+    );
+
+    let rts = ok(krt(base, &["runtime", "list", "-o", "json"]));
+    let rts: Vec<Value> = serde_json::from_str(&rts).unwrap();
+    assert!(
+        rts.iter().any(|r| r["runsInUse"].as_u64() >= Some(1)),
+        "{rts:?}"
+    );
+}
+
+/// `krt logs`: the owner's lines about the Run, and only those.
+fn logs_verb(base: &[&str], name: &str, ns: &str) {
+    let (info, _) = run_json(base, name, ns);
+    let uid = info["uid"].as_str().unwrap().to_owned();
+    let logs = ok(krt(base, &["-n", ns, "logs", name]));
+    assert!(logs.lines().count() >= 1, "no line about {uid}");
+    assert!(logs.lines().all(|l| l.contains(&uid)), "{logs}");
+}
+
+fn run_json(base: &[&str], name: &str, ns: &str) -> (Value, Value) {
+    let all: Vec<Value> =
+        serde_json::from_str(&ok(krt(base, &["-n", ns, "runs", "-o", "json"]))).unwrap();
+    let me = all.into_iter().find(|r| r["name"] == name).expect("listed");
+    let raw: Value = serde_json::from_str(&ok(krt(
+        base,
+        &["-n", ns, "get", "run", name, "-o", "json"],
+    )))
+    .unwrap();
+    (me, raw)
+}
+
+fn session_verbs(base: &[&str], dir: &Path, ns: &str) {
+    let url = ok(krt(
+        base,
+        &[
+            "-n",
+            ns,
+            "session",
+            "create",
+            "cli-box",
+            "--env",
+            "GREETING=hi",
+        ],
+    ));
+    assert!(url.trim().contains("/sessions/"), "{url}");
+    let out = krt(
+        base,
+        &[
+            "-n",
+            ns,
+            "session",
+            "exec",
+            "cli-box",
+            "--shell",
+            "echo $GREETING; exit 3",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hi\n");
+    let local = dir.join("up.txt");
+    std::fs::write(&local, b"payload").unwrap();
+    ok(krt(
+        base,
+        &[
+            "-n",
+            ns,
+            "session",
+            "cp",
+            local.to_str().unwrap(),
+            "cli-box:up.txt",
+        ],
+    ));
+    let listing = ok(krt(base, &["-n", ns, "session", "ls", "cli-box"]));
+    assert!(listing.contains("up.txt"), "{listing}");
+    let back = dir.join("down.txt");
+    ok(krt(
+        base,
+        &[
+            "-n",
+            ns,
+            "session",
+            "cp",
+            "cli-box:up.txt",
+            back.to_str().unwrap(),
+        ],
+    ));
+    assert_eq!(std::fs::read(&back).unwrap(), b"payload");
+    let closed = ok(krt(base, &["-n", ns, "session", "close", "cli-box"]));
+    assert!(closed.contains("Succeeded"), "{closed}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_verb_works_against_krt_up() {
+    let stack = common::start(2, vec![], &[]);
+    let state = stack.state_dir().display().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let dir_path = dir.path().to_owned();
+    tokio::task::spawn_blocking(move || {
+        let base_ref = ["--state-dir", state.as_str()];
+        function_verbs(&base_ref, &dir_path, "cli-fn", "default");
+        logs_verb(&base_ref, "cli-fn", "default");
+        session_verbs(&base_ref, &dir_path, "default");
+        ok(krt(
+            &base_ref,
+            &["delete", "run", "cli-fn", "--wait", "30s"],
+        ));
+        fails_with(krt(&base_ref, &["get", "run", "cli-fn"]), 1, "not found");
+        let v = ok(krt(&base_ref, &["version"]));
+        assert!(
+            v.starts_with("krt ") && v.contains("commit") && v.contains("gateway "),
+            "{v}"
+        );
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_verb_works_against_a_cluster_with_the_callers_kubeconfig() {
+    let server = ApiServer::start().await.expect("start the test API server");
+    let cluster = Cluster::start(Path::new(KRT), &server)
+        .await
+        .expect("start the installation");
+    server.create_namespace("a").await.unwrap();
+    let rbac = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/rbac");
+    for role in [
+        "run-invoker-role.yaml",
+        "run-reader-role.yaml",
+        "session-user-role.yaml",
+    ] {
+        server
+            .apply_role_file(Some("a"), &rbac.join(role))
+            .await
+            .unwrap();
+    }
+    server
+        .bind(Some("a"), "bob", "run-reader", Subject::User(User::Bob))
+        .await
+        .unwrap();
+    cluster.create_runtime("python", 1, 4).await.unwrap();
+    cluster.add_pod("python-0", "python").await.unwrap();
+    cluster.create_runtime("bash", 1, 1).await.unwrap();
+    cluster.add_pod("bash-0", "bash").await.unwrap();
+
+    let admin = server.write_kubeconfig(User::Admin).unwrap();
+    let bob = server.write_kubeconfig(User::Bob).unwrap();
+    // The same admin identity, its token printed by an exec credential plugin.
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = dir.path().join("credential.sh");
+    std::fs::write(
+        &plugin,
+        "#!/bin/sh\nprintf '{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\",\"status\":{\"token\":\"%s\"}}' \"$KRT_TEST_TOKEN\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&plugin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let exec_kc = dir.path().join("exec.kubeconfig");
+    let yaml = server.kubeconfig_yaml(User::Admin).replace(
+        &format!("    token: {}\n", server.token(User::Admin)),
+        &format!(
+            "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: {}\n      env:\n      - name: KRT_TEST_TOKEN\n        value: {}\n      interactiveMode: Never\n",
+            plugin.display(),
+            server.token(User::Admin)
+        ),
+    );
+    std::fs::write(&exec_kc, yaml).unwrap();
+
+    let (admin, bob, exec_kc, dir_path) = (admin, bob, exec_kc, dir.path().to_owned());
+    tokio::task::spawn_blocking(move || {
+        let base = ["--kubeconfig", admin.to_str().unwrap()];
+        function_verbs(&base, &dir_path, "cli-fn", "a");
+        session_verbs(&base, &dir_path, "a");
+        // Bob may read Runs but not invoke them.
+        let bob_base = ["--kubeconfig", bob.to_str().unwrap()];
+        ok(krt(&bob_base, &["-n", "a", "get", "run", "cli-fn"]));
+        fails_with(
+            krt(&bob_base, &["-n", "a", "invoke", "cli-fn"]),
+            16,
+            "403 Forbidden",
+        );
+        // An exec credential plugin supplies the token.
+        let exec_base = ["--kubeconfig", exec_kc.to_str().unwrap()];
+        let out = ok(krt(
+            &exec_base,
+            &[
+                "-n",
+                "a",
+                "invoke",
+                "cli-fn",
+                "--data",
+                r#"{"name": "exec"}"#,
+            ],
+        ));
+        assert!(out.contains("hello exec"), "{out}");
+        let rt = ok(krt(&base, &["runtime", "get", "python", "-o", "json"]));
+        let rt: Value = serde_json::from_str(&rt).unwrap();
+        assert_eq!(rt["readyReplicas"], 1);
+        ok(krt(
+            &base,
+            &["-n", "a", "delete", "run", "cli-fn", "--wait", "30s"],
+        ));
+        let v = ok(krt(&base, &["version"]));
+        assert!(v.contains("kubernetes v1."), "{v}");
+    })
+    .await
+    .unwrap();
+    drop(cluster);
+}
