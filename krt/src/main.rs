@@ -403,6 +403,7 @@ async fn client_verb_inner(cli: Cli) -> anyhow::Result<i32> {
             cmd::runtime::get(&t, cli.namespace.as_deref(), &name, output).await?
         }
         Command::Logs { name, follow } => cmd::logs::logs(&t, &ns, &name, follow).await?,
+        // main() runs these itself and never hands them here.
         Command::Up(_)
         | Command::Token { .. }
         | Command::Version
