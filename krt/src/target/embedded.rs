@@ -1,0 +1,292 @@
+//! The embedded stack as a target: `STATE_DIR/client.json` (gateway, CA,
+//! token), `STATE_DIR/runs.json` (every Run's status and the runtimed
+//! instances), and the watched directory of Run manifests, where `krt apply`
+//! and `krt session create` write files of their own (`apply-NS-NAME.yaml`,
+//! `session-NS-NAME.yaml`).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, bail};
+use kruntimes_api::TerminationMode;
+use serde::{Deserialize, Serialize};
+
+use super::{RunInfo, RuntimeInfo, Selector};
+use crate::gateway::Gateway;
+
+/// `STATE_DIR/client.json`: how clients reach the gateway.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientConfig {
+    /// Gateway base URL.
+    pub gateway: String,
+    /// CA bundle of the gateway's certificate.
+    pub ca_file: PathBuf,
+    /// Bearer token.
+    pub token: String,
+    /// Internal CA (for direct-to-runtimed diagnostics and benchmarks).
+    #[serde(default)]
+    pub internal_ca_file: Option<PathBuf>,
+    /// Control plane ownership watch address.
+    #[serde(default)]
+    pub control_plane: Option<String>,
+    /// The watched directory of Run manifests (the embedded store).
+    #[serde(default)]
+    pub runs_dir: Option<PathBuf>,
+}
+
+/// One Run of `STATE_DIR/runs.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunRow {
+    /// Name.
+    pub name: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Runtime.
+    pub runtime: String,
+    /// UID.
+    pub uid: String,
+    /// Mode.
+    pub mode: String,
+    /// Phase.
+    pub phase: String,
+    /// Reason.
+    #[serde(default)]
+    pub reason: String,
+    /// Message.
+    #[serde(default)]
+    pub message: String,
+    /// Owner.
+    #[serde(default)]
+    pub assigned_pod: Option<String>,
+    /// Attempt.
+    #[serde(default)]
+    pub attempt: u64,
+    /// Endpoint URL.
+    #[serde(default)]
+    pub endpoint: Option<String>,
+}
+
+impl From<RunRow> for RunInfo {
+    fn from(r: RunRow) -> Self {
+        Self {
+            name: r.name,
+            namespace: r.namespace,
+            runtime: r.runtime,
+            uid: r.uid,
+            mode: r.mode,
+            phase: r.phase,
+            reason: r.reason,
+            message: r.message,
+            assigned_pod: r.assigned_pod,
+            attempt: r.attempt,
+            endpoint: r.endpoint,
+        }
+    }
+}
+
+/// One runtimed instance of `STATE_DIR/runs.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodRow {
+    /// Instance name.
+    pub name: String,
+    /// Runs it may own.
+    pub capacity: u32,
+    /// Runs holding capacity on it.
+    #[serde(default)]
+    pub used: u32,
+    /// Its ownership watch is connected.
+    #[serde(default)]
+    pub connected: bool,
+}
+
+/// `STATE_DIR/runs.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunsFile {
+    /// Runs.
+    pub runs: Vec<RunRow>,
+    /// The runtimed instances.
+    #[serde(default)]
+    pub pods: Vec<PodRow>,
+    /// Skipped manifests.
+    #[serde(default)]
+    pub errors: Vec<serde_json::Value>,
+}
+
+/// The embedded stack of one state directory.
+#[derive(Debug)]
+pub struct Embedded {
+    dir: PathBuf,
+    client: ClientConfig,
+    token: Option<String>,
+}
+
+fn read_state<T: serde::de::DeserializeOwned>(dir: &Path, name: &str) -> anyhow::Result<T> {
+    let p = dir.join(name);
+    let text = std::fs::read(&p).with_context(|| {
+        format!(
+            "read {} (is `krt up` running with this --state-dir? For a cluster pass --kubeconfig, --context or --cluster)",
+            p.display()
+        )
+    })?;
+    serde_json::from_slice(&text).with_context(|| format!("parse {}", p.display()))
+}
+
+/// JSON is YAML: a manifest the store reads, written whole (write, then
+/// rename) so it never sees half a file.
+fn write_manifest(path: &Path, doc: &serde_json::Value) -> anyhow::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(doc)?)?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+impl Embedded {
+    /// The stack of `sel.state_dir`.
+    pub fn open(sel: &Selector) -> anyhow::Result<Self> {
+        let client: ClientConfig = read_state(&sel.state_dir, "client.json")?;
+        Ok(Self {
+            dir: sel.state_dir.clone(),
+            client,
+            token: sel.token.clone(),
+        })
+    }
+
+    /// Where `krt up` writes each child process's log.
+    pub fn log_dir(&self) -> PathBuf {
+        self.dir.join("logs")
+    }
+
+    /// `client.json`.
+    pub fn client(&self) -> &ClientConfig {
+        &self.client
+    }
+
+    fn status(&self) -> anyhow::Result<RunsFile> {
+        read_state(&self.dir, "runs.json")
+    }
+
+    /// Every Run (of `namespace`, or all).
+    pub fn runs(&self, namespace: Option<&str>) -> anyhow::Result<Vec<RunInfo>> {
+        Ok(self
+            .status()?
+            .runs
+            .into_iter()
+            .filter(|r| namespace.is_none_or(|ns| r.namespace == ns))
+            .map(RunInfo::from)
+            .collect())
+    }
+
+    /// One Run and its row.
+    pub fn run(&self, namespace: &str, name: &str) -> anyhow::Result<(RunInfo, serde_json::Value)> {
+        let row = self
+            .status()?
+            .runs
+            .into_iter()
+            .find(|r| r.namespace == namespace && r.name == name)
+            .with_context(|| format!("run {namespace}/{name} not found"))?;
+        let raw = serde_json::to_value(&row)?;
+        Ok((row.into(), raw))
+    }
+
+    fn runs_dir(&self) -> anyhow::Result<&Path> {
+        self.client
+            .runs_dir
+            .as_deref()
+            .context("client.json has no runsDir (restart krt up)")
+    }
+
+    /// The file `krt apply` or `krt session create` wrote for a Run.
+    fn own_file(&self, namespace: &str, name: &str) -> anyhow::Result<Option<PathBuf>> {
+        let dir = self.runs_dir()?;
+        Ok(["apply", "session"]
+            .iter()
+            .map(|prefix| dir.join(format!("{prefix}-{namespace}-{name}.yaml")))
+            .find(|p| p.exists()))
+    }
+
+    /// Writes each Run into the store (`apply-NS-NAME.yaml`).
+    pub fn apply(&self, docs: Vec<serde_json::Value>) -> anyhow::Result<Vec<String>> {
+        let dir = self.runs_dir()?.to_path_buf();
+        let mut out = Vec::new();
+        for doc in docs {
+            let kind = doc["kind"].as_str().unwrap_or_default();
+            if kind != kruntimes_api::RUN_KIND {
+                bail!(
+                    "krt up serves Runs only ({kind:?} is a cluster object; its Runtime Pods are the runtimed instances of --runtimed and --capacity)"
+                );
+            }
+            let name = doc["metadata"]["name"]
+                .as_str()
+                .context("a Run needs metadata.name")?
+                .to_owned();
+            let ns = doc["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("default")
+                .to_owned();
+            let path = match self.own_file(&ns, &name)? {
+                Some(p) => p,
+                None => dir.join(format!("apply-{ns}-{name}.yaml")),
+            };
+            let existed = path.exists();
+            write_manifest(&path, &doc)?;
+            out.push(format!(
+                "run.kruntimes.io/{name} {}",
+                if existed { "configured" } else { "created" }
+            ));
+        }
+        Ok(out)
+    }
+
+    /// Removes the file krt wrote for the Run.
+    pub fn delete(&self, namespace: &str, name: &str) -> anyhow::Result<()> {
+        match self.own_file(namespace, name)? {
+            Some(p) => Ok(std::fs::remove_file(&p)?),
+            None => bail!(
+                "run {namespace}/{name} was not created by krt apply or krt session create; remove it from its manifest in {}",
+                self.runs_dir()?.display()
+            ),
+        }
+    }
+
+    /// Sets `spec.termination` in the file krt wrote for the Run.
+    pub fn terminate(
+        &self,
+        namespace: &str,
+        name: &str,
+        mode: TerminationMode,
+    ) -> anyhow::Result<()> {
+        let path = self.own_file(namespace, name)?.with_context(|| {
+            format!("run {namespace}/{name} was not created by krt apply or krt session create; set spec.termination in its manifest")
+        })?;
+        let mut doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&path)?)
+            .with_context(|| format!("parse {}", path.display()))?;
+        doc["spec"]["termination"] = serde_json::json!({ "mode": mode });
+        write_manifest(&path, &doc)
+    }
+
+    /// The stack's gateway with `client.json`'s token (or `--token`).
+    pub fn gateway(&self) -> anyhow::Result<Gateway> {
+        let ca = std::fs::read(&self.client.ca_file)
+            .with_context(|| format!("read {}", self.client.ca_file.display()))?;
+        Gateway::new(
+            Some(&ca),
+            self.token.as_deref().unwrap_or(&self.client.token),
+        )
+    }
+
+    /// The runtimed instances, as one pool.
+    pub fn runtimes(&self) -> anyhow::Result<Vec<RuntimeInfo>> {
+        let status = self.status()?;
+        Ok(vec![RuntimeInfo {
+            name: "embedded".into(),
+            namespace: "-".into(),
+            desired_replicas: status.pods.len() as i64,
+            ready_replicas: status.pods.iter().filter(|p| p.connected).count() as i64,
+            capacity_per_pod: status.pods.first().map_or(0, |p| u64::from(p.capacity)),
+            runs_in_use: status.pods.iter().map(|p| u64::from(p.used)).sum(),
+            image: String::new(),
+        }])
+    }
+}

@@ -1,0 +1,255 @@
+//! Where krt's verbs act: the embedded stack of `krt up` (its state
+//! directory) or a Kubernetes cluster (a kubeconfig, a context, or the
+//! in-cluster service account). Both answer the same questions — which
+//! Runs exist, how to create, end and delete one, where a Run's endpoint is
+//! and which token reaches it — so every verb works the same in both modes.
+
+pub mod cluster;
+pub mod embedded;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use kruntimes_api::{Phase, Run, TerminationMode};
+use serde::Serialize;
+
+use crate::gateway::Gateway;
+
+/// A Run as the verbs show it, in either mode.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunInfo {
+    /// Name.
+    pub name: String,
+    /// Namespace.
+    pub namespace: String,
+    /// `spec.runtime`.
+    pub runtime: String,
+    /// UID.
+    pub uid: String,
+    /// `function`, `session`, `task` or `invalid`.
+    pub mode: String,
+    /// Phase (`Pending` before the control plane wrote one).
+    pub phase: String,
+    /// Reason.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    /// Message.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    /// Owner Pod.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub assigned_pod: Option<String>,
+    /// Attempt.
+    pub attempt: u64,
+    /// Endpoint URL on the gateway.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+}
+
+impl RunInfo {
+    /// `namespace/name`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// Whether the Run has ended.
+    pub fn ended(&self) -> bool {
+        ["Succeeded", "Failed", "Timeout", "Cancelled"].contains(&self.phase.as_str())
+    }
+}
+
+/// How a Runtime pool is doing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RuntimeInfo {
+    /// Name.
+    pub name: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Pods asked for.
+    pub desired_replicas: i64,
+    /// Pods ready.
+    pub ready_replicas: i64,
+    /// Runs per Pod.
+    pub capacity_per_pod: u64,
+    /// Runs holding capacity now.
+    pub runs_in_use: u64,
+    /// Image of the Runtime Server.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub image: String,
+}
+
+/// Which mode the global flags select.
+#[derive(Debug, Clone, Default)]
+pub struct Selector {
+    /// `--state-dir`: the embedded stack.
+    pub state_dir: PathBuf,
+    /// `--kubeconfig`.
+    pub kubeconfig: Option<PathBuf>,
+    /// `--context`.
+    pub context: Option<String>,
+    /// `--cluster`: use the default kubeconfig or the in-cluster config.
+    pub cluster: bool,
+    /// `--token`: the caller's token for the gateway, overriding the
+    /// kubeconfig's or `client.json`'s.
+    pub token: Option<String>,
+}
+
+impl Selector {
+    /// Whether the flags name a cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.cluster || self.kubeconfig.is_some() || self.context.is_some()
+    }
+}
+
+/// The embedded stack or a cluster.
+pub enum Target {
+    /// `krt up`'s state directory.
+    Embedded(embedded::Embedded),
+    /// A Kubernetes cluster.
+    Cluster(Box<cluster::Cluster>),
+}
+
+impl Target {
+    /// Opens the target the flags select.
+    pub async fn open(sel: &Selector) -> anyhow::Result<Self> {
+        if sel.is_cluster() {
+            Ok(Self::Cluster(Box::new(
+                cluster::Cluster::connect(sel).await?,
+            )))
+        } else {
+            Ok(Self::Embedded(embedded::Embedded::open(sel)?))
+        }
+    }
+
+    /// Every Run (of `namespace`, or all).
+    pub async fn runs(&self, namespace: Option<&str>) -> anyhow::Result<Vec<RunInfo>> {
+        match self {
+            Self::Embedded(e) => e.runs(namespace),
+            Self::Cluster(c) => c.runs(namespace).await,
+        }
+    }
+
+    /// One Run, with its full object (for `-o json|yaml`).
+    pub async fn run(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> anyhow::Result<(RunInfo, serde_json::Value)> {
+        match self {
+            Self::Embedded(e) => e.run(namespace, name),
+            Self::Cluster(c) => c.run(namespace, name).await,
+        }
+    }
+
+    /// Creates or updates Runs (and, on a cluster, Runtimes); returns one
+    /// line per object.
+    pub async fn apply(&self, docs: Vec<serde_json::Value>) -> anyhow::Result<Vec<String>> {
+        match self {
+            Self::Embedded(e) => e.apply(docs),
+            Self::Cluster(c) => c.apply(docs).await,
+        }
+    }
+
+    /// Creates a Run from its typed form.
+    pub async fn create(&self, run: &Run) -> anyhow::Result<()> {
+        let doc = serde_json::to_value(run)?;
+        self.apply(vec![doc]).await.map(drop)
+    }
+
+    /// Deletes a Run.
+    pub async fn delete(&self, namespace: &str, name: &str) -> anyhow::Result<()> {
+        match self {
+            Self::Embedded(e) => e.delete(namespace, name),
+            Self::Cluster(c) => c.delete(namespace, name).await,
+        }
+    }
+
+    /// Sets `spec.termination`.
+    pub async fn terminate(
+        &self,
+        namespace: &str,
+        name: &str,
+        mode: TerminationMode,
+    ) -> anyhow::Result<()> {
+        match self {
+            Self::Embedded(e) => e.terminate(namespace, name, mode),
+            Self::Cluster(c) => c.terminate(namespace, name, mode).await,
+        }
+    }
+
+    /// How to call `run` through the gateway.
+    pub async fn gateway(&self, run: &RunInfo) -> anyhow::Result<Gateway> {
+        match self {
+            Self::Embedded(e) => e.gateway(),
+            Self::Cluster(c) => c.gateway(run).await,
+        }
+    }
+
+    /// The Runtime pools.
+    pub async fn runtimes(&self) -> anyhow::Result<Vec<RuntimeInfo>> {
+        match self {
+            Self::Embedded(e) => e.runtimes(),
+            Self::Cluster(c) => c.runtimes().await,
+        }
+    }
+
+    /// Waits until `namespace/name` reaches one of `phases`; an end in any
+    /// other phase is an error, and so is `timeout` passing.
+    pub async fn wait(
+        &self,
+        namespace: &str,
+        name: &str,
+        phases: &[Phase],
+        timeout: Duration,
+    ) -> anyhow::Result<RunInfo> {
+        let want: Vec<String> = phases.iter().map(|p| format!("{p:?}")).collect();
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok((r, _)) = self.run(namespace, name).await {
+                if want.contains(&r.phase) {
+                    return Ok(r);
+                }
+                if r.ended() {
+                    bail!(
+                        "run {namespace}/{name} ended {} ({}: {})",
+                        r.phase,
+                        r.reason,
+                        r.message
+                    );
+                }
+            }
+            if Instant::now() > deadline {
+                bail!("run {namespace}/{name} did not reach {want:?} within {timeout:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// A Run that exists and is of `mode`.
+    pub async fn run_of_mode(
+        &self,
+        namespace: &str,
+        name: &str,
+        mode: &str,
+    ) -> anyhow::Result<RunInfo> {
+        let (r, _) = self.run(namespace, name).await?;
+        if r.mode != mode {
+            bail!(
+                "run {namespace}/{name} is a {} run, not a {mode} run",
+                r.mode
+            );
+        }
+        Ok(r)
+    }
+}
+
+/// The endpoint of `r`, or why it has none yet.
+pub fn endpoint(r: &RunInfo) -> anyhow::Result<&str> {
+    match r.endpoint.as_deref() {
+        Some(e) => Ok(e),
+        None => bail!("run {} has no endpoint yet ({})", r.key(), r.phase),
+    }
+}
