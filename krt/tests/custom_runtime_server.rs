@@ -152,6 +152,33 @@ fn output(r: rt::InvokeFunctionResponse) -> serde_json::Value {
     }
 }
 
+/// Registers `uid` at `attempt` (handler `text`), returning the handle.
+async fn registered(c: &mut RuntimeServerClient<Channel>, uid: &str, attempt: u64) -> String {
+    c.register_function(register(uid, attempt, "text"))
+        .await
+        .unwrap()
+        .into_inner()
+        .handle
+}
+
+/// Unregisters `uid`'s registration named `handle`; whether it existed.
+async fn unregistered(c: &mut RuntimeServerClient<Channel>, uid: &str, handle: &str) -> bool {
+    c.unregister_function(rt::UnregisterFunctionRequest {
+        run_uid: uid.into(),
+        handle: handle.into(),
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .existed
+}
+
+fn status(uid: &str) -> rt::FunctionStatusRequest {
+    rt::FunctionStatusRequest {
+        run_uid: uid.into(),
+    }
+}
+
 fn code<T: std::fmt::Debug>(r: Result<tonic::Response<T>, tonic::Status>) -> (Code, String) {
     let status = r.expect_err("the call succeeded");
     (status.code(), status.message().to_owned())
@@ -180,12 +207,7 @@ async fn info_names_the_example_on_a_socket_its_group_may_connect_to() {
 async fn a_registered_function_is_invoked_many_times() {
     let server = start().await;
     let mut c = client(&server).await;
-    let handle = c
-        .register_function(register("uid-1", 1, "text"))
-        .await
-        .unwrap()
-        .into_inner()
-        .handle;
+    let handle = registered(&mut c, "uid-1", 1).await;
     assert!(!handle.is_empty());
     let notes = server.work_root().join("uid-1/1/docs/notes.txt");
     assert_eq!(
@@ -206,9 +228,7 @@ async fn a_registered_function_is_invoked_many_times() {
         );
     }
     let status = c
-        .function_status(rt::FunctionStatusRequest {
-            run_uid: "uid-1".into(),
-        })
+        .function_status(status("uid-1"))
         .await
         .unwrap()
         .into_inner();
@@ -220,25 +240,10 @@ async fn a_registered_function_is_invoked_many_times() {
 async fn a_higher_attempt_supersedes_and_a_stale_handle_touches_nothing() {
     let server = start().await;
     let mut c = client(&server).await;
-    let first = c
-        .register_function(register("uid-2", 1, "text"))
-        .await
-        .unwrap()
-        .into_inner()
-        .handle;
-    let again = c
-        .register_function(register("uid-2", 1, "text"))
-        .await
-        .unwrap()
-        .into_inner()
-        .handle;
+    let first = registered(&mut c, "uid-2", 1).await;
+    let again = registered(&mut c, "uid-2", 1).await;
     assert_eq!(again, first, "the same attempt is idempotent");
-    let second = c
-        .register_function(register("uid-2", 2, "text"))
-        .await
-        .unwrap()
-        .into_inner()
-        .handle;
+    let second = registered(&mut c, "uid-2", 2).await;
     assert_ne!(second, first);
     assert!(!server.work_root().join("uid-2/1").exists());
 
@@ -246,15 +251,10 @@ async fn a_higher_attempt_supersedes_and_a_stale_handle_touches_nothing() {
     assert_eq!(code_, Code::NotFound, "{msg}");
     let (code_, msg) = code(c.register_function(register("uid-2", 1, "text")).await);
     assert_eq!(code_, Code::FailedPrecondition, "{msg}");
-    let stale = c
-        .unregister_function(rt::UnregisterFunctionRequest {
-            run_uid: "uid-2".into(),
-            handle: first,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(!stale.existed);
+    assert!(
+        !unregistered(&mut c, "uid-2", &first).await,
+        "a stale handle"
+    );
     let out = c
         .invoke_function(invoke("uid-2", &second, r#"{"text": "still here"}"#))
         .await
@@ -262,44 +262,21 @@ async fn a_higher_attempt_supersedes_and_a_stale_handle_touches_nothing() {
         .into_inner();
     assert_eq!(output(out)["text"], "STILL HERE");
 
-    let gone = c
-        .unregister_function(rt::UnregisterFunctionRequest {
-            run_uid: "uid-2".into(),
-            handle: second,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(gone.existed);
+    assert!(unregistered(&mut c, "uid-2", &second).await);
     assert!(!server.work_root().join("uid-2").exists());
-    let (code_, _) = code(
-        c.function_status(rt::FunctionStatusRequest {
-            run_uid: "uid-2".into(),
-        })
-        .await,
-    );
+    let (code_, _) = code(c.function_status(status("uid-2")).await);
     assert_eq!(code_, Code::NotFound);
-    let absent = c
-        .unregister_function(rt::UnregisterFunctionRequest {
-            run_uid: "uid-2".into(),
-            handle: String::new(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(!absent.existed, "absent registrations succeed");
+    assert!(
+        !unregistered(&mut c, "uid-2", "").await,
+        "absent registrations succeed"
+    );
 }
 
 #[tokio::test]
 async fn bad_requests_get_typed_errors() {
     let server = start().await;
     let mut c = client(&server).await;
-    let handle = c
-        .register_function(register("uid-3", 1, "text"))
-        .await
-        .unwrap()
-        .into_inner()
-        .handle;
+    let handle = registered(&mut c, "uid-3", 1).await;
 
     // Unknown handle, unknown Run.
     let (code_, msg) = code(c.invoke_function(invoke("uid-3", "made-up", "{}")).await);
