@@ -29,15 +29,25 @@ pub struct RuntimeSpec {
     /// Capacity of each Pod.
     #[serde(default)]
     pub capacity: Capacity,
-    /// Built-in backend of runtimed (`python`, `bash`); when omitted,
-    /// runtimed picks it from each Run's runtime name. `custom` is reserved
-    /// for Runtime Servers, which runtimed does not yet hand Runs to.
+    /// What serves the Runs of these Pods in the `runtime` container.
+    /// `python` or `bash`: the built-in `runtime-server`, with that backend
+    /// for every function Run; omitted: the built-in server, choosing by each
+    /// Run's runtime name (`python`, `bash`); `custom`: the image's own
+    /// entrypoint, serving the Runtime Server contract
+    /// (`kruntimes.runtime.v1.RuntimeServer`) on the Unix socket named by
+    /// `KRUNTIMES_RUNTIME_SOCKET`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend: Option<Backend>,
-    /// Image of the runtime container (runtimed and the language runtime).
+    /// Image of the Runtime Server (the `runtime` container, which runs user
+    /// code): with `runtime-server` and the language runtime on `PATH` for
+    /// the built-in backends, or a custom Runtime Server as its entrypoint.
+    /// runtimed's own image is the operator's `--runtimed-image`.
     #[schemars(length(min = 1, max = 512))]
     pub image: String,
-    /// Pod template overrides (labels, annotations, resources, scheduling).
+    /// Pod template overrides (labels, annotations, scheduling, volumes,
+    /// further containers). A container named `runtime` is the base of the
+    /// Runtime Server's (its resources, env, probes are kept); one named
+    /// `runtimed` is replaced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template: Option<k8s_openapi::api::core::v1::PodTemplateSpec>,
 }
@@ -64,11 +74,12 @@ impl Default for Capacity {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {
-    /// Persistent Python workers.
+    /// The built-in Runtime Server's persistent Python workers.
     Python,
-    /// Bash functions.
+    /// The built-in Runtime Server's Bash functions.
     Bash,
-    /// A Runtime Server implementing the gRPC contracts.
+    /// The image's own Runtime Server, implementing
+    /// `kruntimes.runtime.v1.RuntimeServer`.
     Custom,
 }
 

@@ -4,7 +4,9 @@
 //!
 //! The API server runs with a generated serving certificate, a static token
 //! file (one token per [`User`]), RBAC authorization, service-account signing
-//! keys (so the TokenRequest API issues real JWTs) and the kruntimes CRDs from
+//! keys (so the TokenRequest API issues real JWTs), the default admission
+//! plugins (Pod Security admission among them; the ServiceAccount plugin
+//! only on request, [`ApiServerOptions`]) and the kruntimes CRDs from
 //! `charts/kruntimes/crds/`. Both processes are stopped when the
 //! [`ApiServer`] is dropped.
 //!
@@ -35,6 +37,6 @@ mod users;
 
 pub use binaries::{binaries_dir, crd_dir};
 pub use pki::{API_AUDIENCE, SA_ISSUER};
-pub use server::ApiServer;
+pub use server::{ApiServer, ApiServerOptions};
 pub use tokens::{foreign_signing_key, mint_service_account_token};
 pub use users::{Subject, User};

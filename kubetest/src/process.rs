@@ -10,6 +10,7 @@ use anyhow::Context;
 
 use crate::pki;
 use crate::pki::{API_AUDIENCE, SA_ISSUER};
+use crate::server::ApiServerOptions;
 
 /// A free loopback TCP port.
 pub(crate) fn free_port() -> anyhow::Result<u16> {
@@ -49,19 +50,27 @@ pub(crate) fn start_etcd(
 
 /// Starts kube-apiserver on `port` over the etcd at `etcd_url`, with the
 /// credentials [`pki::write`] put in `dir`; it appends to
-/// `dir/kube-apiserver.log` (a restart keeps the earlier lines).
+/// `dir/kube-apiserver.log` (a restart keeps the earlier lines). The
+/// default admission plugins run (`PodSecurity` among them), the
+/// `ServiceAccount` one only when `options` ask for it.
 pub(crate) fn start_kube_apiserver(
     bins: &Path,
     dir: &Path,
     etcd_url: &str,
     port: u16,
+    options: ApiServerOptions,
 ) -> anyhow::Result<Child> {
     let file = |name: &str| dir.join(name).display().to_string();
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(dir.join("kube-apiserver.log"))?;
-    Command::new(bins.join("kube-apiserver"))
+    let mut command = Command::new(bins.join("kube-apiserver"));
+    if !options.service_account_admission {
+        // No controller manager creates `default` ServiceAccounts here.
+        command.arg("--disable-admission-plugins=ServiceAccount");
+    }
+    command
         .arg(format!("--etcd-servers={etcd_url}"))
         .arg("--bind-address=127.0.0.1")
         .arg("--advertise-address=127.0.0.1")
@@ -79,8 +88,6 @@ pub(crate) fn start_kube_apiserver(
             file(pki::SA_KEY)
         ))
         .arg("--service-cluster-ip-range=10.96.0.0/24")
-        // No controller manager creates `default` ServiceAccounts here.
-        .arg("--disable-admission-plugins=ServiceAccount")
         .arg("--allow-privileged=true")
         .arg("--v=1")
         .stdin(Stdio::null())

@@ -14,8 +14,20 @@ use crate::pki;
 use crate::process::{self, free_port, tail};
 use crate::users::User;
 
+/// What a test API server is started with beyond its fixed setup.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ApiServerOptions {
+    /// Run the `ServiceAccount` admission plugin, which checks on every Pod
+    /// creation that its ServiceAccount exists and mounts its token unless
+    /// `automountServiceAccountToken` is false. Off by default: without a
+    /// controller manager no `default` ServiceAccount exists, so every Pod
+    /// that names none would be refused.
+    pub service_account_admission: bool,
+}
+
 /// A running etcd + kube-apiserver.
 pub struct ApiServer {
+    options: ApiServerOptions,
     pub(crate) dir: tempfile::TempDir,
     bins: PathBuf,
     etcd: Option<Child>,
@@ -31,6 +43,11 @@ impl ApiServer {
     /// Starts etcd and the API server, waits for `/readyz` and installs the
     /// CRDs. Fails (with the build command) when the binaries are missing.
     pub async fn start() -> anyhow::Result<Self> {
+        Self::start_with(ApiServerOptions::default()).await
+    }
+
+    /// [`Self::start`] with `options`.
+    pub async fn start_with(options: ApiServerOptions) -> anyhow::Result<Self> {
         let bins = require_binaries()?;
         let dir = tempfile::Builder::new().prefix("kubetest-").tempdir()?;
         let credentials = pki::write(dir.path())?;
@@ -42,6 +59,7 @@ impl ApiServer {
         let etcd = process::start_etcd(&bins, dir.path(), &etcd_url, peer_port)?;
 
         let mut server = Self {
+            options,
             dir,
             bins,
             etcd: Some(etcd),
@@ -63,8 +81,13 @@ impl ApiServer {
         if self.apiserver.is_some() {
             return Ok(());
         }
-        let child =
-            process::start_kube_apiserver(&self.bins, self.dir.path(), &self.etcd_url, self.port)?;
+        let child = process::start_kube_apiserver(
+            &self.bins,
+            self.dir.path(),
+            &self.etcd_url,
+            self.port,
+            self.options,
+        )?;
         self.apiserver = Some(child);
         self.wait_ready(Duration::from_secs(90)).await
     }

@@ -3,7 +3,8 @@
 
 use std::path::PathBuf;
 
-use crate::cluster::{self, ClusterConfig, workloads::PodSettings};
+use crate::cluster::workloads::{self, PodSettings};
+use crate::cluster::{self, ClusterConfig};
 use anyhow::Context as _;
 use clap::Parser;
 use kruntimes_certs::TlsFiles;
@@ -32,6 +33,15 @@ pub struct Args {
         default_value = "kruntimes-system"
     )]
     pub system_namespace: String,
+    /// Image of the `runtimed` container of every Runtime Pod (its
+    /// entrypoint must be `runtimed`); the Runtime Server's image is each
+    /// Runtime's `spec.image`. Defaults to runtimed of the operator's version.
+    #[arg(
+        long,
+        env = "KRUNTIMES_OPERATOR_RUNTIMED_IMAGE",
+        default_value = workloads::DEFAULT_RUNTIMED_IMAGE
+    )]
+    pub runtimed_image: String,
     /// Secret with the internal TLS material mounted into Runtime Pods.
     #[arg(
         long,
@@ -96,6 +106,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             ca_configmap,
             system_namespace: args.system_namespace,
             pods: PodSettings {
+                runtimed_image: args.runtimed_image,
                 internal_tls_secret: args.internal_tls_secret,
                 service_account: args.runtime_service_account,
             },
