@@ -82,6 +82,10 @@ pub struct Args {
     /// Authentication/authorization API calls in flight at once.
     #[arg(long, default_value_t = 64)]
     pub auth_max_api_calls: usize,
+    /// Longest a request waits for a free API call, milliseconds; then 503
+    /// `AuthUnavailable` with `Retry-After`.
+    #[arg(long, default_value_t = 1000)]
+    pub auth_max_call_wait_ms: u64,
     /// While the API server is unreachable, keep allowing keys that were
     /// allowed within their TTL plus this many seconds (0: fail closed).
     #[arg(long, default_value_t = 0)]

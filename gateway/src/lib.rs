@@ -85,6 +85,7 @@ fn cache_config(args: &Args) -> CacheConfig {
         allowed_ttl: Duration::from_secs(args.authz_allowed_ttl_secs),
         denied_ttl: Duration::from_secs(args.authz_denied_ttl_secs),
         max_concurrent_calls: args.auth_max_api_calls,
+        max_call_wait: Duration::from_millis(args.auth_max_call_wait_ms),
         stale_if_error: Duration::from_secs(args.auth_stale_if_error_secs),
     }
 }

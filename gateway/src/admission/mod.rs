@@ -4,10 +4,12 @@
 //!
 //! 1. [`limits`]: header bytes (431);
 //! 2. [`run_target`]: path → Run target, method, verb (400, 405);
-//! 3. [`limits`]: declared body size (400, 413), the in-flight limit (503);
+//! 3. [`limits`]: declared body size (400, 413);
 //! 4. [`authorize`]: the bearer token (401) and, through the decision cache,
 //!    the decision for the exact Run (401, 403, 404, 503);
-//! 5. [`route`]: the table's route and the Run's mode (404, 503). The table
+//! 5. [`limits`]: the in-flight limit (503 `Overloaded`), taken only by
+//!    allowed callers, so unauthenticated floods cannot fill it;
+//! 6. [`route`]: the table's route and the Run's mode (404, 503). The table
 //!    is read before step 4, which needs the Run's name, and its answer
 //!    given after it: with authentication on, only an authorized caller
 //!    learns a Run's state.
@@ -92,8 +94,6 @@ impl Admission {
         target.check_method(&req.method)?;
         facts.max_body = self.limits.max_body(target.is_session());
         limits::check_content_length(&req.headers, facts.max_body)?;
-        let slot = facts.in_flight.insert(self.in_flight.acquire());
-        slot.admitted()?;
         let token = match self.auth {
             Some(_) => Some(authorize::require_bearer(&req.headers)?),
             None => None,
@@ -106,6 +106,10 @@ impl Admission {
             let subject = authorize::authorize(cache, token, &target, lookup.run_name()).await?;
             facts.subject = Some(subject);
         }
+        // The slot is taken once the caller is known to be allowed: a flood
+        // of made-up tokens is answered 401 without filling the gateway.
+        let slot = facts.in_flight.insert(self.in_flight.acquire());
+        slot.admitted()?;
         if lookup.is_settling() {
             lookup = self.settle(&target, lookup, changes).await;
         }

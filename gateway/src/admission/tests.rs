@@ -152,11 +152,20 @@ async fn a_declared_body_over_the_limit_is_413_even_without_a_token() {
 }
 
 #[tokio::test]
-async fn over_the_in_flight_limit_is_503_overloaded_before_authentication() {
+async fn the_in_flight_limit_is_taken_only_after_authorization() {
     let f = fixture(true, 1);
     let (first, held) = admit(&f, &post(INVOKE, "alice")).await;
     assert_eq!(first, Ok(()));
-    let (second, rejected) = admit(&f, &request("POST", INVOKE, &[])).await;
+    // Made-up or missing tokens are 401 and take no slot, even when full.
+    let (anon, _) = admit(&f, &request("POST", INVOKE, &[])).await;
+    assert_eq!(anon, Err(Rejection::missing_token()));
+    assert_eq!(
+        code(&f, &post(INVOKE, "nobody")).await,
+        ErrorCode::Unauthenticated
+    );
+    assert_eq!(code(&f, &post(INVOKE, "eve")).await, ErrorCode::Forbidden);
+    assert_eq!(f.gauge.get(), 1, "only the admitted request holds a slot");
+    let (second, rejected) = admit(&f, &post(INVOKE, "alice")).await;
     assert_eq!(second.unwrap_err().code, ErrorCode::Overloaded);
     assert_eq!(
         f.gauge.get(),

@@ -39,6 +39,10 @@ pub struct CacheConfig {
     pub denied_ttl: Duration,
     /// Backend calls in flight at once.
     pub max_concurrent_calls: usize,
+    /// Longest a cache miss waits for a free backend call: past it the
+    /// request is answered 503 `AuthUnavailable` (with `Retry-After`)
+    /// instead of queueing without bound behind a flood of misses.
+    pub max_call_wait: Duration,
     /// How long past its TTL an allow decision may still be used while the
     /// backend is unavailable. Zero (the default) fails closed at once.
     pub stale_if_error: Duration,
@@ -53,6 +57,7 @@ impl Default for CacheConfig {
             allowed_ttl: Duration::from_secs(30),
             denied_ttl: Duration::from_secs(5),
             max_concurrent_calls: 64,
+            max_call_wait: Duration::from_secs(1),
             stale_if_error: Duration::ZERO,
         }
     }
@@ -235,11 +240,20 @@ impl DecisionCache {
         let value = cache
             .try_get_with(key, async {
                 missed.store(true, Ordering::Relaxed);
-                let _permit = self
-                    .calls
-                    .acquire()
-                    .await
-                    .map_err(|_| AuthError::Unavailable("shutting down".into()))?;
+                let _permit = match tokio::time::timeout(
+                    self.cfg.max_call_wait,
+                    self.calls.acquire(),
+                )
+                .await
+                {
+                    Ok(Ok(p)) => p,
+                    Ok(Err(_)) => return Err(AuthError::Unavailable("shutting down".into())),
+                    Err(_) => {
+                        return Err(AuthError::Unavailable(
+                            "too many authentication checks in flight".into(),
+                        ));
+                    }
+                };
                 load.await
             })
             .await

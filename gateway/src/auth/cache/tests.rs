@@ -244,3 +244,27 @@ async fn a_rejected_token_loses_its_stale_allowances() {
         Err(AuthError::Unavailable(_))
     ));
 }
+
+#[tokio::test]
+async fn a_miss_waits_for_a_backend_call_only_so_long() {
+    let (_, cache) = setup_with(CacheConfig {
+        max_concurrent_calls: 1,
+        max_call_wait: Duration::from_millis(1),
+        ..CacheConfig::default()
+    });
+    // Two misses at once; the backend takes 20 ms a call and one call may
+    // run: one is answered, the other gives up waiting.
+    let t = target("a");
+    let (a, b) = tokio::join!(cache.check("good", &t), cache.check("good2", &t));
+    let unavailable = |r: &Result<Outcome, AuthError>| matches!(r, Err(AuthError::Unavailable(m)) if m.contains("in flight"));
+    assert!(
+        unavailable(&a) != unavailable(&b),
+        "exactly one waited too long: {a:?} {b:?}"
+    );
+    // Errors are not cached: once the backend is free the same token works.
+    let again = if unavailable(&a) { "good" } else { "good2" };
+    assert!(matches!(
+        cache.check(again, &target("a")).await,
+        Ok(Outcome::Allowed(_))
+    ));
+}
