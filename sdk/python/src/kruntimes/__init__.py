@@ -1,6 +1,44 @@
-"""Python client for kruntimes session (sandbox) Runs."""
+"""Python client for kruntimes: function Runs (invoke a handler) and session
+Runs (agent sandboxes: commands, files, streamed output), against a
+Kubernetes cluster or a ``krt up`` stack, blocking or with asyncio.
 
-from .errors import KruntimesError
-from .sandbox import OperationResult, Sandbox
+    from kruntimes import Client, Sandbox
 
-__all__ = ["KruntimesError", "OperationResult", "Sandbox"]
+    client = Client.from_kubeconfig(namespace="default")    # or Client.from_state_dir(".kruntimes")
+    print(client.function("hello-python").invoke({"name": "X"}))
+    with Sandbox.create(client, runtime="bash") as sb:
+        print(sb.commands.run("echo hi").stdout)
+
+See ``docs/sdk-python.md``.
+"""
+
+from ._runs import RunInfo
+from .client import AsyncClient, Client
+from .commands import AsyncCommands, CommandEvent, CommandResult, Commands
+from .errors import *  # noqa: F403 - every error class, listed in errors.__all__
+from .errors import __all__ as _errors
+from .files import AsyncFiles, EntryInfo, FilePage, Files
+from .functions import AsyncFunction, Function
+from .sandbox import AsyncSandbox, Sandbox, SessionStatus
+
+__version__ = "0.2.0"
+
+__all__ = [
+    "AsyncClient",
+    "AsyncCommands",
+    "AsyncFiles",
+    "AsyncFunction",
+    "AsyncSandbox",
+    "Client",
+    "CommandEvent",
+    "CommandResult",
+    "Commands",
+    "EntryInfo",
+    "FilePage",
+    "Files",
+    "Function",
+    "RunInfo",
+    "Sandbox",
+    "SessionStatus",
+    *_errors,
+]

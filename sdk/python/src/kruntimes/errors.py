@@ -1,28 +1,403 @@
-"""Typed errors of the kruntimes API."""
+"""Typed errors: one class per code of the gateway's error table
+(``docs/api.md``), grouped by status, plus the few the client raises itself.
+
+Every error carries ``status`` (the HTTP status of the answer that raised it,
+from the gateway or the Kubernetes API — or, when the client read it from
+``krt up``'s ``runs.json``, the status the gateway would answer: 404 for no
+such Run; 0 for the client's own errors: network, configuration, waiting),
+``code`` (the stable error code, e.g. ``NotFound``), ``message``,
+``invocation_id`` (the gateway's ``X-Kruntimes-Invocation-Id``),
+``retry_after`` (seconds, from ``Retry-After`` on 429 and 503) and ``source``
+(``"gateway"``, ``"kubernetes"`` or ``"client"``).
+
+Nothing is retried implicitly: a 429 or 503 may be retried by the caller after
+``retry_after``; retrying after any other error may run the call twice.
+"""
 
 from __future__ import annotations
 
-from typing import Optional
+import email.utils
+import json
+import time
+from typing import Any, Dict, Mapping, Optional, Type
+
+__all__ = [
+    "KruntimesError",
+    "InvalidRequestError",
+    "InvalidPathError",
+    "InvalidJsonError",
+    "InvalidInvocationIdError",
+    "BadRequestError",
+    "UnauthenticatedError",
+    "PermissionDeniedError",
+    "NotFoundError",
+    "MethodNotAllowedError",
+    "ConflictError",
+    "PayloadTooLargeError",
+    "HeadersTooLargeError",
+    "BusyError",
+    "UnavailableError",
+    "NotReadyError",
+    "OwnerUnavailableError",
+    "StaleOwnerError",
+    "OverloadedError",
+    "AuthUnavailableError",
+    "ServerError",
+    "FunctionError",
+    "WorkerCrashedError",
+    "InvalidOutputError",
+    "InternalError",
+    "DeadlineExceededError",
+    "NetworkError",
+    "WaitTimeoutError",
+    "RunEndedError",
+    "OperationFailedError",
+    "CommandExitError",
+    "UnsupportedError",
+    "ConfigError",
+]
 
 
 class KruntimesError(Exception):
-    """An error answered by the gateway (or raised by the client).
+    """An error answered by the gateway or the Kubernetes API, or raised by the client."""
 
-    ``status`` is the HTTP status (0 for client-side errors), ``code`` the
-    stable error code (``NotFound``, ``Busy``, ``InvalidPath`` …).
-    """
+    #: HTTP status this class stands for (0: not an HTTP answer).
+    default_status = 0
+    #: Error code this class stands for ("" for the group classes).
+    default_code = ""
 
-    def __init__(self, status: int, code: str, message: str, invocation_id: Optional[str] = None):
-        super().__init__(f"{status} {code}: {message}")
-        self.status = status
-        self.code = code
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: Optional[int] = None,
+        code: Optional[str] = None,
+        invocation_id: Optional[str] = None,
+        retry_after: Optional[float] = None,
+        source: str = "client",
+    ) -> None:
+        self.status: int = self.default_status if status is None else status
+        self.code: str = code or self.default_code or "Unknown"
         self.message = message
         self.invocation_id = invocation_id
+        self.retry_after = retry_after
+        self.source = source
+        where = f" (invocation {invocation_id})" if invocation_id else ""
+        super().__init__(f"{self.status} {self.code}: {message}{where}")
 
-    @classmethod
-    def from_response(cls, response) -> "KruntimesError":
-        try:
-            err = response.json()["error"]
-            return cls(response.status_code, err.get("code", "Unknown"), err.get("message", ""), err.get("invocationId"))
-        except Exception:  # noqa: BLE001 - any non-JSON body
-            return cls(response.status_code, "Unknown", response.text[:2048])
+
+class InvalidRequestError(KruntimesError):
+    """400: the request was malformed; it did not run."""
+
+    default_status = 400
+
+
+class InvalidPathError(InvalidRequestError):
+    """400 ``InvalidPath``: not an API route, or a workspace path that is absolute, has ``..`` or escapes."""
+
+    default_code = "InvalidPath"
+
+
+class InvalidJsonError(InvalidRequestError):
+    """400 ``InvalidJson``: the body is not JSON."""
+
+    default_code = "InvalidJson"
+
+
+class InvalidInvocationIdError(InvalidRequestError):
+    """400 ``InvalidInvocationId``: empty, over 128 bytes or not visible ASCII."""
+
+    default_code = "InvalidInvocationId"
+
+
+class BadRequestError(InvalidRequestError):
+    """400 ``BadRequest``: any other malformed request (or a file that is not of the right kind)."""
+
+    default_code = "BadRequest"
+
+
+class UnauthenticatedError(KruntimesError):
+    """401 ``Unauthenticated``: missing, invalid or expired token."""
+
+    default_status = 401
+    default_code = "Unauthenticated"
+
+
+class PermissionDeniedError(KruntimesError):
+    """403 ``Forbidden``: authenticated, but RBAC (``runs/invoke``, ``runs/session``) or the policy says no."""
+
+    default_status = 403
+    default_code = "Forbidden"
+
+
+class NotFoundError(KruntimesError):
+    """404 ``NotFound``: no such Run (or Run UID, or workspace file)."""
+
+    default_status = 404
+    default_code = "NotFound"
+
+
+class MethodNotAllowedError(KruntimesError):
+    """405 ``MethodNotAllowed``."""
+
+    default_status = 405
+    default_code = "MethodNotAllowed"
+
+
+class ConflictError(KruntimesError):
+    """409 (Kubernetes API): a Run of that name exists, or the object changed meanwhile."""
+
+    default_status = 409
+    default_code = "AlreadyExists"
+
+
+class PayloadTooLargeError(KruntimesError):
+    """413 ``PayloadTooLarge``: body over 1 MiB (invoke) or a file over 32 MiB."""
+
+    default_status = 413
+    default_code = "PayloadTooLarge"
+
+
+class HeadersTooLargeError(KruntimesError):
+    """431 ``HeadersTooLarge``: request headers over 16 KiB."""
+
+    default_status = 431
+    default_code = "HeadersTooLarge"
+
+
+class BusyError(KruntimesError):
+    """429 ``Busy``: the function has an in-flight invocation, or the session queue is full.
+
+    The call did not run; it may be retried after ``retry_after`` seconds.
+    """
+
+    default_status = 429
+    default_code = "Busy"
+
+
+class UnavailableError(KruntimesError):
+    """503: the call did not run; it may be retried after ``retry_after`` seconds."""
+
+    default_status = 503
+
+
+class NotReadyError(UnavailableError):
+    """503 ``NotReady``: the Run exists but is not Ready (pending, draining, or ended)."""
+
+    default_code = "NotReady"
+
+
+class OwnerUnavailableError(UnavailableError):
+    """503 ``OwnerUnavailable``: the owner is unreachable or its table entry is stale."""
+
+    default_code = "OwnerUnavailable"
+
+
+class StaleOwnerError(UnavailableError):
+    """503 ``StaleOwner``: the owner no longer holds this registration."""
+
+    default_code = "StaleOwner"
+
+
+class OverloadedError(UnavailableError):
+    """503 ``Overloaded``: the gateway's in-flight limit is reached."""
+
+    default_code = "Overloaded"
+
+
+class AuthUnavailableError(UnavailableError):
+    """503 ``AuthUnavailable``: the authentication backend failed on a cache miss."""
+
+    default_code = "AuthUnavailable"
+
+
+class ServerError(KruntimesError):
+    """500: the call ran (or started) and failed; retrying may run it twice."""
+
+    default_status = 500
+
+
+class FunctionError(ServerError):
+    """500 ``FunctionError``: the handler raised (Python) or exited non-zero (Bash)."""
+
+    default_code = "FunctionError"
+
+
+class WorkerCrashedError(ServerError):
+    """500 ``WorkerCrashed``: the worker died during the call."""
+
+    default_code = "WorkerCrashed"
+
+
+class InvalidOutputError(ServerError):
+    """500 ``InvalidOutput``: the output is over 1 MiB or not JSON."""
+
+    default_code = "InvalidOutput"
+
+
+class InternalError(ServerError):
+    """500 ``Internal``: an unexpected failure in the gateway or runtimed."""
+
+    default_code = "Internal"
+
+
+class DeadlineExceededError(KruntimesError):
+    """504 ``DeadlineExceeded``: the invocation timeout passed; the handler was killed."""
+
+    default_status = 504
+    default_code = "DeadlineExceeded"
+
+
+class NetworkError(KruntimesError):
+    """The connection failed or broke, or the client's own timeout passed.
+
+    Whether the call ran is unknown.
+    """
+
+    default_code = "NetworkError"
+
+
+class WaitTimeoutError(KruntimesError):
+    """A Run did not reach the awaited phase in time."""
+
+    default_code = "WaitTimeout"
+
+
+class RunEndedError(KruntimesError):
+    """A Run ended (``Failed``, ``Timeout``, ``Cancelled``, …) while it was awaited.
+
+    ``phase`` and ``reason`` are the Run's; ``code`` is the phase.
+    """
+
+    def __init__(self, message: str, *, phase: str, reason: str = "", **kwargs: Any) -> None:
+        kwargs.setdefault("code", phase)
+        super().__init__(message, **kwargs)
+        self.phase = phase
+        self.reason = reason
+
+
+class OperationFailedError(KruntimesError):
+    """A session file operation ran and failed (its result's state is ``Failed``)."""
+
+    default_status = 200
+    default_code = "OperationFailed"
+
+    def __init__(self, message: str, *, result: Any = None, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        #: The :class:`kruntimes.CommandResult` of the operation.
+        self.result = result
+
+
+class CommandExitError(OperationFailedError):
+    """Raised by :meth:`kruntimes.CommandResult.check` for a command that did not succeed."""
+
+    default_code = "CommandFailed"
+
+
+class UnsupportedError(KruntimesError):
+    """This client cannot do that (e.g. create a sandbox without a control plane)."""
+
+    default_code = "Unsupported"
+
+
+class ConfigError(KruntimesError):
+    """A kubeconfig, state directory or argument that the client cannot use."""
+
+    default_code = "InvalidConfig"
+
+
+def _subclasses(cls: Type[KruntimesError]) -> "list[Type[KruntimesError]]":
+    out = []
+    for sub in cls.__subclasses__():
+        out.append(sub)
+        out.extend(_subclasses(sub))
+    return out
+
+
+# The gateway's codes; the client-side classes (status 0 or 200) never come from an answer.
+_BY_CODE: Dict[str, Type[KruntimesError]] = {
+    c.default_code: c for c in _subclasses(KruntimesError) if c.default_code and c.default_status not in (0, 200)
+}
+_BY_STATUS: Dict[int, Type[KruntimesError]] = {
+    400: InvalidRequestError,
+    401: UnauthenticatedError,
+    403: PermissionDeniedError,
+    404: NotFoundError,
+    405: MethodNotAllowedError,
+    409: ConflictError,
+    413: PayloadTooLargeError,
+    422: InvalidRequestError,
+    429: BusyError,
+    431: HeadersTooLargeError,
+    500: ServerError,
+    503: UnavailableError,
+    504: DeadlineExceededError,
+}
+
+
+def error_class(status: int, code: str) -> Type[KruntimesError]:
+    """The class for an answer: by code first (the gateway's table), else by status."""
+    cls = _BY_CODE.get(code)
+    if cls is not None and cls.default_status == status:
+        return cls
+    if status in _BY_STATUS:
+        return _BY_STATUS[status]
+    if 500 <= status < 600:
+        return ServerError if status != 502 else UnavailableError
+    return KruntimesError
+
+
+def parse_retry_after(value: Optional[str]) -> Optional[float]:
+    """``Retry-After`` as seconds (delta-seconds or an HTTP date)."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def from_answer(source: str, status: int, headers: Mapping[str, str], body: bytes) -> KruntimesError:
+    """The typed error for an HTTP answer of the gateway (``{"error": {…}}``) or the
+    Kubernetes API (a ``Status`` object)."""
+    code, message, invocation_id = "", "", headers.get("x-kruntimes-invocation-id")
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict) and isinstance(doc.get("error"), dict):
+        err = doc["error"]
+        code = str(err.get("code") or "")
+        message = str(err.get("message") or "")
+        invocation_id = err.get("invocationId") or invocation_id
+    elif isinstance(doc, dict) and doc.get("kind") == "Status":
+        code = str(doc.get("reason") or "")
+        message = str(doc.get("message") or "")
+    else:
+        message = body[:2048].decode("utf-8", "replace")
+    cls = error_class(status, code)
+    return cls(
+        message or f"HTTP {status}",
+        status=status,
+        code=code or None,
+        invocation_id=invocation_id,
+        retry_after=parse_retry_after(headers.get("retry-after")),
+        source=source,
+    )
+
+
+def from_event(error: Any, invocation_id: Optional[str] = None) -> KruntimesError:
+    """The typed error of a stream's ``failed`` event (its ``error`` field)."""
+    err = error.get("error", error) if isinstance(error, dict) else {}
+    code = str(err.get("code") or "Internal") if isinstance(err, dict) else "Internal"
+    message = str(err.get("message") or "the stream failed") if isinstance(err, dict) else str(error)
+    status = _BY_CODE[code].default_status if code in _BY_CODE else 500
+    cls = error_class(status, code)
+    return cls(message, status=status, code=code,
+               invocation_id=(err.get("invocationId") if isinstance(err, dict) else None) or invocation_id,
+               source="gateway")

@@ -1,250 +1,299 @@
-"""Session (sandbox) Runs: create or open one, run commands and file
-operations through its FIFO queue, stream output, close it."""
+"""Sandboxes: session-mode Runs, created or connected to, closed when done.
+
+``Sandbox.create`` creates a session Run (through the Kubernetes API, or as a
+manifest in ``krt up``'s runs directory), waits until it is Ready and until
+the gateway routes it. ``close()`` sets ``spec.termination: Drain`` (accepted
+work finishes, the Run ends ``Succeeded``); ``kill()`` sets ``Immediate``
+(queued and running work is cancelled, the Run ends ``Cancelled``). Leaving a
+``with`` block closes the sandbox, or kills it when the block raised.
+"""
 
 from __future__ import annotations
 
-import base64
-import json
+import secrets
 import time
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import TYPE_CHECKING, Any, Coroutine, Dict, Generator, Generic, Mapping, Optional, TypeVar, Union
+from urllib.parse import urlsplit
 
-import httpx
+from ._runs import RunInfo, session_manifest, wait_for
+from ._wire import GATEWAY, Call, Flow, Sleep
+from .commands import AsyncCommands, Commands
+from .errors import ConfigError, KruntimesError, NotReadyError, OwnerUnavailableError, UnsupportedError
+from .files import AsyncFiles, Files
 
-from .errors import KruntimesError
+if TYPE_CHECKING:
+    from .client import AsyncClient, Client
 
-_TERMINAL = {"Succeeded", "Failed", "Timeout", "Cancelled"}
-
-
-@dataclass
-class OperationResult:
-    """The result of one command or file mutation."""
-
-    operation_id: str
-    state: str
-    exit_code: Optional[int]
-    stdout: str
-    stderr: str
-    stdout_truncated: bool
-    stderr_truncated: bool
-    duration_ms: int
-    error: Optional[str] = None
-
-    @classmethod
-    def from_json(cls, d: Dict[str, Any]) -> "OperationResult":
-        return cls(
-            operation_id=d["operationId"],
-            state=d["state"],
-            exit_code=d.get("exitCode"),
-            stdout=d.get("stdout", ""),
-            stderr=d.get("stderr", ""),
-            stdout_truncated=d.get("stdoutTruncated", False),
-            stderr_truncated=d.get("stderrTruncated", False),
-            duration_ms=d.get("durationMs", 0),
-            error=d.get("error"),
-        )
+S = TypeVar("S", bound="AsyncSandbox")
 
 
-class _Embedded:
-    """The embedded stack's state directory written by ``krt up``."""
+@dataclass(frozen=True)
+class SessionStatus:
+    """The session's own view (``GET …/sessions/{uid}``; bypasses the queue)."""
 
-    def __init__(self, state_dir: str):
-        self.dir = Path(state_dir)
-        self.client = json.loads((self.dir / "client.json").read_text())
-
-    def runs(self) -> List[Dict[str, Any]]:
-        return json.loads((self.dir / "runs.json").read_text())["runs"]
-
-    def run(self, namespace: str, name: str) -> Optional[Dict[str, Any]]:
-        for r in self.runs():
-            if r["namespace"] == namespace and r["name"] == name:
-                return r
-        return None
-
-    def runs_dir(self) -> Path:
-        runs_dir = self.client.get("runsDir")
-        if not runs_dir:
-            raise KruntimesError(0, "Unsupported", "this krt up does not publish its runs directory")
-        return Path(runs_dir)
+    uid: str
+    attempt: int
+    pending_operations: int
+    idle_ms: int
+    closing: bool
 
 
-def _manifest(name: str, namespace: str, runtime: str, env: Dict[str, str], idle_timeout_seconds: Optional[int],
-              queue_size: Optional[int], operation_timeout: Optional[int], termination: Optional[str]) -> str:
-    session: Dict[str, Any] = {}
-    if idle_timeout_seconds is not None:
-        session["idleTimeoutSeconds"] = idle_timeout_seconds
-    if queue_size is not None:
-        session["queueSize"] = queue_size
-    if operation_timeout is not None:
-        session["operationTimeout"] = operation_timeout
-    spec: Dict[str, Any] = {
-        "runtime": runtime,
-        "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
-        "mode": {"session": session},
-    }
-    if termination:
-        spec["termination"] = {"mode": termination}
-    doc = {
-        "apiVersion": "kruntimes.io/v1alpha1",
-        "kind": "Run",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": spec,
-    }
-    # JSON is valid YAML.
-    return json.dumps(doc, indent=2) + "\n"
+@dataclass(frozen=True)
+class _Create:
+    runtime: str
+    name: Optional[str]
+    namespace: Optional[str]
+    env: Optional[Mapping[str, str]]
+    idle_timeout: Optional[int]
+    queue_size: Optional[int]
+    operation_timeout: Optional[int]
+    timeout: Optional[int]
+    ready_timeout: float
 
 
-class Sandbox:
-    """A session Run reached through the gateway."""
+def _from_endpoint(endpoint: str) -> RunInfo:
+    """A Run known only by its session URL (``…/v1/namespaces/NS/runtimes/RT/sessions/UID``)."""
+    parts = urlsplit(endpoint).path.strip("/").split("/")
+    if len(parts) != 7 or parts[0] != "v1" or parts[1] != "namespaces" or parts[5] != "sessions":
+        raise ConfigError(f"{endpoint} is not a session endpoint (…/v1/namespaces/NS/runtimes/RT/sessions/UID)")
+    return RunInfo(name="", namespace=parts[2], uid=parts[6], runtime=parts[4], mode="session",
+                   phase="Ready", endpoint=endpoint.rstrip("/"))
 
-    def __init__(self, name: str, namespace: str = "default", state_dir: str = ".kruntimes", timeout: float = 330.0):
-        self.name = name
-        self.namespace = namespace
-        self._stack = _Embedded(state_dir)
-        cfg = self._stack.client
-        self._http = httpx.Client(
-            verify=str(cfg["caFile"]),
-            headers={"Authorization": f"Bearer {cfg['token']}"},
-            timeout=timeout,
-        )
-        self._spec: Optional[Dict[str, Any]] = None
 
-    # -- lifecycle -----------------------------------------------------
+def _routed(run: RunInfo, timeout: float) -> Flow[None]:
+    """Waits until the gateway routes the session: its status route is read-only and
+    bypasses the queue, so probing it cannot run anything."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            yield Call(GATEWAY, "GET", str(run.endpoint), ca_pem=run.ca_pem)
+            return
+        except (NotReadyError, OwnerUnavailableError):
+            if time.monotonic() > deadline:
+                raise
+        yield Sleep(0.05)
 
-    @classmethod
-    def create(cls, name: str, namespace: str = "default", runtime: str = "bash", env: Optional[Dict[str, str]] = None,
-               idle_timeout_seconds: Optional[int] = None, queue_size: Optional[int] = None,
-               operation_timeout: Optional[int] = None, state_dir: str = ".kruntimes",
-               wait_timeout: float = 60.0) -> "Sandbox":
-        """Creates the session Run (a manifest in the embedded store) and waits until it is Ready."""
-        sb = cls(name, namespace, state_dir)
-        sb._spec = dict(runtime=runtime, env=dict(env or {}), idle_timeout_seconds=idle_timeout_seconds,
-                        queue_size=queue_size, operation_timeout=operation_timeout)
-        sb._write_manifest(None)
-        sb.wait(timeout=wait_timeout)
-        return sb
 
-    @classmethod
-    def open(cls, name: str, namespace: str = "default", state_dir: str = ".kruntimes") -> "Sandbox":
-        """Opens an existing session Run."""
-        sb = cls(name, namespace, state_dir)
-        run = sb._status()
-        if run is None or run["mode"] != "session":
-            raise KruntimesError(404, "NotFound", f"no session run {namespace}/{name}")
-        return sb
+class _SandboxBase:
+    _client: "Union[Client, AsyncClient]"
 
-    def _manifest_path(self) -> Path:
-        return self._stack.runs_dir() / f"session-{self.namespace}-{self.name}.yaml"
+    def __init__(self, client: "Union[Client, AsyncClient]", run: RunInfo) -> None:
+        self._client = client
+        self._run = run
 
-    def _write_manifest(self, termination: Optional[str]) -> None:
-        if self._spec is None:
-            raise KruntimesError(0, "Unsupported", "only sandboxes created by this client can be closed by it")
-        path = self._manifest_path()
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(_manifest(self.name, self.namespace, termination=termination, **self._spec))
-        tmp.rename(path)
+    @property
+    def name(self) -> str:
+        """The session Run's name ("" when connected by endpoint)."""
+        return self._run.name
 
-    def _status(self) -> Optional[Dict[str, Any]]:
-        return self._stack.run(self.namespace, self.name)
+    @property
+    def namespace(self) -> str:
+        return self._run.namespace
 
-    def wait(self, phase: str = "Ready", timeout: float = 60.0) -> Dict[str, Any]:
-        """Waits until the Run reaches ``phase`` (raises when it ends otherwise)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            run = self._status()
-            if run is not None:
-                if run["phase"] == phase:
-                    return run
-                if run["phase"] in _TERMINAL:
-                    raise KruntimesError(0, run.get("reason") or run["phase"], run.get("message") or f"run is {run['phase']}")
-            time.sleep(0.05)
-        raise KruntimesError(0, "Timeout", f"run {self.namespace}/{self.name} did not reach {phase} in {timeout}s")
-
-    def close(self, timeout: float = 120.0) -> Dict[str, Any]:
-        """Ends the session after its accepted operations finish (Succeeded)."""
-        self._write_manifest("Drain")
-        return self.wait("Succeeded", timeout)
-
-    def cancel(self, timeout: float = 60.0) -> Dict[str, Any]:
-        """Ends the session now, cancelling queued and running work (Cancelled)."""
-        self._write_manifest("Immediate")
-        return self.wait("Cancelled", timeout)
-
-    # -- operations ----------------------------------------------------
+    @property
+    def uid(self) -> str:
+        return self._run.uid
 
     @property
     def endpoint(self) -> str:
-        run = self._status()
-        if run is None or not run.get("endpoint"):
-            raise KruntimesError(404, "NotFound", f"no session run {self.namespace}/{self.name}")
-        return run["endpoint"]
+        """The session's base URL at the gateway."""
+        return str(self._run.endpoint)
 
-    def _check(self, r: httpx.Response) -> httpx.Response:
-        if r.status_code >= 400:
-            raise KruntimesError.from_response(r)
-        return r
+    @property
+    def run_info(self) -> RunInfo:
+        """The Run as last seen (after close/kill: its terminal status)."""
+        return self._run
+
+    @property
+    def _ca_pem(self) -> Optional[str]:
+        return self._run.ca_pem
+
+    def _operation(self, body: Dict[str, Any], *, stream: bool) -> Call:
+        route = "operations:stream" if stream else "operations:execute"
+        return Call(GATEWAY, "POST", f"{self.endpoint}/{route}", json=body, ca_pem=self._ca_pem, timeout=None)
 
     @staticmethod
-    def _command(argv: Optional[List[str]], shell: Optional[str], stdin: Optional[str], cwd: Optional[str],
-                 env: Optional[Dict[str, str]], timeout_seconds: Optional[int]) -> Dict[str, Any]:
-        if (argv is None) == (shell is None):
-            raise ValueError("pass exactly one of argv or shell")
-        body: Dict[str, Any] = {"command": {"argv": argv} if argv is not None else {"shell": shell}}
-        for key, value in (("stdin", stdin), ("cwd", cwd), ("env", env), ("timeoutSeconds", timeout_seconds)):
-            if value is not None:
-                body[key] = value
-        return body
+    def _create(client: "Union[Client, AsyncClient]", o: _Create) -> Flow[RunInfo]:
+        store = client._store()
+        ns, name = o.namespace or client.namespace, o.name or f"sandbox-{secrets.token_hex(4)}"
+        yield from store.create(session_manifest(
+            name, ns, o.runtime, o.env or {}, idle_timeout=o.idle_timeout, queue_size=o.queue_size,
+            operation_timeout=o.operation_timeout, timeout=o.timeout))
+        try:
+            return (yield from _SandboxBase._ready(client, ns, name, o.ready_timeout))
+        except KruntimesError:
+            # Never leave a half-made sandbox holding a Pod.
+            try:
+                yield from store.terminate(ns, name, "Immediate")
+            except KruntimesError:
+                pass
+            raise
 
-    def _execute(self, body: Dict[str, Any]) -> OperationResult:
-        r = self._check(self._http.post(f"{self.endpoint}/operations:execute", json=body))
-        return OperationResult.from_json(r.json())
+    @staticmethod
+    def _ready(client: "Union[Client, AsyncClient]", namespace: str, name: str,
+               timeout: float) -> Generator[Any, Any, RunInfo]:
+        start = time.monotonic()
+        run = yield from wait_for(client._store(), namespace, name, lambda r: r.phase == "Ready" and bool(r.endpoint),
+                                  "Ready", timeout)
+        yield from _routed(run, max(1.0, timeout - (time.monotonic() - start)))
+        return run
 
-    def exec(self, argv: Optional[List[str]] = None, shell: Optional[str] = None, stdin: Optional[str] = None,
-             cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None,
-             timeout_seconds: Optional[int] = None) -> OperationResult:
-        """Runs one command (argv or shell) and returns its result."""
-        return self._execute(self._command(argv, shell, stdin, cwd, env, timeout_seconds))
+    @staticmethod
+    def _connect(client: "Union[Client, AsyncClient]", name: Optional[str], namespace: Optional[str],
+                 endpoint: Optional[str], ready_timeout: float) -> Flow[RunInfo]:
+        if (name is None) == (endpoint is None):
+            raise ValueError("name a session Run, or pass its endpoint")
+        if endpoint is not None:
+            run = _from_endpoint(endpoint)
+            yield from _routed(run, ready_timeout)
+            return run
+        assert name is not None
+        run = yield from client._lookup(name, namespace, "session")
+        return (yield from _SandboxBase._ready(client, run.namespace, name, ready_timeout))
 
-    def stream(self, argv: Optional[List[str]] = None, shell: Optional[str] = None, stdin: Optional[str] = None,
-               cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None,
-               timeout_seconds: Optional[int] = None) -> Iterator[Dict[str, Any]]:
-        """Runs one command, yielding ``accepted``, ``output`` and ``completed`` events."""
-        body = self._command(argv, shell, stdin, cwd, env, timeout_seconds)
-        with self._http.stream("POST", f"{self.endpoint}/operations:stream", json=body) as r:
-            if r.status_code >= 400:
-                r.read()
-                raise KruntimesError.from_response(r)
-            for line in r.iter_lines():
-                if line:
-                    yield json.loads(line)
+    def _end(self, mode: str, timeout: float) -> Flow[RunInfo]:
+        if not self.name:
+            raise UnsupportedError("a sandbox connected by endpoint cannot be ended by this client")
+        store = self._client._store()
+        yield from store.terminate(self.namespace, self.name, mode)
+        self._run = yield from wait_for(store, self.namespace, self.name, lambda r: r.ended, "its end", timeout)
+        return self._run
 
-    def write_file(self, path: str, data: bytes) -> OperationResult:
-        return self._mutate({"writeFile": {"path": path, "contentBase64": base64.b64encode(data).decode()}})
+    def _status(self) -> Flow[SessionStatus]:
+        reply = yield Call(GATEWAY, "GET", self.endpoint, ca_pem=self._ca_pem)
+        assert reply is not None
+        d = reply.json()
+        return SessionStatus(uid=str(d.get("uid", "")), attempt=int(d.get("attempt") or 0),
+                             pending_operations=int(d.get("pendingOperations") or 0),
+                             idle_ms=int(d.get("idleMs") or 0), closing=bool(d.get("closing")))
 
-    def mkdir(self, path: str) -> OperationResult:
-        return self._mutate({"mkdir": {"path": path}})
 
-    def delete(self, path: str) -> OperationResult:
-        return self._mutate({"delete": {"path": path}})
+class Sandbox(_SandboxBase):
+    """A session Run of a :class:`~kruntimes.Client`: ``commands``, ``files``, and a context
+    manager that closes it."""
 
-    def rename(self, src: str, dst: str) -> OperationResult:
-        return self._mutate({"rename": {"from": src, "to": dst}})
+    _client: "Client"
 
-    def _mutate(self, body: Dict[str, Any]) -> OperationResult:
-        result = self._execute(body)
-        if result.state != "Succeeded":
-            raise KruntimesError(200, "OperationFailed", result.error or result.state)
-        return result
+    def __init__(self, client: "Client", run: RunInfo) -> None:
+        super().__init__(client, run)
+        self.commands = Commands(self)
+        self.files = Files(self)
 
-    def read_file(self, path: str) -> bytes:
-        r = self._check(self._http.get(f"{self.endpoint}/files:content", params={"path": path}))
-        return r.content
+    @classmethod
+    def create(cls, client: "Client", runtime: str = "bash", *, name: Optional[str] = None,
+               namespace: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
+               idle_timeout: Optional[int] = None, queue_size: Optional[int] = None,
+               operation_timeout: Optional[int] = None, timeout: Optional[int] = None,
+               ready_timeout: float = 60.0) -> "Sandbox":
+        """Creates a session Run on Runtime ``runtime`` and waits until it can be used.
 
-    def list_files(self, path: str = "", limit: Optional[int] = None, page_token: Optional[str] = None) -> Dict[str, Any]:
-        params: Dict[str, Any] = {"path": path}
-        if limit is not None:
-            params["limit"] = limit
-        if page_token:
-            params["pageToken"] = page_token
-        return self._check(self._http.get(f"{self.endpoint}/files", params=params)).json()
+        ``name`` defaults to ``sandbox-<random>``; ``env`` is the session's environment;
+        ``idle_timeout``, ``queue_size`` and ``operation_timeout`` (seconds) are the
+        Run's ``spec.mode.session`` fields and ``timeout`` its ``spec.timeout`` (total
+        lifetime, seconds). Raises :class:`~kruntimes.RunEndedError` if the Run ends
+        first and :class:`~kruntimes.WaitTimeoutError` after ``ready_timeout`` seconds
+        (the Run is then ended ``Immediate``).
+        """
+        o = _Create(runtime, name, namespace, env, idle_timeout, queue_size, operation_timeout, timeout, ready_timeout)
+        return cls(client, client._drive(cls._create(client, o)))
+
+    @classmethod
+    def connect(cls, client: "Client", name: Optional[str] = None, *, namespace: Optional[str] = None,
+                endpoint: Optional[str] = None, ready_timeout: float = 60.0) -> "Sandbox":
+        """Attaches to the existing session Run ``name`` (or the one at ``endpoint``)."""
+        return cls(client, client._drive(cls._connect(client, name, namespace, endpoint, ready_timeout)))
+
+    def status(self) -> SessionStatus:
+        return self._client._drive(self._status())
+
+    def close(self, timeout: float = 120.0) -> RunInfo:
+        """Ends the session once its accepted operations finish; returns the ended Run (``Succeeded``)."""
+        return self._client._drive(self._end("Drain", timeout))
+
+    def kill(self, timeout: float = 60.0) -> RunInfo:
+        """Ends the session now, cancelling queued and running work (``Cancelled``)."""
+        return self._client._drive(self._end("Immediate", timeout))
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.kill()
+
+
+class AsyncSandbox(_SandboxBase):
+    """:class:`Sandbox` of an :class:`~kruntimes.AsyncClient`.
+
+    ``AsyncSandbox.create(…)`` and ``connect(…)`` are awaited (``sb = await …``) or
+    entered directly (``async with AsyncSandbox.create(…) as sb``).
+    """
+
+    _client: "AsyncClient"
+
+    def __init__(self, client: "AsyncClient", run: RunInfo) -> None:
+        super().__init__(client, run)
+        self.commands = AsyncCommands(self)
+        self.files = AsyncFiles(self)
+
+    @classmethod
+    def create(cls, client: "AsyncClient", runtime: str = "bash", *, name: Optional[str] = None,
+               namespace: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
+               idle_timeout: Optional[int] = None, queue_size: Optional[int] = None,
+               operation_timeout: Optional[int] = None, timeout: Optional[int] = None,
+               ready_timeout: float = 60.0) -> "_Opening[AsyncSandbox]":
+        """:meth:`Sandbox.create`."""
+        o = _Create(runtime, name, namespace, env, idle_timeout, queue_size, operation_timeout, timeout, ready_timeout)
+        return _Opening(cls._opened(client, cls._create(client, o)))
+
+    @classmethod
+    def connect(cls, client: "AsyncClient", name: Optional[str] = None, *, namespace: Optional[str] = None,
+                endpoint: Optional[str] = None, ready_timeout: float = 60.0) -> "_Opening[AsyncSandbox]":
+        """:meth:`Sandbox.connect`."""
+        return _Opening(cls._opened(client, cls._connect(client, name, namespace, endpoint, ready_timeout)))
+
+    @classmethod
+    async def _opened(cls, client: "AsyncClient", flow: Flow[RunInfo]) -> "AsyncSandbox":
+        return cls(client, await client._drive(flow))
+
+    async def status(self) -> SessionStatus:
+        return await self._client._drive(self._status())
+
+    async def close(self, timeout: float = 120.0) -> RunInfo:
+        """:meth:`Sandbox.close`."""
+        return await self._client._drive(self._end("Drain", timeout))
+
+    async def kill(self, timeout: float = 60.0) -> RunInfo:
+        """:meth:`Sandbox.kill`."""
+        return await self._client._drive(self._end("Immediate", timeout))
+
+    async def __aenter__(self) -> "AsyncSandbox":
+        return self
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            await self.close()
+        else:
+            await self.kill()
+
+
+class _Opening(Generic[S]):
+    """An :class:`AsyncSandbox` on its way: awaitable, or entered with ``async with``."""
+
+    def __init__(self, coro: "Coroutine[Any, Any, S]") -> None:
+        self._coro = coro
+        self._sandbox: Optional[S] = None
+
+    def __await__(self) -> Generator[Any, None, S]:
+        return self._coro.__await__()
+
+    async def __aenter__(self) -> S:
+        self._sandbox = await self._coro
+        return self._sandbox
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        assert self._sandbox is not None
+        await self._sandbox.__aexit__(exc_type, exc, tb)

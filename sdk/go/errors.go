@@ -1,0 +1,299 @@
+package kruntimes
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// APIError is an error answered by the gateway or the Kubernetes API. It is
+// always returned inside the type of its code (or of its status group), so
+// errors.As(err, &apiErr) and errors.As(err, &notFound) both work.
+type APIError struct {
+	// Status is the HTTP status. For Runs read from krt up's runs.json it is
+	// the status the gateway would answer (404: no such Run).
+	Status int
+	// Code is the stable error code (NotFound, Busy, …; for the Kubernetes
+	// API, the Status reason).
+	Code string
+	// Message says why.
+	Message string
+	// InvocationID is the gateway's X-Kruntimes-Invocation-Id.
+	InvocationID string
+	// RetryAfter is the Retry-After of 429 and 503 answers (0 when absent).
+	RetryAfter time.Duration
+	// Source is "gateway", "kubernetes" or "client" (read from a state dir).
+	Source string
+}
+
+func (e *APIError) Error() string {
+	s := fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message)
+	if e.InvocationID != "" {
+		s += " (invocation " + e.InvocationID + ")"
+	}
+	return s
+}
+
+// As lets errors.As find the *APIError inside every per-code type.
+func (e *APIError) As(target any) bool {
+	if t, ok := target.(**APIError); ok {
+		*t = e
+		return true
+	}
+	return false
+}
+
+// Retryable reports whether the call did not run and may be sent again after
+// RetryAfter (429 and 503).
+func (e *APIError) Retryable() bool {
+	return e.Status == http.StatusTooManyRequests || e.Status == http.StatusServiceUnavailable
+}
+
+func (e *APIError) set(v APIError) { *e = v }
+
+// The groups: errors.As(err, &group) matches every code of the group.
+type (
+	// InvalidRequestError is a 400: the request was malformed; it did not run.
+	InvalidRequestError struct{ APIError }
+	// UnavailableError is a 503: the call did not run; retry after RetryAfter.
+	UnavailableError struct{ APIError }
+	// ServerError is a 500: the call ran (or started) and failed.
+	ServerError struct{ APIError }
+)
+
+// As matches the group, then the *APIError.
+func (e *InvalidRequestError) As(target any) bool { return asGroup(e, target) }
+
+// As matches the group, then the *APIError.
+func (e *UnavailableError) As(target any) bool { return asGroup(e, target) }
+
+// As matches the group, then the *APIError.
+func (e *ServerError) As(target any) bool { return asGroup(e, target) }
+
+type grouped interface {
+	error
+	apiError() *APIError
+}
+
+func (e *InvalidRequestError) apiError() *APIError { return &e.APIError }
+func (e *UnavailableError) apiError() *APIError    { return &e.APIError }
+func (e *ServerError) apiError() *APIError         { return &e.APIError }
+
+func asGroup[G grouped](g G, target any) bool {
+	if t, ok := target.(*G); ok {
+		*t = g
+		return true
+	}
+	return g.apiError().As(target)
+}
+
+// One type per code of the gateway's error table (docs/api.md).
+type (
+	// InvalidPathError is 400 InvalidPath: not an API route, or a workspace path that escapes.
+	InvalidPathError struct{ InvalidRequestError }
+	// InvalidJSONError is 400 InvalidJson: the body is not JSON.
+	InvalidJSONError struct{ InvalidRequestError }
+	// InvalidInvocationIDError is 400 InvalidInvocationId.
+	InvalidInvocationIDError struct{ InvalidRequestError }
+	// BadRequestError is 400 BadRequest: any other malformed request.
+	BadRequestError struct{ InvalidRequestError }
+	// UnauthenticatedError is 401: a missing, invalid or expired token.
+	UnauthenticatedError struct{ APIError }
+	// PermissionDeniedError is 403 Forbidden: RBAC (runs/invoke, runs/session) or the policy says no.
+	PermissionDeniedError struct{ APIError }
+	// NotFoundError is 404: no such Run, Run UID or workspace file.
+	NotFoundError struct{ APIError }
+	// MethodNotAllowedError is 405.
+	MethodNotAllowedError struct{ APIError }
+	// ConflictError is 409 (Kubernetes API): the Run exists, or changed meanwhile.
+	ConflictError struct{ APIError }
+	// PayloadTooLargeError is 413: a body over 1 MiB (invoke) or a file over 32 MiB.
+	PayloadTooLargeError struct{ APIError }
+	// HeadersTooLargeError is 431.
+	HeadersTooLargeError struct{ APIError }
+	// BusyError is 429: an invocation is in flight, or the session queue is full; retry after RetryAfter.
+	BusyError struct{ APIError }
+	// NotReadyError is 503 NotReady: the Run is pending, draining or ended.
+	NotReadyError struct{ UnavailableError }
+	// OwnerUnavailableError is 503 OwnerUnavailable.
+	OwnerUnavailableError struct{ UnavailableError }
+	// StaleOwnerError is 503 StaleOwner.
+	StaleOwnerError struct{ UnavailableError }
+	// OverloadedError is 503 Overloaded: the gateway's in-flight limit.
+	OverloadedError struct{ UnavailableError }
+	// AuthUnavailableError is 503 AuthUnavailable: the authentication backend failed.
+	AuthUnavailableError struct{ UnavailableError }
+	// FunctionError is 500 FunctionError: the handler raised or exited non-zero.
+	FunctionError struct{ ServerError }
+	// WorkerCrashedError is 500 WorkerCrashed.
+	WorkerCrashedError struct{ ServerError }
+	// InvalidOutputError is 500 InvalidOutput: over 1 MiB or not JSON.
+	InvalidOutputError struct{ ServerError }
+	// InternalError is 500 Internal.
+	InternalError struct{ ServerError }
+	// DeadlineExceededError is 504: the invocation timeout passed.
+	DeadlineExceededError struct{ APIError }
+)
+
+type setter interface {
+	error
+	set(APIError)
+}
+
+func wrap[T any, P interface {
+	*T
+	setter
+}](e APIError) error {
+	p := P(new(T))
+	p.set(e)
+	return p
+}
+
+type kind struct {
+	status int
+	make   func(APIError) error
+}
+
+var byCode = map[string]kind{
+	"InvalidPath":         {400, wrap[InvalidPathError]},
+	"InvalidJson":         {400, wrap[InvalidJSONError]},
+	"InvalidInvocationId": {400, wrap[InvalidInvocationIDError]},
+	"BadRequest":          {400, wrap[BadRequestError]},
+	"Unauthenticated":     {401, wrap[UnauthenticatedError]},
+	"Forbidden":           {403, wrap[PermissionDeniedError]},
+	"NotFound":            {404, wrap[NotFoundError]},
+	"MethodNotAllowed":    {405, wrap[MethodNotAllowedError]},
+	"PayloadTooLarge":     {413, wrap[PayloadTooLargeError]},
+	"HeadersTooLarge":     {431, wrap[HeadersTooLargeError]},
+	"Busy":                {429, wrap[BusyError]},
+	"NotReady":            {503, wrap[NotReadyError]},
+	"OwnerUnavailable":    {503, wrap[OwnerUnavailableError]},
+	"StaleOwner":          {503, wrap[StaleOwnerError]},
+	"Overloaded":          {503, wrap[OverloadedError]},
+	"AuthUnavailable":     {503, wrap[AuthUnavailableError]},
+	"FunctionError":       {500, wrap[FunctionError]},
+	"WorkerCrashed":       {500, wrap[WorkerCrashedError]},
+	"InvalidOutput":       {500, wrap[InvalidOutputError]},
+	"Internal":            {500, wrap[InternalError]},
+	"DeadlineExceeded":    {504, wrap[DeadlineExceededError]},
+}
+
+var byStatus = map[int]func(APIError) error{
+	400: wrap[InvalidRequestError],
+	401: wrap[UnauthenticatedError],
+	403: wrap[PermissionDeniedError],
+	404: wrap[NotFoundError],
+	405: wrap[MethodNotAllowedError],
+	409: wrap[ConflictError],
+	413: wrap[PayloadTooLargeError],
+	422: wrap[InvalidRequestError],
+	429: wrap[BusyError],
+	431: wrap[HeadersTooLargeError],
+	502: wrap[UnavailableError],
+	503: wrap[UnavailableError],
+	504: wrap[DeadlineExceededError],
+}
+
+// typed wraps e in the type of its code (when it came with that code's
+// status), else of its status.
+func typed(e APIError) error {
+	if k, ok := byCode[e.Code]; ok && k.status == e.Status {
+		return k.make(e)
+	}
+	if f, ok := byStatus[e.Status]; ok {
+		return f(e)
+	}
+	if e.Status >= 500 {
+		return wrap[ServerError](e)
+	}
+	return &e
+}
+
+// fromAnswer is the typed error of a non-2xx answer: the gateway's
+// {"error": {…}} or a Kubernetes Status object.
+func fromAnswer(source string, status int, header http.Header, body []byte) error {
+	e := APIError{Status: status, Source: source, InvocationID: header.Get("X-Kruntimes-Invocation-Id")}
+	var doc struct {
+		Error *struct {
+			Code, Message, InvocationID string
+		} `json:"error"`
+		Kind, Reason, Message string
+	}
+	if json.Unmarshal(body, &doc) == nil && doc.Error != nil {
+		e.Code, e.Message = doc.Error.Code, doc.Error.Message
+		if doc.Error.InvocationID != "" {
+			e.InvocationID = doc.Error.InvocationID
+		}
+	} else if doc.Kind == "Status" {
+		e.Code, e.Message = doc.Reason, doc.Message
+	} else {
+		e.Message = string(body[:min(len(body), 2048)])
+	}
+	if e.Code == "" {
+		e.Code = "Unknown"
+	}
+	if e.Message == "" {
+		e.Message = http.StatusText(status)
+	}
+	e.RetryAfter = parseRetryAfter(header.Get("Retry-After"))
+	return typed(e)
+}
+
+func parseRetryAfter(v string) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.ParseFloat(v, 64); err == nil && s >= 0 {
+		return time.Duration(s * float64(time.Second))
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(0, time.Until(t))
+	}
+	return 0
+}
+
+// NetworkError is a connection that failed or broke, or a context that ended
+// while waiting for the answer: whether the call ran is unknown.
+type NetworkError struct {
+	Op  string
+	Err error
+}
+
+func (e *NetworkError) Error() string { return e.Op + ": " + e.Err.Error() }
+func (e *NetworkError) Unwrap() error { return e.Err }
+
+// RunEndedError is a Run that ended (Failed, Timeout, Cancelled, …) while it
+// was awaited.
+type RunEndedError struct {
+	Namespace, Name       string
+	Phase, Reason, Detail string
+}
+
+func (e *RunEndedError) Error() string {
+	return fmt.Sprintf("run %s/%s ended %s (%s: %s)", e.Namespace, e.Name, e.Phase, e.Reason, e.Detail)
+}
+
+// OperationFailedError is a session file operation that ran and failed, or a
+// command that did not succeed (CommandResult.Check).
+type OperationFailedError struct {
+	Op     string
+	Result *CommandResult
+}
+
+func (e *OperationFailedError) Error() string {
+	detail := e.Result.Error
+	if e.Result.ExitCode != nil {
+		detail = fmt.Sprintf("exit code %d", *e.Result.ExitCode)
+	}
+	if detail == "" {
+		detail = e.Result.State
+	}
+	return fmt.Sprintf("%s %s %s: %s", e.Op, e.Result.OperationID, e.Result.State, detail)
+}
+
+// ErrUnsupported is returned for what this client cannot do, such as
+// creating a sandbox without a control plane (a client made with New).
+var ErrUnsupported = errors.New("kruntimes: not supported by this client")

@@ -1,0 +1,308 @@
+package kruntimes
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/yaml"
+)
+
+// RunInfo is a Run as its control plane reports it.
+type RunInfo struct {
+	Name, Namespace, UID, Runtime string
+	// Mode is function, session or task.
+	Mode string
+	// Phase is Pending, Scheduled, Running, Ready, Finalizing or a terminal
+	// phase (Succeeded, Failed, Timeout, Cancelled).
+	Phase, Reason, Message string
+	Attempt                int64
+	// Endpoint is the Run's gateway URL (…:invoke or …/sessions/{uid}).
+	Endpoint string
+	// CABundle is the PEM CA the endpoint's certificate chains to, when the
+	// status publishes one.
+	CABundle string
+}
+
+// Ended reports whether the phase is terminal.
+func (r RunInfo) Ended() bool {
+	switch r.Phase {
+	case "Succeeded", "Failed", "Timeout", "Cancelled":
+		return true
+	}
+	return false
+}
+
+// runStore is where Runs live: get, create, terminate.
+type runStore interface {
+	// get answers a *NotFoundError for a Run that does not exist.
+	get(ctx context.Context, namespace, name string) (*RunInfo, error)
+	create(ctx context.Context, manifest map[string]any) error
+	// terminate sets spec.termination.mode (Drain or Immediate).
+	terminate(ctx context.Context, namespace, name, mode string) error
+	// source is the Source of the errors it answers.
+	source() string
+}
+
+var runsResource = schema.GroupVersionResource{Group: "kruntimes.io", Version: "v1alpha1", Resource: "runs"}
+
+// kubeRuns are Runs in the Kubernetes API.
+type kubeRuns struct{ dyn dynamic.Interface }
+
+func (k *kubeRuns) source() string { return "kubernetes" }
+
+// kubeError is the typed error of a Kubernetes API failure.
+func kubeError(err error) error {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		s := status.Status()
+		e := APIError{Status: int(s.Code), Code: string(s.Reason), Message: s.Message, Source: "kubernetes"}
+		if s.Details != nil && s.Details.RetryAfterSeconds > 0 {
+			e.RetryAfter = time.Duration(s.Details.RetryAfterSeconds) * time.Second
+		}
+		return typed(e)
+	}
+	return &NetworkError{Op: "kubernetes", Err: err}
+}
+
+func (k *kubeRuns) get(ctx context.Context, namespace, name string) (*RunInfo, error) {
+	obj, err := k.dyn.Resource(runsResource).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, kubeError(err)
+	}
+	return runFromObject(obj.Object)
+}
+
+func (k *kubeRuns) create(ctx context.Context, manifest map[string]any) error {
+	ns, _ := manifest["metadata"].(map[string]any)["namespace"].(string)
+	_, err := k.dyn.Resource(runsResource).Namespace(ns).
+		Create(ctx, &unstructured.Unstructured{Object: manifest}, metav1.CreateOptions{})
+	if err != nil {
+		return kubeError(err)
+	}
+	return nil
+}
+
+func (k *kubeRuns) terminate(ctx context.Context, namespace, name, mode string) error {
+	patch := fmt.Appendf(nil, `{"spec":{"termination":{"mode":%q}}}`, mode)
+	_, err := k.dyn.Resource(runsResource).Namespace(namespace).
+		Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		return kubeError(err)
+	}
+	return nil
+}
+
+func runFromObject(obj map[string]any) (*RunInfo, error) {
+	var run struct {
+		Metadata struct{ Name, Namespace, UID string }
+		Spec     struct {
+			Runtime string
+			Mode    map[string]json.RawMessage
+		}
+		Status struct {
+			Phase, Reason, Message string
+			Attempt                int64
+			Endpoint               struct {
+				URL      string `json:"url"`
+				CABundle string `json:"caBundle"`
+			}
+		}
+	}
+	raw, err := json.Marshal(obj)
+	if err == nil {
+		err = json.Unmarshal(raw, &run)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("decode Run: %w", err)
+	}
+	info := &RunInfo{
+		Name: run.Metadata.Name, Namespace: run.Metadata.Namespace, UID: run.Metadata.UID,
+		Runtime: run.Spec.Runtime, Phase: or(run.Status.Phase, "Pending"), Reason: run.Status.Reason,
+		Message: run.Status.Message, Attempt: run.Status.Attempt, Endpoint: run.Status.Endpoint.URL,
+	}
+	for mode := range run.Spec.Mode {
+		info.Mode = mode
+	}
+	if b := run.Status.Endpoint.CABundle; b != "" {
+		pem, err := base64.StdEncoding.DecodeString(b)
+		if err != nil {
+			return nil, fmt.Errorf("decode status.endpoint.caBundle: %w", err)
+		}
+		info.CABundle = string(pem)
+	}
+	return info, nil
+}
+
+// stateDirRuns are the Runs of krt up: status from runs.json, manifests
+// written to its runs directory.
+type stateDirRuns struct{ stateDir, runsDir string }
+
+func (s *stateDirRuns) source() string { return "client" }
+
+func (s *stateDirRuns) get(_ context.Context, namespace, name string) (*RunInfo, error) {
+	path := filepath.Join(s.stateDir, "runs.json")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read %s (is `krt up` running with this state dir?): %w", path, err)
+	}
+	var doc struct {
+		Runs []struct {
+			Name, Namespace, Runtime, UID, Mode, Phase, Reason, Message, Endpoint string
+			Attempt                                                               int64
+		}
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return nil, fmt.Errorf("parse %s: %w", path, err)
+	}
+	for _, r := range doc.Runs {
+		if r.Namespace == namespace && r.Name == name {
+			return &RunInfo{Name: name, Namespace: namespace, UID: r.UID, Runtime: r.Runtime, Mode: r.Mode,
+				Phase: or(r.Phase, "Pending"), Reason: r.Reason, Message: r.Message, Attempt: r.Attempt,
+				Endpoint: r.Endpoint}, nil
+		}
+	}
+	return nil, typed(APIError{Status: 404, Code: "NotFound", Source: "client",
+		Message: fmt.Sprintf("no run %s/%s", namespace, name)})
+}
+
+// manifestPath is the file krt session create and the SDKs keep a session's
+// manifest in.
+func (s *stateDirRuns) manifestPath(namespace, name string) (string, error) {
+	if s.runsDir == "" {
+		return "", fmt.Errorf("%w: this krt up does not publish its runs directory (client.json has no runsDir)", ErrUnsupported)
+	}
+	return filepath.Join(s.runsDir, fmt.Sprintf("session-%s-%s.yaml", namespace, name)), nil
+}
+
+func (s *stateDirRuns) write(path string, doc map[string]any) error {
+	// JSON is YAML; write then rename so the store never reads half a file.
+	raw, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(filepath.Dir(path), fmt.Sprintf(".%s.%d.tmp", filepath.Base(path), os.Getpid()))
+	if err := os.WriteFile(tmp, append(raw, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func (s *stateDirRuns) create(_ context.Context, manifest map[string]any) error {
+	meta := manifest["metadata"].(map[string]any)
+	ns, name := meta["namespace"].(string), meta["name"].(string)
+	path, err := s.manifestPath(ns, name)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(path); err == nil {
+		return typed(APIError{Status: 409, Code: "AlreadyExists", Source: "client",
+			Message: fmt.Sprintf("run %s/%s exists (%s)", ns, name, path)})
+	}
+	return s.write(path, manifest)
+}
+
+func (s *stateDirRuns) terminate(_ context.Context, namespace, name, mode string) error {
+	path, err := s.manifestPath(namespace, name)
+	if err != nil {
+		return err
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("%w: run %s/%s has no manifest at %s: end it by editing its own manifest (spec.termination)",
+			ErrUnsupported, namespace, name, path)
+	}
+	var doc map[string]any
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		return fmt.Errorf("parse %s: %w", path, err)
+	}
+	spec, _ := doc["spec"].(map[string]any)
+	if spec == nil {
+		spec = map[string]any{}
+		doc["spec"] = spec
+	}
+	spec["termination"] = map[string]any{"mode": mode}
+	return s.write(path, doc)
+}
+
+// sessionManifest is a session Run (docs/sessions.md).
+func sessionManifest(name, namespace string, o SandboxOptions) map[string]any {
+	session := map[string]any{}
+	if o.IdleTimeout > 0 {
+		session["idleTimeoutSeconds"] = int64(o.IdleTimeout / time.Second)
+	}
+	if o.QueueSize > 0 {
+		session["queueSize"] = o.QueueSize
+	}
+	if o.OperationTimeout > 0 {
+		session["operationTimeout"] = int64(o.OperationTimeout / time.Second)
+	}
+	keys := make([]string, 0, len(o.Env))
+	for k := range o.Env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	env := make([]any, 0, len(keys))
+	for _, k := range keys {
+		env = append(env, map[string]any{"name": k, "value": o.Env[k]})
+	}
+	spec := map[string]any{"runtime": or(o.Runtime, "bash"), "env": env, "mode": map[string]any{"session": session}}
+	if o.Timeout > 0 {
+		spec["timeout"] = int64(o.Timeout / time.Second)
+	}
+	return map[string]any{
+		"apiVersion": "kruntimes.io/v1alpha1", "kind": "Run",
+		"metadata": map[string]any{"name": name, "namespace": namespace},
+		"spec":     spec,
+	}
+}
+
+// WaitTimeoutError is a Run that did not reach what was awaited before the
+// context ended.
+type WaitTimeoutError struct {
+	Namespace, Name, What, Last string
+	Err                         error
+}
+
+func (e *WaitTimeoutError) Error() string {
+	return fmt.Sprintf("run %s/%s: %s not reached (%s): %v", e.Namespace, e.Name, e.What, e.Last, e.Err)
+}
+
+func (e *WaitTimeoutError) Unwrap() error { return e.Err }
+
+// waitFor polls the Run until want holds; a Run that ends otherwise is a
+// *RunEndedError, one the store does not list yet is waited for.
+func waitFor(ctx context.Context, store runStore, namespace, name, what string, want func(*RunInfo) bool) (*RunInfo, error) {
+	delay := 50 * time.Millisecond
+	last := "not listed"
+	for {
+		run, err := store.get(ctx, namespace, name)
+		var nf *NotFoundError
+		switch {
+		case err == nil && want(run):
+			return run, nil
+		case err == nil && run.Ended():
+			return nil, &RunEndedError{Namespace: namespace, Name: name, Phase: run.Phase, Reason: run.Reason, Detail: run.Message}
+		case err == nil:
+			last = "phase " + run.Phase
+		case !errors.As(err, &nf):
+			return nil, err
+		}
+		if err := sleep(ctx, delay); err != nil {
+			return nil, &WaitTimeoutError{Namespace: namespace, Name: name, What: what, Last: last, Err: err}
+		}
+		delay = min(2*delay, 500*time.Millisecond)
+	}
+}

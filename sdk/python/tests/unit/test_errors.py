@@ -1,0 +1,108 @@
+"""Every code of the gateway's error table maps to its class, with status,
+code, invocation id and Retry-After; Kubernetes Status objects map by status."""
+
+import json
+
+import pytest
+
+import kruntimes
+from kruntimes import errors
+
+# docs/api.md, the error table: (status, code, class).
+TABLE = [
+    (400, "InvalidPath", kruntimes.InvalidPathError),
+    (400, "InvalidJson", kruntimes.InvalidJsonError),
+    (400, "InvalidInvocationId", kruntimes.InvalidInvocationIdError),
+    (400, "BadRequest", kruntimes.BadRequestError),
+    (401, "Unauthenticated", kruntimes.UnauthenticatedError),
+    (403, "Forbidden", kruntimes.PermissionDeniedError),
+    (404, "NotFound", kruntimes.NotFoundError),
+    (405, "MethodNotAllowed", kruntimes.MethodNotAllowedError),
+    (413, "PayloadTooLarge", kruntimes.PayloadTooLargeError),
+    (431, "HeadersTooLarge", kruntimes.HeadersTooLargeError),
+    (429, "Busy", kruntimes.BusyError),
+    (503, "NotReady", kruntimes.NotReadyError),
+    (503, "OwnerUnavailable", kruntimes.OwnerUnavailableError),
+    (503, "StaleOwner", kruntimes.StaleOwnerError),
+    (503, "Overloaded", kruntimes.OverloadedError),
+    (503, "AuthUnavailable", kruntimes.AuthUnavailableError),
+    (500, "FunctionError", kruntimes.FunctionError),
+    (500, "WorkerCrashed", kruntimes.WorkerCrashedError),
+    (500, "InvalidOutput", kruntimes.InvalidOutputError),
+    (500, "Internal", kruntimes.InternalError),
+    (504, "DeadlineExceeded", kruntimes.DeadlineExceededError),
+]
+
+
+def gateway_body(code, message="m", invocation_id="inv-1"):
+    return json.dumps({"error": {"code": code, "message": message, "invocationId": invocation_id}}).encode()
+
+
+@pytest.mark.parametrize("status,code,cls", TABLE)
+def test_every_code_of_the_table_has_its_class(status, code, cls):
+    headers = {"retry-after": "2"} if status in (429, 503) else {}
+    e = errors.from_answer("gateway", status, headers, gateway_body(code))
+    assert type(e) is cls
+    assert isinstance(e, kruntimes.KruntimesError)
+    assert (e.status, e.code, e.message, e.invocation_id, e.source) == (status, code, "m", "inv-1", "gateway")
+    assert e.retry_after == (2.0 if status in (429, 503) else None)
+    assert code in str(e) and "inv-1" in str(e)
+
+
+def test_groups_catch_their_codes():
+    for code in ("NotReady", "OwnerUnavailable", "StaleOwner", "Overloaded", "AuthUnavailable"):
+        assert isinstance(errors.from_answer("gateway", 503, {}, gateway_body(code)), kruntimes.UnavailableError)
+    for code in ("FunctionError", "WorkerCrashed", "InvalidOutput", "Internal"):
+        assert isinstance(errors.from_answer("gateway", 500, {}, gateway_body(code)), kruntimes.ServerError)
+    for code in ("InvalidPath", "InvalidJson", "InvalidInvocationId", "BadRequest"):
+        assert isinstance(errors.from_answer("gateway", 400, {}, gateway_body(code)), kruntimes.InvalidRequestError)
+
+
+def test_unknown_codes_fall_back_to_their_status_class():
+    e = errors.from_answer("gateway", 503, {}, gateway_body("SomethingNew"))
+    assert type(e) is kruntimes.UnavailableError and e.code == "SomethingNew"
+    # A known code with another status is classed by the status it came with.
+    e = errors.from_answer("gateway", 500, {}, gateway_body("NotFound"))
+    assert type(e) is kruntimes.ServerError
+    e = errors.from_answer("gateway", 418, {}, b"teapot")
+    assert type(e) is kruntimes.KruntimesError and e.message == "teapot" and e.code == "Unknown"
+
+
+def test_the_invocation_id_header_is_used_when_the_body_has_none():
+    e = errors.from_answer("gateway", 502, {"x-kruntimes-invocation-id": "h-1"}, b"<html>bad gateway</html>")
+    assert isinstance(e, kruntimes.UnavailableError) and e.invocation_id == "h-1"
+
+
+def test_kubernetes_status_objects_map_by_status():
+    def status(code, reason):
+        return json.dumps({"kind": "Status", "status": "Failure", "reason": reason, "message": "msg", "code": code}).encode()
+
+    cases = [(401, "Unauthorized", kruntimes.UnauthenticatedError), (403, "Forbidden", kruntimes.PermissionDeniedError),
+             (404, "NotFound", kruntimes.NotFoundError), (409, "AlreadyExists", kruntimes.ConflictError),
+             (409, "Conflict", kruntimes.ConflictError), (422, "Invalid", kruntimes.InvalidRequestError),
+             (429, "TooManyRequests", kruntimes.BusyError), (500, "InternalError", kruntimes.ServerError),
+             (503, "ServiceUnavailable", kruntimes.UnavailableError), (504, "Timeout", kruntimes.DeadlineExceededError)]
+    for code, reason, cls in cases:
+        e = errors.from_answer("kubernetes", code, {}, status(code, reason))
+        assert isinstance(e, cls), (code, reason, type(e))
+        assert (e.status, e.code, e.message, e.source) == (code, reason, "msg", "kubernetes")
+
+
+def test_retry_after_accepts_seconds_and_http_dates():
+    assert errors.parse_retry_after("3") == 3.0
+    assert errors.parse_retry_after(None) is None
+    assert errors.parse_retry_after("soon") is None
+    assert errors.parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0
+
+
+def test_a_failed_stream_event_raises_its_code():
+    e = errors.from_event({"code": "Internal", "message": "operation was dropped", "invocationId": "i"})
+    assert type(e) is kruntimes.InternalError and e.status == 500 and e.invocation_id == "i"
+    assert type(errors.from_event({"code": "Busy", "message": "full"})) is kruntimes.BusyError
+
+
+def test_client_side_errors_say_so():
+    e = kruntimes.WaitTimeoutError("slow")
+    assert (e.status, e.code, e.source) == (0, "WaitTimeout", "client")
+    e = kruntimes.RunEndedError("ended", phase="Failed", reason="RegistrationFailed")
+    assert (e.code, e.phase, e.reason) == ("Failed", "Failed", "RegistrationFailed")

@@ -1,0 +1,227 @@
+"""The flows behind the SDK's methods, against a scripted transport: paging,
+exists, no implicit retry, endpoint caching and clean-up of a failed create."""
+
+import pytest
+
+import kruntimes
+from kruntimes import Sandbox
+from kruntimes._runs import KubernetesRuns, StateDirRuns
+from kruntimes._wire import drive
+
+from .fakes import SESSION, client, error, ok, sandbox
+
+
+def names(n):
+    return [f"f{i:04d}" for i in range(n)]
+
+
+def paged(all_names, limit_seen):
+    """A files route serving `all_names` in pages of the requested limit."""
+
+    def answer(call):
+        assert call.url == f"{SESSION}/files"
+        limit = int(call.params["limit"])
+        limit_seen.append(limit)
+        after = call.params.get("pageToken")
+        rest = [n for n in all_names if after is None or n > after]
+        page = rest[:limit]
+        doc = {"entries": [{"name": n, "type": "file", "size": 1} for n in page]}
+        if len(rest) > limit:
+            doc["nextPageToken"] = page[-1]
+        return ok(doc)
+
+    return answer
+
+
+def test_list_pages_through_the_whole_directory():
+    seen = []
+    sb, fake = sandbox(paged(names(2500), seen))
+    entries = sb.files.list("big")
+    assert [e.name for e in entries] == names(2500)
+    assert entries[0].path == "big/f0000" and not entries[0].is_dir
+    assert seen == [1000, 1000, 1000]
+    assert [c.params.get("pageToken") for c in fake.calls] == [None, "f0999", "f1999"]
+
+
+def test_list_page_hands_out_one_page_and_its_token():
+    sb, _ = sandbox(paged(names(5), []))
+    page = sb.files.list_page("", limit=2)
+    assert [e.name for e in page.entries] == ["f0000", "f0001"] and page.next_page_token == "f0001"
+    last = sb.files.list_page("", limit=10, page_token="f0003")
+    assert [e.name for e in last.entries] == ["f0004"] and last.next_page_token is None
+
+
+def test_exists_looks_in_the_parent_and_stops_past_the_name():
+    seen = []
+    sb, fake = sandbox(paged(names(2500), seen))
+    assert sb.files.exists("big/f0005")
+    assert len(fake.calls) == 1
+    assert sb.files.exists("big/f2400")
+    assert len(fake.calls) == 1 + 3
+    assert not sb.files.exists("big/f0005x")
+    assert fake.calls[-1].params["path"] == "big"
+    assert sb.files.exists("") and sb.files.exists(".")
+
+
+def test_exists_is_false_for_a_missing_or_non_directory_parent():
+    sb, _ = sandbox(lambda call: error(404, "NotFound"))
+    assert not sb.files.exists("nope/x")
+    sb, _ = sandbox(lambda call: error(400, "BadRequest"))
+    assert not sb.files.exists("file.txt/x")
+    sb, _ = sandbox(lambda call: error(400, "InvalidPath"))
+    with pytest.raises(kruntimes.InvalidPathError):
+        sb.files.exists("../x")
+
+
+@pytest.mark.parametrize("status,code,cls", [(429, "Busy", kruntimes.BusyError),
+                                             (503, "NotReady", kruntimes.NotReadyError),
+                                             (500, "FunctionError", kruntimes.FunctionError),
+                                             (504, "DeadlineExceeded", kruntimes.DeadlineExceededError)])
+def test_an_invoke_is_sent_once_whatever_the_answer(status, code, cls):
+    c, fake = client(lambda call: error(status, code, retry_after=1))
+    with pytest.raises(cls) as e:
+        c.function(endpoint="https://gw/v1/namespaces/a/runtimes/python/runs/u:invoke").invoke({"x": 1})
+    assert len(fake.calls) == 1
+    assert e.value.retry_after == 1.0
+
+
+def test_session_operations_are_sent_once_whatever_the_answer():
+    sb, fake = sandbox(lambda call: error(429, "Busy", retry_after=1))
+    with pytest.raises(kruntimes.BusyError):
+        sb.commands.run("make")
+    with pytest.raises(kruntimes.BusyError):
+        sb.files.write("a", b"x")
+    assert len(fake.calls) == 2
+
+
+def test_a_file_operation_that_failed_raises_with_its_result():
+    sb, _ = sandbox(lambda call: ok({"operationId": "op-1", "state": "Failed", "error": "a not found"}))
+    with pytest.raises(kruntimes.OperationFailedError) as e:
+        sb.files.rename("a", "b")
+    assert e.value.result.error == "a not found" and "rename" in e.value.message
+
+
+def test_command_bodies_carry_shell_or_argv_and_options():
+    sb, fake = sandbox(lambda call: ok({"operationId": "op-1", "state": "Failed", "exitCode": 2}))
+    r = sb.commands.run(["ls", "-l"], timeout=5, cwd="w", env={"A": 1}, stdin="in")
+    assert fake.calls[0].json == {"command": {"argv": ["ls", "-l"]}, "timeoutSeconds": 5, "cwd": "w",
+                                  "env": {"A": "1"}, "stdin": "in"}
+    assert (r.state, r.exit_code, r.ok) == ("Failed", 2, False)
+    with pytest.raises(kruntimes.CommandExitError):
+        r.check()
+    sb.commands.run("echo $X")
+    assert fake.calls[1].json == {"command": {"shell": "echo $X"}}
+    with pytest.raises(ValueError):
+        sb.commands.run([])
+
+
+def kube_run(phase, endpoint=None, mode="function", bundle=None):
+    status = {"phase": phase}
+    if endpoint:
+        status["endpoint"] = {"url": endpoint, **({"caBundle": bundle} if bundle else {})}
+    return {"metadata": {"name": "hello", "namespace": "a", "uid": "u-1"},
+            "spec": {"runtime": "python", "mode": {mode: {}}}, "status": status}
+
+
+def test_a_function_is_looked_up_once_and_again_after_a_404():
+    url = "https://gw/v1/namespaces/a/runtimes/python/runs/u-1:invoke"
+    answers = {"invoke": ok({"message": "hi"})}
+
+    def answer(call):
+        if call.target == "kubernetes":
+            assert call.url == "/apis/kruntimes.io/v1alpha1/namespaces/a/runs/hello"
+            # "LS0t" is base64 of "---".
+            return ok(kube_run("Ready", url, bundle="LS0t"))
+        return answers["invoke"]
+
+    c, fake = client(answer)
+    c._runs = KubernetesRuns()
+    fn = c.function("hello", namespace="a")
+    assert fn.invoke({"name": "x"}) == {"message": "hi"}
+    assert fn.invoke() == {"message": "hi"}
+    assert [call.target for call in fake.calls] == ["kubernetes", "gateway", "gateway"]
+    assert fake.calls[1].ca_pem == "---" and fake.calls[2].content == b"{}"
+    answers["invoke"] = error(404, "NotFound")
+    with pytest.raises(kruntimes.NotFoundError):
+        fn.invoke()
+    answers["invoke"] = ok(1)
+    assert fn.invoke() == 1
+    assert [call.target for call in fake.calls][3:] == ["gateway", "kubernetes", "gateway"]
+
+
+def test_a_function_without_an_endpoint_is_not_ready_and_a_session_is_not_a_function():
+    c, _ = client(lambda call: ok(kube_run("Pending")))
+    c._runs = KubernetesRuns()
+    with pytest.raises(kruntimes.NotReadyError):
+        c.function("hello").invoke()
+    c, _ = client(lambda call: ok(kube_run("Ready", SESSION, mode="session")))
+    c._runs = KubernetesRuns()
+    with pytest.raises(kruntimes.NotFoundError) as e:
+        c.function("hello").invoke()
+    assert "session" in str(e.value)
+
+
+def test_a_sandbox_that_never_gets_ready_is_ended_immediately():
+    def answer(call):
+        if call.method == "POST":
+            return ok(call.json, 201)
+        if call.method == "GET":
+            doc = kube_run("Failed", mode="session")
+            doc["status"].update(reason="RegistrationFailed", message="no bash")
+            return ok(doc)
+        assert call.method == "PATCH"
+        assert call.content == b'{"spec": {"termination": {"mode": "Immediate"}}}'
+        return ok({})
+
+    c, fake = client(answer)
+    c._runs = KubernetesRuns()
+    with pytest.raises(kruntimes.RunEndedError) as e:
+        Sandbox.create(c, name="hello", namespace="a", env={"B": "2", "A": "1"}, queue_size=0, timeout=60)
+    assert (e.value.phase, e.value.reason) == ("Failed", "RegistrationFailed")
+    manifest = fake.calls[0].json
+    assert manifest["spec"] == {"runtime": "bash", "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}],
+                                "mode": {"session": {"queueSize": 0}}, "timeout": 60}
+    assert [call.method for call in fake.calls] == ["POST", "GET", "PATCH"]
+
+
+def test_connecting_by_endpoint_probes_the_status_route_only():
+    c, fake = client(lambda call: ok({"uid": "u-1", "attempt": 1, "pendingOperations": 0, "idleMs": 5,
+                                      "closing": False}))
+    sb = Sandbox.connect(c, endpoint=SESSION + "/")
+    assert (sb.namespace, sb.uid, sb.endpoint) == ("default", "u-1", SESSION)
+    assert sb.status().idle_ms == 5
+    assert [(call.method, call.url) for call in fake.calls] == [("GET", SESSION)] * 2
+    with pytest.raises(kruntimes.UnsupportedError):
+        sb.close()
+    with pytest.raises(kruntimes.ConfigError):
+        Sandbox.connect(c, endpoint="https://gw/v1/namespaces/a/runtimes/python/runs/u:invoke")
+
+
+def test_a_client_without_a_control_plane_cannot_create_sandboxes():
+    c, _ = client(lambda call: ok({}))
+    with pytest.raises(kruntimes.UnsupportedError):
+        Sandbox.create(c)
+    with pytest.raises(ValueError):
+        c.function()
+
+
+def test_the_state_dir_store_writes_and_terminates_manifests(tmp_path):
+    (tmp_path / "runs.json").write_text('{"runs": [{"name": "s", "namespace": "default", "uid": "u", '
+                                        '"runtime": "bash", "mode": "session", "phase": "Ready", "endpoint": "e"}]}')
+    runs_dir = tmp_path / "runs"
+    runs_dir.mkdir()
+    store = StateDirRuns(tmp_path, str(runs_dir))
+    run = drive(store.get("default", "s"), lambda call: pytest.fail("no I/O"))
+    assert (run.uid, run.phase, run.endpoint, run.mode) == ("u", "Ready", "e", "session")
+    assert drive(store.get("default", "other"), lambda call: pytest.fail("no I/O")) is None
+    drive(store.create({"metadata": {"name": "s", "namespace": "default"}, "spec": {}}), lambda c: None)
+    with pytest.raises(kruntimes.ConflictError):
+        drive(store.create({"metadata": {"name": "s", "namespace": "default"}, "spec": {}}), lambda c: None)
+    drive(store.terminate("default", "s", "Drain"), lambda c: None)
+    import json
+
+    doc = json.loads((runs_dir / "session-default-s.yaml").read_text())
+    assert doc["spec"]["termination"] == {"mode": "Drain"}
+    assert sorted(p.name for p in runs_dir.iterdir()) == ["session-default-s.yaml"]
+    with pytest.raises(kruntimes.UnsupportedError):
+        drive(store.terminate("default", "not-mine", "Drain"), lambda c: None)
