@@ -1,20 +1,9 @@
-//! Built-in function backends: a persistent Python worker per registration
-//! and Bash functions sourced per call. Both run in their own process group
-//! so a timeout kills everything the handler started.
-
-mod bash;
-mod logs;
-mod python;
-
-use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::time::Duration;
-
-pub use bash::BashFunction;
-pub use python::{PythonWorker, SparePool};
+//! Which built-in backend serves a function, and its handler name
+//! (`module.function`, `file.function`), validated before anything runs.
+//! Pure.
 
 /// Which built-in backend serves a Runtime.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     /// `module.function`, persistent worker.
     Python,
@@ -23,13 +12,20 @@ pub enum Kind {
 }
 
 impl Kind {
-    /// The backend for a Runtime name; custom Runtimes are served by their
-    /// own Runtime Server, not by runtimed's built-ins.
-    pub fn for_runtime(runtime: &str) -> Option<Self> {
-        match runtime {
+    /// The backend of a name on the wire (`python`, `bash`).
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
             "python" => Some(Self::Python),
             "bash" => Some(Self::Bash),
             _ => None,
+        }
+    }
+
+    /// The name on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Python => "python",
+            Self::Bash => "bash",
         }
     }
 }
@@ -83,137 +79,6 @@ pub fn parse_handler(kind: Kind, handler: &str) -> Result<Handler, String> {
     })
 }
 
-/// Everything a backend needs to start.
-#[derive(Debug, Clone)]
-pub struct Spec {
-    /// Run UID, for logs.
-    pub run_uid: String,
-    /// The Run's working directory.
-    pub workdir: PathBuf,
-    /// Parsed handler.
-    pub handler: Handler,
-    /// Environment of the handler (the daemon's own environment is not inherited).
-    pub env: BTreeMap<String, String>,
-    /// Python interpreter.
-    pub python: PathBuf,
-    /// Bound on worker start-up (import) and Bash validation.
-    pub start_timeout: Duration,
-    /// Pre-started Python interpreters, when enabled.
-    pub spares: Option<std::sync::Arc<SparePool>>,
-}
-
-impl Spec {
-    /// The clean environment handed to handler processes.
-    fn environment(&self) -> Vec<(String, String)> {
-        let mut env = vec![
-            (
-                "PATH".to_owned(),
-                std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into()),
-            ),
-            ("HOME".to_owned(), self.workdir.display().to_string()),
-            ("LANG".to_owned(), "C.UTF-8".to_owned()),
-            ("KRUNTIMES_RUN_UID".to_owned(), self.run_uid.clone()),
-        ];
-        env.extend(self.env.iter().map(|(k, v)| (k.clone(), v.clone())));
-        env
-    }
-}
-
-/// A failed registration.
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    /// The handler could not be loaded (import error, missing function).
-    #[error("load handler: {0}")]
-    Load(String),
-    /// Spawning or talking to the process failed.
-    #[error("start backend: {0}")]
-    Io(#[from] std::io::Error),
-    /// Start-up did not finish in time.
-    #[error("handler did not load within {0:?}")]
-    Timeout(Duration),
-}
-
-/// A failed invocation.
-#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
-pub enum InvokeError {
-    /// The handler raised or exited non-zero (bounded type and message).
-    #[error("{kind}: {message}")]
-    Function {
-        /// Exception type, or `ExitStatus`.
-        kind: String,
-        /// Bounded message.
-        message: String,
-    },
-    /// The worker died during the invocation; it is respawned for the next.
-    #[error("worker crashed: {0}")]
-    Crashed(String),
-    /// The deadline passed; the process group was killed.
-    #[error("invocation exceeded its {0:?} deadline")]
-    Timeout(Duration),
-    /// Output larger than the bound or not JSON.
-    #[error("invalid output: {0}")]
-    InvalidOutput(String),
-    /// Input is not JSON.
-    #[error("invalid input: {0}")]
-    InvalidInput(String),
-}
-
-/// A started backend.
-#[derive(Debug)]
-pub enum Backend {
-    /// Persistent Python worker.
-    Python(Box<PythonWorker>),
-    /// Bash function.
-    Bash(BashFunction),
-}
-
-impl Backend {
-    /// Starts (and validates) the handler.
-    pub async fn start(kind: Kind, spec: Spec) -> Result<Self, StartError> {
-        Ok(match kind {
-            Kind::Python => Self::Python(Box::new(PythonWorker::start(spec).await?)),
-            Kind::Bash => Self::Bash(BashFunction::start(spec).await?),
-        })
-    }
-
-    /// Runs one invocation.
-    pub async fn invoke(
-        &mut self,
-        input: &[u8],
-        timeout: Duration,
-        max_output: usize,
-    ) -> Result<Vec<u8>, InvokeError> {
-        match self {
-            Self::Python(w) => w.invoke(input, timeout, max_output).await,
-            Self::Bash(b) => b.invoke(input, timeout, max_output).await,
-        }
-    }
-
-    /// Kills any process the backend holds.
-    pub async fn shutdown(&mut self) {
-        match self {
-            Self::Python(w) => w.shutdown().await,
-            Self::Bash(_) => {}
-        }
-    }
-}
-
-/// Kills a whole process group (the handler and everything it started).
-pub(crate) fn kill_group(pid: Option<u32>) {
-    if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
-        // ESRCH (already gone) is the only expected failure.
-        let _ = nix::sys::signal::killpg(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-    }
-}
-
-/// Bounds an error message to `max` bytes.
-pub(crate) fn bounded(s: &str, max: usize) -> String {
-    kruntimes_proto::api::truncate_utf8(s.to_owned(), max)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -242,9 +107,10 @@ mod tests {
     }
 
     #[test]
-    fn only_builtin_runtimes_have_backends() {
-        assert_eq!(Kind::for_runtime("python"), Some(Kind::Python));
-        assert_eq!(Kind::for_runtime("bash"), Some(Kind::Bash));
-        assert_eq!(Kind::for_runtime("node"), None);
+    fn only_builtin_backends_are_known() {
+        assert_eq!(Kind::parse("python"), Some(Kind::Python));
+        assert_eq!(Kind::parse("bash"), Some(Kind::Bash));
+        assert_eq!(Kind::parse("node"), None);
+        assert_eq!(Kind::parse(Kind::Bash.as_str()), Some(Kind::Bash));
     }
 }

@@ -4,12 +4,11 @@
 use std::path::Path;
 
 use base64::Engine as _;
-use kruntimes_proto::api::ErrorCode;
-use serde::{Deserialize, Serialize};
 
-use super::ops::MAX_FILE_BYTES;
 use super::path::{PathError, resolve};
-use crate::api_error::ApiError;
+
+/// Largest file read when the request sets no bound.
+pub const MAX_FILE_BYTES: usize = 32 * 1024 * 1024;
 
 /// A failed file operation.
 #[derive(Debug, thiserror::Error)]
@@ -21,23 +20,11 @@ pub enum FileError {
     #[error("{0} not found")]
     NotFound(String),
     /// Over the size bound (413).
-    #[error("{0} is larger than 32 MiB")]
+    #[error("{0} is larger than the read limit")]
     TooLarge(String),
     /// Wrong kind of file or other I/O failure.
     #[error("{0}")]
     Io(String),
-}
-
-impl From<FileError> for ApiError {
-    fn from(e: FileError) -> Self {
-        let code = match &e {
-            FileError::Path(_) => ErrorCode::InvalidPath,
-            FileError::NotFound(_) => ErrorCode::NotFound,
-            FileError::TooLarge(_) => ErrorCode::PayloadTooLarge,
-            FileError::Io(_) => ErrorCode::BadRequest,
-        };
-        Self::new(code, e.to_string())
-    }
 }
 
 fn io(path: &str, e: std::io::Error) -> FileError {
@@ -85,39 +72,36 @@ pub fn rename(root: &Path, from: &str, to: &str) -> Result<(), FileError> {
     std::fs::rename(&a.path, &b.path).map_err(|e| io(from, e))
 }
 
-/// Reads a whole file (≤ 32 MiB).
-pub fn read(root: &Path, path: &str) -> Result<Vec<u8>, FileError> {
+/// Reads a whole file of at most `max` bytes.
+pub fn read(root: &Path, path: &str, max: usize) -> Result<Vec<u8>, FileError> {
     let r = resolve(root, path, false)?;
     let md = std::fs::metadata(&r.path).map_err(|e| io(path, e))?;
     if !md.is_file() {
         return Err(FileError::Io(format!("{path} is not a file")));
     }
-    if md.len() > MAX_FILE_BYTES as u64 {
+    if md.len() > max as u64 {
         return Err(FileError::TooLarge(path.to_owned()));
     }
     std::fs::read(&r.path).map_err(|e| io(path, e))
 }
 
 /// One listing entry.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
     /// File name.
     pub name: String,
     /// `file`, `directory`, `symlink` or `other`.
-    #[serde(rename = "type")]
     pub kind: String,
     /// Size in bytes (of the link itself for symlinks).
     pub size: u64,
 }
 
 /// A page of a listing.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listing {
     /// Entries in UTF-8 byte order of their names.
     pub entries: Vec<Entry>,
     /// Token of the next page, when there is one.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub next_page_token: Option<String>,
 }
 
@@ -203,13 +187,13 @@ mod tests {
         let (_d, root) = ws();
         mkdir(&root, "a/b").unwrap();
         write(&root, "a/b/f.txt", b"hello").unwrap();
-        assert_eq!(read(&root, "a/b/f.txt").unwrap(), b"hello");
+        assert_eq!(read(&root, "a/b/f.txt", MAX_FILE_BYTES).unwrap(), b"hello");
         rename(&root, "a/b/f.txt", "a/g.txt").unwrap();
         assert!(matches!(
-            read(&root, "a/b/f.txt"),
+            read(&root, "a/b/f.txt", MAX_FILE_BYTES),
             Err(FileError::NotFound(_))
         ));
-        assert_eq!(read(&root, "a/g.txt").unwrap(), b"hello");
+        assert_eq!(read(&root, "a/g.txt", MAX_FILE_BYTES).unwrap(), b"hello");
         delete(&root, "a").unwrap();
         assert!(!root.join("a").exists());
         assert!(matches!(delete(&root, "a"), Err(FileError::NotFound(_))));
@@ -224,7 +208,7 @@ mod tests {
         for p in ["../x", "/etc/passwd", "out/secret", "out", "a/../../x"] {
             assert!(write(&root, p, b"x").is_err(), "write {p}");
             assert!(mkdir(&root, p).is_err(), "mkdir {p}");
-            assert!(read(&root, p).is_err(), "read {p}");
+            assert!(read(&root, p, MAX_FILE_BYTES).is_err(), "read {p}");
             assert!(delete(&root, p).is_err(), "delete {p}");
             assert!(rename(&root, p, "ok").is_err(), "rename from {p}");
             assert!(list(&root, p, None, None).is_err(), "list {p}");

@@ -1,55 +1,76 @@
-//! The persistent Python worker: one interpreter per registration imports
-//! the handler once and serves invocations over a framed pipe protocol
-//! (see `worker.py`). A crash or timeout kills the process group; the next
-//! invocation starts a fresh worker.
+//! One Python worker process: an interpreter under a shim that imports the
+//! handler once and answers invocation frames (see [`super::frame`] and
+//! `worker.py`). Started fresh with the handler named on its command line,
+//! or taken from the [`super::spare::SparePool`] and told what to load.
 
-use std::path::{Path, PathBuf};
+use std::collections::BTreeMap;
+use std::path::Path;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::process::{ChildStdin, ChildStdout};
 
-use super::{InvokeError, Spec, StartError, bounded, kill_group, logs};
+use super::frame::{self, FrameError, Header};
+use crate::contain::{Contained, Launch, Shim};
+use crate::function::{InvokeError, Spec, StartError, bounded};
+use crate::logs;
 
 const WORKER_SOURCE: &str = include_str!("worker.py");
 
-/// Bytes of framing overhead beyond the payload (the tag).
-const TAG: usize = 1;
+/// Largest start-up frame (an import error's type and message).
+const MAX_START_FRAME: usize = 64 * 1024;
 
+/// A running interpreter and its protocol pipes.
 #[derive(Debug)]
-struct Process {
-    child: Child,
+pub struct Process {
+    tree: Contained,
     stdin: ChildStdin,
     stdout: ChildStdout,
     label: logs::Label,
 }
 
+/// What a worker answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// The handler's JSON output.
+    Output(Vec<u8>),
+    /// The handler raised.
+    Raised {
+        /// Exception type.
+        kind: String,
+        /// Bounded message.
+        message: String,
+    },
+}
+
 /// Starts an interpreter running the worker. With `handler` it loads it at
 /// once; without, it is a spare waiting for a load frame.
-fn spawn_process(
+pub fn spawn(
+    shim: &Shim,
     python: &Path,
     cwd: &Path,
-    env: Vec<(String, String)>,
+    env: &BTreeMap<String, String>,
     handler: Option<(&str, &str)>,
     label: logs::Label,
 ) -> std::io::Result<Process> {
-    let mut cmd = Command::new(python);
-    cmd.arg("-u").arg("-c").arg(WORKER_SOURCE);
+    let mut argv = vec![
+        python.display().to_string(),
+        "-u".into(),
+        "-c".into(),
+        WORKER_SOURCE.into(),
+    ];
     if let Some((module, function)) = handler {
-        cmd.arg(module).arg(function);
+        argv.extend([module.to_owned(), function.to_owned()]);
     }
-    let mut child = cmd
-        .current_dir(cwd)
-        .env_clear()
-        .envs(env)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true)
-        .spawn()?;
+    let mut tree = shim.spawn(Launch {
+        argv: &argv,
+        cwd,
+        env,
+        grace: Duration::ZERO,
+        stdio: [Stdio::piped(), Stdio::piped(), Stdio::piped()],
+    })?;
+    let child = tree.child();
     let io_err = || std::io::Error::other("worker pipes missing");
     let stdin = child.stdin.take().ok_or_else(io_err)?;
     let stdout = child.stdout.take().ok_or_else(io_err)?;
@@ -57,134 +78,11 @@ fn spawn_process(
         tokio::spawn(logs::forward(stderr, label.clone(), None));
     }
     Ok(Process {
-        child,
+        tree,
         stdin,
         stdout,
         label,
     })
-}
-
-/// Pre-started interpreters, so registering a Python function (and
-/// respawning a worker) only pays for importing the handler, not for
-/// starting Python (~80 ms here).
-pub struct SparePool {
-    python: PathBuf,
-    root: PathBuf,
-    target: usize,
-    spares: Mutex<Vec<Process>>,
-}
-
-impl std::fmt::Debug for SparePool {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SparePool")
-            .field("python", &self.python)
-            .field("target", &self.target)
-            .finish_non_exhaustive()
-    }
-}
-
-impl SparePool {
-    /// A pool keeping `target` spares of `python`, started in `root`.
-    pub fn new(python: PathBuf, root: PathBuf, target: usize) -> Arc<Self> {
-        let pool = Arc::new(Self {
-            python,
-            root,
-            target,
-            spares: Mutex::new(Vec::new()),
-        });
-        pool.fill();
-        pool
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Process>> {
-        self.spares.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Tops the pool up to its target.
-    pub fn fill(&self) {
-        let mut spares = self.lock();
-        while spares.len() < self.target {
-            let env = vec![
-                (
-                    "PATH".to_owned(),
-                    std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into()),
-                ),
-                ("LANG".to_owned(), "C.UTF-8".to_owned()),
-            ];
-            match spawn_process(
-                &self.python,
-                &self.root,
-                env,
-                None,
-                logs::Label::new("spare"),
-            ) {
-                Ok(p) => spares.push(p),
-                Err(e) => {
-                    tracing::warn!(error = %e, "could not start a spare python worker");
-                    return;
-                }
-            }
-        }
-    }
-
-    /// A live spare, if any; the pool refills itself afterwards.
-    fn take(self: &Arc<Self>) -> Option<Process> {
-        let found = {
-            let mut spares = self.lock();
-            let mut found = None;
-            // Oldest first: it has had the longest to finish booting.
-            while !spares.is_empty() {
-                let mut p = spares.remove(0);
-                if matches!(p.child.try_wait(), Ok(None)) {
-                    found = Some(p);
-                    break;
-                }
-                p.kill();
-            }
-            found
-        };
-        let pool = self.clone();
-        tokio::spawn(async move { pool.fill() });
-        found
-    }
-}
-
-impl Drop for SparePool {
-    fn drop(&mut self) {
-        for p in self.lock().iter() {
-            p.kill();
-        }
-    }
-}
-
-impl Process {
-    fn kill(&self) {
-        kill_group(self.child.id());
-    }
-}
-
-/// A registration's Python worker.
-#[derive(Debug)]
-pub struct PythonWorker {
-    spec: Spec,
-    process: Option<Process>,
-}
-
-enum Frame {
-    Ok(Vec<u8>),
-    TooLarge(usize),
-}
-
-async fn read_frame(stdout: &mut ChildStdout, max: usize) -> std::io::Result<Frame> {
-    let mut len = [0u8; 4];
-    stdout.read_exact(&mut len).await?;
-    let len = u32::from_be_bytes(len) as usize;
-    if len > max + TAG {
-        return Ok(Frame::TooLarge(len));
-    }
-    let mut buf = vec![0u8; len];
-    stdout.read_exact(&mut buf).await?;
-    Ok(Frame::Ok(buf))
 }
 
 fn parse_error(body: &[u8]) -> (String, String) {
@@ -200,167 +98,134 @@ fn parse_error(body: &[u8]) -> (String, String) {
     }
 }
 
-impl PythonWorker {
-    /// Spawns the worker and waits until the handler is imported.
-    pub async fn start(spec: Spec) -> Result<Self, StartError> {
-        let mut w = Self {
-            spec,
-            process: None,
-        };
-        w.spawn().await?;
-        Ok(w)
+impl Process {
+    /// Whether the interpreter still runs.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.tree.child().try_wait(), Ok(None))
     }
 
-    async fn spawn(&mut self) -> Result<(), StartError> {
-        let spec = &self.spec;
-        let label = logs::Label::new(&spec.run_uid);
-        let spare = spec.spares.as_ref().and_then(|pool| pool.take());
-        let mut process = match spare {
-            Some(mut p) => {
-                p.label.set(&spec.run_uid);
-                let load = serde_json::json!({
-                    "module": spec.handler.module,
-                    "function": spec.handler.function,
-                    "cwd": spec.workdir,
-                    "env": spec.environment().into_iter().collect::<std::collections::BTreeMap<_, _>>(),
-                });
-                let body = serde_json::to_vec(&load).map_err(std::io::Error::other)?;
-                let len = u32::try_from(body.len() + TAG).map_err(std::io::Error::other)?;
-                let mut frame = Vec::with_capacity(body.len() + 5);
-                frame.extend_from_slice(&len.to_be_bytes());
-                frame.push(b'l');
-                frame.extend_from_slice(&body);
-                p.stdin.write_all(&frame).await?;
-                p.stdin.flush().await?;
-                p
-            }
-            None => spawn_process(
-                &spec.python,
-                &spec.workdir,
-                spec.environment(),
-                Some((&spec.handler.module, &spec.handler.function)),
-                label,
-            )?,
-        };
-        let hello = tokio::time::timeout(
-            spec.start_timeout,
-            read_frame(&mut process.stdout, 64 * 1024),
-        )
-        .await;
-        let frame = match hello {
-            Err(_) => {
-                process.kill();
-                return Err(StartError::Timeout(spec.start_timeout));
-            }
+    /// Kills the interpreter and everything it started.
+    pub fn kill(&mut self) {
+        self.tree.kill();
+    }
+
+    /// Kills the tree and waits until it is gone.
+    pub async fn discard(mut self) {
+        self.tree.kill_and_wait().await;
+    }
+
+    async fn send(&mut self, tag: u8, seq: u64, payload: &[u8]) -> std::io::Result<()> {
+        let f = frame::encode(tag, seq, payload).map_err(std::io::Error::other)?;
+        self.stdin.write_all(&f).await?;
+        self.stdin.flush().await
+    }
+
+    /// Reads one frame of at most `max` payload bytes; a larger one is
+    /// reported by its header alone (the pipe is then out of step).
+    async fn read(&mut self, max: usize) -> std::io::Result<(Header, Option<Vec<u8>>)> {
+        let mut head = [0u8; frame::HEADER];
+        self.stdout.read_exact(&mut head).await?;
+        let h = frame::header(&head).map_err(std::io::Error::other)?;
+        if h.payload > max {
+            return Ok((h, None));
+        }
+        let mut body = vec![0u8; h.payload];
+        self.stdout.read_exact(&mut body).await?;
+        Ok((h, Some(body)))
+    }
+
+    /// Hands a spare its handler, working directory and environment.
+    pub async fn load(&mut self, spec: &Spec) -> std::io::Result<()> {
+        self.label.set(&spec.run_uid);
+        let load = serde_json::json!({
+            "module": spec.handler.module,
+            "function": spec.handler.function,
+            "cwd": spec.workdir,
+            "env": spec.env,
+        });
+        let body = serde_json::to_vec(&load).map_err(std::io::Error::other)?;
+        self.send(frame::LOAD, 0, &body).await
+    }
+
+    /// Waits until the handler is imported.
+    pub async fn ready(&mut self, within: Duration) -> Result<(), StartError> {
+        let frame = match tokio::time::timeout(within, self.read(MAX_START_FRAME)).await {
+            Err(_) => return Err(StartError::Timeout(within)),
             Ok(Err(e)) => {
-                process.kill();
                 return Err(StartError::Load(format!(
                     "worker exited during start-up: {e}"
                 )));
             }
-            Ok(Ok(Frame::TooLarge(_))) => {
-                process.kill();
+            Ok(Ok((_, None))) => {
                 return Err(StartError::Load(
                     "worker sent an oversized start-up frame".into(),
                 ));
             }
-            Ok(Ok(Frame::Ok(f))) => f,
+            Ok(Ok((h, Some(body)))) => (h, body),
         };
-        match frame.split_first() {
-            Some((b'r', _)) => {
-                self.process = Some(process);
-                Ok(())
-            }
-            Some((b'f', body)) => {
-                process.kill();
-                let (kind, message) = parse_error(body);
+        match frame {
+            (
+                Header {
+                    tag: frame::READY, ..
+                },
+                _,
+            ) => Ok(()),
+            (
+                Header {
+                    tag: frame::LOAD_FAILED,
+                    ..
+                },
+                body,
+            ) => {
+                let (kind, message) = parse_error(&body);
                 Err(StartError::Load(format!("{kind}: {message}")))
             }
-            _ => {
-                process.kill();
-                Err(StartError::Load(
-                    "worker sent an unexpected start-up frame".into(),
-                ))
-            }
+            _ => Err(StartError::Load(
+                "worker sent an unexpected start-up frame".into(),
+            )),
         }
     }
 
-    /// Runs one invocation on the worker, starting one first if needed.
-    pub async fn invoke(
+    /// One request and its reply. Any error leaves the pipe in an unknown
+    /// state: the caller discards the process.
+    pub async fn exchange(
         &mut self,
+        seq: u64,
         input: &[u8],
-        timeout: Duration,
         max_output: usize,
-    ) -> Result<Vec<u8>, InvokeError> {
-        if self.process.is_none() {
-            tracing::info!(run_uid = %self.spec.run_uid, "respawning python worker");
-            self.spawn()
-                .await
-                .map_err(|e| InvokeError::Crashed(e.to_string()))?;
+    ) -> Result<Answer, InvokeError> {
+        if let Err(e) = self.send(frame::INVOKE, seq, input).await {
+            return Err(InvokeError::Crashed(self.exit_reason(e).await));
         }
-        let Some(process) = self.process.as_mut() else {
-            return Err(InvokeError::Crashed("worker not running".into()));
+        let (h, body) = match self.read(max_output).await {
+            Ok(f) => f,
+            Err(e) => return Err(InvokeError::Crashed(self.exit_reason(e).await)),
         };
-        let exchange = async {
-            let len = u32::try_from(input.len() + TAG)
-                .map_err(|_| std::io::Error::other("input too large"))?;
-            let mut frame = Vec::with_capacity(input.len() + 5);
-            frame.extend_from_slice(&len.to_be_bytes());
-            frame.push(b'i');
-            frame.extend_from_slice(input);
-            process.stdin.write_all(&frame).await?;
-            process.stdin.flush().await?;
-            read_frame(&mut process.stdout, max_output).await
-        };
-        let result = tokio::time::timeout(timeout, exchange).await;
-        let outcome = match result {
-            Err(_) => Err(InvokeError::Timeout(timeout)),
-            Ok(Err(e)) => Err(InvokeError::Crashed(self.exit_reason(e).await)),
-            Ok(Ok(Frame::TooLarge(n))) => Err(InvokeError::InvalidOutput(format!(
+        if let Err(e @ FrameError::OutOfStep { .. }) = frame::answers(&h, seq) {
+            return Err(InvokeError::Crashed(format!("{e}; worker replaced")));
+        }
+        let Some(body) = body else {
+            return Err(InvokeError::OutputTooLarge(format!(
                 "output of {} bytes exceeds the {max_output}-byte limit",
-                n - TAG
-            ))),
-            Ok(Ok(Frame::Ok(frame))) => {
-                return match frame.split_first() {
-                    Some((b'o', body)) => Ok(body.to_vec()),
-                    Some((b'e', body)) => {
-                        let (kind, message) = parse_error(body);
-                        Err(InvokeError::Function { kind, message })
-                    }
-                    _ => {
-                        self.discard().await;
-                        Err(InvokeError::Crashed(
-                            "worker sent an unexpected frame".into(),
-                        ))
-                    }
-                };
-            }
+                h.payload
+            )));
         };
-        // Timeouts, crashes and oversized output all leave the pipe in an
-        // unknown state: kill the group and start afresh next time.
-        self.discard().await;
-        outcome
+        match h.tag {
+            frame::OUTPUT => Ok(Answer::Output(body)),
+            frame::ERROR => {
+                let (kind, message) = parse_error(&body);
+                Ok(Answer::Raised { kind, message })
+            }
+            _ => Err(InvokeError::Crashed(
+                "worker sent an unexpected frame".into(),
+            )),
+        }
     }
 
     async fn exit_reason(&mut self, e: std::io::Error) -> String {
-        let Some(p) = self.process.as_mut() else {
-            return e.to_string();
-        };
-        match tokio::time::timeout(Duration::from_millis(500), p.child.wait()).await {
+        match tokio::time::timeout(Duration::from_millis(500), self.tree.wait()).await {
             Ok(Ok(status)) => format!("worker exited ({status})"),
             _ => format!("worker pipe failed: {e}"),
         }
-    }
-
-    async fn discard(&mut self) {
-        if let Some(mut p) = self.process.take() {
-            p.kill();
-            let _ = p.child.wait().await;
-        }
-    }
-
-    /// Stops the worker.
-    pub async fn shutdown(&mut self) {
-        self.discard().await;
     }
 }
