@@ -35,6 +35,8 @@ pub mod runtime {
         tonic::include_proto!("kruntimes.runtime.v1");
     }
 
+    pub mod path;
+
     /// Largest message on the Runtime Server socket: a 32 MiB file plus
     /// framing.
     pub const MAX_MESSAGE_BYTES: usize = 40 * 1024 * 1024;

@@ -72,7 +72,12 @@ impl From<Error> for Status {
             },
             Error::Io(_) => Code::Internal,
         };
-        Status::new(code, e.to_string())
+        // The code says what failed; the message is the detail alone.
+        let message = match e {
+            Error::Invoke(InvokeError::Crashed(m) | InvokeError::OutputTooLarge(m)) => m,
+            e => e.to_string(),
+        };
+        Status::new(code, message)
     }
 }
 
