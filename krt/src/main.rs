@@ -1,6 +1,7 @@
 //! `krt`: the kruntimes CLI. `krt up` runs the embedded stack; `krt runs`
-//! and `krt invoke` are its clients. `krt runtimed` and `krt gateway` run the
-//! daemons themselves (the stack starts them as child processes).
+//! and `krt invoke` are its clients. `krt runtimed`, `krt runtime-server`
+//! and `krt gateway` run the daemons themselves (the stack starts them as
+//! child processes).
 #![forbid(unsafe_code)]
 
 mod client;
@@ -76,6 +77,15 @@ enum Command {
     Runtimed {
         #[command(flatten)]
         args: kruntimes_runtimed::cli::Args,
+        /// Exit when the parent process exits.
+        #[arg(long)]
+        exit_with_parent: bool,
+    },
+    /// Run a Runtime Server (the user code of one runtimed).
+    #[command(hide = true)]
+    RuntimeServer {
+        #[command(flatten)]
+        args: kruntimes_runtime_server::cli::Args,
         /// Exit when the parent process exits.
         #[arg(long)]
         exit_with_parent: bool,
@@ -170,6 +180,15 @@ fn main() -> anyhow::Result<()> {
             }
             kruntimes_runtimed::cli::init_logging();
             tokio::runtime::Runtime::new()?.block_on(kruntimes_runtimed::cli::run(args))
+        }
+        Command::RuntimeServer {
+            args,
+            exit_with_parent: e,
+        } => {
+            if e {
+                exit_with_parent();
+            }
+            kruntimes_runtime_server::cli::main(args, &["runtime-server"])
         }
         Command::Operator {
             args,

@@ -68,6 +68,45 @@ pub fn process_gone(pid: i32) -> bool {
     }
 }
 
+/// Every live descendant of process `pid` (children, grandchildren, …),
+/// read from `/proc`.
+pub fn descendants(pid: i32) -> Vec<i32> {
+    let mut parents: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let mut fields = rest.split_whitespace();
+        let (Some(_state), Some(ppid)) = (fields.next(), fields.next()) else {
+            continue;
+        };
+        if let (Ok(child), Ok(ppid)) = (
+            head.split_once(" (")
+                .map_or("", |h| h.0)
+                .trim()
+                .parse::<i32>(),
+            ppid.parse::<i32>(),
+        ) {
+            parents.entry(ppid).or_default().push(child);
+        }
+    }
+    let mut out = Vec::new();
+    let mut frontier = vec![pid];
+    while let Some(p) = frontier.pop() {
+        for c in parents.get(&p).into_iter().flatten() {
+            if !out.contains(c) && *c != pid {
+                out.push(*c);
+                frontier.push(*c);
+            }
+        }
+    }
+    out.retain(|p| !process_gone(*p));
+    out
+}
+
 /// Waits until every process of `pids` is gone, for at most `within`
 /// (generous: containment is asserted, never its speed); returns the ones
 /// still alive.
