@@ -354,6 +354,17 @@ impl Stack {
         }
     }
 
+    /// The working directory of a listed Run on its Runtime Server
+    /// (`STATE_DIR/work/<assigned runtimed>/<uid>`).
+    pub fn work_dir(&self, name: &str) -> anyhow::Result<PathBuf> {
+        let run = self
+            .run(name)
+            .with_context(|| format!("run {name} not listed"))?;
+        let pod = run["assignedPod"].as_str().context("assignedPod")?;
+        let uid = run["uid"].as_str().context("uid")?;
+        Ok(self.state_dir().join("work").join(pod).join(uid))
+    }
+
     /// The invoke URL of a Run.
     pub fn url(&self, namespace: &str, runtime: &str, uid: &str) -> String {
         format!(
