@@ -35,7 +35,9 @@ pub mod runtime {
         tonic::include_proto!("kruntimes.runtime.v1");
     }
 
+    pub mod lease;
     pub mod path;
+    pub mod worker;
 
     /// Largest message on the Runtime Server socket: a 32 MiB file plus
     /// framing.
