@@ -4,6 +4,7 @@
 //! run as the [`shim`](crate::contain::shim) of one user process.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::Parser;
@@ -13,6 +14,7 @@ use crate::contain::Shim;
 use crate::contain::shim::{self, ShimArgs};
 use crate::function::python::spare::SparePool;
 use crate::function::{Functions, Interpreter};
+use crate::lease;
 use crate::service::Service;
 use crate::session::Sessions;
 
@@ -74,7 +76,7 @@ pub fn main(args: Args, shim_prefix: &[&str]) -> anyhow::Result<()> {
 }
 
 /// Binds `path` readable and writable by this user only.
-fn bind(path: &std::path::Path) -> anyhow::Result<tokio::net::UnixListener> {
+pub fn bind(path: &std::path::Path) -> anyhow::Result<tokio::net::UnixListener> {
     use std::os::unix::fs::{FileTypeExt, PermissionsExt};
     if let Ok(md) = std::fs::symlink_metadata(path) {
         if !md.file_type().is_socket() {
@@ -89,7 +91,7 @@ fn bind(path: &std::path::Path) -> anyhow::Result<tokio::net::UnixListener> {
 }
 
 /// Serves until `shutdown` resolves, then stops every user process and
-/// removes the socket.
+/// removes the sockets.
 pub async fn serve(
     args: ServeArgs,
     shim: Shim,
@@ -100,6 +102,12 @@ pub async fn serve(
     std::fs::create_dir_all(&work_root)?;
     let work_root = work_root.canonicalize()?;
     let listener = bind(&socket)?;
+    let worker_name = socket
+        .file_name()
+        .map(|n| lease::socket_name(&n.to_string_lossy()))
+        .context("--socket names no file")?;
+    let worker_socket = socket.with_file_name(&worker_name);
+    let workers = bind(&worker_socket)?;
     let spares = (args.python_spares > 0).then(|| {
         SparePool::new(
             shim.clone(),
@@ -113,17 +121,29 @@ pub async fn serve(
         python: args.python,
         spares,
     };
+    let functions = Arc::new(Functions::new(work_root.clone(), interpreter));
     let service = Service::new(
-        Functions::new(work_root.clone(), interpreter),
+        functions.clone(),
         Sessions::new(work_root.clone(), shim),
+        worker_name,
     );
     tracing::info!(socket = %socket.display(), work_root = %work_root.display(), "runtime server serving");
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let leases = tokio::spawn(lease::serve(workers, functions, {
+        let mut stopped = stopped.clone();
+        async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        }
+    }));
     let served = tonic::transport::Server::builder()
         .add_service(service.server())
         .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
         .await;
+    let _ = stop.send(true);
+    let _ = leases.await;
     service.shutdown().await;
     let _ = std::fs::remove_file(&socket);
+    let _ = std::fs::remove_file(&worker_socket);
     tracing::info!("runtime server stopped");
     Ok(served?)
 }

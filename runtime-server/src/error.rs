@@ -63,6 +63,7 @@ impl From<Error> for Status {
                 InvokeError::Timeout(_) => Code::DeadlineExceeded,
                 InvokeError::OutputTooLarge(_) => Code::OutOfRange,
                 InvokeError::Stopped => Code::Cancelled,
+                InvokeError::Leased => Code::FailedPrecondition,
             },
             Error::File(f) => match f {
                 FileError::Path(_) => Code::InvalidArgument,

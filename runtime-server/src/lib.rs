@@ -12,7 +12,9 @@
 //! can never shift the worker's replies onto the next caller.
 //!
 //! - [`cli`]: flags and the main loop; [`service`]: the gRPC service over
-//!   [`validate`]d requests; [`error`]: the one error and its status codes.
+//!   [`validate`]d requests; [`error`]: the one error and its status codes;
+//!   [`lease`]: the worker fast path, Python workers' pipes handed to
+//!   runtimed with SCM_RIGHTS.
 //! - [`function`]: registrations and their backends; [`session`]:
 //!   workspaces, commands and files.
 //! - [`contain`], [`env`], [`source`], [`logs`]: process trees, the user
@@ -24,6 +26,7 @@ pub mod contain;
 pub mod env;
 pub mod error;
 pub mod function;
+pub mod lease;
 pub mod logs;
 pub mod service;
 pub mod session;

@@ -16,18 +16,21 @@ use crate::validate::{self, FileOp};
 
 /// What the service serves.
 pub struct Service {
-    functions: Functions,
+    functions: Arc<Functions>,
     sessions: Sessions,
     instance_id: String,
+    worker_socket: String,
 }
 
 impl Service {
-    /// A service over `functions` and `sessions`, with a fresh instance id.
-    pub fn new(functions: Functions, sessions: Sessions) -> Arc<Self> {
+    /// A service over `functions` and `sessions`, with a fresh instance id;
+    /// `worker_socket` names the fast path's socket (empty: none).
+    pub fn new(functions: Arc<Functions>, sessions: Sessions, worker_socket: String) -> Arc<Self> {
         Arc::new(Self {
             functions,
             sessions,
             instance_id: uuid::Uuid::new_v4().to_string(),
+            worker_socket,
         })
     }
 
@@ -69,6 +72,7 @@ impl RuntimeServer for Handle {
             runtimes: vec!["python".into(), "bash".into()],
             sessions: true,
             instance_id: self.0.instance_id.clone(),
+            worker_socket: self.0.worker_socket.clone(),
         }))
     }
 

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 pub use bash::BashFunction;
 pub use handler::{Handler, Kind};
-pub use python::{Interpreter, PythonFunction};
+pub use python::{Interpreter, Lease, PythonFunction};
 pub use registry::Functions;
 
 /// Everything a backend needs to start.
@@ -73,6 +73,9 @@ pub enum InvokeError {
     /// The registration was stopped while the invocation ran.
     #[error("the registration was stopped")]
     Stopped,
+    /// The worker is leased to runtimed over the fast path.
+    #[error("the worker is leased over the fast path")]
+    Leased,
 }
 
 /// A started backend.
@@ -111,6 +114,16 @@ impl Backend {
         match self {
             Self::Python(w) => w.worker_running(),
             Self::Bash(_) => false,
+        }
+    }
+
+    /// Leases the worker's pipes (Python only).
+    pub async fn lease(&self) -> Result<Lease, crate::Error> {
+        match self {
+            Self::Python(w) => Ok(w.lease().await?),
+            Self::Bash(_) => Err(crate::Error::Invalid(
+                "a Bash function has no worker to lease".into(),
+            )),
         }
     }
 

@@ -178,6 +178,15 @@ impl Functions {
         }
     }
 
+    /// Leases the worker of the registration `handle` of `run_uid`.
+    pub async fn lease(&self, run_uid: &str, handle: &str) -> Result<super::Lease, RunError> {
+        let reg = self
+            .get(run_uid)
+            .filter(|r| r.handle == handle)
+            .ok_or_else(|| RunError::NotFound(format!("function {run_uid} ({handle})")))?;
+        reg.backend.lease().await
+    }
+
     /// Unregisters; `false` when nothing (or another handle) is registered.
     pub async fn unregister(&self, run_uid: &str, handle: &str) -> bool {
         let _change = self.changes.lock().await;

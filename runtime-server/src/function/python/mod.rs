@@ -1,7 +1,9 @@
 //! The persistent Python worker of a registration: one interpreter imports
 //! the handler once and serves invocations over a framed pipe protocol
-//! ([`frame`], [`worker`]), with warm spares ready for the next import
-//! ([`spare`]).
+//! ([`kruntimes_proto::runtime::worker`], [`worker`]), with warm spares
+//! ready for the next import ([`spare`]). Over the fast path the worker's
+//! pipes are leased to runtimed ([`PythonFunction::lease`]) while the
+//! server keeps the process and kills its tree when the lease ends.
 //!
 //! Callers never share an exchange: each invocation runs in a task of its
 //! own that holds the worker until its reply arrives or its deadline kills
@@ -11,7 +13,6 @@
 //! discards the worker's whole process tree; the next invocation starts a
 //! fresh one.
 
-pub mod frame;
 pub mod spare;
 pub mod worker;
 
@@ -20,11 +21,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use kruntimes_proto::runtime::worker::Answer;
 use tokio::sync::{Mutex, watch};
 use tokio::time::Instant;
 
 use self::spare::SparePool;
-use self::worker::{Answer, Process};
+use self::worker::Process;
 use super::{InvokeError, Spec, StartError};
 use crate::contain::Shim;
 use crate::logs;
@@ -53,6 +55,8 @@ struct Inner {
     /// The worker; an exchange holds it from request to reply.
     slot: Mutex<Option<Process>>,
     running: AtomicBool,
+    /// The worker's pipes are runtimed's (a lease holds the process).
+    leased: AtomicBool,
     seq: AtomicU64,
     stopped: watch::Sender<bool>,
 }
@@ -98,6 +102,9 @@ impl Inner {
         let mut slot = self.slot.lock().await;
         if *self.stopped.borrow() {
             return Err(InvokeError::Stopped);
+        }
+        if self.leased.load(Ordering::Acquire) {
+            return Err(InvokeError::Leased);
         }
         let timeout = deadline.saturating_duration_since(Instant::now());
         let mut stopped = self.stopped.subscribe();
@@ -147,6 +154,7 @@ impl PythonFunction {
             interpreter,
             slot: Mutex::new(None),
             running: AtomicBool::new(false),
+            leased: AtomicBool::new(false),
             seq: AtomicU64::new(0),
             stopped: watch::channel(false).0,
         });
@@ -172,6 +180,33 @@ impl PythonFunction {
             .unwrap_or_else(|e| Err(InvokeError::Crashed(format!("invocation failed: {e}"))))
     }
 
+    /// Leases the worker (starting one first if none runs): the process
+    /// moves into the lease, and invocations through the server are refused
+    /// until it ends.
+    pub async fn lease(&self) -> Result<Lease, InvokeError> {
+        let mut slot = self.inner.slot.lock().await;
+        if *self.inner.stopped.borrow() {
+            return Err(InvokeError::Stopped);
+        }
+        if self.inner.leased.load(Ordering::Acquire) {
+            return Err(InvokeError::Leased);
+        }
+        let process = match slot.take() {
+            Some(p) => p,
+            None => self
+                .inner
+                .start()
+                .await
+                .map_err(|e| InvokeError::Crashed(e.to_string()))?,
+        };
+        self.inner.leased.store(true, Ordering::Release);
+        self.inner.running.store(true, Ordering::Release);
+        Ok(Lease {
+            process: Some(process),
+            inner: self.inner.clone(),
+        })
+    }
+
     /// Whether a worker process runs now.
     pub fn worker_running(&self) -> bool {
         self.inner.running.load(Ordering::Acquire)
@@ -185,5 +220,56 @@ impl PythonFunction {
             p.discard().await;
         }
         self.inner.running.store(false, Ordering::Release);
+    }
+}
+
+/// A worker whose pipes runtimed holds. Ending it (or dropping it) kills
+/// the worker's tree: its pipes are in a state only runtimed knew.
+#[derive(Debug)]
+pub struct Lease {
+    process: Option<Process>,
+    inner: Arc<Inner>,
+}
+
+impl Lease {
+    /// The worker's stdin and stdout, to hand over.
+    pub fn pipes(&self) -> Option<[std::os::fd::BorrowedFd<'_>; 2]> {
+        self.process.as_ref().map(Process::pipes)
+    }
+
+    /// Resolves when the registration is stopped (unregistered).
+    pub async fn stopped(&self) {
+        let mut stopped = self.inner.stopped.subscribe();
+        let _ = stopped.wait_for(|s| *s).await;
+    }
+
+    /// Ends the lease: how the worker ended (it crashed, or is killed now).
+    pub async fn end(mut self) -> String {
+        let Some(mut p) = self.process.take() else {
+            return "killed".into();
+        };
+        let exit = p
+            .ended()
+            .await
+            .map_or_else(|| "killed".into(), |s| s.to_string());
+        p.discard().await;
+        self.release();
+        exit
+    }
+
+    fn release(&self) {
+        self.inner.running.store(false, Ordering::Release);
+        self.inner.leased.store(false, Ordering::Release);
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let Some(mut p) = self.process.take() {
+            // Closing the control pipe kills the tree; the shim is reaped
+            // in the background.
+            p.kill();
+        }
+        self.release();
     }
 }

@@ -1,19 +1,20 @@
 //! One Python worker process: an interpreter under a shim that imports the
-//! handler once and answers invocation frames (see [`super::frame`] and
-//! `worker.py`). Started fresh with the handler named on its command line,
-//! or taken from the [`super::spare::SparePool`] and told what to load.
+//! handler once and answers invocation frames (the pipe protocol of
+//! [`kruntimes_proto::runtime::worker`], `worker.py`). Started fresh with
+//! the handler named on its command line, or taken from the
+//! [`super::spare::SparePool`] and told what to load.
 
 use std::collections::BTreeMap;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use kruntimes_proto::runtime::worker::{self as frame, Answer, ExchangeError};
 use tokio::process::{ChildStdin, ChildStdout};
 
-use super::frame::{self, FrameError, Header};
 use crate::contain::{Contained, Launch, Shim};
-use crate::function::{InvokeError, Spec, StartError, bounded};
+use crate::function::{InvokeError, Spec, StartError};
 use crate::logs;
 
 const WORKER_SOURCE: &str = include_str!("worker.py");
@@ -28,20 +29,6 @@ pub struct Process {
     stdin: ChildStdin,
     stdout: ChildStdout,
     label: logs::Label,
-}
-
-/// What a worker answered.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Answer {
-    /// The handler's JSON output.
-    Output(Vec<u8>),
-    /// The handler raised.
-    Raised {
-        /// Exception type.
-        kind: String,
-        /// Bounded message.
-        message: String,
-    },
 }
 
 /// Starts an interpreter running the worker. With `handler` it loads it at
@@ -85,19 +72,6 @@ pub fn spawn(
     })
 }
 
-fn parse_error(body: &[u8]) -> (String, String) {
-    #[derive(serde::Deserialize)]
-    struct E {
-        #[serde(rename = "type")]
-        kind: String,
-        message: String,
-    }
-    match serde_json::from_slice::<E>(body) {
-        Ok(e) => (bounded(&e.kind, 128), bounded(&e.message, 1024)),
-        Err(_) => ("Error".into(), "handler failed".into()),
-    }
-}
-
 impl Process {
     /// Whether the interpreter still runs.
     pub fn alive(&mut self) -> bool {
@@ -114,24 +88,9 @@ impl Process {
         self.tree.kill_and_wait().await;
     }
 
-    async fn send(&mut self, tag: u8, seq: u64, payload: &[u8]) -> std::io::Result<()> {
-        let f = frame::encode(tag, seq, payload).map_err(std::io::Error::other)?;
-        self.stdin.write_all(&f).await?;
-        self.stdin.flush().await
-    }
-
-    /// Reads one frame of at most `max` payload bytes; a larger one is
-    /// reported by its header alone (the pipe is then out of step).
-    async fn read(&mut self, max: usize) -> std::io::Result<(Header, Option<Vec<u8>>)> {
-        let mut head = [0u8; frame::HEADER];
-        self.stdout.read_exact(&mut head).await?;
-        let h = frame::header(&head).map_err(std::io::Error::other)?;
-        if h.payload > max {
-            return Ok((h, None));
-        }
-        let mut body = vec![0u8; h.payload];
-        self.stdout.read_exact(&mut body).await?;
-        Ok((h, Some(body)))
+    /// The worker's stdin (write end) and stdout (read end), for a lease.
+    pub fn pipes(&self) -> [BorrowedFd<'_>; 2] {
+        [self.stdin.as_fd(), self.stdout.as_fd()]
     }
 
     /// Hands a spare its handler, working directory and environment.
@@ -144,12 +103,13 @@ impl Process {
             "env": spec.env,
         });
         let body = serde_json::to_vec(&load).map_err(std::io::Error::other)?;
-        self.send(frame::LOAD, 0, &body).await
+        frame::write(&mut self.stdin, frame::LOAD, 0, &body).await
     }
 
     /// Waits until the handler is imported.
     pub async fn ready(&mut self, within: Duration) -> Result<(), StartError> {
-        let frame = match tokio::time::timeout(within, self.read(MAX_START_FRAME)).await {
+        let read = frame::read(&mut self.stdout, MAX_START_FRAME);
+        let (header, body) = match tokio::time::timeout(within, read).await {
             Err(_) => return Err(StartError::Timeout(within)),
             Ok(Err(e)) => {
                 return Err(StartError::Load(format!(
@@ -163,21 +123,10 @@ impl Process {
             }
             Ok(Ok((h, Some(body)))) => (h, body),
         };
-        match frame {
-            (
-                Header {
-                    tag: frame::READY, ..
-                },
-                _,
-            ) => Ok(()),
-            (
-                Header {
-                    tag: frame::LOAD_FAILED,
-                    ..
-                },
-                body,
-            ) => {
-                let (kind, message) = parse_error(&body);
+        match header.tag {
+            frame::READY => Ok(()),
+            frame::LOAD_FAILED => {
+                let (kind, message) = frame::error_of(&body);
                 Err(StartError::Load(format!("{kind}: {message}")))
             }
             _ => Err(StartError::Load(
@@ -194,38 +143,28 @@ impl Process {
         input: &[u8],
         max_output: usize,
     ) -> Result<Answer, InvokeError> {
-        if let Err(e) = self.send(frame::INVOKE, seq, input).await {
-            return Err(InvokeError::Crashed(self.exit_reason(e).await));
-        }
-        let (h, body) = match self.read(max_output).await {
-            Ok(f) => f,
-            Err(e) => return Err(InvokeError::Crashed(self.exit_reason(e).await)),
-        };
-        if let Err(e @ FrameError::OutOfStep { .. }) = frame::answers(&h, seq) {
-            return Err(InvokeError::Crashed(format!("{e}; worker replaced")));
-        }
-        let Some(body) = body else {
-            return Err(InvokeError::OutputTooLarge(format!(
-                "output of {} bytes exceeds the {max_output}-byte limit",
-                h.payload
-            )));
-        };
-        match h.tag {
-            frame::OUTPUT => Ok(Answer::Output(body)),
-            frame::ERROR => {
-                let (kind, message) = parse_error(&body);
-                Ok(Answer::Raised { kind, message })
-            }
-            _ => Err(InvokeError::Crashed(
-                "worker sent an unexpected frame".into(),
-            )),
+        let exchanged =
+            frame::exchange(&mut self.stdin, &mut self.stdout, seq, input, max_output).await;
+        match exchanged {
+            Ok(a) => Ok(a),
+            Err(ExchangeError::Pipe(e)) => Err(InvokeError::Crashed(self.exit_reason(e).await)),
+            Err(e @ ExchangeError::TooLarge(..)) => Err(InvokeError::OutputTooLarge(e.to_string())),
+            Err(e) => Err(InvokeError::Crashed(format!("{e}; worker replaced"))),
         }
     }
 
+    /// How the worker ended, waiting a moment for it.
+    pub async fn ended(&mut self) -> Option<std::process::ExitStatus> {
+        tokio::time::timeout(Duration::from_millis(500), self.tree.wait())
+            .await
+            .ok()
+            .and_then(Result::ok)
+    }
+
     async fn exit_reason(&mut self, e: std::io::Error) -> String {
-        match tokio::time::timeout(Duration::from_millis(500), self.tree.wait()).await {
-            Ok(Ok(status)) => format!("worker exited ({status})"),
-            _ => format!("worker pipe failed: {e}"),
+        match self.ended().await {
+            Some(status) => format!("worker exited ({status})"),
+            None => format!("worker pipe failed: {e}"),
         }
     }
 }
