@@ -93,6 +93,8 @@ impl Engine {
         Ok(resp.into_inner().handle)
     }
 
+    /// Unregisters `f` on the server (which kills its processes, a leased
+    /// worker included) and gives its lease up.
     async fn unregister_on_server(&self, f: &Registered) {
         let req = rt::UnregisterFunctionRequest {
             run_uid: f.run.uid.clone(),
@@ -101,6 +103,7 @@ impl Engine {
         if let Err(e) = self.link.client().unregister_function(req).await {
             tracing::warn!(run_uid = %f.run.uid, error = %e.message(), "runtime server did not unregister");
         }
+        f.drop_lease().await;
     }
 
     /// Registers a function (see [`crate::registration::rules`]).
@@ -212,6 +215,10 @@ impl Engine {
     pub async fn server_changed(&self, change: Change) {
         let _change = self.functions.change().await;
         for f in self.functions.all() {
+            if matches!(change, Change::Lost | Change::Restarted) {
+                // Its worker went with the server.
+                f.drop_lease().await;
+            }
             if change == Change::Restarted && f.state().0 == State::Ready {
                 match self.register_on_server(f.request.clone()).await {
                     Ok(handle) => {

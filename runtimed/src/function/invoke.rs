@@ -5,8 +5,10 @@
 //!
 //! The call runs in a task of its own that holds the one-in-flight permit:
 //! a caller that goes away leaves its call to finish (or die at its
-//! deadline) on the server, and the next caller gets 429 `Busy` meanwhile —
-//! never the abandoned call's answer.
+//! deadline), and the next caller gets 429 `Busy` meanwhile — never the
+//! abandoned call's answer. A Python function is called over the worker
+//! fast path ([`super::fast`]) when the server offers it, anything else
+//! with `InvokeFunction`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,6 +16,7 @@ use std::time::{Duration, Instant};
 use kruntimes_proto::runtime::v1 as rt;
 use kruntimes_proto::runtime::v1::invoke_function_response::Outcome;
 
+use super::backend::Kind;
 use super::engine::Engine;
 use super::error::{EngineError, InvokeError};
 use super::registered::{Registered, State};
@@ -75,34 +78,40 @@ pub fn classify(
     answer: Result<rt::InvokeFunctionResponse, tonic::Status>,
     timeout: Duration,
 ) -> Result<Vec<u8>, EngineError> {
+    match answer {
+        Ok(r) => match r.outcome {
+            Some(Outcome::Output(out)) => Ok(out),
+            Some(Outcome::Error(e)) => Err(raised(e.kind, e.message)),
+            None => Err(InvokeError::Crashed("the runtime server sent no outcome".into()).into()),
+        },
+        Err(s) => Err(failure(&s, timeout)),
+    }
+}
+
+/// A handler that raised, bounded.
+pub(super) fn raised(kind: String, message: String) -> EngineError {
+    InvokeError::Function {
+        kind: kruntimes_proto::api::truncate_utf8(kind, 128),
+        message: kruntimes_proto::api::truncate_utf8(message, 1024),
+    }
+    .into()
+}
+
+/// A refusal or failure of the server's, as the public error table needs
+/// it.
+pub(super) fn failure(s: &tonic::Status, timeout: Duration) -> EngineError {
     use tonic::Code;
-    let s = match answer {
-        Ok(r) => {
-            return match r.outcome {
-                Some(Outcome::Output(out)) => Ok(out),
-                Some(Outcome::Error(e)) => Err(InvokeError::Function {
-                    kind: kruntimes_proto::api::truncate_utf8(e.kind, 128),
-                    message: kruntimes_proto::api::truncate_utf8(e.message, 1024),
-                }
-                .into()),
-                None => {
-                    Err(InvokeError::Crashed("the runtime server sent no outcome".into()).into())
-                }
-            };
-        }
-        Err(s) => s,
-    };
     let msg = s.message().to_owned();
-    Err(match s.code() {
+    match s.code() {
         Code::DeadlineExceeded => InvokeError::Timeout(timeout).into(),
         Code::Aborted => InvokeError::Crashed(msg).into(),
         Code::OutOfRange => InvokeError::InvalidOutput(msg).into(),
         Code::InvalidArgument => InvokeError::InvalidInput(msg).into(),
         Code::Cancelled => EngineError::NotReady("cancelled"),
         Code::NotFound => EngineError::Unavailable("it does not hold this registration".into()),
-        _ if runtime::unreachable(&s) => EngineError::Unavailable(msg),
+        _ if runtime::unreachable(s) => EngineError::Unavailable(msg),
         _ => InvokeError::Crashed(msg).into(),
-    })
+    }
 }
 
 /// The exchange with the Runtime Server, owning what it needs: it runs to
@@ -160,12 +169,19 @@ impl Engine {
             max_output_bytes: f.bounds.max_output as u64,
         };
         let client = self.link().client();
+        let fast = match f.kind {
+            Kind::Python => self.link().worker_socket(),
+            Kind::Bash => None,
+        };
         let mut cancelled = f.cancel.subscribe();
         let registered: Arc<Registered> = f.clone();
         let started = Instant::now();
         let invocation_id = call.invocation_id.to_owned();
         let exchange = tokio::spawn(async move {
-            let result = call_server(client, req, timeout).await;
+            let result = match fast {
+                Some(socket) => super::fast::call(&registered, &socket, &req.input, timeout).await,
+                None => call_server(client, req, timeout).await,
+            };
             registered.touch();
             tracing::info!(
                 run_uid = %registered.run.uid,

@@ -6,13 +6,15 @@
 //! - [`engine`]: the table of registered functions and its lifecycle.
 //! - [`prepare`]: a `Register` request turned into the server's request.
 //! - [`registered`]: one registered function, its state and reports.
-//! - [`invoke`]: serving one invocation through the server.
+//! - [`invoke`]: serving one invocation through the server; [`fast`]: the
+//!   same on a Python function's leased worker pipes.
 //! - [`backend`]: which built-in backend of the server serves a Run.
 
 pub mod backend;
 pub mod config;
 pub mod engine;
 pub mod error;
+pub mod fast;
 pub mod invoke;
 pub mod prepare;
 pub mod registered;

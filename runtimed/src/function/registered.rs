@@ -14,6 +14,7 @@ use tokio::sync::{Semaphore, watch};
 use super::backend::Kind;
 use crate::local::Published;
 use crate::registration::Registration;
+use crate::runtime::lease::Lease;
 
 /// A function in the registration table.
 pub type Registered = Registration<Function>;
@@ -65,6 +66,9 @@ pub struct Function {
     pub request: rt::RegisterFunctionRequest,
     /// The Runtime Server's handle of the registration.
     handle: Mutex<String>,
+    /// The leased worker of the fast path (Python), held by one invocation
+    /// at a time.
+    pub lease: tokio::sync::Mutex<Option<Lease>>,
     /// The one-in-flight rule: a single permit, held by an invocation until
     /// the Runtime Server answers it.
     pub permit: Arc<Semaphore>,
@@ -89,6 +93,7 @@ impl Function {
             bounds,
             request,
             handle: Mutex::new(handle),
+            lease: tokio::sync::Mutex::new(None),
             permit: Arc::new(Semaphore::new(1)),
             invocations: AtomicU64::new(0),
             cancel: watch::channel(false).0,
@@ -108,6 +113,12 @@ impl Function {
     /// Records the handle of a new registration on the server.
     pub fn set_handle(&self, handle: String) {
         *self.handle.lock().unwrap_or_else(|p| p.into_inner()) = handle;
+    }
+
+    /// Gives the leased worker up (the server kills it), once the
+    /// invocation holding it is done.
+    pub async fn drop_lease(&self) {
+        self.lease.lock().await.take();
     }
 
     /// The state and its reason.

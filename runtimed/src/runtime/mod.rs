@@ -11,8 +11,9 @@
 
 #[cfg(test)]
 pub mod fake;
+pub mod lease;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -52,6 +53,9 @@ pub enum Change {
 /// runtimed's view of its Runtime Server.
 pub struct Link {
     client: Client,
+    socket: PathBuf,
+    /// The worker fast path's socket, when the server offers one.
+    workers: std::sync::Mutex<Option<PathBuf>>,
     up: AtomicBool,
     /// The instance in step with this runtimed (reset on first contact).
     instance: tokio::sync::Mutex<Option<String>>,
@@ -101,13 +105,10 @@ pub fn source(src: &fpb::Source) -> pb::Source {
 impl Link {
     /// A link to the server on `socket` (connected lazily).
     pub fn new(socket: &Path) -> Arc<Self> {
-        Self::with_client(kruntimes_proto::runtime::client(socket))
-    }
-
-    /// A link over an existing client.
-    pub fn with_client(client: Client) -> Arc<Self> {
         Arc::new(Self {
-            client,
+            client: kruntimes_proto::runtime::client(socket),
+            socket: socket.to_path_buf(),
+            workers: std::sync::Mutex::new(None),
             up: AtomicBool::new(false),
             instance: tokio::sync::Mutex::new(None),
         })
@@ -116,6 +117,14 @@ impl Link {
     /// A client for one call.
     pub fn client(&self) -> Client {
         self.client.clone()
+    }
+
+    /// The worker fast path's socket, when the server offers one.
+    pub fn worker_socket(&self) -> Option<PathBuf> {
+        self.workers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Whether the server answered its last check.
@@ -160,6 +169,12 @@ impl Link {
                 Change::Back
             }
         };
+        // A file name beside the socket dialled (the directory may be
+        // mounted elsewhere in the server's container).
+        let name = Path::new(&info.worker_socket);
+        let workers = (name.components().count() == 1 && name.file_name().is_some())
+            .then(|| self.socket.with_file_name(name));
+        *self.workers.lock().unwrap_or_else(|p| p.into_inner()) = workers;
         *instance = Some(info.instance_id);
         self.up.store(true, Ordering::Release);
         change
