@@ -60,13 +60,15 @@ pub async fn call(
         Ok(Err(Failure::Exchange(e))) => {
             let lease = slot.take();
             Err(match e {
-                ExchangeError::Pipe(_) => {
-                    let exit = match lease {
-                        Some(l) => l.release().await,
-                        None => "killed".into(),
-                    };
-                    InvokeError::Crashed(format!("worker exited ({exit})")).into()
-                }
+                ExchangeError::Pipe(_) => match lease {
+                    Some(l) => match l.release().await {
+                        Some(exit) => {
+                            InvokeError::Crashed(format!("worker exited ({exit})")).into()
+                        }
+                        None => EngineError::Unavailable("it went away during the call".into()),
+                    },
+                    None => InvokeError::Crashed("worker pipes lost".into()).into(),
+                },
                 e @ ExchangeError::TooLarge(..) => InvokeError::InvalidOutput(e.to_string()).into(),
                 e => InvokeError::Crashed(format!("{e}; worker replaced")).into(),
             })

@@ -79,15 +79,16 @@ impl Lease {
     }
 
     /// Gives the worker up and learns how it ended (`exit status: 1`), as
-    /// far as the server can tell within a moment.
-    pub async fn release(self) -> String {
+    /// far as the server can tell within a moment; `None` when the server
+    /// does not answer (it went away, and the worker with it).
+    pub async fn release(self) -> Option<String> {
         let ask = async {
             send(&self.conn, &pb::WorkerRelease {}, &[]).await?;
             recv::<pb::WorkerReleased>(&self.conn).await
         };
         match tokio::time::timeout(RELEASE_WAIT, ask).await {
-            Ok(Ok((r, _))) => r.exit,
-            _ => "killed".into(),
+            Ok(Ok((r, _))) => Some(r.exit),
+            _ => None,
         }
     }
 }
