@@ -17,8 +17,9 @@
 //!   runtimed with SCM_RIGHTS.
 //! - [`function`]: registrations and their backends; [`session`]:
 //!   workspaces, commands and files.
-//! - [`contain`], [`env`], [`source`], [`logs`]: process trees, the user
-//!   processes' environment, inline source, their stderr.
+//! - [`contain`], [`env`], [`source`], [`logs`], [`held`]: process trees,
+//!   the user processes' environment, inline source, their stderr, what is
+//!   held per Run UID.
 #![forbid(unsafe_code)]
 
 pub mod cli;
@@ -26,6 +27,7 @@ pub mod contain;
 pub mod env;
 pub mod error;
 pub mod function;
+pub mod held;
 pub mod lease;
 pub mod logs;
 pub mod service;

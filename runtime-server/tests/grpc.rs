@@ -75,6 +75,42 @@ impl Server {
             .unwrap();
     }
 
+    /// Registers a Python function with `source` as `main.py`; its handle.
+    async fn register(&mut self, source: &str) -> String {
+        self.client
+            .register_function(pb::RegisterFunctionRequest {
+                run: Some(pb::RunRef {
+                    namespace: "default".into(),
+                    name: "f".into(),
+                    uid: UID.into(),
+                    runtime: "python".into(),
+                }),
+                attempt: 1,
+                handler: "main.invoke".into(),
+                source: Some(pb::Source {
+                    inline: source.into(),
+                    path: String::new(),
+                }),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .handle
+    }
+
+    /// An invocation of `handle` with `input`.
+    fn call(handle: &str, input: &[u8], timeout_ms: u32) -> pb::InvokeFunctionRequest {
+        pb::InvokeFunctionRequest {
+            run_uid: UID.into(),
+            handle: handle.into(),
+            invocation_id: "inv-1".into(),
+            input: input.to_vec(),
+            timeout_ms,
+            max_output_bytes: 0,
+        }
+    }
+
     async fn shell(&mut self, script: &str) -> tonic::Streaming<pb::CommandEvent> {
         self.client
             .run_command(pb::RunCommandRequest {
@@ -128,34 +164,11 @@ async fn info_names_the_server_and_its_instance() {
 async fn a_function_answers_with_output_or_a_handler_error() {
     let mut s = start().await;
     let handle = s
-        .client
-        .register_function(pb::RegisterFunctionRequest {
-            run: Some(pb::RunRef {
-                namespace: "default".into(),
-                name: "f".into(),
-                uid: UID.into(),
-                runtime: "python".into(),
-            }),
-            attempt: 1,
-            handler: "main.invoke".into(),
-            source: Some(pb::Source {
-                inline: "def invoke(r):\n    if r.get('bad'):\n        raise KeyError('k')\n    return r\n".into(),
-                path: String::new(),
-            }),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .handle;
-    let call = |input: &str| pb::InvokeFunctionRequest {
-        run_uid: UID.into(),
-        handle: handle.clone(),
-        invocation_id: "inv-1".into(),
-        input: input.as_bytes().to_vec(),
-        timeout_ms: 10_000,
-        max_output_bytes: 0,
-    };
+        .register(
+            "def invoke(r):\n    if r.get('bad'):\n        raise KeyError('k')\n    return r\n",
+        )
+        .await;
+    let call = |input: &str| Server::call(&handle, input.as_bytes(), 10_000);
     use pb::invoke_function_response::Outcome;
     let out = s
         .client
@@ -358,27 +371,7 @@ async fn a_leased_worker_answers_on_its_own_pipes_and_dies_with_its_lease() {
     use kruntimes_proto::runtime::worker::{self, Answer};
     let mut s = start().await;
     let source = "import os\ndef invoke(r):\n    if r.get('crash'):\n        os._exit(4)\n    return {'pid': os.getpid(), **r}\n";
-    let handle = s
-        .client
-        .register_function(pb::RegisterFunctionRequest {
-            run: Some(pb::RunRef {
-                namespace: "default".into(),
-                name: "f".into(),
-                uid: UID.into(),
-                runtime: "python".into(),
-            }),
-            attempt: 1,
-            handler: "main.invoke".into(),
-            source: Some(pb::Source {
-                inline: source.into(),
-                path: String::new(),
-            }),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .handle;
+    let handle = s.register(source).await;
     let info = s
         .client
         .info(pb::InfoRequest {})
@@ -423,14 +416,7 @@ async fn a_leased_worker_answers_on_its_own_pipes_and_dies_with_its_lease() {
     let pid = out["pid"].as_i64().unwrap() as i32;
     let busy = s
         .client
-        .invoke_function(pb::InvokeFunctionRequest {
-            run_uid: UID.into(),
-            handle: handle.clone(),
-            invocation_id: "inv".into(),
-            input: b"{}".to_vec(),
-            timeout_ms: 5_000,
-            max_output_bytes: 0,
-        })
+        .invoke_function(Server::call(&handle, b"{}", 5_000))
         .await
         .unwrap_err();
     assert_eq!(
@@ -467,14 +453,7 @@ async fn a_leased_worker_answers_on_its_own_pipes_and_dies_with_its_lease() {
     assert_eq!(wait_gone(&[fresh], WITHIN).await, Vec::<i32>::new());
     let after = s
         .client
-        .invoke_function(pb::InvokeFunctionRequest {
-            run_uid: UID.into(),
-            handle,
-            invocation_id: "inv".into(),
-            input: b"{}".to_vec(),
-            timeout_ms: 10_000,
-            max_output_bytes: 0,
-        })
+        .invoke_function(Server::call(&handle, b"{}", 10_000))
         .await;
     assert!(after.is_ok(), "served through the server again: {after:?}");
     s.stop().await;

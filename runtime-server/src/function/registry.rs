@@ -5,15 +5,15 @@
 //! Each registration has a handle of its own, and a call naming another
 //! handle never reaches it.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
 
 use super::{Backend, Interpreter, InvokeError, Kind, Spec};
 use crate::error::Error as RunError;
+use crate::held::Held;
 use crate::source;
 use crate::validate::Register;
 
@@ -49,8 +49,7 @@ impl Registration {
 pub struct Functions {
     root: PathBuf,
     interpreter: Interpreter,
-    entries: RwLock<HashMap<String, Arc<Registration>>>,
-    changes: tokio::sync::Mutex<()>,
+    held: Held<Registration>,
 }
 
 /// Where inline source goes when no path is given: the handler's module
@@ -68,30 +67,18 @@ impl Functions {
         Self {
             root,
             interpreter,
-            entries: RwLock::default(),
-            changes: tokio::sync::Mutex::new(()),
+            held: Held::default(),
         }
     }
 
     /// The current registration of a Run.
     pub fn get(&self, run_uid: &str) -> Option<Arc<Registration>> {
-        self.entries
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(run_uid)
-            .cloned()
-    }
-
-    fn take(&self, run_uid: &str) -> Option<Arc<Registration>> {
-        self.entries
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(run_uid)
+        self.held.get(run_uid)
     }
 
     /// Registers (see the module doc); returns the handle.
     pub async fn register(&self, req: Register) -> Result<String, RunError> {
-        let _change = self.changes.lock().await;
+        let _change = self.held.change().await;
         match self.get(&req.run_uid) {
             Some(r) if r.attempt == req.attempt => return Ok(r.handle.clone()),
             Some(r) if r.attempt > req.attempt => {
@@ -102,7 +89,7 @@ impl Functions {
             }
             Some(r) => {
                 tracing::info!(run_uid = %r.run_uid, old_attempt = r.attempt, attempt = req.attempt, "replacing registration");
-                self.take(&r.run_uid);
+                self.held.take(&r.run_uid);
                 r.stop().await;
             }
             None => {}
@@ -130,10 +117,7 @@ impl Functions {
         });
         tracing::info!(run_uid = %reg.run_uid, attempt = reg.attempt, backend = req.kind.as_str(), "function registered");
         let handle = reg.handle.clone();
-        self.entries
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(req.run_uid, reg);
+        self.held.insert(req.run_uid, reg);
         Ok(handle)
     }
 
@@ -189,14 +173,14 @@ impl Functions {
 
     /// Unregisters; `false` when nothing (or another handle) is registered.
     pub async fn unregister(&self, run_uid: &str, handle: &str) -> bool {
-        let _change = self.changes.lock().await;
+        let _change = self.held.change().await;
         let Some(reg) = self
             .get(run_uid)
             .filter(|r| handle.is_empty() || r.handle == handle)
         else {
             return false;
         };
-        self.take(run_uid);
+        self.held.take(run_uid);
         reg.stop().await;
         tracing::info!(run_uid = %run_uid, attempt = reg.attempt, "function unregistered");
         true
@@ -204,14 +188,8 @@ impl Functions {
 
     /// Drops every registration.
     pub async fn reset(&self) -> usize {
-        let _change = self.changes.lock().await;
-        let all: Vec<_> = self
-            .entries
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .drain()
-            .map(|(_, r)| r)
-            .collect();
+        let _change = self.held.change().await;
+        let all = self.held.drain();
         for r in &all {
             r.stop().await;
         }

@@ -9,14 +9,15 @@ pub mod exec;
 pub mod files;
 pub mod path;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
 use crate::contain::Shim;
 use crate::error::{Error, Result};
+use crate::held::Held;
 use crate::source;
 use crate::validate::Open;
 
@@ -70,8 +71,7 @@ impl Session {
 pub struct Sessions {
     root: PathBuf,
     shim: Shim,
-    entries: RwLock<HashMap<String, Arc<Session>>>,
-    changes: tokio::sync::Mutex<()>,
+    held: Held<Session>,
 }
 
 impl Sessions {
@@ -80,8 +80,7 @@ impl Sessions {
         Self {
             root,
             shim,
-            entries: RwLock::default(),
-            changes: tokio::sync::Mutex::new(()),
+            held: Held::default(),
         }
     }
 
@@ -92,25 +91,15 @@ impl Sessions {
 
     /// The open session of a Run.
     pub fn get(&self, run_uid: &str) -> Result<Arc<Session>> {
-        self.entries
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
+        self.held
             .get(run_uid)
-            .cloned()
             .ok_or_else(|| Error::NotFound(format!("session {run_uid}")))
-    }
-
-    fn take(&self, run_uid: &str) -> Option<Arc<Session>> {
-        self.entries
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(run_uid)
     }
 
     /// Opens a session: the same attempt again is idempotent, a higher one
     /// replaces the session (and its workspace), a lower one is refused.
     pub async fn open(&self, req: Open) -> Result<()> {
-        let _change = self.changes.lock().await;
+        let _change = self.held.change().await;
         match self.get(&req.run_uid).ok() {
             Some(s) if s.attempt == req.attempt => return Ok(()),
             Some(s) if s.attempt > req.attempt => {
@@ -120,7 +109,7 @@ impl Sessions {
                 });
             }
             Some(s) => {
-                self.take(&s.run_uid);
+                self.held.take(&s.run_uid);
                 s.close().await;
             }
             None => {}
@@ -146,17 +135,14 @@ impl Sessions {
             commands: Mutex::new(Vec::new()),
         });
         tracing::info!(run_uid = %session.run_uid, attempt = session.attempt, "session opened");
-        self.entries
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(req.run_uid, session);
+        self.held.insert(req.run_uid, session);
         Ok(())
     }
 
     /// Closes a session; `false` when there is none.
     pub async fn close(&self, run_uid: &str) -> bool {
-        let _change = self.changes.lock().await;
-        let Some(s) = self.take(run_uid) else {
+        let _change = self.held.change().await;
+        let Some(s) = self.held.take(run_uid) else {
             return false;
         };
         s.close().await;
@@ -166,14 +152,8 @@ impl Sessions {
 
     /// Closes every session.
     pub async fn reset(&self) -> usize {
-        let _change = self.changes.lock().await;
-        let all: Vec<_> = self
-            .entries
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .drain()
-            .map(|(_, s)| s)
-            .collect();
+        let _change = self.held.change().await;
+        let all = self.held.drain();
         for s in &all {
             s.close().await;
         }
