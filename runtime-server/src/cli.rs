@@ -135,13 +135,28 @@ pub async fn serve(
             let _ = stopped.wait_for(|s| *s).await;
         }
     }));
-    let served = tonic::transport::Server::builder()
+    let serving = tonic::transport::Server::builder()
         .add_service(service.server())
-        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
-        .await;
-    let _ = stop.send(true);
-    let _ = leases.await;
+        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), {
+            let mut stopped = stopped.clone();
+            async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            }
+        });
+    tokio::pin!(serving);
+    let ended = tokio::select! {
+        r = &mut serving => Some(r),
+        _ = shutdown => None,
+    };
+    // User processes go first: that ends the calls and command streams
+    // still open, so the graceful stop below does not wait on them.
     service.shutdown().await;
+    let _ = stop.send(true);
+    let served = match ended {
+        Some(r) => r,
+        None => serving.await,
+    };
+    let _ = leases.await;
     let _ = std::fs::remove_file(&socket);
     let _ = std::fs::remove_file(&worker_socket);
     tracing::info!("runtime server stopped");

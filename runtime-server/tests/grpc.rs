@@ -458,3 +458,17 @@ async fn a_leased_worker_answers_on_its_own_pipes_and_dies_with_its_lease() {
     assert!(after.is_ok(), "served through the server again: {after:?}");
     s.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_the_server_ends_running_commands_instead_of_waiting_for_them() {
+    let mut s = start().await;
+    s.open().await;
+    let events = s.shell("echo $$ >> pids; sleep 2992").await;
+    let pids = read_pids(&s.workspace().join("pids"), 1, WITHIN)
+        .await
+        .unwrap();
+    let stopped = tokio::time::timeout(Duration::from_secs(60), s.stop()).await;
+    assert!(stopped.is_ok(), "the server waited for the command");
+    assert_eq!(wait_gone(&pids, WITHIN).await, Vec::<i32>::new());
+    drop(events);
+}
