@@ -210,6 +210,22 @@ async fn commands_stream_output_then_their_result_in_the_sessions_environment() 
     let stdout = format!("hi\n{}\n", s.workspace().display());
     assert_eq!(String::from_utf8_lossy(&r.stdout), stdout);
     assert_eq!(r.stderr, b"err\n");
+    let missing = s
+        .client
+        .run_command(pb::RunCommandRequest {
+            run_uid: UID.into(),
+            argv: vec!["no-such-program-krt".into()],
+            timeout_ms: 10_000,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let (_, r) = finish(missing).await;
+    assert_eq!(
+        (r.state, r.exit_code),
+        (pb::CommandState::Failed as i32, Some(127))
+    );
     assert_eq!(
         out.len(),
         stdout.len() + 4,
