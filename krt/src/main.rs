@@ -2,8 +2,9 @@
 //! `krt up` (its state directory) or on a Kubernetes cluster (a kubeconfig,
 //! a context, or the in-cluster service account): apply, runs, get, delete,
 //! wait, invoke, session, runtime, logs, version. `krt up` runs the
-//! embedded stack; `krt runtimed`, `krt operator` and `krt gateway` run the
-//! daemons themselves (the stack and the test harnesses start them).
+//! embedded stack; `krt runtimed`, `krt runtime-server`, `krt operator` and
+//! `krt gateway` run the daemons themselves (the stack and the test
+//! harnesses start them).
 #![forbid(unsafe_code)]
 
 mod client;
@@ -192,6 +193,15 @@ enum Command {
         #[arg(long)]
         exit_with_parent: bool,
     },
+    /// Run a Runtime Server (the user code of one runtimed).
+    #[command(hide = true)]
+    RuntimeServer {
+        #[command(flatten)]
+        args: kruntimes_runtime_server::cli::Args,
+        /// Exit when the parent process exits.
+        #[arg(long)]
+        exit_with_parent: bool,
+    },
     /// Run the operator against a Kubernetes cluster.
     #[command(hide = true)]
     Operator {
@@ -307,6 +317,15 @@ fn main() -> anyhow::Result<()> {
             kruntimes_runtimed::cli::init_logging();
             tokio::runtime::Runtime::new()?.block_on(kruntimes_runtimed::cli::run(args))
         }
+        Command::RuntimeServer {
+            args,
+            exit_with_parent: e,
+        } => {
+            if e {
+                exit_with_parent();
+            }
+            kruntimes_runtime_server::cli::main(args, &["runtime-server"])
+        }
         Command::Operator {
             args,
             exit_with_parent: e,
@@ -408,6 +427,7 @@ async fn client_verb_inner(cli: Cli) -> anyhow::Result<i32> {
         | Command::Token { .. }
         | Command::Version
         | Command::Runtimed { .. }
+        | Command::RuntimeServer { .. }
         | Command::Operator { .. }
         | Command::Gateway { .. } => unreachable!("handled by main"),
     }

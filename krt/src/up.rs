@@ -1,6 +1,7 @@
 //! `krt up`: the embedded stack on one machine — the control plane in this
-//! process, N runtimed instances and the gateway as supervised child
-//! processes, all on loopback with real TLS.
+//! process, N runtimed instances (each with its own Runtime Server, which
+//! runs its user code) and the gateway as supervised child processes, all on
+//! loopback with real TLS.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -67,6 +68,8 @@ struct Supervised {
     name: String,
     address: String,
     args: Vec<String>,
+    /// The whole environment, when the child must not inherit krt's.
+    env: Option<Vec<(String, String)>>,
     log: PathBuf,
     child: Option<Child>,
     restarts: u32,
@@ -74,13 +77,30 @@ struct Supervised {
 }
 
 impl Supervised {
+    fn new(name: String, address: String, args: Vec<String>, log: PathBuf) -> Self {
+        Self {
+            name,
+            address,
+            args,
+            env: None,
+            log,
+            child: None,
+            restarts: 0,
+            next_start: None,
+        }
+    }
+
     fn spawn(&mut self, exe: &Path) -> anyhow::Result<()> {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&self.log)
             .with_context(|| format!("open {}", self.log.display()))?;
-        let child = Command::new(exe)
+        let mut cmd = Command::new(exe);
+        if let Some(env) = &self.env {
+            cmd.env_clear().envs(env.iter().cloned());
+        }
+        let child = cmd
             .args(&self.args)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
@@ -115,7 +135,7 @@ fn s(p: &Path) -> String {
     p.display().to_string()
 }
 
-fn runtimed_args(pki: &Pki, name: &str, addr: SocketAddr, work_root: &Path) -> Vec<String> {
+fn runtimed_args(pki: &Pki, name: &str, addr: SocketAddr, runtime_server: &Path) -> Vec<String> {
     vec![
         "runtimed".into(),
         "--exit-with-parent".into(),
@@ -129,9 +149,55 @@ fn runtimed_args(pki: &Pki, name: &str, addr: SocketAddr, work_root: &Path) -> V
         s(&pki.tls.runtimed_key),
         "--client-ca".into(),
         s(&pki.tls.internal_ca),
-        "--work-root".into(),
-        s(work_root),
+        "--runtime-server".into(),
+        s(runtime_server),
     ]
+}
+
+/// A Runtime Server for one runtimed: its socket in a directory only this
+/// user may enter, its own work root, and a clean environment (PATH to find
+/// the interpreters, RUST_LOG for its logs — none of krt's secrets or
+/// settings), so user code can reach neither runtimed's keys nor its
+/// environment.
+fn runtime_server(
+    state_dir: &Path,
+    logs: &Path,
+    runtimed: &str,
+) -> anyhow::Result<(Supervised, PathBuf)> {
+    use std::os::unix::fs::PermissionsExt;
+    let sockets = state_dir.join("sockets").join(runtimed);
+    std::fs::create_dir_all(&sockets)?;
+    for dir in [sockets.parent().unwrap_or(&sockets), sockets.as_path()] {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    let socket = sockets.join("runtime.sock");
+    let work = state_dir.join("work").join(runtimed);
+    std::fs::create_dir_all(&work)?;
+    let name = format!(
+        "runtime-server-{}",
+        runtimed.trim_start_matches("runtimed-")
+    );
+    let args = vec![
+        "runtime-server".into(),
+        "--exit-with-parent".into(),
+        "--socket".into(),
+        s(&socket),
+        "--work-root".into(),
+        s(&work),
+    ];
+    let mut server = Supervised::new(
+        name.clone(),
+        s(&socket),
+        args,
+        logs.join(format!("{name}.log")),
+    );
+    server.env = Some(
+        ["PATH", "RUST_LOG"]
+            .into_iter()
+            .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_owned(), v)))
+            .collect(),
+    );
+    Ok((server, socket))
 }
 
 fn gateway_args(pki: &Pki, args: &UpArgs, control: SocketAddr) -> Vec<String> {
@@ -228,32 +294,26 @@ pub async fn up(state_dir: &Path, args: UpArgs) -> anyhow::Result<()> {
     for i in 0..args.runtimed {
         let name = format!("runtimed-{i}");
         let addr = free_port()?;
-        let work = state_dir.join("work").join(&name);
-        std::fs::create_dir_all(&work)?;
         pods.push(PodConfig {
             name: name.clone(),
             address: addr.to_string(),
             capacity: args.capacity,
         });
-        children.push(Supervised {
-            address: addr.to_string(),
-            log: logs.join(format!("{name}.log")),
-            args: runtimed_args(&pki, &name, addr, &work),
-            name,
-            child: None,
-            restarts: 0,
-            next_start: None,
-        });
+        let (server, socket) = runtime_server(&state_dir, &logs, &name)?;
+        children.push(server);
+        children.push(Supervised::new(
+            name.clone(),
+            addr.to_string(),
+            runtimed_args(&pki, &name, addr, &socket),
+            logs.join(format!("{name}.log")),
+        ));
     }
-    children.push(Supervised {
-        name: "gateway".into(),
-        address: args.gateway_addr.clone(),
-        log: logs.join("gateway.log"),
-        args: gateway_args(&pki, &args, control_addr),
-        child: None,
-        restarts: 0,
-        next_start: None,
-    });
+    children.push(Supervised::new(
+        "gateway".into(),
+        args.gateway_addr.clone(),
+        gateway_args(&pki, &args, control_addr),
+        logs.join("gateway.log"),
+    ));
     for c in &mut children {
         c.spawn(&exe)?;
     }

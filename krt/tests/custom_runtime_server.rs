@@ -129,6 +129,8 @@ fn register(uid: &str, attempt: u64, handler: &str) -> rt::RegisterFunctionReque
         }),
         env: [("GREETING".to_string(), "hi".to_string())].into(),
         start_timeout_ms: 5000,
+        // What runtimed sends for a custom Runtime: no built-in backend.
+        backend: String::new(),
     }
 }
 

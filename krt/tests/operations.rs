@@ -91,13 +91,25 @@ async fn idle_runs_time_out_and_release_their_capacity() {
 async fn sigterm_stops_every_process_of_the_stack() {
     let stack = start(2, vec![python_run("bye")], &[]);
     stack.wait_phase("bye", "Ready").await.unwrap();
-    let pids: Vec<u64> = stack
+    let mut pids: Vec<u64> = stack
         .processes()
         .unwrap()
         .values()
         .filter_map(|v| v["pid"].as_u64())
         .collect();
-    assert_eq!(pids.len(), 3, "two runtimed and a gateway");
+    assert_eq!(
+        pids.len(),
+        5,
+        "two runtimed, a runtime server for each, and a gateway"
+    );
+    // The Python workers and spares under the runtime servers, too.
+    let user: Vec<u64> = pids
+        .iter()
+        .flat_map(|p| kruntimes_testkit::descendants(*p as i32))
+        .map(|p| p as u64)
+        .collect();
+    assert!(!user.is_empty(), "the runtime servers run the interpreters");
+    pids.extend(user);
     drop(stack); // SIGTERM to krt up, then waits for it to exit.
     for pid in pids {
         let mut gone = false;

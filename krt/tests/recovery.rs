@@ -42,6 +42,44 @@ async fn killed_runtimed_answers_503_then_recovers_with_the_next_attempt() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_runtime_server_takes_its_processes_along_answers_503_and_serves_again() {
+    let stack = start(1, vec![python_run("kept")], &[]);
+    let before = stack.wait_phase("kept", "Ready").await.unwrap();
+    let first = json(stack.invoke("kept", "{}").await.unwrap()).await;
+    let server = stack.processes().unwrap()["runtime-server-0"]["pid"]
+        .as_i64()
+        .unwrap() as i32;
+    let user = kruntimes_testkit::descendants(server);
+    let worker = first["pid"].as_i64().unwrap() as i32;
+    assert!(user.contains(&worker), "the worker runs under the server");
+
+    stack.kill("runtime-server-0").unwrap();
+    let left = kruntimes_testkit::wait_gone(&user, Duration::from_secs(30)).await;
+    assert_eq!(
+        left,
+        Vec::<i32>::new(),
+        "nothing the server ran outlives it"
+    );
+
+    // krt restarts it; runtimed registers the function again on its own,
+    // at the same attempt (the control plane is not involved). Until then
+    // every answer is a typed 503, never someone's 500.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let after = loop {
+        let resp = stack.invoke("kept", r#"{"name": "back"}"#).await.unwrap();
+        if resp.status() == 200 {
+            break json(resp).await;
+        }
+        expect_error(resp, 503, "NotReady").await;
+        assert!(std::time::Instant::now() < deadline, "never served again");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(after["message"], "hello back");
+    assert_ne!(after["pid"], first["pid"], "a fresh worker");
+    assert_eq!(stack.run("kept").unwrap()["attempt"], before["attempt"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_files_added_and_removed_while_running_come_and_go() {
     let stack = start(1, vec![python_run("keep")], &[]);
     stack.wait_phase("keep", "Ready").await.unwrap();

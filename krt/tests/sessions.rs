@@ -361,38 +361,18 @@ async fn krt_session_commands_create_exec_copy_list_and_close() {
 async fn websocket_sends_operations_streams_events_and_cancels() {
     use futures::{SinkExt, StreamExt};
     use tokio_tungstenite::tungstenite::Message;
-    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
     let stack = start(1, vec![sandbox("sbx", "")], &[]);
     let run = stack.wait_phase("sbx", "Ready").await.unwrap();
-    let url = format!("{}/operations:ws", run["endpoint"].as_str().unwrap())
-        .replace("https://", "wss://");
-    let ca = stack.state_dir().join("pki/public-ca.crt");
-    let tls = kruntimes_certs::client_config(&ca, None, &[b"http/1.1"]).unwrap();
-    let connect = |token: Option<String>| {
-        let mut req = url.clone().into_client_request().unwrap();
-        if let Some(t) = token {
-            req.headers_mut()
-                .insert("authorization", format!("Bearer {t}").parse().unwrap());
-        }
-        tokio_tungstenite::connect_async_tls_with_config(
-            req,
-            None,
-            false,
-            Some(tokio_tungstenite::Connector::Rustls(std::sync::Arc::new(
-                tls.clone(),
-            ))),
-        )
-    };
-    assert!(connect(None).await.is_err(), "the upgrade needs a token");
-    let (mut ws, _) = connect(Some(stack.token.clone())).await.unwrap();
-    let send = |op: serde_json::Value| {
-        Message::Text(
-            serde_json::json!({"type": "send", "operation": op})
-                .to_string()
-                .into(),
-        )
-    };
+    let endpoint = run["endpoint"].as_str().unwrap();
+    assert!(
+        websocket(&stack, endpoint, None).await.is_err(),
+        "the upgrade needs a token"
+    );
+    let mut ws = websocket(&stack, endpoint, Some(&stack.token))
+        .await
+        .unwrap();
+    let send = ws_send;
     ws.send(send(
         serde_json::json!({"command": {"shell": "echo one; sleep 0.2; echo two"}}),
     ))

@@ -3,8 +3,9 @@
 //! identity from `examples/rbac/`, mTLS between them and HTTPS in front.
 //!
 //! There is no kubelet: [`Cluster::add_pod`] creates a real Pod object,
-//! starts a local runtimed that plays it, and — once its port answers —
-//! patches the Pod's status Ready with `podIP: 127.0.0.1`, as kwok would.
+//! starts a local runtimed that plays it beside a Runtime Server of its own
+//! (the Pod's two containers), and — once its port answers — patches the
+//! Pod's status Ready with `podIP: 127.0.0.1`, as kwok would.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -157,11 +158,25 @@ impl Cluster {
     }
 
     fn spawn(&self, name: &str, args: Vec<String>) -> anyhow::Result<()> {
+        self.spawn_with(name, args, None)
+    }
+
+    /// Starts a process; `env` replaces the whole environment when given.
+    fn spawn_with(
+        &self,
+        name: &str,
+        args: Vec<String>,
+        env: Option<Vec<(String, String)>>,
+    ) -> anyhow::Result<()> {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.dir.path().join(format!("{name}.log")))?;
-        let child = Command::new(&self.krt)
+        let mut cmd = Command::new(&self.krt);
+        if let Some(env) = env {
+            cmd.env_clear().envs(env);
+        }
+        let child = cmd
             .args(&args)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
@@ -305,7 +320,7 @@ impl Cluster {
         let uid = pod.metadata.uid.clone().context("pod uid")?;
         let s = |p: &Path| p.display().to_string();
         let f = &self.files;
-        let work = self.dir.path().join("work").join(name);
+        let socket = self.start_runtime_server(name)?;
         let args = vec![
             "runtimed".into(),
             "--exit-with-parent".into(),
@@ -320,11 +335,34 @@ impl Cluster {
             format!("--tls-cert={}", s(&f.runtimed_cert)),
             format!("--tls-key={}", s(&f.runtimed_key)),
             format!("--client-ca={}", s(&f.internal_ca)),
-            format!("--work-root={}", s(&work)),
-            "--python-spares=1".into(),
+            format!("--runtime-server={}", s(&socket)),
         ];
         self.spawn(name, args)?;
         Ok((uid, port))
+    }
+
+    /// Starts the Runtime Server of Pod `name` (process
+    /// `runtime-server-NAME`): a private socket directory, its own work
+    /// root, and only PATH from this environment. Returns its socket.
+    fn start_runtime_server(&self, name: &str) -> anyhow::Result<PathBuf> {
+        use std::os::unix::fs::PermissionsExt;
+        let sockets = self.dir.path().join("sockets").join(name);
+        std::fs::create_dir_all(&sockets)?;
+        std::fs::set_permissions(&sockets, std::fs::Permissions::from_mode(0o700))?;
+        let socket = sockets.join("runtime.sock");
+        let work = self.dir.path().join("work").join(name);
+        let args = vec![
+            "runtime-server".into(),
+            "--exit-with-parent".into(),
+            format!("--socket={}", socket.display()),
+            format!("--work-root={}", work.display()),
+            "--python-spares=1".into(),
+        ];
+        let env = std::env::var("PATH")
+            .map(|p| vec![("PATH".to_owned(), p)])
+            .unwrap_or_default();
+        self.spawn_with(&format!("runtime-server-{name}"), args, Some(env))?;
+        Ok(socket)
     }
 
     /// Patches a Pod's status as a kubelet would.

@@ -10,6 +10,7 @@ use clap::Parser;
 use crate::dataplane::{PeerPolicy, ServeConfig, serve};
 use crate::function::{Engine, EngineConfig};
 use crate::local::LocalPod;
+use crate::runtime::{self, Link};
 use crate::session::Sessions;
 
 /// runtimed flags (also readable from `KRUNTIMES_RUNTIMED_*` variables).
@@ -47,18 +48,16 @@ pub struct Args {
     /// Client CNs allowed to call FunctionRuntime.
     #[arg(long, value_delimiter = ',', default_value = "kruntimes-control-plane")]
     pub control_clients: Vec<String>,
-    /// Root of the Runs' working directories.
-    #[arg(long, env = "KRUNTIMES_RUNTIMED_WORK_ROOT")]
-    pub work_root: PathBuf,
-    /// Python interpreter.
-    #[arg(long, env = "KRUNTIMES_PYTHON", default_value = "python3")]
-    pub python: PathBuf,
+    /// Unix socket of this Pod's Runtime Server, which runs the user code.
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_RUNTIME_SERVER")]
+    pub runtime_server: PathBuf,
+    /// Ignored: the Runtime Server owns the Runs' working directories
+    /// (accepted so older Pod specs keep starting).
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_WORK_ROOT", hide = true)]
+    pub work_root: Option<PathBuf>,
     /// Default invocation timeout, seconds.
     #[arg(long, default_value_t = 30)]
     pub default_timeout_secs: u64,
-    /// Pre-started Python interpreters kept ready for registrations.
-    #[arg(long, default_value_t = 2)]
-    pub python_spares: usize,
     /// Maximum invocation timeout, seconds.
     #[arg(long, default_value_t = 300)]
     pub max_timeout_secs: u64,
@@ -88,7 +87,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     if args.kubernetes && args.advertise.is_none() && args.listen.port() == 0 {
         anyhow::bail!("--kubernetes needs --advertise or a fixed --listen port");
     }
-    std::fs::create_dir_all(&args.work_root)?;
+    // The server answers before anything is registered on it (the first
+    // contact resets whatever an earlier runtimed left there); if it is
+    // late, the monitor below keeps trying and readiness says so.
+    let link = Link::new(&args.runtime_server);
+    if !link.connect(Duration::from_secs(10)).await {
+        tracing::warn!(socket = %args.runtime_server.display(), "the runtime server does not answer yet");
+    }
     // In Kubernetes mode the port opens only once the Run watch has synced:
     // the Pod's readiness probe (a TCP check) then means "can take Runs".
     let mut listener = if args.kubernetes {
@@ -105,21 +110,28 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .pod_uid
         .clone()
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-    let pod = LocalPod::new(&args.name, &pod_uid, &address, &args.work_root);
+    let pod = LocalPod::new(&args.name, &pod_uid, &address);
     let engine = Engine::new(
         pod.clone(),
         EngineConfig {
-            python: args.python.clone(),
             default_timeout: Duration::from_secs(args.default_timeout_secs),
             max_timeout: Duration::from_secs(args.max_timeout_secs),
             start_timeout: Duration::from_secs(30),
-            python_spares: args.python_spares,
             backend: args.backend,
         },
+        link.clone(),
     );
     engine.spawn_idle_reaper(Duration::from_secs(1));
-    let sessions = Sessions::new(pod.clone());
+    let sessions = Sessions::new(pod.clone(), link.clone());
     sessions.spawn_idle_reaper(Duration::from_secs(1));
+    let (e, s) = (engine.clone(), sessions.clone());
+    runtime::spawn_monitor(link, Duration::from_millis(500), move |change| {
+        let (e, s) = (e.clone(), s.clone());
+        async move {
+            e.server_changed(change).await;
+            s.server_changed(change).await;
+        }
+    });
     let tls = kruntimes_certs::server_config(
         &args.tls_cert,
         &args.tls_key,

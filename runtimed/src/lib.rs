@@ -1,10 +1,11 @@
-//! runtimed, the daemon in every Runtime Pod. It registers function-mode Runs
-//! with its built-in backends (a persistent Python worker per registration,
-//! Bash functions), hosts session-mode Runs (a workspace and a FIFO queue of
-//! commands and file operations), enforces per-Run bounds and fencing, serves
-//! the dataplane the gateway forwards to (HTTP/2 + mTLS), implements the
-//! `FunctionRuntime` and `SessionRuntime` contracts, and publishes its local
-//! ownership table over `OwnershipTable/Watch`.
+//! runtimed, the trusted agent in every Runtime Pod. It registers
+//! function-mode Runs and hosts session-mode Runs (a FIFO queue of commands
+//! and file operations) on the Pod's Runtime Server, which runs all user
+//! code; runtimed itself starts no user process. It enforces per-Run bounds,
+//! the one-in-flight rule and fencing, serves the dataplane the gateway
+//! forwards to (HTTP/2 + mTLS), implements the `FunctionRuntime` and
+//! `SessionRuntime` contracts, and publishes its local ownership table over
+//! `OwnershipTable/Watch`.
 //!
 //! The folders follow those concerns; arrows point one way:
 //! [`dataplane`] uses [`function`] and [`session`], which never use
@@ -12,8 +13,8 @@
 //! `function` and `session`; [`cli`] wires everything together. What both
 //! modes need lives in small modules below them: [`local`] (this Pod and its
 //! ownership table), [`registration`] (the registration table and its
-//! rules), [`source`] (inline source), [`api_error`] (the API error and its
-//! rendering) and [`periodic`] (background passes).
+//! rules), [`runtime`] (the link to the Runtime Server), [`api_error`] (the
+//! API error and its rendering) and [`periodic`] (background passes).
 #![forbid(unsafe_code)]
 
 pub mod api_error;
@@ -24,8 +25,8 @@ pub mod function;
 pub mod local;
 pub mod periodic;
 pub mod registration;
+pub mod runtime;
 pub mod session;
-pub mod source;
 
 pub use dataplane::{ServeConfig, serve};
 pub use function::{Engine, EngineConfig};

@@ -1,11 +1,11 @@
 //! This Pod as both modes see it: who it is (name, UID, the dataplane
-//! address the gateway dials), where its Runs' working directories live, and
-//! the local ownership table it publishes over `OwnershipTable/Watch`.
+//! address the gateway dials) and the local ownership table it publishes
+//! over `OwnershipTable/Watch`. (The Runs' working directories belong to
+//! the Runtime Server.)
 //!
 //! Function registrations and sessions publish their entries here; neither
 //! needs the other to do so.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use kruntimes_proto::function::v1::RunRef;
@@ -20,8 +20,6 @@ pub struct LocalPod {
     pub uid: String,
     /// Dataplane address published in ownership entries.
     pub dataplane_address: String,
-    /// Root of the Runs' working directories.
-    pub work_root: PathBuf,
     publisher: Publisher,
 }
 
@@ -53,7 +51,6 @@ impl LocalPod {
         name: impl Into<String>,
         uid: impl Into<String>,
         dataplane_address: impl Into<String>,
-        work_root: impl Into<PathBuf>,
     ) -> Arc<Self> {
         let uid = uid.into();
         Arc::new(Self {
@@ -61,19 +58,12 @@ impl LocalPod {
             name: name.into(),
             uid,
             dataplane_address: dataplane_address.into(),
-            work_root: work_root.into(),
         })
     }
 
     /// The local ownership table.
     pub fn publisher(&self) -> &Publisher {
         &self.publisher
-    }
-
-    /// The working directory of a Run (a function's files, a session's
-    /// workspace).
-    pub fn workdir(&self, run_uid: &str) -> PathBuf {
-        self.work_root.join(run_uid)
     }
 
     /// Upserts the entry of `run` at `attempt`, owned by this Pod.
@@ -117,7 +107,7 @@ mod tests {
 
     #[test]
     fn published_entries_name_this_pod_as_owner() {
-        let pod = LocalPod::new("runtimed-0", "pod-uid", "10.0.0.1:7443", "/work");
+        let pod = LocalPod::new("runtimed-0", "pod-uid", "10.0.0.1:7443");
         assert_eq!(pod.publisher().instance_id(), "pod-uid");
         pod.publish(
             &run(),
@@ -138,7 +128,6 @@ mod tests {
         assert_eq!(owner.dataplane_address, "10.0.0.1:7443");
         assert_eq!((entry.run_uid.as_str(), entry.attempt), ("uid-1", 3));
         assert_eq!(entry.mode, own::Mode::Session as i32);
-        assert_eq!(pod.workdir("uid-1"), PathBuf::from("/work/uid-1"));
         pod.withdraw("uid-1");
         assert!(pod.publisher().entries().is_empty());
     }

@@ -56,6 +56,91 @@ pub fn free_port() -> u16 {
         .unwrap_or(0)
 }
 
+/// Whether process `pid` is gone: no such process, or a zombie waiting for
+/// a reaper (an orphan's reaper may be a PID 1 that never reaps).
+pub fn process_gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state == "Z" || state == "X"),
+    }
+}
+
+/// Every live descendant of process `pid` (children, grandchildren, …),
+/// read from `/proc`.
+pub fn descendants(pid: i32) -> Vec<i32> {
+    let mut parents: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let mut fields = rest.split_whitespace();
+        let (Some(_state), Some(ppid)) = (fields.next(), fields.next()) else {
+            continue;
+        };
+        if let (Ok(child), Ok(ppid)) = (
+            head.split_once(" (")
+                .map_or("", |h| h.0)
+                .trim()
+                .parse::<i32>(),
+            ppid.parse::<i32>(),
+        ) {
+            parents.entry(ppid).or_default().push(child);
+        }
+    }
+    let mut out = Vec::new();
+    let mut frontier = vec![pid];
+    while let Some(p) = frontier.pop() {
+        for c in parents.get(&p).into_iter().flatten() {
+            if !out.contains(c) && *c != pid {
+                out.push(*c);
+                frontier.push(*c);
+            }
+        }
+    }
+    out.retain(|p| !process_gone(*p));
+    out
+}
+
+/// Waits until every process of `pids` is gone, for at most `within`
+/// (generous: containment is asserted, never its speed); returns the ones
+/// still alive.
+pub async fn wait_gone(pids: &[i32], within: Duration) -> Vec<i32> {
+    let deadline = Instant::now() + within;
+    loop {
+        let alive: Vec<i32> = pids.iter().copied().filter(|p| !process_gone(*p)).collect();
+        if alive.is_empty() || Instant::now() > deadline {
+            return alive;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Reads the pids written (one per line, or space-separated) into `path`,
+/// waiting up to `within` for the file to hold `count` of them.
+pub async fn read_pids(path: &Path, count: usize, within: Duration) -> anyhow::Result<Vec<i32>> {
+    let deadline = Instant::now() + within;
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let pids: Vec<i32> = text
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect();
+        if pids.len() >= count {
+            return Ok(pids);
+        }
+        if Instant::now() > deadline {
+            bail!("{} holds {pids:?}, expected {count} pids", path.display());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A function Run manifest with inline source.
 pub fn function_run(
     name: &str,
@@ -267,6 +352,17 @@ impl Stack {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// The working directory of a listed Run on its Runtime Server
+    /// (`STATE_DIR/work/<assigned runtimed>/<uid>`).
+    pub fn work_dir(&self, name: &str) -> anyhow::Result<PathBuf> {
+        let run = self
+            .run(name)
+            .with_context(|| format!("run {name} not listed"))?;
+        let pod = run["assignedPod"].as_str().context("assignedPod")?;
+        let uid = run["uid"].as_str().context("uid")?;
+        Ok(self.state_dir().join("work").join(pod).join(uid))
     }
 
     /// The invoke URL of a Run.

@@ -83,3 +83,37 @@ pub async fn expect_error(resp: reqwest::Response, status: u16, code: &str) -> s
     }
     body
 }
+
+/// A WebSocket client of a session's `operations:ws`.
+pub type WebSocket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// Opens `operations:ws` of the session at `endpoint`, with `token` if any.
+pub async fn websocket(
+    stack: &Stack,
+    endpoint: &str,
+    token: Option<&str>,
+) -> Result<WebSocket, tokio_tungstenite::tungstenite::Error> {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let url = format!("{endpoint}/operations:ws").replace("https://", "wss://");
+    let ca = stack.state_dir().join("pki/public-ca.crt");
+    let tls = kruntimes_certs::client_config(&ca, None, &[b"http/1.1"]).unwrap();
+    let mut req = url.into_client_request().unwrap();
+    if let Some(t) = token {
+        req.headers_mut()
+            .insert("authorization", format!("Bearer {t}").parse().unwrap());
+    }
+    let connector = tokio_tungstenite::Connector::Rustls(std::sync::Arc::new(tls));
+    tokio_tungstenite::connect_async_tls_with_config(req, None, false, Some(connector))
+        .await
+        .map(|(ws, _)| ws)
+}
+
+/// A WebSocket `send` frame for `op`.
+pub fn ws_send(op: serde_json::Value) -> tokio_tungstenite::tungstenite::Message {
+    tokio_tungstenite::tungstenite::Message::Text(
+        serde_json::json!({"type": "send", "operation": op})
+            .to_string()
+            .into(),
+    )
+}

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 mod path;
-pub use path::{ApiPath, PathError, SessionOp, dns_label, parse_path};
+pub use path::{ApiPath, PathError, SessionOp, dns_label, parse_path, valid_run_uid};
 
 /// Caller-supplied or generated invocation id, echoed on every response.
 pub const HEADER_INVOCATION_ID: &str = "x-kruntimes-invocation-id";

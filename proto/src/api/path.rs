@@ -80,8 +80,9 @@ pub fn dns_label(s: &str) -> bool {
         && b[b.len() - 1] != b'-'
 }
 
-/// A Run UID: 1..=64 bytes of lowercase hex, digits and dashes.
-fn uid(s: &str) -> bool {
+/// A Run UID: 1..=64 bytes of lowercase hex, digits and dashes (so it is
+/// also safe as a file name).
+pub fn valid_run_uid(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 64
         && s.bytes()
@@ -114,7 +115,7 @@ pub fn parse_path(path: &str) -> Result<ApiPath<'_>, PathError> {
         if !dns_label(runtime) {
             return Err(PathError::InvalidSegment("runtime"));
         }
-        if !uid(uid_seg) {
+        if !valid_run_uid(uid_seg) {
             return Err(PathError::InvalidSegment("run uid"));
         }
         Ok(())

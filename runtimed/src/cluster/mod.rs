@@ -31,6 +31,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use crate::function::engine::Engine;
+use crate::registration::RegisterError;
 use crate::session::CloseMode;
 use crate::session::Sessions;
 
@@ -229,22 +230,30 @@ impl Agent {
         match step {
             Step::Register => {
                 let attempt = facts.life.attempt;
-                let result = match run.validate() {
+                let registered = match run.validate() {
                     Ok(ModeKind::Function) => self
                         .engine
                         .register(register_request(run, attempt))
                         .await
-                        .map(|_| ())
-                        .map_err(|e| e.to_string()),
+                        .map(|_| ()),
                     Ok(ModeKind::Session) => self
                         .sessions
                         .open(open_session_request(run, attempt))
                         .await
-                        .map(|_| ())
-                        .map_err(|e| e.to_string()),
-                    Ok(ModeKind::Task) => Err("task mode is not served by runtimed".into()),
-                    Err(e) => Err(e),
+                        .map(|_| ()),
+                    // `Load` carries a message as it is.
+                    Ok(ModeKind::Task) => Err(RegisterError::Load(
+                        "task mode is not served by runtimed".into(),
+                    )),
+                    Err(e) => Err(RegisterError::Load(e)),
                 };
+                // A Runtime Server that does not answer (yet) fails nothing:
+                // the Run stays Running and the next pass registers again.
+                if let Err(e @ RegisterError::Unavailable(_)) = &registered {
+                    tracing::warn!(run_uid = %uid, error = %e, "registration waits for the runtime server");
+                    return Ok(());
+                }
+                let result = registered.map_err(|e| e.to_string());
                 match &result {
                     Ok(()) => tracing::info!(run_uid = %uid, attempt, "registered"),
                     Err(why) => tracing::warn!(run_uid = %uid, error = %why, "registration failed"),

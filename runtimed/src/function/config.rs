@@ -1,6 +1,5 @@
 //! The static configuration of the function engine and its hard bounds.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use super::backend::Kind;
@@ -11,16 +10,12 @@ pub const MAX_IO_BYTES: u64 = 1024 * 1024;
 /// Static configuration of an engine.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
-    /// Python interpreter for the Python backend.
-    pub python: PathBuf,
     /// Invocation timeout when the registration sets none.
     pub default_timeout: Duration,
     /// Largest invocation timeout a registration may ask for.
     pub max_timeout: Duration,
     /// Bound on handler loading at registration.
     pub start_timeout: Duration,
-    /// Pre-started Python interpreters kept ready (0 disables).
-    pub python_spares: usize,
     /// The built-in backend of this Pod's Runtime; `None` picks it by the
     /// Run's runtime name (`python`, `bash`).
     pub backend: Option<Kind>,

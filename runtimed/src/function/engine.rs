@@ -1,43 +1,43 @@
 //! The function engine: the table of registered functions, registration
 //! (see [`crate::registration::rules`] for idempotent / conflict / supersede
-//! / stale), unregistration (drain or cancel), idle expiry and shutdown.
-//! Invocations are served in [`super::invoke`].
+//! / stale) on the Runtime Server, unregistration (drain or cancel), idle
+//! expiry, the server's restarts and shutdown. Invocations are served in
+//! [`super::invoke`].
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use kruntimes_proto::function::v1 as pb;
+use kruntimes_proto::ownership::v1 as own;
+use kruntimes_proto::runtime::v1 as rt;
 use kruntimes_proto::watch::Publisher;
 
-use super::backend;
 pub use super::config::{EngineConfig, MAX_IO_BYTES};
 use super::error::EngineError;
-use super::prepare::{self, Context};
+use super::prepare;
 use super::registered::{Function, Registered, State};
 use crate::local::LocalPod;
 use crate::registration::{
     IdCheck, Plan, Record, RegisterError, Registration, Table, addressable_run, check_id,
 };
+use crate::runtime::{self, Change, Link};
 
 /// The engine. Cheap to share behind an `Arc`.
 pub struct Engine {
     pod: Arc<LocalPod>,
     cfg: EngineConfig,
-    spares: Option<Arc<backend::SparePool>>,
+    link: Arc<Link>,
     functions: Table<Function>,
 }
 
 impl Engine {
     /// Creates an engine with no registrations, publishing into `pod`'s
-    /// ownership table.
-    pub fn new(pod: Arc<LocalPod>, cfg: EngineConfig) -> Arc<Self> {
-        let spares = (cfg.python_spares > 0).then(|| {
-            backend::SparePool::new(cfg.python.clone(), pod.work_root.clone(), cfg.python_spares)
-        });
+    /// ownership table and registering on the server behind `link`.
+    pub fn new(pod: Arc<LocalPod>, cfg: EngineConfig, link: Arc<Link>) -> Arc<Self> {
         Arc::new(Self {
             pod,
             cfg,
-            spares,
+            link,
             functions: Table::default(),
         })
     }
@@ -56,14 +56,54 @@ impl Engine {
         &self.pod
     }
 
+    pub(super) fn link(&self) -> &Link {
+        &self.link
+    }
+
     pub(super) fn table(&self) -> &Table<Function> {
         &self.functions
     }
 
+    /// Publishes `f`'s entry; while the Runtime Server does not answer, a
+    /// ready function is shown as not ready (it could not be served).
     fn publish(&self, f: &Registered) {
         let (state, reason) = f.state();
+        let (phase, reason) = if state == State::Ready && !self.link.available() {
+            (own::Phase::Running, runtime::UNAVAILABLE_REASON.to_owned())
+        } else {
+            (state.phase(), reason)
+        };
         self.pod
-            .publish(&f.run, f.record.attempt, f.published(state, &reason));
+            .publish(&f.run, f.record.attempt, f.published(phase, &reason));
+    }
+
+    async fn register_on_server(
+        &self,
+        req: rt::RegisterFunctionRequest,
+    ) -> Result<String, RegisterError> {
+        let mut client = self
+            .link
+            .ready()
+            .await
+            .map_err(RegisterError::Unavailable)?;
+        let resp = client
+            .register_function(req)
+            .await
+            .map_err(runtime::refused)?;
+        Ok(resp.into_inner().handle)
+    }
+
+    /// Unregisters `f` on the server (which kills its processes, a leased
+    /// worker included) and gives its lease up.
+    async fn unregister_on_server(&self, f: &Registered) {
+        let req = rt::UnregisterFunctionRequest {
+            run_uid: f.run.uid.clone(),
+            handle: f.handle(),
+        };
+        if let Err(e) = self.link.client().unregister_function(req).await {
+            tracing::warn!(run_uid = %f.run.uid, error = %e.message(), "runtime server did not unregister");
+        }
+        f.drop_lease().await;
     }
 
     /// Registers a function (see [`crate::registration::rules`]).
@@ -82,17 +122,13 @@ impl Engine {
             Plan::Create => {}
         }
         let record = Record::issue(req.attempt, req.digest.clone());
-        let ctx = Context {
-            cfg: &self.cfg,
-            workdir: self.pod.workdir(&run.uid),
-            spares: self.spares.clone(),
-        };
-        let function = prepare::prepare(ctx, &run, req).await?;
+        let p = prepare::prepare(&self.cfg, &run, req)?;
+        let handle = self.register_on_server(p.request.clone()).await?;
         tracing::info!(run_uid = %run.uid, attempt = record.attempt, runtime = %run.runtime, "function registered");
         let f = Arc::new(Registration {
             run,
             record,
-            mode: function,
+            mode: Function::new(p.kind, p.bounds, p.request, handle),
         });
         self.publish(&f);
         let reg = f.describe();
@@ -127,8 +163,8 @@ impl Engine {
         }
     }
 
-    /// Drains or cancels, stops the backend, removes local state and the
-    /// table entry.
+    /// Drains or cancels, unregisters on the server (which kills the
+    /// function's processes and removes its directory) and drops the entry.
     async fn remove(&self, f: &Arc<Registered>, mode: pb::UnregisterMode, publish_drain: bool) {
         f.set_state(State::Draining, "Unregistering");
         if publish_drain {
@@ -146,11 +182,10 @@ impl Engine {
         if !drained {
             let _ = f.cancel.send(true);
         }
-        f.backend.lock().await.shutdown().await;
+        self.unregister_on_server(f).await;
         f.permit.close();
         self.functions.remove(f);
         self.pod.withdraw(&f.run.uid);
-        let _ = std::fs::remove_dir_all(&f.workdir);
         tracing::info!(run_uid = %f.run.uid, attempt = f.record.attempt, ?mode, "function unregistered");
     }
 
@@ -163,7 +198,7 @@ impl Engine {
             tracing::info!(run_uid = %f.run.uid, "registration idle timeout");
             f.set_state(State::Failed, "IdleTimeout");
             self.publish(&f);
-            f.backend.lock().await.shutdown().await;
+            self.unregister_on_server(&f).await;
         }
     }
 
@@ -174,11 +209,37 @@ impl Engine {
         });
     }
 
-    /// Stops every backend (on shutdown).
+    /// Follows the Runtime Server: readiness is republished when it stops or
+    /// starts answering, and after a restart every ready function is
+    /// registered again (a fresh worker) or, failing that, ends FAILED.
+    pub async fn server_changed(&self, change: Change) {
+        let _change = self.functions.change().await;
+        for f in self.functions.all() {
+            if matches!(change, Change::Lost | Change::Restarted) {
+                // Its worker went with the server.
+                f.drop_lease().await;
+            }
+            if change == Change::Restarted && f.state().0 == State::Ready {
+                match self.register_on_server(f.request.clone()).await {
+                    Ok(handle) => {
+                        tracing::info!(run_uid = %f.run.uid, "registered again on the restarted runtime server");
+                        f.set_handle(handle);
+                    }
+                    Err(e) => {
+                        tracing::warn!(run_uid = %f.run.uid, error = %e, "could not register again");
+                        f.set_state(State::Failed, runtime::LOST_REASON);
+                    }
+                }
+            }
+            self.publish(&f);
+        }
+    }
+
+    /// Ends every invocation and unregisters every function (on shutdown).
     pub async fn shutdown(&self) {
         for f in self.functions.all() {
             let _ = f.cancel.send(true);
-            f.backend.lock().await.shutdown().await;
+            self.unregister_on_server(&f).await;
         }
     }
 

@@ -1,11 +1,37 @@
 //! Why an invocation or unregistration was not served, and where that
 //! lands in the public error table.
 
+use std::time::Duration;
+
 use kruntimes_proto::api::ErrorCode;
 
-use super::backend::InvokeError;
 use crate::api_error::ApiError;
 use crate::registration::FenceError;
+
+/// How an invocation the Runtime Server ran failed.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum InvokeError {
+    /// The handler raised or exited non-zero (bounded type and message).
+    #[error("{kind}: {message}")]
+    Function {
+        /// Exception type, or `ExitStatus`.
+        kind: String,
+        /// Bounded message.
+        message: String,
+    },
+    /// The worker died during the invocation; the next gets a fresh one.
+    #[error("worker crashed: {0}")]
+    Crashed(String),
+    /// The deadline passed; the process tree was killed.
+    #[error("invocation exceeded its {0:?} deadline")]
+    Timeout(Duration),
+    /// Output larger than the bound.
+    #[error("invalid output: {0}")]
+    InvalidOutput(String),
+    /// Input refused by the server.
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+}
 
 /// Why an invocation was not served.
 #[derive(Debug, thiserror::Error)]
@@ -28,6 +54,9 @@ pub enum EngineError {
     /// Draining, failed or cancelled.
     #[error("registration is {0}")]
     NotReady(&'static str),
+    /// The Runtime Server does not answer (or lost the registration).
+    #[error("the runtime server is unavailable: {0}")]
+    Unavailable(String),
     /// Input over the limit.
     #[error("input of {0} bytes exceeds the limit")]
     TooLarge(usize),
@@ -49,7 +78,7 @@ impl EngineError {
             }
             Self::WrongRun => ErrorCode::NotFound,
             Self::Busy => ErrorCode::Busy,
-            Self::NotReady(_) => ErrorCode::NotReady,
+            Self::NotReady(_) | Self::Unavailable(_) => ErrorCode::NotReady,
             Self::TooLarge(_) => ErrorCode::PayloadTooLarge,
             Self::InvalidJson(_) => ErrorCode::InvalidJson,
             Self::Invoke(InvokeError::Function { .. }) => ErrorCode::FunctionError,
@@ -69,8 +98,6 @@ impl From<EngineError> for ApiError {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
 
     #[test]
@@ -92,6 +119,7 @@ mod tests {
             (EngineError::WrongRun, 404),
             (EngineError::Busy, 429),
             (EngineError::NotReady("draining"), 503),
+            (EngineError::Unavailable("down".into()), 503),
             (EngineError::TooLarge(2), 413),
             (EngineError::InvalidJson("x".into()), 400),
             (

@@ -1,15 +1,32 @@
 //! Serving one invocation: fencing (gateway) or registration id (gRPC)
 //! first, then the Run's namespace/Runtime, readiness, input bounds, the
-//! one-in-flight rule, and the backend call under its deadline or until the
-//! registration is cancelled.
+//! one-in-flight rule, and the call to the Runtime Server under its
+//! deadline or until the registration is cancelled.
+//!
+//! The call runs in a task of its own that holds the one-in-flight permit:
+//! a caller that goes away leaves its call to finish (or die at its
+//! deadline), and the next caller gets 429 `Busy` meanwhile — never the
+//! abandoned call's answer. A Python function is called over the worker
+//! fast path ([`super::fast`]) when the server offers it, anything else
+//! with `InvokeFunction`.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::backend::InvokeError;
+use kruntimes_proto::runtime::v1 as rt;
+use kruntimes_proto::runtime::v1::invoke_function_response::Outcome;
+
+use super::backend::Kind;
 use super::engine::Engine;
-use super::error::EngineError;
+use super::error::{EngineError, InvokeError};
 use super::registered::{Registered, State};
 use crate::registration::{Fence, IdCheck, check_id};
+use crate::runtime::{self, Client};
+
+/// How much longer than the invocation's deadline runtimed waits for the
+/// Runtime Server's answer (the server kills the call at the deadline; this
+/// covers a server that hangs).
+const ANSWER_SLACK: Duration = Duration::from_secs(5);
 
 /// One invocation request.
 #[derive(Debug, Clone, Copy)]
@@ -30,7 +47,7 @@ pub struct Invocation<'a> {
     pub timeout: Option<Duration>,
 }
 
-/// Checks everything that does not need the backend.
+/// Checks everything that does not need the Runtime Server.
 fn admit(f: &Registered, call: &Invocation<'_>) -> Result<(), EngineError> {
     if let Some(id) = call.registration_id
         && check_id(Some(&f.record), id) != IdCheck::Current
@@ -56,6 +73,70 @@ fn admit(f: &Registered, call: &Invocation<'_>) -> Result<(), EngineError> {
     Ok(())
 }
 
+/// The server's answer, classified as the public error table needs it.
+pub fn classify(
+    answer: Result<rt::InvokeFunctionResponse, tonic::Status>,
+    timeout: Duration,
+) -> Result<Vec<u8>, EngineError> {
+    match answer {
+        Ok(r) => match r.outcome {
+            Some(Outcome::Output(out)) => Ok(out),
+            Some(Outcome::Error(e)) => Err(raised(e.kind, e.message)),
+            None => Err(InvokeError::Crashed("the runtime server sent no outcome".into()).into()),
+        },
+        Err(s) => Err(failure(&s, timeout)),
+    }
+}
+
+/// A handler that raised, bounded.
+pub(super) fn raised(kind: String, message: String) -> EngineError {
+    InvokeError::Function {
+        kind: kruntimes_proto::api::truncate_utf8(kind, 128),
+        message: kruntimes_proto::api::truncate_utf8(message, 1024),
+    }
+    .into()
+}
+
+/// A refusal or failure of the server's, as the public error table needs
+/// it.
+pub(super) fn failure(s: &tonic::Status, timeout: Duration) -> EngineError {
+    use tonic::Code;
+    let msg = s.message().to_owned();
+    match s.code() {
+        Code::DeadlineExceeded => InvokeError::Timeout(timeout).into(),
+        Code::Aborted => InvokeError::Crashed(msg).into(),
+        Code::OutOfRange => InvokeError::InvalidOutput(msg).into(),
+        Code::InvalidArgument => InvokeError::InvalidInput(msg).into(),
+        Code::Cancelled => EngineError::NotReady("cancelled"),
+        Code::NotFound => EngineError::Unavailable("it does not hold this registration".into()),
+        _ if runtime::unreachable(s) => EngineError::Unavailable(msg),
+        _ => InvokeError::Crashed(msg).into(),
+    }
+}
+
+/// The exchange with the Runtime Server, owning what it needs: it runs to
+/// the server's answer (or the slack past the deadline) even when the
+/// caller has left.
+async fn call_server(
+    mut client: Client,
+    req: rt::InvokeFunctionRequest,
+    timeout: Duration,
+) -> Result<Vec<u8>, EngineError> {
+    match tokio::time::timeout(timeout + ANSWER_SLACK, client.invoke_function(req)).await {
+        Ok(answer) => classify(answer.map(tonic::Response::into_inner), timeout),
+        Err(_) => Err(InvokeError::Timeout(timeout).into()),
+    }
+}
+
+fn outcome_label(result: &Result<Vec<u8>, EngineError>) -> &'static str {
+    match result {
+        Ok(_) => "ok",
+        Err(EngineError::Invoke(InvokeError::Function { .. })) => "function_error",
+        Err(EngineError::Invoke(InvokeError::Timeout(_))) => "timeout",
+        Err(_) => "error",
+    }
+}
+
 impl Engine {
     /// Serves one invocation. `fence` comes from the gateway's headers;
     /// `registration_id` from gRPC callers.
@@ -71,7 +152,7 @@ impl Engine {
                 .ok_or(EngineError::NotRegistered)?,
         };
         admit(&f, &call)?;
-        let _permit = f
+        let permit = f
             .permit
             .clone()
             .try_acquire_owned()
@@ -79,30 +160,45 @@ impl Engine {
         let timeout = call
             .timeout
             .map_or(f.bounds.timeout, |t| t.min(f.bounds.timeout));
+        let req = rt::InvokeFunctionRequest {
+            run_uid: f.run.uid.clone(),
+            handle: f.handle(),
+            invocation_id: call.invocation_id.to_owned(),
+            input: call.input.to_vec(),
+            timeout_ms: u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX),
+            max_output_bytes: f.bounds.max_output as u64,
+        };
+        let client = self.link().client();
+        // Only the built-in Python backend leases its workers; everything
+        // else goes through InvokeFunction.
+        let fast = match f.kind {
+            Some(Kind::Python) => self.link().worker_socket(),
+            Some(Kind::Bash) | None => None,
+        };
         let mut cancelled = f.cancel.subscribe();
+        let registered: Arc<Registered> = f.clone();
         let started = Instant::now();
-        let result = {
-            let mut backend = f.backend.lock().await;
-            tokio::select! {
-                r = backend.invoke(call.input, timeout, f.bounds.max_output) => r.map_err(EngineError::from),
-                _ = cancelled.wait_for(|c| *c) => Err(EngineError::NotReady("cancelled")),
-            }
-        };
-        f.touch();
-        let outcome = match &result {
-            Ok(_) => "ok",
-            Err(EngineError::Invoke(InvokeError::Function { .. })) => "function_error",
-            Err(EngineError::Invoke(InvokeError::Timeout(_))) => "timeout",
-            Err(_) => "error",
-        };
-        tracing::info!(
-            run_uid = %f.run.uid,
-            invocation_id = %call.invocation_id,
-            backend = ?f.kind,
-            outcome,
-            duration_ms = started.elapsed().as_millis() as u64,
-            "invocation finished"
-        );
-        result
+        let invocation_id = call.invocation_id.to_owned();
+        let exchange = tokio::spawn(async move {
+            let result = match fast {
+                Some(socket) => super::fast::call(&registered, &socket, &req.input, timeout).await,
+                None => call_server(client, req, timeout).await,
+            };
+            registered.touch();
+            tracing::info!(
+                run_uid = %registered.run.uid,
+                invocation_id = %invocation_id,
+                backend = ?registered.kind,
+                outcome = outcome_label(&result),
+                duration_ms = started.elapsed().as_millis() as u64,
+                "invocation finished"
+            );
+            drop(permit);
+            result
+        });
+        tokio::select! {
+            r = exchange => r.unwrap_or_else(|e| Err(InvokeError::Crashed(format!("invocation failed: {e}")).into())),
+            _ = cancelled.wait_for(|c| *c) => Err(EngineError::NotReady("cancelled")),
+        }
     }
 }

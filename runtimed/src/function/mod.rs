@@ -1,25 +1,27 @@
-//! Function mode: registrations keyed by Run UID, each with a built-in
-//! backend (a persistent Python worker, or a Bash function), the
+//! Function mode: registrations keyed by Run UID, each registered on the
+//! Runtime Server (which runs the Python worker or the Bash function), the
 //! one-in-flight rule, per-Run bounds and idle expiry.
 //!
 //! - [`config`]: the engine's configuration and hard bounds.
 //! - [`engine`]: the table of registered functions and its lifecycle.
-//! - [`prepare`]: a `Register` request turned into a started function.
+//! - [`prepare`]: a `Register` request turned into the server's request.
 //! - [`registered`]: one registered function, its state and reports.
-//! - [`invoke`]: serving one invocation.
-//! - [`backend`]: the built-in backends.
+//! - [`invoke`]: serving one invocation through the server; [`fast`]: the
+//!   same on a Python function's leased worker pipes.
+//! - [`backend`]: which built-in backend of the server serves a Run.
 
 pub mod backend;
 pub mod config;
 pub mod engine;
 pub mod error;
+pub mod fast;
 pub mod invoke;
 pub mod prepare;
 pub mod registered;
 
 pub use config::{EngineConfig, MAX_IO_BYTES};
 pub use engine::Engine;
-pub use error::EngineError;
+pub use error::{EngineError, InvokeError};
 pub use invoke::Invocation;
 
 #[cfg(test)]

@@ -1,26 +1,18 @@
-//! Turning a `Register` request into a started function: the backend and
-//! handler, the bounds, the environment, a fresh working directory with the
-//! inline source, and the backend started (a Python import, a Bash check).
+//! Turning a `Register` request into what the Runtime Server is asked to
+//! register: the backend, the bounds (clamped to runtimed's), and the
+//! `RegisterFunction` request. Pure; the server validates the handler,
+//! the environment and the source path itself.
 
 use std::time::Duration;
 
 use kruntimes_proto::function::v1 as pb;
+use kruntimes_proto::runtime::v1 as rt;
 
-use super::backend::{self, Backend, Kind};
+use super::backend::Kind;
 use super::config::{EngineConfig, MAX_IO_BYTES};
-use super::registered::{Bounds, Function};
+use super::registered::Bounds;
 use crate::registration::RegisterError;
-use crate::source;
-
-/// What preparing a function needs besides the request.
-pub struct Context<'a> {
-    /// The engine's configuration.
-    pub cfg: &'a EngineConfig,
-    /// The Run's working directory.
-    pub workdir: std::path::PathBuf,
-    /// Pre-started Python interpreters.
-    pub spares: Option<std::sync::Arc<backend::SparePool>>,
-}
+use crate::runtime;
 
 /// The bounds a registration asks for, clamped to runtimed's.
 pub fn bounds(cfg: &EngineConfig, req: &pb::RegisterRequest) -> Bounds {
@@ -38,66 +30,41 @@ pub fn bounds(cfg: &EngineConfig, req: &pb::RegisterRequest) -> Bounds {
     }
 }
 
-/// Where inline source goes when `inlinePath` is not set: the handler's
-/// module file.
-fn default_source_path(kind: Kind, module: &str) -> String {
-    match kind {
-        Kind::Python => format!("{}.py", module.replace('.', "/")),
-        Kind::Bash => format!("{module}.sh"),
-    }
+/// A registration, prepared.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prepared {
+    /// The built-in backend; `None`: the Runtime Server chooses (a custom
+    /// server, or the built-in one by the Run's runtime name, which rejects
+    /// a runtime it has no backend for).
+    pub kind: Option<Kind>,
+    /// The bounds.
+    pub bounds: Bounds,
+    /// What the Runtime Server is asked.
+    pub request: rt::RegisterFunctionRequest,
 }
 
-/// Validates the request, lays out the working directory and starts the
-/// backend; a failed start removes the directory again.
-pub async fn prepare(
-    ctx: Context<'_>,
+/// Resolves the backend and the bounds and builds the server's request.
+pub fn prepare(
+    cfg: &EngineConfig,
     run: &pb::RunRef,
     req: pb::RegisterRequest,
-) -> Result<Function, RegisterError> {
-    let kind = ctx
-        .cfg
-        .backend
-        .or_else(|| Kind::for_runtime(&run.runtime))
-        .ok_or_else(|| {
-            RegisterError::Invalid(format!("runtime {:?} has no built-in backend", run.runtime))
-        })?;
-    let handler = backend::parse_handler(kind, &req.handler).map_err(RegisterError::Invalid)?;
-    let bounds = bounds(ctx.cfg, &req);
-    for key in req.env.keys() {
-        if key.is_empty() || key.contains('=') || key.contains('\0') {
-            return Err(RegisterError::Invalid(format!("invalid env name {key:?}")));
-        }
-    }
-    let workdir = ctx.workdir;
-    if workdir.exists() {
-        std::fs::remove_dir_all(&workdir)?;
-    }
-    std::fs::create_dir_all(&workdir)?;
-    if let Some(src) = req.source.as_ref().filter(|s| !s.inline.is_empty()) {
-        let path = if src.inline_path.is_empty() {
-            default_source_path(kind, &handler.module)
-        } else {
-            src.inline_path.clone()
-        };
-        source::write_inline(&workdir, &path, src.inline.as_bytes())?;
-    }
-    let spec = backend::Spec {
-        run_uid: run.uid.clone(),
-        workdir: workdir.clone(),
-        handler,
-        env: req.env.into_iter().collect(),
-        python: ctx.cfg.python.clone(),
-        start_timeout: ctx.cfg.start_timeout,
-        spares: ctx.spares,
+) -> Result<Prepared, RegisterError> {
+    let kind = cfg.backend.or_else(|| Kind::for_runtime(&run.runtime));
+    let bounds = bounds(cfg, &req);
+    let request = rt::RegisterFunctionRequest {
+        run: Some(runtime::run_ref(run)),
+        attempt: req.attempt,
+        handler: req.handler,
+        source: req.source.as_ref().map(runtime::source),
+        env: req.env,
+        start_timeout_ms: u32::try_from(cfg.start_timeout.as_millis()).unwrap_or(u32::MAX),
+        backend: kind.map(Kind::as_str).unwrap_or_default().into(),
     };
-    let backend = match Backend::start(kind, spec).await {
-        Ok(b) => b,
-        Err(e) => {
-            let _ = std::fs::remove_dir_all(&workdir);
-            return Err(RegisterError::Load(e.to_string()));
-        }
-    };
-    Ok(Function::new(kind, bounds, workdir, backend))
+    Ok(Prepared {
+        kind,
+        bounds,
+        request,
+    })
 }
 
 #[cfg(test)]
@@ -106,11 +73,9 @@ mod tests {
 
     fn cfg() -> EngineConfig {
         EngineConfig {
-            python: "python3".into(),
             default_timeout: Duration::from_secs(30),
             max_timeout: Duration::from_secs(300),
             start_timeout: Duration::from_secs(30),
-            python_spares: 0,
             backend: None,
         }
     }
@@ -133,9 +98,44 @@ mod tests {
         assert_eq!(b.idle_timeout, Some(Duration::from_secs(5)));
     }
 
+    fn run(runtime: &str) -> pb::RunRef {
+        pb::RunRef {
+            namespace: "default".into(),
+            name: "hello".into(),
+            uid: "uid-1".into(),
+            runtime: runtime.into(),
+        }
+    }
+
     #[test]
-    fn inline_source_defaults_to_the_handlers_module_file() {
-        assert_eq!(default_source_path(Kind::Python, "pkg.main"), "pkg/main.py");
-        assert_eq!(default_source_path(Kind::Bash, "hello"), "hello.sh");
+    fn the_backend_comes_from_the_pod_or_else_the_runs_runtime() {
+        let req = || pb::RegisterRequest {
+            attempt: 3,
+            handler: "main.invoke".into(),
+            source: Some(pb::Source {
+                inline: "x".into(),
+                inline_path: "src/main.py".into(),
+            }),
+            ..Default::default()
+        };
+        let p = prepare(&cfg(), &run("python"), req()).unwrap();
+        assert_eq!(p.kind, Some(Kind::Python));
+        assert_eq!(p.request.backend, "python");
+        assert_eq!(p.request.attempt, 3);
+        assert_eq!(p.request.source.unwrap().path, "src/main.py");
+        assert_eq!(p.request.start_timeout_ms, 30_000);
+        // A runtime without a built-in backend is the server's to serve
+        // (or to reject): runtimed names no backend.
+        let custom = prepare(&cfg(), &run("node"), req()).unwrap();
+        assert_eq!(custom.kind, None);
+        assert_eq!(custom.request.backend, "");
+        let pod = EngineConfig {
+            backend: Some(Kind::Bash),
+            ..cfg()
+        };
+        assert_eq!(
+            prepare(&pod, &run("node"), req()).unwrap().request.backend,
+            "bash"
+        );
     }
 }

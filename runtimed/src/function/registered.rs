@@ -1,18 +1,20 @@
-//! One registered function: its bounds, its backend, its state, and how it
-//! is reported (the `FunctionRuntime` registration, the ownership entry).
+//! One registered function: its bounds, its registration on the Runtime
+//! Server, its state, and how it is reported (the `FunctionRuntime`
+//! registration, the ownership entry).
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use kruntimes_proto::function::v1 as pb;
 use kruntimes_proto::ownership::v1 as own;
+use kruntimes_proto::runtime::v1 as rt;
 use tokio::sync::{Semaphore, watch};
 
-use super::backend::{Backend, Kind};
+use super::backend::Kind;
 use crate::local::Published;
 use crate::registration::Registration;
+use crate::runtime::lease::Lease;
 
 /// A function in the registration table.
 pub type Registered = Registration<Function>;
@@ -26,6 +28,17 @@ pub enum State {
     Draining,
     /// Idle-expired (or otherwise ended); the control plane unregisters it.
     Failed,
+}
+
+impl State {
+    /// The phase an ownership entry shows for this state.
+    pub fn phase(self) -> own::Phase {
+        match self {
+            State::Ready => own::Phase::Ready,
+            State::Draining => own::Phase::Draining,
+            State::Failed => own::Phase::Failed,
+        }
+    }
 }
 
 /// A function's bounds, fixed at registration.
@@ -44,15 +57,20 @@ pub struct Bounds {
 /// What the engine keeps for one registered function.
 #[derive(Debug)]
 pub struct Function {
-    /// The backend serving it.
-    pub kind: Kind,
+    /// The built-in backend serving it (`None`: the server's choice).
+    pub kind: Option<Kind>,
     /// Its bounds.
     pub bounds: Bounds,
-    /// The Run's working directory.
-    pub workdir: PathBuf,
-    /// The started backend; one invocation holds it at a time.
-    pub backend: tokio::sync::Mutex<Backend>,
-    /// The one-in-flight rule: a single permit.
+    /// What the Runtime Server was asked to register (asked again when the
+    /// server restarts).
+    pub request: rt::RegisterFunctionRequest,
+    /// The Runtime Server's handle of the registration.
+    handle: Mutex<String>,
+    /// The leased worker of the fast path (Python), held by one invocation
+    /// at a time.
+    pub lease: tokio::sync::Mutex<Option<Lease>>,
+    /// The one-in-flight rule: a single permit, held by an invocation until
+    /// the Runtime Server answers it.
     pub permit: Arc<Semaphore>,
     /// Invocations served.
     pub invocations: AtomicU64,
@@ -63,19 +81,44 @@ pub struct Function {
 }
 
 impl Function {
-    /// A ready function around a started backend.
-    pub fn new(kind: Kind, bounds: Bounds, workdir: PathBuf, backend: Backend) -> Self {
+    /// A ready function registered on the Runtime Server as `handle`.
+    pub fn new(
+        kind: Option<Kind>,
+        bounds: Bounds,
+        request: rt::RegisterFunctionRequest,
+        handle: String,
+    ) -> Self {
         Self {
             kind,
             bounds,
-            workdir,
-            backend: tokio::sync::Mutex::new(backend),
+            request,
+            handle: Mutex::new(handle),
+            lease: tokio::sync::Mutex::new(None),
             permit: Arc::new(Semaphore::new(1)),
             invocations: AtomicU64::new(0),
             cancel: watch::channel(false).0,
             state: Mutex::new((State::Ready, String::new())),
             last_activity: Mutex::new(Instant::now()),
         }
+    }
+
+    /// The Runtime Server's handle of it.
+    pub fn handle(&self) -> String {
+        self.handle
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Records the handle of a new registration on the server.
+    pub fn set_handle(&self, handle: String) {
+        *self.handle.lock().unwrap_or_else(|p| p.into_inner()) = handle;
+    }
+
+    /// Gives the leased worker up (the server kills it), once the
+    /// invocation holding it is done.
+    pub async fn drop_lease(&self) {
+        self.lease.lock().await.take();
     }
 
     /// The state and its reason.
@@ -133,15 +176,11 @@ impl Registered {
         }
     }
 
-    /// Its ownership entry for `state` and its `reason`.
-    pub fn published<'a>(&self, state: State, reason: &'a str) -> Published<'a> {
+    /// Its ownership entry in `phase` for `reason`.
+    pub fn published<'a>(&self, phase: own::Phase, reason: &'a str) -> Published<'a> {
         Published {
             mode: own::Mode::Function,
-            phase: match state {
-                State::Ready => own::Phase::Ready,
-                State::Draining => own::Phase::Draining,
-                State::Failed => own::Phase::Failed,
-            },
+            phase,
             reason,
             limits: Some(own::EntryLimits {
                 max_input_bytes: self.bounds.max_input as u64,

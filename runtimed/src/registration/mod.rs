@@ -13,8 +13,6 @@ pub use table::{Plan, Registration, Table};
 
 use kruntimes_proto::function::v1::RunRef;
 
-use crate::source::WriteError;
-
 /// Why a registration (function Register, session Open) was refused; the
 /// gRPC services map it onto status codes.
 #[derive(Debug, thiserror::Error)]
@@ -33,21 +31,12 @@ pub enum RegisterError {
         /// Current attempt.
         current: u64,
     },
-    /// The handler failed to load.
+    /// The handler failed to load, or the Runtime Server refused it.
     #[error("{0}")]
     Load(String),
-    /// Local I/O failed.
-    #[error("prepare working directory: {0}")]
-    Io(#[from] std::io::Error),
-}
-
-impl From<WriteError> for RegisterError {
-    fn from(e: WriteError) -> Self {
-        match e {
-            WriteError::Path(p) => Self::Invalid(p.to_string()),
-            WriteError::Io(io) => Self::Io(io),
-        }
-    }
+    /// The Runtime Server does not answer (worth retrying).
+    #[error("the runtime server is unavailable: {0}")]
+    Unavailable(String),
 }
 
 /// The Run of a registration request, refused unless its namespace, Runtime

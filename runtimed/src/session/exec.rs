@@ -1,21 +1,19 @@
-//! Running one command in a session workspace: its own process group, bounded
-//! stdin and captured output, optional streaming of output chunks, and a
-//! timeout or cancellation that terminates the whole group (TERM, a grace
-//! period, then KILL).
+//! Running one command of a session through the Runtime Server
+//! (`RunCommand`): its output chunks streamed to the operation's events as
+//! they come, then its result. Cancellation drops the call; the server then
+//! ends the command's whole process tree (SIGTERM, a grace period, SIGKILL).
 
 use std::collections::BTreeMap;
-use std::path::Path;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use kruntimes_proto::runtime::v1 as rt;
+use kruntimes_proto::runtime::v1::command_event::Event;
 use tokio::sync::{mpsc, watch};
+use tokio_stream::StreamExt;
 
 use super::ops::MAX_OUTPUT_BYTES;
 use super::outcome::{OpState, OperationResult};
-
-/// Grace between SIGTERM and SIGKILL.
-pub const KILL_GRACE: Duration = Duration::from_secs(2);
+use crate::runtime::Client;
 
 /// An output chunk for streaming.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,156 +26,157 @@ pub struct Chunk {
 
 /// What a command needs.
 pub struct CommandRun<'a> {
+    /// The session's Run UID.
+    pub run_uid: &'a str,
     /// Operation id.
     pub operation_id: &'a str,
     /// Program and arguments.
     pub argv: &'a [String],
     /// Stdin.
     pub stdin: &'a [u8],
-    /// Resolved working directory.
-    pub cwd: &'a Path,
-    /// Complete environment.
+    /// Workspace-relative working directory.
+    pub cwd: &'a str,
+    /// Environment overrides on top of the session's.
     pub env: &'a BTreeMap<String, String>,
     /// Deadline.
     pub timeout: Duration,
 }
 
-fn signal_group(pid: Option<u32>, sig: nix::sys::signal::Signal) {
-    if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
-        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), sig);
+/// The operation's result from the server's.
+pub fn result(operation_id: &str, r: rt::CommandResult) -> OperationResult {
+    let state = match rt::CommandState::try_from(r.state) {
+        Ok(rt::CommandState::Succeeded) => OpState::Succeeded,
+        Ok(rt::CommandState::TimedOut) => OpState::TimedOut,
+        _ => OpState::Failed,
+    };
+    OperationResult {
+        operation_id: operation_id.to_owned(),
+        state,
+        exit_code: r.exit_code,
+        stdout: String::from_utf8_lossy(&r.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&r.stderr).into_owned(),
+        stdout_truncated: r.stdout_truncated,
+        stderr_truncated: r.stderr_truncated,
+        duration_ms: r.duration_ms,
+        error: (!r.error.is_empty()).then_some(r.error),
     }
 }
 
-async fn capture<R: AsyncRead + Unpin>(
-    mut r: R,
-    stream: &'static str,
-    sink: Option<mpsc::Sender<Chunk>>,
-) -> (Vec<u8>, bool) {
-    let mut kept = Vec::new();
-    let mut truncated = false;
-    let mut buf = vec![0u8; 16 * 1024];
-    let mut sink = sink;
-    loop {
-        let n = match r.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        let room = MAX_OUTPUT_BYTES.saturating_sub(kept.len());
-        if room < n {
-            truncated = true;
-        }
-        kept.extend_from_slice(&buf[..n.min(room)]);
-        if let Some(s) = &sink
-            && s.send(Chunk {
-                stream,
-                data: buf[..n].to_vec(),
-            })
-            .await
-            .is_err()
-        {
-            // The client went away; keep draining so the command is not
-            // blocked on a full pipe.
-            sink = None;
-        }
-    }
-    (kept, truncated)
+fn failed(operation_id: &str, started: Instant, error: String) -> OperationResult {
+    OperationResult::bare(
+        operation_id,
+        OpState::Failed,
+        started.elapsed().as_millis() as u64,
+        Some(error),
+    )
 }
 
-/// Runs the command to completion, timeout or cancellation.
+/// Runs the command to its result, or until `cancel` fires.
 pub async fn run(
+    mut client: Client,
     cmd: CommandRun<'_>,
     sink: Option<mpsc::Sender<Chunk>>,
     mut cancel: watch::Receiver<bool>,
 ) -> OperationResult {
     let started = Instant::now();
-    let spawned = tokio::process::Command::new(&cmd.argv[0])
-        .args(&cmd.argv[1..])
-        .current_dir(cmd.cwd)
-        .env_clear()
-        .envs(cmd.env)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true)
-        .spawn();
-    let mut child = match spawned {
-        Ok(c) => c,
-        Err(e) => {
-            let mut r = OperationResult::bare(
-                cmd.operation_id,
-                OpState::Failed,
-                0,
-                Some(format!("start {}: {e}", cmd.argv[0])),
-            );
-            r.exit_code = Some(127);
-            return r;
-        }
+    let id = cmd.operation_id;
+    let req = rt::RunCommandRequest {
+        run_uid: cmd.run_uid.to_owned(),
+        argv: cmd.argv.to_vec(),
+        stdin: cmd.stdin.to_vec(),
+        cwd: cmd.cwd.to_owned(),
+        env: cmd.env.clone().into_iter().collect(),
+        timeout_ms: u32::try_from(cmd.timeout.as_millis()).unwrap_or(u32::MAX),
+        max_output_bytes: MAX_OUTPUT_BYTES as u64,
     };
-    let pid = child.id();
-    let stdin = child.stdin.take();
-    let input = cmd.stdin.to_vec();
-    let feed = tokio::spawn(async move {
-        if let Some(mut s) = stdin {
-            let _ = s.write_all(&input).await;
-        }
-    });
-    let out = child
-        .stdout
-        .take()
-        .map(|s| tokio::spawn(capture(s, "stdout", sink.clone())));
-    let err = child
-        .stderr
-        .take()
-        .map(|s| tokio::spawn(capture(s, "stderr", sink)));
-    let (state, status) = tokio::select! {
-        s = child.wait() => (None, s.ok()),
-        _ = tokio::time::sleep(cmd.timeout) => (Some(OpState::TimedOut), None),
-        _ = cancel.wait_for(|c| *c) => (Some(OpState::Cancelled), None),
+    let mut events = match client.run_command(req).await {
+        Ok(r) => r.into_inner(),
+        Err(s) => return failed(id, started, format!("runtime server: {}", s.message())),
     };
-    let status = match status {
-        Some(s) => Some(s),
-        None => {
-            signal_group(pid, nix::sys::signal::Signal::SIGTERM);
-            match tokio::time::timeout(KILL_GRACE, child.wait()).await {
-                Ok(s) => s.ok(),
-                Err(_) => {
-                    signal_group(pid, nix::sys::signal::Signal::SIGKILL);
-                    child.wait().await.ok()
+    let mut sink = sink;
+    loop {
+        let ev = tokio::select! {
+            ev = events.next() => ev,
+            // Dropping the stream is the cancellation the server acts on.
+            _ = cancel.wait_for(|c| *c) => {
+                return OperationResult::bare(
+                    id,
+                    OpState::Cancelled,
+                    started.elapsed().as_millis() as u64,
+                    Some("operation cancelled".into()),
+                );
+            }
+        };
+        match ev {
+            Some(Ok(rt::CommandEvent {
+                event: Some(Event::Output(o)),
+            })) => {
+                let stream = match rt::CommandStream::try_from(o.stream) {
+                    Ok(rt::CommandStream::Stderr) => "stderr",
+                    _ => "stdout",
+                };
+                if let Some(s) = &sink
+                    && s.send(Chunk {
+                        stream,
+                        data: o.data,
+                    })
+                    .await
+                    .is_err()
+                {
+                    // The client went away; the command goes on.
+                    sink = None;
                 }
             }
+            Some(Ok(rt::CommandEvent {
+                event: Some(Event::Result(r)),
+            })) => return result(id, r),
+            Some(Ok(rt::CommandEvent { event: None })) => {}
+            Some(Err(s)) => return failed(id, started, format!("runtime server: {}", s.message())),
+            None => {
+                return failed(
+                    id,
+                    started,
+                    "the runtime server ended the command without a result".into(),
+                );
+            }
         }
-    };
-    // Whatever the command left running in its group ends with it.
-    signal_group(pid, nix::sys::signal::Signal::SIGKILL);
-    feed.abort();
-    let collect = |h: Option<tokio::task::JoinHandle<(Vec<u8>, bool)>>| async move {
-        match h {
-            Some(h) => tokio::time::timeout(Duration::from_secs(5), h)
-                .await
-                .ok()
-                .and_then(Result::ok)
-                .unwrap_or_default(),
-            None => (Vec::new(), false),
-        }
-    };
-    let (stdout, stdout_truncated) = collect(out).await;
-    let (stderr, stderr_truncated) = collect(err).await;
-    let exit_code = status.and_then(|s| s.code());
-    let state = state.unwrap_or(if exit_code == Some(0) {
-        OpState::Succeeded
-    } else {
-        OpState::Failed
-    });
-    OperationResult {
-        operation_id: cmd.operation_id.to_owned(),
-        state,
-        exit_code,
-        stdout: String::from_utf8_lossy(&stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&stderr).into_owned(),
-        stdout_truncated,
-        stderr_truncated,
-        duration_ms: started.elapsed().as_millis() as u64,
-        error: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_servers_result_becomes_the_operations() {
+        let r = result(
+            "op-1",
+            rt::CommandResult {
+                state: rt::CommandState::Failed as i32,
+                exit_code: Some(3),
+                error: String::new(),
+                stdout: b"out\n".to_vec(),
+                stderr: vec![0xff],
+                stdout_truncated: true,
+                stderr_truncated: false,
+                duration_ms: 7,
+            },
+        );
+        assert_eq!((r.state, r.exit_code), (OpState::Failed, Some(3)));
+        assert_eq!(
+            (r.stdout.as_str(), r.stderr.as_str()),
+            ("out\n", "\u{fffd}")
+        );
+        assert!(r.stdout_truncated && r.error.is_none());
+        let timed_out = result(
+            "op-2",
+            rt::CommandResult {
+                state: rt::CommandState::TimedOut as i32,
+                error: "x".into(),
+                ..Default::default()
+            },
+        );
+        assert_eq!(timed_out.state, OpState::TimedOut);
+        assert_eq!(timed_out.error.as_deref(), Some("x"));
     }
 }

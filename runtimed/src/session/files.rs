@@ -1,101 +1,76 @@
-//! File operations beneath a session workspace. Every path goes through
-//! [`super::path::resolve`].
+//! A session's files, through the Runtime Server: the queued mutations
+//! (`FileOperation`), and reads and listings outside the queue (`ReadFile`,
+//! `ListFiles`). The server resolves every path beneath the workspace; its
+//! refusals land in the public error table here.
 
-use std::path::Path;
-
-use base64::Engine as _;
 use kruntimes_proto::api::ErrorCode;
+use kruntimes_proto::runtime::v1 as rt;
+use kruntimes_proto::runtime::v1::file_operation_request::Op;
 use serde::{Deserialize, Serialize};
 
-use super::ops::MAX_FILE_BYTES;
-use super::path::{PathError, resolve};
+use super::ops::{MAX_FILE_BYTES, Operation};
 use crate::api_error::ApiError;
+use crate::runtime::{self, Client};
 
-/// A failed file operation.
-#[derive(Debug, thiserror::Error)]
-pub enum FileError {
-    /// The path is not acceptable (400).
-    #[error(transparent)]
-    Path(#[from] PathError),
-    /// Not found (404).
-    #[error("{0} not found")]
-    NotFound(String),
-    /// Over the size bound (413).
-    #[error("{0} is larger than 32 MiB")]
-    TooLarge(String),
-    /// Wrong kind of file or other I/O failure.
-    #[error("{0}")]
-    Io(String),
+/// A refusal of the server's, as the API reports it.
+pub fn api_error(s: &tonic::Status) -> ApiError {
+    use tonic::Code;
+    let code = match s.code() {
+        Code::InvalidArgument => ErrorCode::InvalidPath,
+        Code::NotFound => ErrorCode::NotFound,
+        Code::OutOfRange => ErrorCode::PayloadTooLarge,
+        Code::FailedPrecondition => ErrorCode::BadRequest,
+        _ if runtime::unreachable(s) => ErrorCode::NotReady,
+        _ => ErrorCode::Internal,
+    };
+    let message = match code {
+        ErrorCode::NotReady => format!("the runtime server is unavailable: {}", s.message()),
+        _ => s.message().to_owned(),
+    };
+    ApiError::new(code, message)
 }
 
-impl From<FileError> for ApiError {
-    fn from(e: FileError) -> Self {
-        let code = match &e {
-            FileError::Path(_) => ErrorCode::InvalidPath,
-            FileError::NotFound(_) => ErrorCode::NotFound,
-            FileError::TooLarge(_) => ErrorCode::PayloadTooLarge,
-            FileError::Io(_) => ErrorCode::BadRequest,
-        };
-        Self::new(code, e.to_string())
-    }
+/// The server's request for a file mutation (`None` for commands).
+pub fn request(run_uid: &str, op: &Operation) -> Option<rt::FileOperationRequest> {
+    let op = match op {
+        Operation::Command { .. } => return None,
+        Operation::WriteFile { path, content } => Op::Write(rt::WriteFile {
+            path: path.clone(),
+            content: content.clone(),
+        }),
+        Operation::Mkdir { path } => Op::Mkdir(rt::PathRequest { path: path.clone() }),
+        Operation::Delete { path } => Op::Delete(rt::PathRequest { path: path.clone() }),
+        Operation::Rename { from, to } => Op::Rename(rt::RenameRequest {
+            from: from.clone(),
+            to: to.clone(),
+        }),
+    };
+    Some(rt::FileOperationRequest {
+        run_uid: run_uid.to_owned(),
+        op: Some(op),
+    })
 }
 
-fn io(path: &str, e: std::io::Error) -> FileError {
-    if e.kind() == std::io::ErrorKind::NotFound {
-        FileError::NotFound(path.to_owned())
-    } else {
-        FileError::Io(format!("{path}: {e}"))
-    }
-}
-
-/// Writes (replaces) a file; its directory must exist.
-pub fn write(root: &Path, path: &str, content: &[u8]) -> Result<(), FileError> {
-    let r = resolve(root, path, false)?;
-    if r.path.is_dir() {
-        return Err(FileError::Io(format!("{path} is a directory")));
-    }
-    std::fs::write(&r.path, content).map_err(|e| io(path, e))
-}
-
-/// Creates a directory and its missing parents.
-pub fn mkdir(root: &Path, path: &str) -> Result<(), FileError> {
-    let r = resolve(root, path, false)?;
-    std::fs::create_dir_all(&r.path).map_err(|e| io(path, e))?;
-    // Re-check: a component created concurrently could be a link.
-    resolve(root, path, false)?;
-    Ok(())
-}
-
-/// Deletes a file, a symlink (not its target) or a directory tree.
-pub fn delete(root: &Path, path: &str) -> Result<(), FileError> {
-    let r = resolve(root, path, false)?;
-    let md = std::fs::symlink_metadata(&r.path).map_err(|e| io(path, e))?;
-    if md.is_dir() {
-        std::fs::remove_dir_all(&r.path)
-    } else {
-        std::fs::remove_file(&r.path)
-    }
-    .map_err(|e| io(path, e))
-}
-
-/// Renames within the workspace.
-pub fn rename(root: &Path, from: &str, to: &str) -> Result<(), FileError> {
-    let a = resolve(root, from, false)?;
-    let b = resolve(root, to, false)?;
-    std::fs::rename(&a.path, &b.path).map_err(|e| io(from, e))
+/// Runs one file mutation; the error is the operation's failure message.
+pub async fn mutate(mut client: Client, req: rt::FileOperationRequest) -> Result<(), String> {
+    client
+        .file_operation(req)
+        .await
+        .map(drop)
+        .map_err(|s| api_error(&s).message)
 }
 
 /// Reads a whole file (≤ 32 MiB).
-pub fn read(root: &Path, path: &str) -> Result<Vec<u8>, FileError> {
-    let r = resolve(root, path, false)?;
-    let md = std::fs::metadata(&r.path).map_err(|e| io(path, e))?;
-    if !md.is_file() {
-        return Err(FileError::Io(format!("{path} is not a file")));
+pub async fn read(mut client: Client, run_uid: &str, path: &str) -> Result<Vec<u8>, ApiError> {
+    let req = rt::ReadFileRequest {
+        run_uid: run_uid.to_owned(),
+        path: path.to_owned(),
+        max_bytes: MAX_FILE_BYTES as u64,
+    };
+    match client.read_file(req).await {
+        Ok(r) => Ok(r.into_inner().content),
+        Err(s) => Err(api_error(&s)),
     }
-    if md.len() > MAX_FILE_BYTES as u64 {
-        return Err(FileError::TooLarge(path.to_owned()));
-    }
-    std::fs::read(&r.path).map_err(|e| io(path, e))
 }
 
 /// One listing entry.
@@ -121,148 +96,75 @@ pub struct Listing {
     pub next_page_token: Option<String>,
 }
 
-/// Default and largest page sizes.
-pub const DEFAULT_LIMIT: usize = 100;
-/// Largest page.
-pub const MAX_LIMIT: usize = 1000;
+impl From<rt::ListFilesResponse> for Listing {
+    fn from(r: rt::ListFilesResponse) -> Self {
+        Self {
+            entries: r
+                .entries
+                .into_iter()
+                .map(|e| Entry {
+                    name: e.name,
+                    kind: e.r#type,
+                    size: e.size,
+                })
+                .collect(),
+            next_page_token: (!r.next_page_token.is_empty()).then_some(r.next_page_token),
+        }
+    }
+}
 
 /// Lists a directory, `limit` entries after the page token.
-pub fn list(
-    root: &Path,
+pub async fn list(
+    mut client: Client,
+    run_uid: &str,
     path: &str,
     limit: Option<usize>,
     page_token: Option<&str>,
-) -> Result<Listing, FileError> {
-    let r = resolve(root, path, true)?;
-    let after = match page_token.filter(|t| !t.is_empty()) {
-        Some(t) => Some(
-            base64::engine::general_purpose::URL_SAFE_NO_PAD
-                .decode(t)
-                .ok()
-                .and_then(|b| String::from_utf8(b).ok())
-                .ok_or_else(|| FileError::Io("invalid pageToken".into()))?,
-        ),
-        None => None,
+) -> Result<Listing, ApiError> {
+    let req = rt::ListFilesRequest {
+        run_uid: run_uid.to_owned(),
+        path: path.to_owned(),
+        limit: limit.map_or(0, |l| u32::try_from(l).unwrap_or(u32::MAX)),
+        page_token: page_token.unwrap_or_default().to_owned(),
     };
-    let limit = limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT);
-    let mut entries: Vec<Entry> = std::fs::read_dir(&r.path)
-        .map_err(|e| io(path, e))?
-        .filter_map(Result::ok)
-        .filter_map(|e| {
-            let name = e.file_name().into_string().ok()?;
-            let md = e.path().symlink_metadata().ok()?;
-            let kind = if md.file_type().is_symlink() {
-                "symlink"
-            } else if md.is_dir() {
-                "directory"
-            } else if md.is_file() {
-                "file"
-            } else {
-                "other"
-            };
-            Some(Entry {
-                name,
-                kind: kind.into(),
-                size: md.len(),
-            })
-        })
-        .filter(|e| {
-            after
-                .as_ref()
-                .is_none_or(|a| e.name.as_bytes() > a.as_bytes())
-        })
-        .collect();
-    entries.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
-    let more = entries.len() > limit;
-    entries.truncate(limit);
-    let next_page_token = more
-        .then(|| {
-            entries
-                .last()
-                .map(|e| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(e.name.as_bytes()))
-        })
-        .flatten();
-    Ok(Listing {
-        entries,
-        next_page_token,
-    })
+    match client.list_files(req).await {
+        Ok(r) => Ok(r.into_inner().into()),
+        Err(s) => Err(api_error(&s)),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn ws() -> (tempfile::TempDir, std::path::PathBuf) {
-        let d = tempfile::tempdir().unwrap();
-        let root = d.path().canonicalize().unwrap();
-        (d, root)
+    #[test]
+    fn the_servers_refusals_land_in_the_public_error_table() {
+        let cases = [
+            (tonic::Code::InvalidArgument, 400, ErrorCode::InvalidPath),
+            (tonic::Code::NotFound, 404, ErrorCode::NotFound),
+            (tonic::Code::OutOfRange, 413, ErrorCode::PayloadTooLarge),
+            (tonic::Code::FailedPrecondition, 400, ErrorCode::BadRequest),
+            (tonic::Code::Unavailable, 503, ErrorCode::NotReady),
+        ];
+        for (code, status, expected) in cases {
+            let e = api_error(&tonic::Status::new(code, "why"));
+            assert_eq!((e.code, e.code.status()), (expected, status), "{code:?}");
+        }
     }
 
     #[test]
-    fn write_read_rename_delete_round_trip() {
-        let (_d, root) = ws();
-        mkdir(&root, "a/b").unwrap();
-        write(&root, "a/b/f.txt", b"hello").unwrap();
-        assert_eq!(read(&root, "a/b/f.txt").unwrap(), b"hello");
-        rename(&root, "a/b/f.txt", "a/g.txt").unwrap();
-        assert!(matches!(
-            read(&root, "a/b/f.txt"),
-            Err(FileError::NotFound(_))
-        ));
-        assert_eq!(read(&root, "a/g.txt").unwrap(), b"hello");
-        delete(&root, "a").unwrap();
-        assert!(!root.join("a").exists());
-        assert!(matches!(delete(&root, "a"), Err(FileError::NotFound(_))));
-    }
-
-    #[test]
-    fn every_operation_refuses_escapes() {
-        let (_d, root) = ws();
-        let outside = tempfile::tempdir().unwrap();
-        std::fs::write(outside.path().join("secret"), b"s").unwrap();
-        std::os::unix::fs::symlink(outside.path(), root.join("out")).unwrap();
-        for p in ["../x", "/etc/passwd", "out/secret", "out", "a/../../x"] {
-            assert!(write(&root, p, b"x").is_err(), "write {p}");
-            assert!(mkdir(&root, p).is_err(), "mkdir {p}");
-            assert!(read(&root, p).is_err(), "read {p}");
-            assert!(delete(&root, p).is_err(), "delete {p}");
-            assert!(rename(&root, p, "ok").is_err(), "rename from {p}");
-            assert!(list(&root, p, None, None).is_err(), "list {p}");
-        }
-        std::fs::write(root.join("ok"), b"x").unwrap();
-        assert!(rename(&root, "ok", "out/stolen").is_err());
-        assert!(!outside.path().join("stolen").exists());
-        assert_eq!(std::fs::read(outside.path().join("secret")).unwrap(), b"s");
-        assert!(matches!(
-            delete(&root, ""),
-            Err(FileError::Path(PathError::Root))
-        ));
-    }
-
-    #[test]
-    fn listing_pages_in_utf8_byte_order() {
-        let (_d, root) = ws();
-        for n in ["b", "a", "Z", "é", "c"] {
-            write(&root, n, n.as_bytes()).unwrap();
-        }
-        mkdir(&root, "dir").unwrap();
-        let first = list(&root, "", Some(2), None).unwrap();
-        let names: Vec<_> = first.entries.iter().map(|e| e.name.as_str()).collect();
-        assert_eq!(names, ["Z", "a"]);
-        let mut all: Vec<String> = names.iter().map(|s| s.to_string()).collect();
-        let mut token = first.next_page_token;
-        while let Some(t) = token {
-            let page = list(&root, ".", Some(2), Some(&t)).unwrap();
-            all.extend(page.entries.iter().map(|e| e.name.clone()));
-            token = page.next_page_token;
-        }
-        assert_eq!(all, ["Z", "a", "b", "c", "dir", "é"]);
-        let dir = list(&root, "", None, None).unwrap();
+    fn listings_keep_their_wire_shape() {
+        let l = Listing::from(rt::ListFilesResponse {
+            entries: vec![rt::FileEntry {
+                name: "a".into(),
+                r#type: "file".into(),
+                size: 1,
+            }],
+            next_page_token: String::new(),
+        });
         assert_eq!(
-            dir.entries.iter().find(|e| e.name == "dir").unwrap().kind,
-            "directory"
+            serde_json::to_value(&l).unwrap(),
+            serde_json::json!({"entries": [{"name": "a", "type": "file", "size": 1}]})
         );
-        assert!(dir.next_page_token.is_none());
-        assert!(list(&root, "", None, Some("***")).is_err());
     }
 }

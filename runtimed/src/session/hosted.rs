@@ -1,6 +1,7 @@
 //! The sessions a runtimed hosts: a registration table keyed by Run UID (the
 //! same rules as functions: idempotent / conflict / supersede / stale),
-//! close, idle expiry and their ownership entries.
+//! close, idle expiry, the Runtime Server's restarts and their ownership
+//! entries.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,6 +16,7 @@ use crate::local::{LocalPod, Published};
 use crate::registration::{
     Fence, FenceError, Plan, Record, RegisterError, Registration, Table, addressable_run,
 };
+use crate::runtime::{self, Change, Link};
 
 /// What a hosted session adds to its registration.
 #[derive(Debug)]
@@ -23,6 +25,8 @@ pub struct Hosted {
     pub session: Arc<Session>,
     idle_timeout: Option<Duration>,
     expired: AtomicBool,
+    /// The Runtime Server restarted under it: its workspace is gone.
+    lost: AtomicBool,
 }
 
 /// A session in the registration table.
@@ -52,14 +56,17 @@ impl HostedSession {
 /// Every session of this runtimed.
 pub struct Sessions {
     pod: Arc<LocalPod>,
+    link: Arc<Link>,
     table: Table<Hosted>,
 }
 
 impl Sessions {
-    /// An empty set publishing into `pod`'s ownership table.
-    pub fn new(pod: Arc<LocalPod>) -> Arc<Self> {
+    /// An empty set publishing into `pod`'s ownership table, opening
+    /// sessions on the server behind `link`.
+    pub fn new(pod: Arc<LocalPod>, link: Arc<Link>) -> Arc<Self> {
         Arc::new(Self {
             pod,
+            link,
             table: Table::default(),
         })
     }
@@ -78,7 +85,14 @@ impl Sessions {
         self.table.fenced(fence, path_uid, &self.pod.uid)
     }
 
+    /// Publishes `h`'s entry; while the Runtime Server does not answer, a
+    /// ready session is shown as not ready.
     fn publish(&self, h: &HostedSession, phase: own::Phase, reason: &str) {
+        let (phase, reason) = if phase == own::Phase::Ready && !self.link.available() {
+            (own::Phase::Running, runtime::UNAVAILABLE_REASON)
+        } else {
+            (phase, reason)
+        };
         self.pod.publish(
             &h.run,
             h.record.attempt,
@@ -104,7 +118,7 @@ impl Sessions {
             Plan::Supersede(old) => self.remove(&old, CloseMode::Cancel).await,
             Plan::Create => {}
         }
-        let session = prepare::prepare(&run.uid, &self.pod.workdir(&run.uid), &req)?;
+        let session = prepare::prepare(&run, &self.link, &req).await?;
         let hosted = Arc::new(Registration {
             run,
             record: Record::issue(req.attempt, req.digest),
@@ -113,6 +127,7 @@ impl Sessions {
                 idle_timeout: (req.idle_timeout_seconds > 0)
                     .then(|| Duration::from_secs(req.idle_timeout_seconds.into())),
                 expired: AtomicBool::new(false),
+                lost: AtomicBool::new(false),
             },
         });
         self.publish(&hosted, own::Phase::Ready, "");
@@ -152,6 +167,25 @@ impl Sessions {
             if h.idle_expired() && !h.expired.swap(true, Ordering::AcqRel) {
                 tracing::info!(run_uid = %h.run.uid, "session idle timeout");
                 self.publish(&h, own::Phase::Failed, "IdleTimeout");
+            }
+        }
+    }
+
+    /// Follows the Runtime Server: readiness is republished when it stops or
+    /// starts answering; after a restart every session is lost (its
+    /// workspace and processes went with the server) and ends FAILED.
+    pub async fn server_changed(&self, change: Change) {
+        let _change = self.table.change().await;
+        for h in self.table.all() {
+            if change == Change::Restarted {
+                h.lost.store(true, Ordering::Release);
+            }
+            if h.lost.load(Ordering::Acquire) {
+                self.publish(&h, own::Phase::Failed, runtime::LOST_REASON);
+            } else if h.expired.load(Ordering::Acquire) {
+                self.publish(&h, own::Phase::Failed, "IdleTimeout");
+            } else {
+                self.publish(&h, own::Phase::Ready, "");
             }
         }
     }

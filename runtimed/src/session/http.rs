@@ -12,9 +12,9 @@ use bytes::Bytes;
 use kruntimes_proto::api::{ErrorCode, SessionOp};
 
 use super::HostedSession;
+use super::exec;
 use super::ops::{self, OperationRequest};
 use super::outcome::Event;
-use super::{exec, path};
 use crate::api_error::{ApiError, Reply, read_body};
 
 /// Largest `operations:*` body: a 32 MiB file, base64-encoded, plus JSON.
@@ -46,7 +46,7 @@ pub fn check_paths(op: &ops::Operation) -> Result<(), ApiError> {
         ops::Operation::Rename { from, to } => vec![from, to],
     };
     for p in paths {
-        path::normalize(p)
+        kruntimes_proto::runtime::path::normalize(p)
             .map_err(|e| ApiError::new(ErrorCode::InvalidPath, format!("{p}: {e}")))?;
     }
     Ok(())
@@ -125,7 +125,8 @@ pub async fn handle(
             let path = q.get("path").map(String::as_str).unwrap_or("");
             let listing = h
                 .session
-                .list(path, limit, q.get("pageToken").map(String::as_str))?;
+                .list(path, limit, q.get("pageToken").map(String::as_str))
+                .await?;
             Ok(json(StatusCode::OK, &listing))
         }
         SessionOp::ReadFile => {
@@ -133,7 +134,7 @@ pub async fn handle(
             let path = q
                 .get("path")
                 .ok_or_else(|| ApiError::new(ErrorCode::BadRequest, "path is required"))?;
-            let bytes = h.session.read_file(path)?;
+            let bytes = h.session.read_file(path).await?;
             Ok((
                 StatusCode::OK,
                 [(header::CONTENT_TYPE, "application/octet-stream")],

@@ -6,8 +6,8 @@
 //!
 //! - [`queue`]: one session and its bounded queue ([`limits`]); [`worker`]
 //!   consumes it.
-//! - [`ops`], [`outcome`], [`exec`], [`files`], [`path`]: the operations and
-//!   their results, commands, file operations and workspace-relative paths.
+//! - [`ops`], [`outcome`], [`exec`], [`files`]: the operations and their
+//!   results, commands and file operations (run by the Runtime Server).
 //! - [`hosted`]: the sessions this runtimed hosts, keyed by Run UID;
 //!   [`prepare`] turns an `OpenSession` request into a started session.
 //! - [`http`], [`ws`]: the session routes of the dataplane and the WebSocket.
@@ -19,7 +19,6 @@ pub mod http;
 pub mod limits;
 pub mod ops;
 pub mod outcome;
-pub mod path;
 pub mod prepare;
 pub mod queue;
 mod worker;

@@ -1,14 +1,14 @@
 //! One session's FIFO queue: admission (bounded), per-operation
-//! cancellation, status outside the queue, and close (drain or cancel, then
-//! the workspace is removed). The queue's consumer is [`super::worker`].
+//! cancellation, status and file reads outside the queue, and close (drain
+//! or cancel, then the Runtime Server removes the workspace). The queue's
+//! consumer is [`super::worker`].
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use kruntimes_proto::api::ErrorCode;
+use kruntimes_proto::runtime::v1 as rt;
 use tokio::sync::{mpsc, oneshot, watch};
 
 pub use super::limits::SessionLimits;
@@ -17,6 +17,7 @@ use super::outcome::OperationResult;
 use super::worker::{Job, OpCancels, Worker};
 use super::{exec, files};
 use crate::api_error::ApiError;
+use crate::runtime::Link;
 
 /// Why work was not admitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -53,8 +54,7 @@ pub struct SessionStatus {
 
 /// One session.
 pub struct Session {
-    root: PathBuf,
-    env: BTreeMap<String, String>,
+    link: Arc<Link>,
     limits: SessionLimits,
     tx: Mutex<Option<mpsc::Sender<Job>>>,
     cancel: watch::Sender<bool>,
@@ -85,16 +85,9 @@ pub enum CloseMode {
 }
 
 impl Session {
-    /// Creates the workspace and starts the queue worker. `env` is the full
-    /// environment of commands (clean, plus the Run's `spec.env`).
-    pub fn open(
-        run_uid: &str,
-        workspace: &Path,
-        env: BTreeMap<String, String>,
-        limits: SessionLimits,
-    ) -> std::io::Result<Arc<Self>> {
-        std::fs::create_dir_all(workspace)?;
-        let root = workspace.canonicalize()?;
+    /// Starts the queue worker of a session the Runtime Server behind
+    /// `link` has opened.
+    pub fn open(run_uid: &str, link: Arc<Link>, limits: SessionLimits) -> Arc<Self> {
         // Room for the running operation plus `queue_size` waiting ones; the
         // `pending` count enforces the bound.
         let (tx, rx) = mpsc::channel::<Job>(limits.queue_size.clamp(1, 1024) + 1);
@@ -102,12 +95,8 @@ impl Session {
         let pending = Arc::new(AtomicUsize::new(0));
         let last_activity = Arc::new(Mutex::new(Instant::now()));
         let op_cancels: OpCancels = Arc::default();
-        let mut env = env;
-        env.entry("HOME".into())
-            .or_insert_with(|| root.display().to_string());
         let session = Arc::new(Self {
-            root: root.clone(),
-            env: env.clone(),
+            link: link.clone(),
             limits,
             tx: Mutex::new(Some(tx)),
             cancel,
@@ -121,8 +110,7 @@ impl Session {
         });
         let worker = tokio::spawn(
             Worker {
-                root,
-                env,
+                link,
                 limits,
                 pending,
                 last_activity,
@@ -132,12 +120,7 @@ impl Session {
             .run(rx, cancel_rx),
         );
         *session.worker.lock().unwrap_or_else(|p| p.into_inner()) = Some(worker);
-        Ok(session)
-    }
-
-    /// The canonical workspace root.
-    pub fn root(&self) -> &Path {
-        &self.root
+        session
     }
 
     /// Admits an operation to the FIFO queue; returns its id and a receiver
@@ -229,22 +212,22 @@ impl Session {
     }
 
     /// Reads a file, outside the queue.
-    pub fn read_file(&self, path: &str) -> Result<Vec<u8>, files::FileError> {
-        files::read(&self.root, path)
+    pub async fn read_file(&self, path: &str) -> Result<Vec<u8>, ApiError> {
+        files::read(self.link.client(), &self.run_uid, path).await
     }
 
     /// Lists a directory, outside the queue.
-    pub fn list(
+    pub async fn list(
         &self,
         path: &str,
         limit: Option<usize>,
         page_token: Option<&str>,
-    ) -> Result<files::Listing, files::FileError> {
-        files::list(&self.root, path, limit, page_token)
+    ) -> Result<files::Listing, ApiError> {
+        files::list(self.link.client(), &self.run_uid, path, limit, page_token).await
     }
 
-    /// Closes: rejects new work, drains or cancels accepted work, removes the
-    /// workspace.
+    /// Closes: rejects new work, drains or cancels accepted work, then the
+    /// Runtime Server kills what is left and removes the workspace.
     pub async fn close(&self, mode: CloseMode) {
         self.closing.store(true, Ordering::Release);
         if mode == CloseMode::Cancel {
@@ -256,13 +239,13 @@ impl Session {
         if let Some(w) = worker {
             let _ = w.await;
         }
-        let _ = std::fs::remove_dir_all(&self.root);
+        let req = rt::CloseSessionRequest {
+            run_uid: self.run_uid.clone(),
+        };
+        if let Err(e) = self.link.client().close_session(req).await {
+            tracing::warn!(run_uid = %self.run_uid, error = %e.message(), "runtime server did not close the session");
+        }
         tracing::info!(run_uid = %self.run_uid, ?mode, "session closed");
-    }
-
-    /// The environment commands run with (tests).
-    pub fn env(&self) -> &BTreeMap<String, String> {
-        &self.env
     }
 }
 

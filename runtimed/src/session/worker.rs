@@ -1,10 +1,9 @@
 //! The consumer of a session's queue: runs each admitted operation in turn
-//! (commands through [`super::exec`], file mutations through
-//! [`super::files`]), honouring the session's and the operation's
+//! on the Runtime Server (commands through [`super::exec`], file mutations
+//! through [`super::files`]), honouring the session's and the operation's
 //! cancellation, and logs one audit line per operation (never its content).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -14,7 +13,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 use super::limits::SessionLimits;
 use super::ops::Operation;
 use super::outcome::{OpState, OperationResult};
-use super::{exec, files, path};
+use super::{exec, files};
+use crate::runtime::Link;
 
 /// One admitted operation.
 pub(super) struct Job {
@@ -30,8 +30,7 @@ pub(super) type OpCancels = Arc<Mutex<BTreeMap<String, watch::Sender<bool>>>>;
 
 /// What the worker shares with its [`super::Session`].
 pub(super) struct Worker {
-    pub(super) root: PathBuf,
-    pub(super) env: BTreeMap<String, String>,
+    pub(super) link: Arc<Link>,
     pub(super) limits: SessionLimits,
     pub(super) pending: Arc<AtomicUsize>,
     pub(super) last_activity: Arc<Mutex<Instant>>,
@@ -95,65 +94,41 @@ impl Worker {
     }
 
     async fn execute(&self, job: &Job, cancel: watch::Receiver<bool>) -> OperationResult {
-        let (root, env, limits) = (&self.root, &self.env, &self.limits);
         let started = Instant::now();
-        let file_result = |r: Result<(), files::FileError>| match r {
-            Ok(()) => OperationResult::bare(
-                &job.id,
-                OpState::Succeeded,
-                started.elapsed().as_millis() as u64,
-                None,
-            ),
-            Err(e) => OperationResult::bare(
-                &job.id,
-                OpState::Failed,
-                started.elapsed().as_millis() as u64,
-                Some(e.to_string()),
-            ),
-        };
-        match &job.op {
+        let client = self.link.client();
+        let op = match &job.op {
             Operation::Command {
                 argv,
                 stdin,
                 cwd,
-                env: overrides,
+                env,
                 timeout_seconds,
             } => {
-                let dir = match path::resolve(root, cwd, true) {
-                    Ok(r) if r.path.is_dir() => r.path,
-                    Ok(_) => {
-                        return file_result(Err(files::FileError::Io(format!(
-                            "cwd {cwd} is not a directory"
-                        ))));
-                    }
-                    Err(e) => return file_result(Err(e.into())),
-                };
-                let mut full = env.clone();
-                full.extend(overrides.iter().map(|(k, v)| (k.clone(), v.clone())));
                 let timeout = timeout_seconds
                     .map(Duration::from_secs)
-                    .unwrap_or(limits.operation_timeout)
-                    .min(limits.max_operation_timeout);
-                exec::run(
-                    exec::CommandRun {
-                        operation_id: &job.id,
-                        argv,
-                        stdin,
-                        cwd: &dir,
-                        env: &full,
-                        timeout,
-                    },
-                    job.events.clone(),
-                    cancel,
-                )
-                .await
+                    .unwrap_or(self.limits.operation_timeout)
+                    .min(self.limits.max_operation_timeout);
+                let cmd = exec::CommandRun {
+                    run_uid: &self.run_uid,
+                    operation_id: &job.id,
+                    argv,
+                    stdin,
+                    cwd,
+                    env,
+                    timeout,
+                };
+                return exec::run(client, cmd, job.events.clone(), cancel).await;
             }
-            Operation::WriteFile { path, content } => {
-                file_result(files::write(root, path, content))
-            }
-            Operation::Mkdir { path } => file_result(files::mkdir(root, path)),
-            Operation::Delete { path } => file_result(files::delete(root, path)),
-            Operation::Rename { from, to } => file_result(files::rename(root, from, to)),
-        }
+            op => files::request(&self.run_uid, op),
+        };
+        let result = match op {
+            Some(req) => files::mutate(client, req).await,
+            None => Err("not a file operation".into()),
+        };
+        let (state, error) = match result {
+            Ok(()) => (OpState::Succeeded, None),
+            Err(e) => (OpState::Failed, Some(e)),
+        };
+        OperationResult::bare(&job.id, state, started.elapsed().as_millis() as u64, error)
     }
 }

@@ -19,6 +19,6 @@ pub fn register_status(e: RegisterError) -> Status {
         RegisterError::Stale { .. } | RegisterError::Load(_) => {
             Status::failed_precondition(e.to_string())
         }
-        RegisterError::Io(_) => Status::internal(e.to_string()),
+        RegisterError::Unavailable(_) => Status::unavailable(e.to_string()),
     }
 }

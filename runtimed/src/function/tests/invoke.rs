@@ -1,82 +1,59 @@
-//! Invocations through the persistent Python worker: errors, crashes, timeouts, bounds, one in flight.
+//! Invocations: answers and failures of the server, bounds, one in flight.
 
 use super::*;
 
 #[tokio::test]
-async fn python_worker_imports_once_and_serves_many_invocations() {
+async fn the_servers_answer_is_the_output() {
     let (fx, _) = python().await;
-    let a = json(&fx.engine.invoke(call(br#"{"name":"X"}"#)).await.unwrap());
-    let b = json(&fx.engine.invoke(call(br#"{"name":"Y"}"#)).await.unwrap());
-    assert_eq!(a["message"], "hello X");
-    assert_eq!(b["message"], "hello Y");
-    assert_eq!(a["pid"], b["pid"], "the same warm worker serves both calls");
+    let out = json(&fx.engine.invoke(call(br#"{"name":"X"}"#)).await.unwrap());
+    assert_eq!(out["name"], "X");
 }
 
 #[tokio::test]
-async fn handler_exception_is_a_bounded_function_error() {
+async fn the_servers_failures_land_in_the_public_error_table() {
     let (fx, _) = python().await;
     let err = fx
         .engine
-        .invoke(call(br#"{"raise":"input"}"#))
+        .invoke(call(br#"{"raise":"bad input"}"#))
         .await
         .unwrap_err();
-    match err {
-        EngineError::Invoke(InvokeError::Function { kind, message }) => {
-            assert_eq!(kind, "ValueError");
-            assert_eq!(message, "bad input");
-        }
-        other => panic!("unexpected {other:?}"),
+    assert!(
+        matches!(err, EngineError::Invoke(InvokeError::Function { ref kind, ref message }) if kind == "ValueError" && message == "bad input"),
+        "{err:?}"
+    );
+    type Expect = fn(&EngineError) -> bool;
+    let cases: [(&[u8], Expect); 3] = [
+        (
+            br#"{"fail":"aborted"}"#,
+            |e| matches!(e, EngineError::Invoke(InvokeError::Crashed(m)) if m.contains("exit status: 3")),
+        ),
+        (br#"{"fail":"deadline"}"#, |e| {
+            matches!(e, EngineError::Invoke(InvokeError::Timeout(_)))
+        }),
+        (br#"{"fail":"too_large"}"#, |e| {
+            matches!(e, EngineError::Invoke(InvokeError::InvalidOutput(_)))
+        }),
+    ];
+    for (input, expected) in cases {
+        let err = fx.engine.invoke(call(input)).await.unwrap_err();
+        assert!(expected(&err), "{err:?}");
     }
-    // The worker survives handler errors.
-    assert!(fx.engine.invoke(call(b"{}")).await.is_ok());
-}
-
-#[tokio::test]
-async fn worker_crash_is_reported_then_respawned() {
-    let (fx, _) = python().await;
-    let first = json(&fx.engine.invoke(call(b"{}")).await.unwrap());
-    let err = fx
-        .engine
-        .invoke(call(br#"{"crash":true}"#))
-        .await
-        .unwrap_err();
     assert!(
-        matches!(err, EngineError::Invoke(InvokeError::Crashed(_))),
-        "{err:?}"
+        fx.engine.invoke(call(b"{}")).await.is_ok(),
+        "the function goes on"
     );
-    let after = json(&fx.engine.invoke(call(b"{}")).await.unwrap());
-    assert_ne!(
-        first["pid"], after["pid"],
-        "a fresh worker serves the next call"
-    );
-}
-
-#[tokio::test]
-async fn timeout_kills_the_worker_process_group() {
-    let (fx, _) = python().await;
-    let slow = Invocation {
-        timeout: Some(Duration::from_millis(300)),
-        ..call(br#"{"sleep":30}"#)
-    };
-    let err = fx.engine.invoke(slow).await.unwrap_err();
-    assert!(
-        matches!(err, EngineError::Invoke(InvokeError::Timeout(_))),
-        "{err:?}"
-    );
-    let pid = fx.handler_pid();
-    assert!(
-        exits_soon(pid).await,
-        "the timed-out worker {pid} must be killed"
-    );
-    assert!(fx.engine.invoke(call(b"{}")).await.is_ok());
 }
 
 #[tokio::test]
 async fn second_concurrent_invocation_is_busy() {
     let (fx, _) = python().await;
     let engine = fx.engine.clone();
-    let slow =
-        tokio::spawn(async move { engine.invoke(call(br#"{"sleep":1}"#)).await.map(|_| ()) });
+    let slow = tokio::spawn(async move {
+        engine
+            .invoke(call(br#"{"sleep_ms":1000}"#))
+            .await
+            .map(|_| ())
+    });
     tokio::time::sleep(Duration::from_millis(300)).await;
     let err = fx.engine.invoke(call(b"{}")).await.unwrap_err();
     assert!(matches!(err, EngineError::Busy), "{err:?}");
@@ -84,7 +61,42 @@ async fn second_concurrent_invocation_is_busy() {
 }
 
 #[tokio::test]
-async fn input_and_output_bounds_are_enforced() {
+async fn an_abandoned_invocation_keeps_its_slot_until_the_server_answers() {
+    let (fx, _) = python().await;
+    let engine = fx.engine.clone();
+    let abandoned = tokio::spawn(async move {
+        let slow = Invocation {
+            invocation_id: "alice",
+            ..call(br#"{"sleep_ms":800}"#)
+        };
+        engine.invoke(slow).await.map(|_| ())
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    abandoned.abort();
+    let err = fx.engine.invoke(call(b"{}")).await.unwrap_err();
+    assert!(
+        matches!(err, EngineError::Busy),
+        "the slot is still taken: {err:?}"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let out = loop {
+        match fx.engine.invoke(call(br#"{"who":"bob"}"#)).await {
+            Err(EngineError::Busy) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => break json(&other.unwrap()),
+        }
+    };
+    assert_eq!(out["who"], "bob", "bob gets his own answer");
+    let completed = fx.server.fake.state.lock().unwrap().completed.clone();
+    assert!(
+        completed.contains(&"alice".to_owned()),
+        "the abandoned call ran to its end: {completed:?}"
+    );
+}
+
+#[tokio::test]
+async fn input_bounds_and_json_are_checked_before_the_server() {
     let (fx, _) = python().await;
     let big = vec![b' '; (MAX_IO_BYTES + 1) as usize];
     assert!(matches!(
@@ -95,14 +107,4 @@ async fn input_and_output_bounds_are_enforced() {
         fx.engine.invoke(call(b"{nope")).await,
         Err(EngineError::InvalidJson(_))
     ));
-    let err = fx
-        .engine
-        .invoke(call(br#"{"big":2000000}"#))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(err, EngineError::Invoke(InvokeError::InvalidOutput(_))),
-        "{err:?}"
-    );
-    assert!(fx.engine.invoke(call(b"{}")).await.is_ok());
 }

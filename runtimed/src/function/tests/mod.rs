@@ -1,9 +1,12 @@
-//! Engine tests with real Python and Bash processes.
+//! Engine tests against a scripted Runtime Server ([`crate::runtime::fake`])
+//! on a real socket: runtimed's own rules — registration, fencing, bounds,
+//! the one-in-flight rule, draining, idle expiry, the server's failures and
+//! restarts. Real processes are the real server's tests.
 
-mod bash;
 mod invoke;
 mod lifecycle;
 mod registration;
+mod server;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,49 +14,39 @@ use std::time::Duration;
 use kruntimes_proto::function::v1 as pb;
 use kruntimes_proto::ownership::v1 as own;
 
-use super::backend::InvokeError;
+use super::error::InvokeError;
 use super::{Engine, EngineConfig, EngineError, Invocation, MAX_IO_BYTES};
 use crate::local::LocalPod;
 use crate::registration::{Fence, FenceError, RegisterError};
+use crate::runtime::fake::{self, Served};
 
 struct Fixture {
-    _dir: tempfile::TempDir,
+    server: Served,
     engine: Arc<Engine>,
 }
 
-fn fixture() -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let pod = LocalPod::new("runtimed-0", "pod-uid-0", "127.0.0.1:1", dir.path());
+async fn fixture() -> Fixture {
+    let server = fake::start().await;
+    let pod = LocalPod::new("runtimed-0", "pod-uid-0", "127.0.0.1:1");
     let engine = Engine::new(
         pod,
         EngineConfig {
             backend: None,
-            python: "python3".into(),
             default_timeout: Duration::from_secs(10),
             max_timeout: Duration::from_secs(30),
             start_timeout: Duration::from_secs(20),
-            python_spares: 1,
         },
+        server.link.clone(),
     );
-    Fixture { _dir: dir, engine }
+    Fixture { server, engine }
 }
 
-impl Fixture {
-    /// The pid the `PY` handler wrote before sleeping.
-    fn handler_pid(&self) -> i32 {
-        std::fs::read_to_string(self._dir.path().join(UID).join("pid"))
-            .unwrap()
-            .parse()
-            .unwrap()
-    }
-}
-
-/// A fresh engine with the `PY` handler registered at attempt 1.
+/// A fresh engine with a Python function registered at attempt 1.
 async fn python() -> (Fixture, pb::Registration) {
-    let fx = fixture();
+    let fx = fixture().await;
     let reg = fx
         .engine
-        .register(request("python", 1, "d", "main.invoke", PY))
+        .register(request("python", 1, "d", "main.invoke"))
         .await
         .unwrap();
     (fx, reg)
@@ -61,13 +54,7 @@ async fn python() -> (Fixture, pb::Registration) {
 
 const UID: &str = "0f0e0d0c-0000-4000-8000-000000000001";
 
-fn request(
-    runtime: &str,
-    attempt: u64,
-    digest: &str,
-    handler: &str,
-    source: &str,
-) -> pb::RegisterRequest {
+fn request(runtime: &str, attempt: u64, digest: &str, handler: &str) -> pb::RegisterRequest {
     pb::RegisterRequest {
         run: Some(pb::RunRef {
             namespace: "default".into(),
@@ -79,29 +66,12 @@ fn request(
         digest: digest.into(),
         handler: handler.into(),
         source: Some(pb::Source {
-            inline: source.into(),
+            inline: "def invoke(r): return r".into(),
             inline_path: String::new(),
         }),
         ..Default::default()
     }
 }
-
-const PY: &str = r#"
-import os, time
-def invoke(request):
-    if request.get("raise"):
-        raise ValueError("bad " + request["raise"])
-    if request.get("crash"):
-        os._exit(3)
-    if request.get("sleep"):
-        with open("pid", "w") as f:
-            f.write(str(os.getpid()))
-        time.sleep(request["sleep"])
-    if request.get("big"):
-        return "x" * request["big"]
-    print("to stderr, not the protocol")
-    return {"message": "hello " + request.get("name", "world"), "pid": os.getpid()}
-"#;
 
 fn call<'a>(input: &'a [u8]) -> Invocation<'a> {
     Invocation {
@@ -115,17 +85,12 @@ fn call<'a>(input: &'a [u8]) -> Invocation<'a> {
     }
 }
 
-/// Waits up to a second for a process to disappear.
-async fn exits_soon(pid: i32) -> bool {
-    for _ in 0..50 {
-        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    false
-}
-
 fn json(bytes: &[u8]) -> serde_json::Value {
     serde_json::from_slice(bytes).unwrap()
+}
+
+/// The phase and reason of the Run's published entry.
+fn published(fx: &Fixture) -> (i32, String) {
+    let e = fx.engine.publisher().entries().pop().unwrap();
+    (e.phase, e.reason)
 }

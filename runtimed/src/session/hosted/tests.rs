@@ -4,13 +4,15 @@
 use kruntimes_proto::function::v1::RunRef;
 
 use super::*;
+use crate::runtime::fake::{self, Served};
 
 const UID: &str = "0f0e0d0c-0000-4000-8000-000000000002";
 
-fn sessions() -> (tempfile::TempDir, Arc<Sessions>) {
-    let dir = tempfile::tempdir().unwrap();
-    let pod = LocalPod::new("runtimed-0", "pod-uid-0", "127.0.0.1:1", dir.path());
-    (dir, Sessions::new(pod))
+async fn sessions() -> (Served, Arc<Sessions>) {
+    let server = fake::start().await;
+    let pod = LocalPod::new("runtimed-0", "pod-uid-0", "127.0.0.1:1");
+    let sessions = Sessions::new(pod, server.link.clone());
+    (server, sessions)
 }
 
 fn open_request(attempt: u64, digest: &str) -> pb::OpenSessionRequest {
@@ -29,20 +31,25 @@ fn open_request(attempt: u64, digest: &str) -> pb::OpenSessionRequest {
 
 #[tokio::test]
 async fn reopening_at_the_same_attempt_and_digest_keeps_the_session() {
-    let (_dir, s) = sessions();
+    let (server, s) = sessions().await;
     s.open(open_request(1, "d1")).await.unwrap();
     let first = s.get(UID).unwrap();
-    std::fs::write(first.session.root().join("kept"), b"x").unwrap();
     let again = s.open(open_request(1, "d1")).await.unwrap();
     assert_eq!(again.attempt, 1);
     let same = s.get(UID).unwrap();
     assert!(Arc::ptr_eq(&first, &same), "the open session answers");
-    assert!(same.session.root().join("kept").exists());
+    let opened = server
+        .fake
+        .calls()
+        .iter()
+        .filter(|c| c.starts_with("open"))
+        .count();
+    assert_eq!(opened, 1, "the workspace is kept");
 }
 
 #[tokio::test]
 async fn reopening_at_the_same_attempt_with_another_digest_is_refused() {
-    let (_dir, s) = sessions();
+    let (_server, s) = sessions().await;
     s.open(open_request(1, "d1")).await.unwrap();
     let err = s.open(open_request(1, "d2")).await.unwrap_err();
     assert!(matches!(err, RegisterError::Conflict(1)), "{err}");
@@ -51,14 +58,14 @@ async fn reopening_at_the_same_attempt_with_another_digest_is_refused() {
 
 #[tokio::test]
 async fn a_higher_attempt_replaces_the_session_and_a_lower_one_is_stale() {
-    let (_dir, s) = sessions();
+    let (_server, s) = sessions().await;
     s.open(open_request(1, "d1")).await.unwrap();
     let old = s.get(UID).unwrap();
     let (_, running) = old
         .session
         .submit(
             crate::session::ops::Operation::Command {
-                argv: vec!["sleep".into(), "30".into()],
+                argv: vec!["sleep-ms".into(), "30000".into()],
                 stdin: Vec::new(),
                 cwd: String::new(),
                 env: Default::default(),
@@ -91,7 +98,7 @@ async fn a_higher_attempt_replaces_the_session_and_a_lower_one_is_stale() {
 
 #[tokio::test]
 async fn fenced_requests_reach_only_the_current_attempt_on_this_pod() {
-    let (_dir, s) = sessions();
+    let (_server, s) = sessions().await;
     let fence = Fence {
         run_uid: UID,
         owner_pod_uid: "pod-uid-0",
@@ -127,14 +134,16 @@ async fn fenced_requests_reach_only_the_current_attempt_on_this_pod() {
 
 #[tokio::test]
 async fn closing_removes_the_session_its_entry_and_its_workspace() {
-    let (_dir, s) = sessions();
+    let (server, s) = sessions().await;
     s.open(open_request(1, "d1")).await.unwrap();
-    let root = s.get(UID).unwrap().session.root().to_path_buf();
     assert_eq!(s.pod.publisher().entries().len(), 1);
     assert!(s.close(UID, CloseMode::Drain).await);
     assert!(s.get(UID).is_none());
     assert!(s.pod.publisher().entries().is_empty());
-    assert!(!root.exists());
+    assert!(
+        server.fake.state.lock().unwrap().sessions.is_empty(),
+        "the server closed it (and removed its workspace)"
+    );
     assert!(
         !s.close(UID, CloseMode::Drain).await,
         "absent sessions close fine"
@@ -143,12 +152,36 @@ async fn closing_removes_the_session_its_entry_and_its_workspace() {
 
 #[tokio::test]
 async fn malformed_runs_are_refused_before_anything_is_created() {
-    let (dir, s) = sessions();
+    let (server, s) = sessions().await;
     let mut req = open_request(1, "d1");
     req.run.as_mut().unwrap().uid = "../escape".into();
     assert!(matches!(s.open(req).await, Err(RegisterError::Invalid(_))));
     let mut req = open_request(1, "d1");
     req.run = None;
     assert!(matches!(s.open(req).await, Err(RegisterError::Invalid(_))));
-    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    assert_eq!(server.fake.calls(), ["reset"], "nothing reached the server");
+}
+
+#[tokio::test]
+async fn a_restarted_server_loses_the_session_and_readiness_says_so() {
+    let (mut server, s) = sessions().await;
+    s.open(open_request(1, "d1")).await.unwrap();
+    server.stop().await;
+    let lost = server.link.check().await;
+    s.server_changed(lost).await;
+    let e = s.pod.publisher().entries().pop().unwrap();
+    assert_eq!(
+        e.phase,
+        own::Phase::Running as i32,
+        "not ready while unreachable"
+    );
+    server.restart().await;
+    let change = server.link.check().await;
+    assert_eq!(change, crate::runtime::Change::Restarted);
+    s.server_changed(change).await;
+    let e = s.pod.publisher().entries().pop().unwrap();
+    assert_eq!(
+        (e.phase, e.reason.as_str()),
+        (own::Phase::Failed as i32, crate::runtime::LOST_REASON)
+    );
 }

@@ -1,5 +1,6 @@
-//! Forwarding a handler's stderr into runtimed's structured logs, bounded per
-//! line, keeping a short tail for error messages.
+//! Forwarding user processes' stderr into the Runtime Server's own
+//! structured logs (never runtimed's), bounded per line, keeping a short
+//! tail for error messages.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};

@@ -3,13 +3,19 @@
 //! payload travels on stdin into a variable, so it is never shell source and
 //! never hits the kernel's per-argument size limit.
 
+//!
+//! Every call runs under a shim of its own: when the call ends, times out
+//! or its caller goes away, whatever the function started is killed with
+//! it.
+
 use std::process::Stdio;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::process::Command;
 
-use super::{InvokeError, Spec, StartError, bounded, kill_group, logs};
+use super::{InvokeError, Spec, StartError, bounded};
+use crate::contain::{Contained, Launch, Shim};
+use crate::logs;
 
 /// Validates that sourcing the file defines the function. `$1` is the file,
 /// `$2` the function: both are data, never spliced into the script.
@@ -24,28 +30,32 @@ const INVOKE: &str = r#"source "./$1" </dev/null >&2 || exit 97; __krt_payload="
 #[derive(Debug)]
 pub struct BashFunction {
     spec: Spec,
+    shim: Shim,
     file: String,
 }
 
 impl BashFunction {
-    fn command(&self, script: &str) -> Command {
-        let mut cmd = Command::new("bash");
-        cmd.arg("-c")
-            .arg(script)
-            .arg("krt-bash")
-            .arg(&self.file)
-            .arg(&self.spec.handler.function)
-            .current_dir(&self.spec.workdir)
-            .env_clear()
-            .envs(self.spec.environment())
-            .process_group(0)
-            .kill_on_drop(true);
-        cmd
+    fn spawn(&self, script: &str, stdio: [Stdio; 3]) -> std::io::Result<Contained> {
+        let argv = [
+            "bash".to_owned(),
+            "-c".into(),
+            script.into(),
+            "krt-bash".into(),
+            self.file.clone(),
+            self.spec.handler.function.clone(),
+        ];
+        self.shim.spawn(Launch {
+            argv: &argv,
+            cwd: &self.spec.workdir,
+            env: &self.spec.env,
+            grace: Duration::ZERO,
+            stdio,
+        })
     }
 
     /// Checks that the file exists beneath the working directory and defines
     /// the function.
-    pub async fn start(spec: Spec) -> Result<Self, StartError> {
+    pub async fn start(spec: Spec, shim: Shim) -> Result<Self, StartError> {
         let file = format!("{}.sh", spec.handler.module);
         let path = spec.workdir.join(&file);
         match std::fs::symlink_metadata(&path) {
@@ -57,24 +67,20 @@ impl BashFunction {
                 )));
             }
         }
-        let f = Self { spec, file };
-        let mut cmd = f.command(VALIDATE);
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        let mut child = cmd.spawn()?;
+        let f = Self { spec, shim, file };
+        let mut tree = f.spawn(VALIDATE, [Stdio::null(), Stdio::null(), Stdio::piped()])?;
         let tail = logs::Tail::default();
-        if let Some(stderr) = child.stderr.take() {
+        if let Some(stderr) = tree.child().stderr.take() {
             tokio::spawn(logs::forward(
                 stderr,
                 f.spec.run_uid.clone(),
                 Some(tail.clone()),
             ));
         }
-        let status = match tokio::time::timeout(f.spec.start_timeout, child.wait()).await {
+        let status = match tokio::time::timeout(f.spec.start_timeout, tree.wait()).await {
             Ok(s) => s?,
             Err(_) => {
-                kill_group(child.id());
+                tree.kill_and_wait().await;
                 return Err(StartError::Timeout(f.spec.start_timeout));
             }
         };
@@ -92,21 +98,17 @@ impl BashFunction {
         }
     }
 
-    /// Runs the function once.
+    /// Runs the function once. Dropping the future kills the call's tree.
     pub async fn invoke(
-        &mut self,
+        &self,
         input: &[u8],
         timeout: Duration,
         max_output: usize,
     ) -> Result<Vec<u8>, InvokeError> {
-        let mut cmd = self.command(INVOKE);
-        cmd.stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = cmd
-            .spawn()
+        let mut tree = self
+            .spawn(INVOKE, [Stdio::piped(), Stdio::piped(), Stdio::piped()])
             .map_err(|e| InvokeError::Crashed(e.to_string()))?;
-        let pid = child.id();
+        let child = tree.child();
         let tail = logs::Tail::default();
         let stderr_done = child.stderr.take().map(|stderr| {
             tokio::spawn(logs::forward(
@@ -137,29 +139,22 @@ impl BashFunction {
             if out.len() > max_output {
                 return Ok((None, out));
             }
-            let status = child.wait().await?;
+            let status = tree.wait().await?;
             Ok::<_, std::io::Error>((Some(status), out))
         };
         let result = tokio::time::timeout(timeout, run).await;
+        // Whatever the function left running ends with the call.
+        tree.kill_and_wait().await;
         let (status, out) = match result {
-            Err(_) => {
-                kill_group(pid);
-                return Err(InvokeError::Timeout(timeout));
-            }
-            Ok(Err(e)) => {
-                kill_group(pid);
-                return Err(InvokeError::Crashed(e.to_string()));
-            }
+            Err(_) => return Err(InvokeError::Timeout(timeout)),
+            Ok(Err(e)) => return Err(InvokeError::Crashed(e.to_string())),
             Ok(Ok((None, _))) => {
-                kill_group(pid);
-                return Err(InvokeError::InvalidOutput(format!(
+                return Err(InvokeError::OutputTooLarge(format!(
                     "output exceeds the {max_output}-byte limit"
                 )));
             }
             Ok(Ok((Some(status), out))) => (status, out),
         };
-        // Reap anything the function left running in its group.
-        kill_group(pid);
         if !status.success() {
             // The message quotes stderr's tail: let the forwarder drain it.
             if let Some(done) = stderr_done {

@@ -1,18 +1,21 @@
 """kruntimes Python function worker.
 
-Started by runtimed once per registration: imports the handler module once,
-then serves invocations over a framed protocol on the original stdin/stdout
-(4-byte big-endian length, then a one-byte tag and the payload). The handler's
-own prints go to stderr, which runtimed forwards to its logs.
+Started by the Runtime Server once per registration: imports the handler
+module once, then serves invocations over a framed protocol on the original
+stdin/stdout (4-byte big-endian length, a one-byte tag, an 8-byte big-endian
+sequence number, then the payload). A reply carries the sequence number of the
+request it answers, so the server can tell it from a reply to an earlier call.
+The handler's own prints go to stderr, which the server forwards to its logs.
 
 Started without a handler (argv has no module), the worker is a *spare*: the
 interpreter is already running and waits for b"l" + JSON {"module",
 "function", "cwd", "env"}, so a registration only pays for the import.
 
-Tags runtimed -> worker: b"l" + JSON load request (spares only), b"i" + JSON
-input.
-Tags worker -> runtimed: b"r" ready, b"f" + JSON error (import failed),
-b"o" + JSON output, b"e" + JSON {"type", "message"} (handler raised).
+Tags server -> worker: b"l" + JSON load request (spares only, sequence 0),
+b"i" + JSON input.
+Tags worker -> server: b"r" ready, b"f" + JSON error (import failed), both
+with sequence 0; b"o" + JSON output, b"e" + JSON {"type", "message"} (handler
+raised), both with the sequence of the b"i" they answer.
 """
 
 import importlib
@@ -36,14 +39,26 @@ def main():
     sys.stdin = open(os.devnull, "r")
     sys.stdout = sys.stderr
 
-    def send(tag, payload=b""):
-        proto_out.write(struct.pack(">I", len(payload) + 1) + tag + payload)
+    def send(tag, seq=0, payload=b""):
+        proto_out.write(struct.pack(">IcQ", len(payload) + 9, tag, seq) + payload)
 
     def error_json(exc):
         message = str(exc)
         if len(message) > MAX_MESSAGE:
             message = message[:MAX_MESSAGE] + "..."
         return json.dumps({"type": type(exc).__name__, "message": message}).encode()
+
+    def read_frame():
+        header = read_exact(13)
+        if header is None:
+            return None
+        length, tag, seq = struct.unpack(">IcQ", header)
+        if length < 9:
+            return None
+        payload = read_exact(length - 9)
+        if payload is None:
+            return None
+        return tag, seq, payload
 
     def read_exact(n):
         chunks = []
@@ -58,14 +73,10 @@ def main():
     if len(sys.argv) >= 3:
         module_name, function_name = sys.argv[1], sys.argv[2]
     else:
-        header = read_exact(4)
-        if header is None:
+        frame = read_frame()
+        if frame is None or frame[0] != b"l":
             return
-        (length,) = struct.unpack(">I", header)
-        frame = read_exact(length)
-        if frame is None or frame[:1] != b"l":
-            return
-        load = json.loads(frame[1:])
+        load = json.loads(frame[2])
         module_name, function_name = load["module"], load["function"]
         os.chdir(load["cwd"])
         os.environ.clear()
@@ -79,27 +90,24 @@ def main():
             raise TypeError(f"{module_name}.{function_name} is not callable")
     except BaseException as exc:  # noqa: BLE001 - report every import failure
         traceback.print_exc()
-        send(b"f", error_json(exc))
+        send(b"f", 0, error_json(exc))
         return
 
     send(b"r")
     while True:
-        header = read_exact(4)
-        if header is None:
+        frame = read_frame()
+        if frame is None or frame[0] != b"i":
             return
-        (length,) = struct.unpack(">I", header)
-        frame = read_exact(length)
-        if frame is None or frame[:1] != b"i":
-            return
+        seq = frame[1]
         try:
-            request = json.loads(frame[1:])
+            request = json.loads(frame[2])
             result = handler(request)
             body = json.dumps(result, ensure_ascii=False, allow_nan=False).encode()
         except BaseException as exc:  # noqa: BLE001 - handler errors are data
             traceback.print_exc()
-            send(b"e", error_json(exc))
+            send(b"e", seq, error_json(exc))
             continue
-        send(b"o", body)
+        send(b"o", seq, body)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,142 @@
+//! Function mode: the built-in backends (a persistent Python worker per
+//! registration, Bash functions run per call) behind one [`Backend`], and
+//! the table of registrations keyed by Run UID ([`registry`]).
+//!
+//! - [`handler`]: which backend, and the handler's name, validated.
+//! - [`python`]: the worker, its protocol and its warm spares.
+//! - [`bash`]: `file.function`, payload as one argument.
+
+pub mod bash;
+pub mod handler;
+pub mod python;
+pub mod registry;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use bash::BashFunction;
+pub use handler::{Handler, Kind};
+pub use python::{Interpreter, Lease, PythonFunction};
+pub use registry::Functions;
+
+/// Everything a backend needs to start.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    /// Run UID, for logs.
+    pub run_uid: String,
+    /// The Run's working directory.
+    pub workdir: PathBuf,
+    /// Parsed handler.
+    pub handler: Handler,
+    /// The handler's whole environment (see [`crate::env::for_run`]).
+    pub env: BTreeMap<String, String>,
+    /// Bound on worker start-up (import) and Bash validation.
+    pub start_timeout: Duration,
+}
+
+/// A failed registration.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The handler could not be loaded (import error, missing function).
+    #[error("load handler: {0}")]
+    Load(String),
+    /// Spawning or talking to the process failed.
+    #[error("start backend: {0}")]
+    Io(#[from] std::io::Error),
+    /// Start-up did not finish in time.
+    #[error("handler did not load within {0:?}")]
+    Timeout(Duration),
+}
+
+/// A failed invocation.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum InvokeError {
+    /// The handler raised or exited non-zero (bounded type and message).
+    #[error("{kind}: {message}")]
+    Function {
+        /// Exception type, or `ExitStatus`.
+        kind: String,
+        /// Bounded message.
+        message: String,
+    },
+    /// The worker died (or broke the protocol) during the invocation; the
+    /// next invocation gets a fresh one.
+    #[error("worker crashed: {0}")]
+    Crashed(String),
+    /// The deadline passed; the process tree was killed.
+    #[error("invocation exceeded its {0:?} deadline")]
+    Timeout(Duration),
+    /// Output larger than the bound.
+    #[error("invalid output: {0}")]
+    OutputTooLarge(String),
+    /// The registration was stopped while the invocation ran.
+    #[error("the registration was stopped")]
+    Stopped,
+    /// The worker is leased to runtimed over the fast path.
+    #[error("the worker is leased over the fast path")]
+    Leased,
+}
+
+/// A started backend.
+#[derive(Debug)]
+pub enum Backend {
+    /// Persistent Python worker.
+    Python(PythonFunction),
+    /// Bash function.
+    Bash(BashFunction),
+}
+
+impl Backend {
+    /// Starts (and validates) the handler.
+    pub async fn start(kind: Kind, spec: Spec, interp: &Interpreter) -> Result<Self, StartError> {
+        Ok(match kind {
+            Kind::Python => Self::Python(PythonFunction::start(spec, interp.clone()).await?),
+            Kind::Bash => Self::Bash(BashFunction::start(spec, interp.shim.clone()).await?),
+        })
+    }
+
+    /// Runs one invocation.
+    pub async fn invoke(
+        &self,
+        input: Vec<u8>,
+        timeout: Duration,
+        max_output: usize,
+    ) -> Result<Vec<u8>, InvokeError> {
+        match self {
+            Self::Python(w) => w.invoke(input, timeout, max_output).await,
+            Self::Bash(b) => b.invoke(&input, timeout, max_output).await,
+        }
+    }
+
+    /// Whether a process serves it now (Bash starts one per call).
+    pub fn worker_running(&self) -> bool {
+        match self {
+            Self::Python(w) => w.worker_running(),
+            Self::Bash(_) => false,
+        }
+    }
+
+    /// Leases the worker's pipes (Python only).
+    pub async fn lease(&self) -> Result<Lease, crate::Error> {
+        match self {
+            Self::Python(w) => Ok(w.lease().await?),
+            Self::Bash(_) => Err(crate::Error::Invalid(
+                "a Bash function has no worker to lease".into(),
+            )),
+        }
+    }
+
+    /// Kills every process the backend holds.
+    pub async fn stop(&self) {
+        match self {
+            Self::Python(w) => w.stop().await,
+            Self::Bash(_) => {}
+        }
+    }
+}
+
+/// Bounds an error message to `max` bytes.
+pub(crate) fn bounded(s: &str, max: usize) -> String {
+    kruntimes_proto::api::truncate_utf8(s.to_owned(), max)
+}

@@ -1,0 +1,38 @@
+//! The built-in Runtime Server: the untrusted side of a Runtime Pod. It runs
+//! user code — a persistent Python worker per function registration (with
+//! warm spare interpreters), Bash functions, session commands and file
+//! operations — for its one client, runtimed, over the
+//! `kruntimes.runtime.v1.RuntimeServer` contract on a Unix socket. It holds
+//! no token, key or secret; runtimed keeps identity, TLS, fencing, queues and
+//! bounds.
+//!
+//! Every user process runs under a shim in a process tree that is killed
+//! whole ([`contain`]). An invocation's exchange with its worker runs in a
+//! task of its own, matched by sequence number, so a caller that goes away
+//! can never shift the worker's replies onto the next caller.
+//!
+//! - [`cli`]: flags and the main loop; [`service`]: the gRPC service over
+//!   [`validate`]d requests; [`error`]: the one error and its status codes;
+//!   [`lease`]: the worker fast path, Python workers' pipes handed to
+//!   runtimed with SCM_RIGHTS.
+//! - [`function`]: registrations and their backends; [`session`]:
+//!   workspaces, commands and files.
+//! - [`contain`], [`env`], [`source`], [`logs`], [`held`]: process trees,
+//!   the user processes' environment, inline source, their stderr, what is
+//!   held per Run UID.
+#![forbid(unsafe_code)]
+
+pub mod cli;
+pub mod contain;
+pub mod env;
+pub mod error;
+pub mod function;
+pub mod held;
+pub mod lease;
+pub mod logs;
+pub mod service;
+pub mod session;
+pub mod source;
+pub mod validate;
+
+pub use error::{Error, Result};

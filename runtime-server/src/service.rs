@@ -1,0 +1,233 @@
+//! `kruntimes.runtime.v1.RuntimeServer` over gRPC: each call validated
+//! ([`crate::validate`]) and handed to the functions or the sessions; the
+//! conversions to protobuf are here, the logic is not.
+
+use std::sync::Arc;
+
+use kruntimes_proto::runtime::v1 as pb;
+use kruntimes_proto::runtime::v1::runtime_server_server::{RuntimeServer, RuntimeServerServer};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+use crate::error::Error;
+use crate::function::{Functions, InvokeError};
+use crate::session::{Sessions, exec, files};
+use crate::validate::{self, FileOp};
+
+/// What the service serves.
+pub struct Service {
+    functions: Arc<Functions>,
+    sessions: Sessions,
+    instance_id: String,
+    worker_socket: String,
+}
+
+impl Service {
+    /// A service over `functions` and `sessions`, with a fresh instance id;
+    /// `worker_socket` names the fast path's socket (empty: none).
+    pub fn new(functions: Arc<Functions>, sessions: Sessions, worker_socket: String) -> Arc<Self> {
+        Arc::new(Self {
+            functions,
+            sessions,
+            instance_id: uuid::Uuid::new_v4().to_string(),
+            worker_socket,
+        })
+    }
+
+    /// The tonic service, with the contract's message limits.
+    pub fn server(self: &Arc<Self>) -> RuntimeServerServer<Handle> {
+        RuntimeServerServer::new(Handle(self.clone()))
+            .max_decoding_message_size(kruntimes_proto::runtime::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(kruntimes_proto::runtime::MAX_MESSAGE_BYTES)
+    }
+
+    /// Stops everything (shutdown).
+    pub async fn shutdown(&self) {
+        self.sessions.reset().await;
+        self.functions.shutdown().await;
+    }
+}
+
+/// The service as tonic holds it.
+#[derive(Clone)]
+pub struct Handle(Arc<Service>);
+
+fn entry(e: files::Entry) -> pb::FileEntry {
+    pb::FileEntry {
+        name: e.name,
+        r#type: e.kind,
+        size: e.size,
+    }
+}
+
+#[tonic::async_trait]
+impl RuntimeServer for Handle {
+    async fn info(
+        &self,
+        _: Request<pb::InfoRequest>,
+    ) -> Result<Response<pb::InfoResponse>, Status> {
+        Ok(Response::new(pb::InfoResponse {
+            name: "kruntimes-runtime-server".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            runtimes: vec!["python".into(), "bash".into()],
+            sessions: true,
+            instance_id: self.0.instance_id.clone(),
+            worker_socket: self.0.worker_socket.clone(),
+        }))
+    }
+
+    async fn reset(
+        &self,
+        _: Request<pb::ResetRequest>,
+    ) -> Result<Response<pb::ResetResponse>, Status> {
+        let dropped = self.0.sessions.reset().await + self.0.functions.reset().await;
+        tracing::info!(dropped, "reset");
+        Ok(Response::new(pb::ResetResponse {
+            dropped: u32::try_from(dropped).unwrap_or(u32::MAX),
+        }))
+    }
+
+    async fn register_function(
+        &self,
+        req: Request<pb::RegisterFunctionRequest>,
+    ) -> Result<Response<pb::RegisterFunctionResponse>, Status> {
+        let req = validate::register(req.into_inner())?;
+        let handle = self.0.functions.register(req).await?;
+        Ok(Response::new(pb::RegisterFunctionResponse { handle }))
+    }
+
+    async fn invoke_function(
+        &self,
+        req: Request<pb::InvokeFunctionRequest>,
+    ) -> Result<Response<pb::InvokeFunctionResponse>, Status> {
+        use pb::invoke_function_response::Outcome;
+        let call = validate::invoke(req.into_inner())?;
+        let outcome = self
+            .0
+            .functions
+            .invoke(
+                &call.run_uid,
+                &call.handle,
+                call.input,
+                call.timeout,
+                call.max_output,
+            )
+            .await;
+        let outcome = match outcome {
+            Ok(output) => Outcome::Output(output),
+            Err(Error::Invoke(InvokeError::Function { kind, message })) => {
+                Outcome::Error(pb::FunctionError { kind, message })
+            }
+            Err(e) => return Err(e.into()),
+        };
+        Ok(Response::new(pb::InvokeFunctionResponse {
+            outcome: Some(outcome),
+        }))
+    }
+
+    async fn unregister_function(
+        &self,
+        req: Request<pb::UnregisterFunctionRequest>,
+    ) -> Result<Response<pb::UnregisterFunctionResponse>, Status> {
+        let r = req.into_inner();
+        let uid = validate::run_uid(&r.run_uid)?;
+        let existed = self.0.functions.unregister(&uid, &r.handle).await;
+        Ok(Response::new(pb::UnregisterFunctionResponse { existed }))
+    }
+
+    async fn function_status(
+        &self,
+        req: Request<pb::FunctionStatusRequest>,
+    ) -> Result<Response<pb::FunctionStatusResponse>, Status> {
+        let uid = validate::run_uid(&req.into_inner().run_uid)?;
+        let r = self
+            .0
+            .functions
+            .get(&uid)
+            .ok_or_else(|| Error::NotFound(format!("function {uid}")))?;
+        Ok(Response::new(pb::FunctionStatusResponse {
+            attempt: r.attempt,
+            handle: r.handle.clone(),
+            worker_running: r.worker_running(),
+        }))
+    }
+
+    async fn open_session(
+        &self,
+        req: Request<pb::OpenSessionRequest>,
+    ) -> Result<Response<pb::OpenSessionResponse>, Status> {
+        self.0
+            .sessions
+            .open(validate::open(req.into_inner())?)
+            .await?;
+        Ok(Response::new(pb::OpenSessionResponse {}))
+    }
+
+    type RunCommandStream = ReceiverStream<Result<pb::CommandEvent, Status>>;
+
+    async fn run_command(
+        &self,
+        req: Request<pb::RunCommandRequest>,
+    ) -> Result<Response<Self::RunCommandStream>, Status> {
+        let cmd = validate::command(req.into_inner())?;
+        let session = self.0.sessions.get(&cmd.run_uid)?;
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        exec::start(self.0.sessions.shim(), &session, cmd, tx);
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn file_operation(
+        &self,
+        req: Request<pb::FileOperationRequest>,
+    ) -> Result<Response<pb::FileOperationResponse>, Status> {
+        let (uid, op) = validate::file_op(req.into_inner())?;
+        let session = self.0.sessions.get(&uid)?;
+        let root = session.root();
+        match op {
+            FileOp::Write { path, content } => files::write(root, &path, &content),
+            FileOp::Mkdir { path } => files::mkdir(root, &path),
+            FileOp::Delete { path } => files::delete(root, &path),
+            FileOp::Rename { from, to } => files::rename(root, &from, &to),
+        }
+        .map_err(Error::from)?;
+        Ok(Response::new(pb::FileOperationResponse {}))
+    }
+
+    async fn read_file(
+        &self,
+        req: Request<pb::ReadFileRequest>,
+    ) -> Result<Response<pb::ReadFileResponse>, Status> {
+        let r = req.into_inner();
+        let session = self.0.sessions.get(&validate::run_uid(&r.run_uid)?)?;
+        let max = match r.max_bytes {
+            0 => files::MAX_FILE_BYTES,
+            n => usize::try_from(n).unwrap_or(usize::MAX),
+        };
+        let content = files::read(session.root(), &r.path, max).map_err(Error::from)?;
+        Ok(Response::new(pb::ReadFileResponse { content }))
+    }
+
+    async fn list_files(
+        &self,
+        req: Request<pb::ListFilesRequest>,
+    ) -> Result<Response<pb::ListFilesResponse>, Status> {
+        let r = req.into_inner();
+        let session = self.0.sessions.get(&validate::run_uid(&r.run_uid)?)?;
+        let limit = (r.limit > 0).then_some(r.limit as usize);
+        let token = (!r.page_token.is_empty()).then_some(r.page_token.as_str());
+        let listing = files::list(session.root(), &r.path, limit, token).map_err(Error::from)?;
+        Ok(Response::new(pb::ListFilesResponse {
+            entries: listing.entries.into_iter().map(entry).collect(),
+            next_page_token: listing.next_page_token.unwrap_or_default(),
+        }))
+    }
+
+    async fn close_session(
+        &self,
+        req: Request<pb::CloseSessionRequest>,
+    ) -> Result<Response<pb::CloseSessionResponse>, Status> {
+        let uid = validate::run_uid(&req.into_inner().run_uid)?;
+        let existed = self.0.sessions.close(&uid).await;
+        Ok(Response::new(pb::CloseSessionResponse { existed }))
+    }
+}

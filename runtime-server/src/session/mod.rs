@@ -1,0 +1,162 @@
+//! Session mode: a workspace per session Run and the commands running in
+//! it. runtimed queues operations and runs them one at a time; the server
+//! runs what it is given ([`exec`]) and performs file operations beneath
+//! the workspace ([`files`], [`path`]). Closing a session kills every
+//! command still running in it, waits until their trees are gone, and
+//! removes the workspace.
+
+pub mod exec;
+pub mod files;
+pub mod path;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::watch;
+
+use crate::contain::Shim;
+use crate::error::{Error, Result};
+use crate::held::Held;
+use crate::source;
+use crate::validate::Open;
+
+/// One open session.
+#[derive(Debug)]
+pub struct Session {
+    /// Run UID.
+    pub run_uid: String,
+    /// Attempt it was opened at.
+    pub attempt: u64,
+    root: PathBuf,
+    env: BTreeMap<String, String>,
+    closed: watch::Sender<bool>,
+    commands: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+impl Session {
+    /// The canonical workspace root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The commands' environment.
+    pub fn env(&self) -> &BTreeMap<String, String> {
+        &self.env
+    }
+
+    /// Fires when the session closes.
+    pub fn closing(&self) -> watch::Receiver<bool> {
+        self.closed.subscribe()
+    }
+
+    /// Keeps a running command's task, so closing can wait for it.
+    pub fn track(&self, task: tokio::task::JoinHandle<()>) {
+        let mut commands = self.commands.lock().unwrap_or_else(|p| p.into_inner());
+        commands.retain(|t| !t.is_finished());
+        commands.push(task);
+    }
+
+    async fn close(&self) {
+        let _ = self.closed.send(true);
+        let tasks = std::mem::take(&mut *self.commands.lock().unwrap_or_else(|p| p.into_inner()));
+        for t in tasks {
+            let _ = t.await;
+        }
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// Every session of the server.
+pub struct Sessions {
+    root: PathBuf,
+    shim: Shim,
+    held: Held<Session>,
+}
+
+impl Sessions {
+    /// No sessions yet; workspaces live under `root`.
+    pub fn new(root: PathBuf, shim: Shim) -> Self {
+        Self {
+            root,
+            shim,
+            held: Held::default(),
+        }
+    }
+
+    /// The shim commands run under.
+    pub fn shim(&self) -> &Shim {
+        &self.shim
+    }
+
+    /// The open session of a Run.
+    pub fn get(&self, run_uid: &str) -> Result<Arc<Session>> {
+        self.held
+            .get(run_uid)
+            .ok_or_else(|| Error::NotFound(format!("session {run_uid}")))
+    }
+
+    /// Opens a session: the same attempt again is idempotent, a higher one
+    /// replaces the session (and its workspace), a lower one is refused.
+    pub async fn open(&self, req: Open) -> Result<()> {
+        let _change = self.held.change().await;
+        match self.get(&req.run_uid).ok() {
+            Some(s) if s.attempt == req.attempt => return Ok(()),
+            Some(s) if s.attempt > req.attempt => {
+                return Err(Error::Stale {
+                    requested: req.attempt,
+                    current: s.attempt,
+                });
+            }
+            Some(s) => {
+                self.held.take(&s.run_uid);
+                s.close().await;
+            }
+            None => {}
+        }
+        let workspace = self.root.join(&req.run_uid);
+        if workspace.exists() {
+            std::fs::remove_dir_all(&workspace)?;
+        }
+        std::fs::create_dir_all(&workspace)?;
+        let root = workspace.canonicalize()?;
+        if let Some((path, text)) = &req.source
+            && let Err(e) = source::write_inline(&root, path, text.as_bytes())
+        {
+            let _ = std::fs::remove_dir_all(&root);
+            return Err(e.into());
+        }
+        let session = Arc::new(Session {
+            env: crate::env::for_run(&req.run_uid, &root, req.env),
+            run_uid: req.run_uid.clone(),
+            attempt: req.attempt,
+            root,
+            closed: watch::channel(false).0,
+            commands: Mutex::new(Vec::new()),
+        });
+        tracing::info!(run_uid = %session.run_uid, attempt = session.attempt, "session opened");
+        self.held.insert(req.run_uid, session);
+        Ok(())
+    }
+
+    /// Closes a session; `false` when there is none.
+    pub async fn close(&self, run_uid: &str) -> bool {
+        let _change = self.held.change().await;
+        let Some(s) = self.held.take(run_uid) else {
+            return false;
+        };
+        s.close().await;
+        tracing::info!(run_uid = %run_uid, "session closed");
+        true
+    }
+
+    /// Closes every session.
+    pub async fn reset(&self) -> usize {
+        let _change = self.held.change().await;
+        let all = self.held.drain();
+        for s in &all {
+            s.close().await;
+        }
+        all.len()
+    }
+}

@@ -1,0 +1,272 @@
+//! Every request validated into a typed one before anything runs: Run UIDs
+//! (also directory names), attempts, handlers, environments, source and
+//! workspace paths, deadlines and bounds. Pure.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use kruntimes_proto::runtime::v1 as pb;
+
+use crate::error::{Error, Result};
+use crate::function::{Handler, Kind, handler};
+use crate::session::path;
+use crate::{env, source};
+
+/// Handler loading bound when the request sets none.
+pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest deadline of anything the server runs.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+/// Captured output when the request sets no bound.
+pub const DEFAULT_MAX_OUTPUT: usize = 1024 * 1024;
+
+/// A validated `RegisterFunction`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Register {
+    /// Run UID.
+    pub run_uid: String,
+    /// Attempt (≥ 1).
+    pub attempt: u64,
+    /// The backend.
+    pub kind: Kind,
+    /// The handler.
+    pub handler: Handler,
+    /// Inline source: its path (default: the handler's file) and text.
+    pub source: Option<(Option<String>, String)>,
+    /// The Run's variables.
+    pub env: BTreeMap<String, String>,
+    /// Bound on loading the handler.
+    pub start_timeout: Duration,
+}
+
+/// A validated `InvokeFunction`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invoke {
+    /// Run UID.
+    pub run_uid: String,
+    /// The registration's handle.
+    pub handle: String,
+    /// JSON input.
+    pub input: Vec<u8>,
+    /// Deadline.
+    pub timeout: Duration,
+    /// Largest output.
+    pub max_output: usize,
+}
+
+/// A validated `OpenSession`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Open {
+    /// Run UID.
+    pub run_uid: String,
+    /// Attempt (≥ 1).
+    pub attempt: u64,
+    /// Inline source: path (default `main.sh`) and text.
+    pub source: Option<(String, String)>,
+    /// The session's variables.
+    pub env: BTreeMap<String, String>,
+}
+
+/// A validated `RunCommand`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Command {
+    /// Run UID.
+    pub run_uid: String,
+    /// Program and arguments.
+    pub argv: Vec<String>,
+    /// Stdin bytes.
+    pub stdin: Vec<u8>,
+    /// Workspace-relative working directory.
+    pub cwd: String,
+    /// Overrides on top of the session's environment.
+    pub env: BTreeMap<String, String>,
+    /// Deadline.
+    pub timeout: Duration,
+    /// Captured bytes per stream.
+    pub max_output: usize,
+}
+
+/// A validated `FileOperation`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FileOp {
+    /// Write (replace) a file.
+    Write {
+        /// Path.
+        path: String,
+        /// Content.
+        content: Vec<u8>,
+    },
+    /// Create a directory and its parents.
+    Mkdir {
+        /// Path.
+        path: String,
+    },
+    /// Delete a file, link or tree.
+    Delete {
+        /// Path.
+        path: String,
+    },
+    /// Rename within the workspace.
+    Rename {
+        /// Source.
+        from: String,
+        /// Destination.
+        to: String,
+    },
+}
+
+fn invalid(msg: impl Into<String>) -> Error {
+    Error::Invalid(msg.into())
+}
+
+/// A Run UID, safe as a directory name.
+pub fn run_uid(uid: &str) -> Result<String> {
+    if kruntimes_proto::api::valid_run_uid(uid) {
+        Ok(uid.to_owned())
+    } else {
+        Err(invalid(format!("run uid {uid:?} is malformed")))
+    }
+}
+
+fn attempt(a: u64) -> Result<u64> {
+    if a == 0 {
+        return Err(invalid("attempt must be at least 1"));
+    }
+    Ok(a)
+}
+
+fn environment(vars: HashMap<String, String>) -> Result<BTreeMap<String, String>> {
+    for (k, v) in &vars {
+        if !env::valid_name(k) || v.contains('\0') {
+            return Err(invalid(format!("invalid env variable {k:?}")));
+        }
+    }
+    Ok(vars.into_iter().collect())
+}
+
+fn workspace_path(p: &str) -> Result<String> {
+    path::normalize(p).map_err(|e| invalid(format!("{p}: {e}")))?;
+    Ok(p.to_owned())
+}
+
+/// A deadline in milliseconds: required, at most [`MAX_TIMEOUT`].
+fn deadline(ms: u32) -> Result<Duration> {
+    if ms == 0 {
+        return Err(invalid("timeout_ms is required"));
+    }
+    Ok(Duration::from_millis(ms.into()).min(MAX_TIMEOUT))
+}
+
+fn bound(bytes: u64) -> usize {
+    match bytes {
+        0 => DEFAULT_MAX_OUTPUT,
+        n => usize::try_from(n)
+            .unwrap_or(usize::MAX)
+            .min(kruntimes_proto::runtime::MAX_MESSAGE_BYTES),
+    }
+}
+
+fn inline(src: Option<pb::Source>) -> Result<Option<(Option<String>, String)>> {
+    let Some(src) = src.filter(|s| !s.inline.is_empty()) else {
+        return Ok(None);
+    };
+    if src.path.is_empty() {
+        return Ok(Some((None, src.inline)));
+    }
+    source::validate_inline_path(&src.path).map_err(|e| invalid(e.to_string()))?;
+    Ok(Some((Some(src.path), src.inline)))
+}
+
+/// Validates `RegisterFunction`.
+pub fn register(req: pb::RegisterFunctionRequest) -> Result<Register> {
+    let run = req.run.ok_or_else(|| invalid("run is required"))?;
+    let named = if req.backend.is_empty() {
+        &run.runtime
+    } else {
+        &req.backend
+    };
+    let kind = Kind::parse(named)
+        .ok_or_else(|| invalid(format!("runtime {named:?} has no built-in backend")))?;
+    Ok(Register {
+        run_uid: run_uid(&run.uid)?,
+        attempt: attempt(req.attempt)?,
+        kind,
+        handler: handler::parse_handler(kind, &req.handler).map_err(Error::Invalid)?,
+        source: inline(req.source)?,
+        env: environment(req.env)?,
+        start_timeout: match req.start_timeout_ms {
+            0 => DEFAULT_START_TIMEOUT,
+            ms => Duration::from_millis(ms.into()).min(MAX_TIMEOUT),
+        },
+    })
+}
+
+/// Validates `InvokeFunction`.
+pub fn invoke(req: pb::InvokeFunctionRequest) -> Result<Invoke> {
+    if req.handle.is_empty() {
+        return Err(invalid("handle is required"));
+    }
+    Ok(Invoke {
+        run_uid: run_uid(&req.run_uid)?,
+        handle: req.handle,
+        input: req.input,
+        timeout: deadline(req.timeout_ms)?,
+        max_output: bound(req.max_output_bytes),
+    })
+}
+
+/// Validates `OpenSession`.
+pub fn open(req: pb::OpenSessionRequest) -> Result<Open> {
+    let run = req.run.ok_or_else(|| invalid("run is required"))?;
+    Ok(Open {
+        run_uid: run_uid(&run.uid)?,
+        attempt: attempt(req.attempt)?,
+        source: inline(req.source)?.map(|(p, text)| (p.unwrap_or_else(|| "main.sh".into()), text)),
+        env: environment(req.env)?,
+    })
+}
+
+/// Validates `RunCommand`.
+pub fn command(req: pb::RunCommandRequest) -> Result<Command> {
+    match req.argv.first() {
+        Some(p) if !p.is_empty() => {}
+        _ => return Err(invalid("argv must name a program")),
+    }
+    if req.argv.iter().any(|a| a.contains('\0')) {
+        return Err(invalid("argv contains NUL"));
+    }
+    Ok(Command {
+        run_uid: run_uid(&req.run_uid)?,
+        argv: req.argv,
+        stdin: req.stdin,
+        cwd: workspace_path(&req.cwd)?,
+        env: environment(req.env)?,
+        timeout: deadline(req.timeout_ms)?,
+        max_output: bound(req.max_output_bytes),
+    })
+}
+
+/// Validates `FileOperation`.
+pub fn file_op(req: pb::FileOperationRequest) -> Result<(String, FileOp)> {
+    use pb::file_operation_request::Op;
+    let uid = run_uid(&req.run_uid)?;
+    let op = match req.op.ok_or_else(|| invalid("op is required"))? {
+        Op::Write(w) => FileOp::Write {
+            path: workspace_path(&w.path)?,
+            content: w.content,
+        },
+        Op::Mkdir(p) => FileOp::Mkdir {
+            path: workspace_path(&p.path)?,
+        },
+        Op::Delete(p) => FileOp::Delete {
+            path: workspace_path(&p.path)?,
+        },
+        Op::Rename(r) => FileOp::Rename {
+            from: workspace_path(&r.from)?,
+            to: workspace_path(&r.to)?,
+        },
+    };
+    Ok((uid, op))
+}
+
+#[cfg(test)]
+mod tests;

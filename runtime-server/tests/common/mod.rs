@@ -1,0 +1,145 @@
+//! The Runtime Server in process on a socket in a temporary directory, and
+//! a client as runtimed has one.
+#![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
+
+use std::time::Duration;
+
+use kruntimes_proto::runtime::v1 as pb;
+use kruntimes_proto::runtime::v1::runtime_server_client::RuntimeServerClient;
+use kruntimes_runtime_server::cli::{ServeArgs, serve};
+use kruntimes_runtime_server::contain::Shim;
+use tokio_stream::StreamExt;
+use tonic::transport::Channel;
+
+pub const UID: &str = "0f0e0d0c-0000-4000-8000-0000000000aa";
+pub const WITHIN: Duration = Duration::from_secs(20);
+
+pub struct Server {
+    pub dir: tempfile::TempDir,
+    pub client: RuntimeServerClient<Channel>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+pub async fn start() -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("rs.sock");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let args = ServeArgs {
+        socket: Some(socket.clone()),
+        work_root: Some(dir.path().join("work")),
+        python: "python3".into(),
+        python_spares: 0,
+    };
+    let shim = Shim::new(env!("CARGO_BIN_EXE_runtime-server"), &[]);
+    let task = tokio::spawn(serve(args, shim, async move {
+        let _ = stopped.await;
+    }));
+    while !socket.exists() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Server {
+        client: kruntimes_proto::runtime::client(&socket),
+        dir,
+        stop: Some(stop),
+        task: Some(task),
+    }
+}
+
+impl Server {
+    pub fn workspace(&self) -> std::path::PathBuf {
+        self.dir
+            .path()
+            .join("work")
+            .canonicalize()
+            .unwrap()
+            .join(UID)
+    }
+
+    pub async fn open(&mut self) {
+        self.client
+            .open_session(pb::OpenSessionRequest {
+                run: Some(pb::RunRef {
+                    namespace: "default".into(),
+                    name: "sandbox".into(),
+                    uid: UID.into(),
+                    runtime: "bash".into(),
+                }),
+                attempt: 1,
+                source: None,
+                env: [("GREETING".to_owned(), "hi".to_owned())].into(),
+            })
+            .await
+            .unwrap();
+    }
+
+    /// Registers a Python function with `source` as `main.py`; its handle.
+    pub async fn register(&mut self, source: &str) -> String {
+        self.client
+            .register_function(pb::RegisterFunctionRequest {
+                run: Some(pb::RunRef {
+                    namespace: "default".into(),
+                    name: "f".into(),
+                    uid: UID.into(),
+                    runtime: "python".into(),
+                }),
+                attempt: 1,
+                handler: "main.invoke".into(),
+                source: Some(pb::Source {
+                    inline: source.into(),
+                    path: String::new(),
+                }),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .handle
+    }
+
+    /// An invocation of `handle` with `input`.
+    pub fn call(handle: &str, input: &[u8], timeout_ms: u32) -> pb::InvokeFunctionRequest {
+        pb::InvokeFunctionRequest {
+            run_uid: UID.into(),
+            handle: handle.into(),
+            invocation_id: "inv-1".into(),
+            input: input.to_vec(),
+            timeout_ms,
+            max_output_bytes: 0,
+        }
+    }
+
+    pub async fn shell(&mut self, script: &str) -> tonic::Streaming<pb::CommandEvent> {
+        self.client
+            .run_command(pb::RunCommandRequest {
+                run_uid: UID.into(),
+                argv: vec!["bash".into(), "-c".into(), script.into()],
+                timeout_ms: 60_000,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.task.take() {
+            t.await.unwrap().unwrap();
+        }
+    }
+}
+
+/// Output text and the result of a finished command stream.
+pub async fn finish(mut events: tonic::Streaming<pb::CommandEvent>) -> (String, pb::CommandResult) {
+    let mut out = String::new();
+    while let Some(ev) = events.next().await {
+        match ev.unwrap().event.unwrap() {
+            pb::command_event::Event::Output(o) => out.push_str(&String::from_utf8_lossy(&o.data)),
+            pb::command_event::Event::Result(r) => return (out, r),
+        }
+    }
+    panic!("the stream ended without a result");
+}

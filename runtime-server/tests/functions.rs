@@ -1,0 +1,387 @@
+//! Function registrations with real Python and Bash processes: the worker
+//! imports once, errors and crashes are reported, deadlines kill the whole
+//! tree, and a caller that goes away never shifts the worker's replies.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kruntimes_proto::runtime::v1 as pb;
+use kruntimes_runtime_server::Error;
+use kruntimes_runtime_server::contain::Shim;
+use kruntimes_runtime_server::function::python::spare::SparePool;
+use kruntimes_runtime_server::function::{Functions, Interpreter, InvokeError};
+use kruntimes_runtime_server::validate;
+use kruntimes_testkit::{read_pids, wait_gone};
+
+const UID: &str = "0f0e0d0c-0000-4000-8000-000000000001";
+const WITHIN: Duration = Duration::from_secs(20);
+
+const PY: &str = r#"
+import os, subprocess, time
+def invoke(request):
+    if request.get("raise"):
+        raise ValueError("bad " + request["raise"])
+    if request.get("spawn"):
+        child = subprocess.Popen(["sleep", "2998"])
+        with open("pids", "a") as f:
+            f.write(f"{os.getpid()} {child.pid}\n")
+    if request.get("crash"):
+        os._exit(3)
+    if request.get("sleep"):
+        time.sleep(request["sleep"])
+    if request.get("big"):
+        return "x" * request["big"]
+    print("to stderr, not the protocol")
+    return {"who": request.get("who", "world"), "pid": os.getpid(), "home": os.environ.get("HOME"), "leak": os.environ.get("CARGO")}
+"#;
+
+const SH: &str = r#"
+greet() { printf '{"got": %s}\n' "$1"; }
+fail() { echo "boom" >&2; return 4; }
+nap() { sleep 2999 & echo $! >> pids; echo $$ >> pids; wait; }
+"#;
+
+struct Fixture {
+    dir: tempfile::TempDir,
+    functions: Arc<Functions>,
+}
+
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let shim = Shim::new(env!("CARGO_BIN_EXE_runtime-server"), &[]);
+    let root = dir.path().canonicalize().unwrap();
+    let spares = SparePool::new(shim.clone(), "python3".into(), root.clone(), 1);
+    let interpreter = Interpreter {
+        shim,
+        python: "python3".into(),
+        spares: Some(spares),
+    };
+    Fixture {
+        functions: Arc::new(Functions::new(root, interpreter)),
+        dir,
+    }
+}
+
+fn request(runtime: &str, attempt: u64, handler: &str, source: &str) -> validate::Register {
+    validate::register(pb::RegisterFunctionRequest {
+        run: Some(pb::RunRef {
+            namespace: "default".into(),
+            name: "hello".into(),
+            uid: UID.into(),
+            runtime: runtime.into(),
+        }),
+        attempt,
+        handler: handler.into(),
+        source: Some(pb::Source {
+            inline: source.into(),
+            path: String::new(),
+        }),
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+impl Fixture {
+    async fn register(&self, runtime: &str, handler: &str, source: &str) -> String {
+        self.functions
+            .register(request(runtime, 1, handler, source))
+            .await
+            .unwrap()
+    }
+
+    async fn call(
+        &self,
+        handle: &str,
+        input: &str,
+        timeout: Duration,
+    ) -> Result<serde_json::Value, Error> {
+        self.functions
+            .invoke(UID, handle, input.as_bytes().to_vec(), timeout, 1 << 20)
+            .await
+            .map(|out| serde_json::from_slice(&out).unwrap())
+    }
+
+    fn pids(&self) -> std::path::PathBuf {
+        self.dir.path().join(UID).join("pids")
+    }
+}
+
+const T: Duration = Duration::from_secs(10);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_imports_once_serves_many_and_gets_only_its_environment() {
+    let fx = fixture();
+    let h = fx.register("python", "main.invoke", PY).await;
+    let a = fx.call(&h, r#"{"who":"a"}"#, T).await.unwrap();
+    let b = fx.call(&h, r#"{"who":"b"}"#, T).await.unwrap();
+    assert_eq!(
+        (a["who"].as_str(), b["who"].as_str()),
+        (Some("a"), Some("b"))
+    );
+    assert_eq!(a["pid"], b["pid"], "the same warm worker serves both calls");
+    assert_eq!(
+        a["home"],
+        fx.dir
+            .path()
+            .canonicalize()
+            .unwrap()
+            .join(UID)
+            .display()
+            .to_string()
+    );
+    assert!(
+        a["leak"].is_null(),
+        "the server's environment is not passed on"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_call_never_hands_its_reply_to_the_next_caller() {
+    let fx = fixture();
+    let h = fx.register("python", "main.invoke", PY).await;
+    let functions = fx.functions.clone();
+    let handle = h.clone();
+    let abandoned = tokio::spawn(async move {
+        functions
+            .invoke(
+                UID,
+                &handle,
+                br#"{"who":"alice","sleep":1.5}"#.to_vec(),
+                T,
+                1 << 20,
+            )
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    abandoned.abort();
+    for who in ["bob", "carol"] {
+        let out = fx
+            .call(&h, &format!(r#"{{"who":"{who}"}}"#), T)
+            .await
+            .unwrap();
+        assert_eq!(out["who"], who, "{who} gets its own answer");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handler_errors_are_answers_and_the_worker_survives_them() {
+    let fx = fixture();
+    let h = fx.register("python", "main.invoke", PY).await;
+    match fx.call(&h, r#"{"raise":"input"}"#, T).await {
+        Err(Error::Invoke(InvokeError::Function { kind, message })) => {
+            assert_eq!(
+                (kind.as_str(), message.as_str()),
+                ("ValueError", "bad input")
+            );
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(fx.call(&h, "{}", T).await.is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_kills_what_the_worker_started_and_the_next_call_gets_a_fresh_worker() {
+    let fx = fixture();
+    let h = fx.register("python", "main.invoke", PY).await;
+    let first = fx.call(&h, "{}", T).await.unwrap();
+    let err = fx
+        .call(&h, r#"{"spawn":true,"crash":true}"#, T)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Invoke(InvokeError::Crashed(ref m)) if m.contains("exit status: 3")),
+        "{err:?}"
+    );
+    let pids = read_pids(&fx.pids(), 2, WITHIN).await.unwrap();
+    assert_eq!(
+        wait_gone(&pids, WITHIN).await,
+        Vec::<i32>::new(),
+        "worker and its child"
+    );
+    let after = fx.call(&h, "{}", T).await.unwrap();
+    assert_ne!(first["pid"], after["pid"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deadline_kills_the_worker_tree_and_the_next_call_is_served() {
+    let fx = fixture();
+    let h = fx.register("python", "main.invoke", PY).await;
+    let err = fx
+        .call(
+            &h,
+            r#"{"spawn":true,"sleep":30}"#,
+            Duration::from_millis(800),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Invoke(InvokeError::Timeout(_))),
+        "{err:?}"
+    );
+    let pids = read_pids(&fx.pids(), 2, WITHIN).await.unwrap();
+    assert_eq!(wait_gone(&pids, WITHIN).await, Vec::<i32>::new());
+    assert!(fx.call(&h, "{}", T).await.is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_over_the_bound_is_refused_and_the_worker_replaced() {
+    let fx = fixture();
+    let h = fx.register("python", "main.invoke", PY).await;
+    let err = fx
+        .functions
+        .invoke(UID, &h, br#"{"big":5000}"#.to_vec(), T, 1000)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Invoke(InvokeError::OutputTooLarge(_))),
+        "{err:?}"
+    );
+    assert!(fx.call(&h, "{}", T).await.is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registrations_are_idempotent_by_attempt_replaced_by_higher_and_refuse_lower() {
+    let fx = fixture();
+    let h1 = fx
+        .functions
+        .register(request("python", 2, "main.invoke", PY))
+        .await
+        .unwrap();
+    let again = fx
+        .functions
+        .register(request("python", 2, "main.invoke", PY))
+        .await
+        .unwrap();
+    assert_eq!(h1, again);
+    let stale = fx
+        .functions
+        .register(request("python", 1, "main.invoke", PY))
+        .await;
+    assert!(matches!(
+        stale,
+        Err(Error::Stale {
+            requested: 1,
+            current: 2
+        })
+    ));
+    let h3 = fx
+        .functions
+        .register(request("python", 3, "main.invoke", PY))
+        .await
+        .unwrap();
+    assert_ne!(h1, h3);
+    assert!(
+        matches!(fx.call(&h1, "{}", T).await, Err(Error::NotFound(_))),
+        "the old handle reaches nothing"
+    );
+    assert!(fx.call(&h3, "{}", T).await.is_ok());
+    assert!(
+        !fx.functions.unregister(UID, &h1).await,
+        "a stale handle unregisters nothing"
+    );
+    assert!(fx.functions.unregister(UID, &h3).await);
+    assert!(
+        !fx.dir.path().join(UID).exists(),
+        "the working directory is removed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_errors_fail_the_registration() {
+    let fx = fixture();
+    let missing = fx
+        .functions
+        .register(request("python", 1, "main.nope", PY))
+        .await;
+    assert!(
+        matches!(missing, Err(Error::Load(ref m)) if m.contains("AttributeError")),
+        "{missing:?}"
+    );
+    let syntax = fx
+        .functions
+        .register(request("python", 1, "main.invoke", "def ("))
+        .await;
+    assert!(
+        matches!(syntax, Err(Error::Load(ref m)) if m.contains("SyntaxError")),
+        "{syntax:?}"
+    );
+    assert!(fx.functions.get(UID).is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bash_gets_the_payload_as_one_argument_never_as_source() {
+    let fx = fixture();
+    let h = fx.register("bash", "hello.greet", SH).await;
+    let marker = fx.dir.path().join("pwned");
+    let evil = format!(
+        r#"{{"name":"$(touch {m}); `touch {m}`"}}"#,
+        m = marker.display()
+    );
+    let out = fx.call(&h, &evil, T).await.unwrap();
+    assert!(out["got"]["name"].as_str().unwrap().contains("$(touch"));
+    assert!(!marker.exists(), "payload must never be evaluated");
+    let missing = fx
+        .functions
+        .register(request("bash", 2, "hello.absent", SH))
+        .await;
+    assert!(
+        matches!(missing, Err(Error::Load(ref m)) if m.contains("does not define")),
+        "{missing:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bash_exit_status_is_a_function_error_quoting_stderr() {
+    let fx = fixture();
+    let h = fx.register("bash", "hello.fail", SH).await;
+    match fx.call(&h, "{}", T).await {
+        Err(Error::Invoke(InvokeError::Function { kind, message })) => {
+            assert_eq!(kind, "ExitStatus");
+            assert!(
+                message.contains("exit status 4") && message.contains("boom"),
+                "{message}"
+            );
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bash_call_whose_caller_goes_away_leaves_nothing_running() {
+    let fx = fixture();
+    let h = fx.register("bash", "hello.nap", SH).await;
+    let functions = fx.functions.clone();
+    let call =
+        tokio::spawn(async move { functions.invoke(UID, &h, b"{}".to_vec(), T, 1 << 20).await });
+    let pids = read_pids(&fx.pids(), 2, WITHIN).await.unwrap();
+    call.abort();
+    assert_eq!(wait_gone(&pids, WITHIN).await, Vec::<i32>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unregistering_stops_a_call_in_flight_and_its_tree() {
+    let fx = fixture();
+    let h = fx.register("python", "main.invoke", PY).await;
+    let functions = fx.functions.clone();
+    let handle = h.clone();
+    let call = tokio::spawn(async move {
+        functions
+            .invoke(
+                UID,
+                &handle,
+                br#"{"spawn":true,"sleep":30}"#.to_vec(),
+                T,
+                1 << 20,
+            )
+            .await
+    });
+    let pids = read_pids(&fx.pids(), 2, WITHIN).await.unwrap();
+    assert!(fx.functions.unregister(UID, &h).await);
+    let err = call.await.unwrap().unwrap_err();
+    assert!(
+        matches!(err, Error::Invoke(InvokeError::Stopped)),
+        "{err:?}"
+    );
+    assert_eq!(wait_gone(&pids, WITHIN).await, Vec::<i32>::new());
+}

@@ -1,0 +1,158 @@
+//! The function calls of the contract over the Unix socket, as runtimed
+//! makes them: Info, a function registered and invoked, and the worker fast
+//! path — a leased worker answering on its own pipes and dying with its
+//! lease.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::*;
+use kruntimes_proto::runtime::v1 as pb;
+use kruntimes_testkit::wait_gone;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn info_names_the_server_and_its_instance() {
+    let mut s = start().await;
+    let info = s
+        .client
+        .info(pb::InfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(info.runtimes, ["python", "bash"]);
+    assert!(info.sessions && !info.instance_id.is_empty());
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_function_answers_with_output_or_a_handler_error() {
+    let mut s = start().await;
+    let handle = s
+        .register(
+            "def invoke(r):\n    if r.get('bad'):\n        raise KeyError('k')\n    return r\n",
+        )
+        .await;
+    let call = |input: &str| Server::call(&handle, input.as_bytes(), 10_000);
+    use pb::invoke_function_response::Outcome;
+    let out = s
+        .client
+        .invoke_function(call(r#"{"a":1}"#))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(out.outcome, Some(Outcome::Output(br#"{"a": 1}"#.to_vec())));
+    let raised = s
+        .client
+        .invoke_function(call(r#"{"bad":1}"#))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        matches!(raised.outcome, Some(Outcome::Error(ref e)) if e.kind == "KeyError"),
+        "{raised:?}"
+    );
+    let stale = s
+        .client
+        .invoke_function(pb::InvokeFunctionRequest {
+            handle: "fn-other".into(),
+            ..call("{}")
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(stale.code(), tonic::Code::NotFound);
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leased_worker_answers_on_its_own_pipes_and_dies_with_its_lease() {
+    use kruntimes_proto::runtime::lease::{recv, send};
+    use kruntimes_proto::runtime::worker::{self, Answer};
+    let mut s = start().await;
+    let source = "import os\ndef invoke(r):\n    if r.get('crash'):\n        os._exit(4)\n    return {'pid': os.getpid(), **r}\n";
+    let handle = s.register(source).await;
+    let info = s
+        .client
+        .info(pb::InfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let socket = s.dir.path().join(&info.worker_socket);
+    let lease = |handle: String| {
+        let socket = socket.clone();
+        async move {
+            let conn = tokio::net::UnixStream::connect(&socket).await.unwrap();
+            let req = pb::WorkerLeaseRequest {
+                run_uid: UID.into(),
+                handle,
+            };
+            send(&conn, &req, &[]).await.unwrap();
+            let (answer, fds) = recv::<pb::WorkerLease>(&conn).await.unwrap();
+            (conn, answer, fds)
+        }
+    };
+    let (refused, answer, fds) = lease("fn-other".into()).await;
+    assert_eq!(
+        (answer.code, fds.len()),
+        (tonic::Code::NotFound as i32, 0),
+        "{answer:?}"
+    );
+    drop(refused);
+
+    let (conn, answer, fds) = lease(handle.clone()).await;
+    assert!(answer.error.is_empty(), "{answer:?}");
+    let [stdin, stdout]: [std::os::fd::OwnedFd; 2] = fds.try_into().unwrap();
+    let mut stdin = tokio::net::unix::pipe::Sender::from_owned_fd(stdin).unwrap();
+    let mut stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(stdout).unwrap();
+    let Answer::Output(out) = worker::exchange(&mut stdin, &mut stdout, 1, b"{\"a\": 1}", 1 << 20)
+        .await
+        .unwrap()
+    else {
+        panic!("no output");
+    };
+    let out: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(out["a"], 1);
+    let pid = out["pid"].as_i64().unwrap() as i32;
+    let busy = s
+        .client
+        .invoke_function(Server::call(&handle, b"{}", 5_000))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        busy.code(),
+        tonic::Code::FailedPrecondition,
+        "leased: {busy:?}"
+    );
+
+    // A crash on the leased pipes: the release reports how the worker ended.
+    assert!(
+        worker::exchange(&mut stdin, &mut stdout, 2, b"{\"crash\": true}", 1 << 20)
+            .await
+            .is_err()
+    );
+    send(&conn, &pb::WorkerRelease {}, &[]).await.unwrap();
+    let (released, _) = recv::<pb::WorkerReleased>(&conn).await.unwrap();
+    assert_eq!(released.exit, "exit status: 4");
+    assert_eq!(wait_gone(&[pid], WITHIN).await, Vec::<i32>::new());
+
+    // The next lease gets a fresh worker; closing it kills that one too.
+    let (conn, _, fds) = lease(handle.clone()).await;
+    let [stdin, stdout]: [std::os::fd::OwnedFd; 2] = fds.try_into().unwrap();
+    let mut stdin = tokio::net::unix::pipe::Sender::from_owned_fd(stdin).unwrap();
+    let mut stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(stdout).unwrap();
+    let Ok(Answer::Output(out)) =
+        worker::exchange(&mut stdin, &mut stdout, 1, b"{}", 1 << 20).await
+    else {
+        panic!("no output from the fresh worker");
+    };
+    let fresh: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    let fresh = fresh["pid"].as_i64().unwrap() as i32;
+    assert_ne!(fresh, pid);
+    drop((conn, stdin, stdout));
+    assert_eq!(wait_gone(&[fresh], WITHIN).await, Vec::<i32>::new());
+    let after = s
+        .client
+        .invoke_function(Server::call(&handle, b"{}", 10_000))
+        .await;
+    assert!(after.is_ok(), "served through the server again: {after:?}");
+    s.stop().await;
+}

@@ -1,0 +1,77 @@
+//! The worker fast path of an invocation: the exchange runs on the Python
+//! function's leased worker pipes ([`crate::runtime::lease`]), frames
+//! matched by sequence number, under the deadline kept here. A worker whose
+//! pipes may be out of step — a deadline, a crash, oversized output, a
+//! reply to another request — is given up, and the server kills its tree;
+//! the next invocation leases a fresh one.
+
+use std::path::Path;
+use std::time::Duration;
+
+use kruntimes_proto::runtime::worker::{Answer, ExchangeError};
+
+use super::error::{EngineError, InvokeError};
+use super::invoke::{failure, raised};
+use super::registered::Registered;
+use crate::runtime::lease::{Lease, LeaseError};
+
+/// What went wrong on the fast path.
+enum Failure {
+    Lease(LeaseError),
+    Exchange(ExchangeError),
+}
+
+/// One invocation on `f`'s leased worker (leasing one first when none is
+/// held), from the server's worker socket at `socket`.
+pub async fn call(
+    f: &Registered,
+    socket: &Path,
+    input: &[u8],
+    timeout: Duration,
+) -> Result<Vec<u8>, EngineError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let max_output = f.bounds.max_output;
+    let mut slot = f.lease.lock().await;
+    let work = async {
+        if slot.is_none() {
+            let lease = Lease::acquire(socket, &f.run.uid, &f.handle()).await;
+            *slot = Some(lease.map_err(Failure::Lease)?);
+        }
+        match slot.as_mut() {
+            Some(lease) => lease
+                .exchange(input, max_output)
+                .await
+                .map_err(Failure::Exchange),
+            None => Err(Failure::Exchange(ExchangeError::Unexpected)),
+        }
+    };
+    let outcome = tokio::time::timeout_at(deadline, work).await;
+    match outcome {
+        Ok(Ok(Answer::Output(out))) => Ok(out),
+        Ok(Ok(Answer::Raised { kind, message })) => Err(raised(kind, message)),
+        Err(_) => {
+            slot.take();
+            Err(InvokeError::Timeout(timeout).into())
+        }
+        Ok(Err(Failure::Lease(LeaseError::Refused(code, msg)))) => {
+            Err(failure(&tonic::Status::new(code, msg), timeout))
+        }
+        Ok(Err(Failure::Lease(LeaseError::Io(e)))) => Err(EngineError::Unavailable(e.to_string())),
+        Ok(Err(Failure::Exchange(e))) => {
+            let lease = slot.take();
+            Err(match e {
+                ExchangeError::Pipe(_) => match lease {
+                    Some(l) => match l.release().await {
+                        Some(exit) => {
+                            InvokeError::Crashed(format!("worker exited ({exit})")).into()
+                        }
+                        None => EngineError::Unavailable("it went away during the call".into()),
+                    },
+                    None => InvokeError::Crashed("worker pipes lost".into()).into(),
+                },
+                e @ ExchangeError::TooLarge(..) => InvokeError::InvalidOutput(e.to_string()).into(),
+                e => InvokeError::Crashed(format!("{e}; worker replaced")).into(),
+            })
+        }
+    }
+}
