@@ -207,6 +207,8 @@ fn upstream(args: &Args) -> anyhow::Result<Upstream> {
 pub fn run(args: Args) -> anyhow::Result<()> {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     init_logging();
+    // Its memory holds the TLS keys and callers' tokens.
+    kruntimes_support::confine::forbid_inspection()?;
     if args.https_listen.is_none() && args.http_listen.is_none() {
         anyhow::bail!("at least one of --https-listen and --http-listen is required");
     }

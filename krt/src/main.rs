@@ -15,7 +15,7 @@ mod pki;
 mod target;
 mod up;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -265,13 +265,6 @@ fn exit_with_parent() {
     });
 }
 
-/// Makes a file readable by its owner only (it holds a token).
-pub(crate) fn restrict(path: &Path) -> anyhow::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-        .with_context(|| format!("chmod {}", path.display()))
-}
-
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
@@ -296,6 +289,12 @@ fn read_data(data: Option<String>, file: Option<PathBuf>) -> anyhow::Result<Vec<
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    // Every mode but the Runtime Server's holds keys or tokens in memory
+    // (`krt up` the signing key and the control plane's): out of reach of
+    // other processes of this uid, user code above all.
+    if !matches!(cli.command, Command::RuntimeServer { .. }) {
+        kruntimes_support::confine::forbid_inspection()?;
+    }
     match cli.command {
         Command::Gateway {
             args,

@@ -70,6 +70,10 @@ struct Supervised {
     args: Vec<String>,
     /// The whole environment, when the child must not inherit krt's.
     env: Option<Vec<(String, String)>>,
+    /// Variables added to the environment it inherits: settings that must
+    /// not show in its command line (`/proc/PID/cmdline` is readable by
+    /// every process of the machine).
+    extra_env: Vec<(String, String)>,
     log: PathBuf,
     child: Option<Child>,
     restarts: u32,
@@ -83,6 +87,7 @@ impl Supervised {
             address,
             args,
             env: None,
+            extra_env: Vec::new(),
             log,
             child: None,
             restarts: 0,
@@ -100,6 +105,7 @@ impl Supervised {
         if let Some(env) = &self.env {
             cmd.env_clear().envs(env.iter().cloned());
         }
+        cmd.envs(self.extra_env.iter().cloned());
         let child = cmd
             .args(&self.args)
             .stdin(Stdio::null())
@@ -131,34 +137,55 @@ fn write_json(path: &Path, v: &impl serde::Serialize) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Writes a secret JSON file that is 0600 from its creation on (never
+/// readable by others, not even between a write and a chmod).
+fn write_private_json(path: &Path, v: &impl serde::Serialize) -> anyhow::Result<()> {
+    let tmp = path.with_extension("json.tmp");
+    let _ = std::fs::remove_file(&tmp);
+    kruntimes_certs::write_private(&tmp, &serde_json::to_vec_pretty(v)?)?;
+    std::fs::rename(tmp, path)?;
+    Ok(())
+}
+
 fn s(p: &Path) -> String {
     p.display().to_string()
 }
 
-fn runtimed_args(pki: &Pki, name: &str, addr: SocketAddr, runtime_server: &Path) -> Vec<String> {
-    vec![
-        "runtimed".into(),
-        "--exit-with-parent".into(),
-        "--name".into(),
+/// A runtimed: its settings in its environment, so that its command line —
+/// which user code can read in `/proc` — names nothing of the stack.
+fn runtimed(
+    pki: &Pki,
+    name: &str,
+    addr: SocketAddr,
+    runtime_server: &Path,
+    log: PathBuf,
+) -> Supervised {
+    let mut d = Supervised::new(
         name.into(),
-        "--listen".into(),
         addr.to_string(),
-        "--tls-cert".into(),
-        s(&pki.tls.runtimed_cert),
-        "--tls-key".into(),
-        s(&pki.tls.runtimed_key),
-        "--client-ca".into(),
-        s(&pki.tls.internal_ca),
-        "--runtime-server".into(),
-        s(runtime_server),
+        vec!["runtimed".into(), "--exit-with-parent".into()],
+        log,
+    );
+    d.extra_env = [
+        ("KRUNTIMES_RUNTIMED_NAME", name.to_owned()),
+        ("KRUNTIMES_RUNTIMED_LISTEN", addr.to_string()),
+        ("KRUNTIMES_RUNTIMED_TLS_CERT", s(&pki.tls.runtimed_cert)),
+        ("KRUNTIMES_RUNTIMED_TLS_KEY", s(&pki.tls.runtimed_key)),
+        ("KRUNTIMES_RUNTIMED_CLIENT_CA", s(&pki.tls.internal_ca)),
+        ("KRUNTIMES_RUNTIMED_RUNTIME_SERVER", s(runtime_server)),
     ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    d
 }
 
 /// A Runtime Server for one runtimed: its socket in a directory only this
-/// user may enter, its own work root, and a clean environment (PATH to find
-/// the interpreters, RUST_LOG for its logs — none of krt's secrets or
-/// settings), so user code can reach neither runtimed's keys nor its
-/// environment.
+/// user may enter, its own work root and temporary directory, a clean
+/// environment (PATH to find the interpreters, RUST_LOG for its logs — none
+/// of krt's secrets or settings), and the state directory protected from
+/// its file-system allowlist: user code can reach neither runtimed's keys
+/// nor its environment.
 fn runtime_server(
     state_dir: &Path,
     logs: &Path,
@@ -173,6 +200,8 @@ fn runtime_server(
     let socket = sockets.join("runtime.sock");
     let work = state_dir.join("work").join(runtimed);
     std::fs::create_dir_all(&work)?;
+    let tmp = state_dir.join("tmp").join(runtimed);
+    std::fs::create_dir_all(&tmp)?;
     let name = format!(
         "runtime-server-{}",
         runtimed.trim_start_matches("runtimed-")
@@ -184,6 +213,8 @@ fn runtime_server(
         s(&socket),
         "--work-root".into(),
         s(&work),
+        "--protect".into(),
+        s(state_dir),
     ];
     let mut server = Supervised::new(
         name.clone(),
@@ -191,12 +222,12 @@ fn runtime_server(
         args,
         logs.join(format!("{name}.log")),
     );
-    server.env = Some(
-        ["PATH", "RUST_LOG"]
-            .into_iter()
-            .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_owned(), v)))
-            .collect(),
-    );
+    let mut env: Vec<(String, String)> = ["PATH", "RUST_LOG"]
+        .into_iter()
+        .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_owned(), v)))
+        .collect();
+    env.push(("TMPDIR".into(), s(&tmp)));
+    server.env = Some(env);
     Ok((server, socket))
 }
 
@@ -301,10 +332,11 @@ pub async fn up(state_dir: &Path, args: UpArgs) -> anyhow::Result<()> {
         });
         let (server, socket) = runtime_server(&state_dir, &logs, &name)?;
         children.push(server);
-        children.push(Supervised::new(
-            name.clone(),
-            addr.to_string(),
-            runtimed_args(&pki, &name, addr, &socket),
+        children.push(runtimed(
+            &pki,
+            &name,
+            addr,
+            &socket,
             logs.join(format!("{name}.log")),
         ));
     }
@@ -326,8 +358,7 @@ pub async fn up(state_dir: &Path, args: UpArgs) -> anyhow::Result<()> {
         control_plane: Some(control_addr.to_string()),
         runs_dir: Some(runs_dir.clone()),
     };
-    write_json(&state_dir.join("client.json"), &client_cfg)?;
-    crate::restrict(&state_dir.join("client.json"))?;
+    write_private_json(&state_dir.join("client.json"), &client_cfg)?;
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let cp_cfg = EmbeddedConfig {

@@ -343,7 +343,8 @@ impl Cluster {
 
     /// Starts the Runtime Server of Pod `name` (process
     /// `runtime-server-NAME`): a private socket directory, its own work
-    /// root, and only PATH from this environment. Returns its socket.
+    /// root and temporary directory, only PATH from this environment, and
+    /// the harness directory protected from it. Returns its socket.
     fn start_runtime_server(&self, name: &str) -> anyhow::Result<PathBuf> {
         use std::os::unix::fs::PermissionsExt;
         let sockets = self.dir.path().join("sockets").join(name);
@@ -357,10 +358,16 @@ impl Cluster {
             format!("--socket={}", socket.display()),
             format!("--work-root={}", work.display()),
             "--python-spares=1".into(),
+            // Everything else of the harness (kubeconfigs, keys) stays out
+            // of the server's reach.
+            format!("--protect={}", self.dir.path().display()),
         ];
-        let env = std::env::var("PATH")
+        let tmp = self.dir.path().join("tmp").join(name);
+        std::fs::create_dir_all(&tmp)?;
+        let mut env = std::env::var("PATH")
             .map(|p| vec![("PATH".to_owned(), p)])
             .unwrap_or_default();
+        env.push(("TMPDIR".to_owned(), tmp.display().to_string()));
         self.spawn_with(&format!("runtime-server-{name}"), args, Some(env))?;
         Ok(socket)
     }

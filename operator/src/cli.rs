@@ -86,6 +86,7 @@ pub struct Args {
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     kruntimes_support::init_logging();
+    kruntimes_support::confine::forbid_inspection()?;
     let client = kruntimes_support::kube::client(args.kubeconfig.as_deref()).await?;
     let ca_configmap = match &args.ca_configmap {
         Some(s) => Some(

@@ -46,10 +46,14 @@ pub enum Mode {
 /// Where and how to serve.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServeArgs {
-    /// Unix socket to serve on (created 0600; an old socket there is
-    /// replaced).
+    /// Unix socket to serve on (an old socket there is replaced).
     #[arg(long, env = "KRUNTIMES_RUNTIME_SERVER_SOCKET")]
     pub socket: Option<PathBuf>,
+    /// Mode of the sockets, octal: `600` (this user only) or `660` (also
+    /// the group: runtimed runs as another user of the same group in a
+    /// Runtime Pod).
+    #[arg(long, env = "KRUNTIMES_RUNTIME_SERVER_SOCKET_MODE", default_value = "600", value_parser = parse_socket_mode)]
+    pub socket_mode: u32,
     /// Root of the Runs' working directories and session workspaces.
     #[arg(long, env = "KRUNTIMES_RUNTIME_SERVER_WORK_ROOT")]
     pub work_root: Option<PathBuf>,
@@ -59,6 +63,25 @@ pub struct ServeArgs {
     /// Pre-started Python interpreters kept ready for registrations.
     #[arg(long, default_value_t = 2)]
     pub python_spares: usize,
+    /// Do not confine the server (no Landlock allowlist, capabilities kept):
+    /// only for a server whose container confines it already.
+    #[arg(long, env = "KRUNTIMES_RUNTIME_SERVER_NO_CONFINE")]
+    pub no_confine: bool,
+    /// A further tree user code may read (repeatable).
+    #[arg(long = "allow-read", value_name = "PATH")]
+    pub allow_read: Vec<PathBuf>,
+    /// A path no allowlisted tree may contain or lie beneath (repeatable):
+    /// the state directory of the stack that starts this server.
+    #[arg(long = "protect", value_name = "PATH")]
+    pub protect: Vec<PathBuf>,
+}
+
+fn parse_socket_mode(s: &str) -> Result<u32, String> {
+    match s {
+        "600" | "0600" => Ok(0o600),
+        "660" | "0660" => Ok(0o660),
+        _ => Err(format!("{s:?}: the socket mode is 600 or 660")),
+    }
 }
 
 pub use kruntimes_support::{init_logging, shutdown_signal};
@@ -72,11 +95,62 @@ pub fn main(args: Args, shim_prefix: &[&str]) -> anyhow::Result<()> {
     }
     init_logging();
     let shim = Shim::current(shim_prefix).context("locate this executable")?;
+    if !args.serve.no_confine {
+        confine(&args.serve)?;
+    }
     tokio::runtime::Runtime::new()?.block_on(serve(args.serve, shim, shutdown_signal()))
 }
 
-/// Binds `path` readable and writable by this user only.
-pub fn bind(path: &std::path::Path) -> anyhow::Result<tokio::net::UnixListener> {
+/// Confines this process — still single-threaded — to the allowlist of
+/// [`crate::confine::plan`], with no capabilities and `no_new_privs`.
+fn confine(args: &ServeArgs) -> anyhow::Result<()> {
+    use crate::confine::{Inputs, path_dirs, plan, python_trees};
+    let socket = args.socket.as_deref().context("--socket is required")?;
+    let work_root = args.work_root.clone().context("--work-root is required")?;
+    let tmp_dir = crate::env::tmp_dir();
+    for dir in [&work_root, &tmp_dir] {
+        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    }
+    let absolute = |p: &std::path::Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    let socket_dir = socket
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    let inputs = Inputs {
+        path_dirs: path_dirs(&crate::env::path()),
+        python_trees: python_trees(&args.python),
+        exe: std::env::current_exe().ok(),
+        allow_read: args.allow_read.iter().map(|p| absolute(p)).collect(),
+        work_root: absolute(&work_root),
+        socket_dir: absolute(socket_dir),
+        tmp_dir: absolute(&tmp_dir),
+        protect: args.protect.iter().map(|p| absolute(p)).collect(),
+    };
+    let plan = plan(&inputs);
+    for (tree, protected) in &plan.refused {
+        tracing::warn!(tree = %tree.display(), protected = %protected.display(), "not allowlisted: it would reach a protected path");
+    }
+    let c = kruntimes_support::confine::Confinement::with_system(&plan.read_only, &plan.read_write);
+    let done = kruntimes_support::confine::confine(&c).context("confine the runtime server")?;
+    if done.landlock_full {
+        tracing::info!(
+            read_only = plan.read_only.len(),
+            read_write = plan.read_write.len(),
+            capabilities_dropped = done.capabilities_dropped,
+            "confined"
+        );
+    } else {
+        tracing::warn!(
+            landlock = done.landlock,
+            capabilities_dropped = done.capabilities_dropped,
+            "this kernel enforces the file-system allowlist only in part (or not at all)"
+        );
+    }
+    Ok(())
+}
+
+/// Binds `path` with permissions `mode` (0600 or 0660).
+pub fn bind(path: &std::path::Path, mode: u32) -> anyhow::Result<tokio::net::UnixListener> {
     use std::os::unix::fs::{FileTypeExt, PermissionsExt};
     if let Ok(md) = std::fs::symlink_metadata(path) {
         if !md.file_type().is_socket() {
@@ -86,7 +160,7 @@ pub fn bind(path: &std::path::Path) -> anyhow::Result<tokio::net::UnixListener> 
     }
     let listener =
         tokio::net::UnixListener::bind(path).with_context(|| format!("bind {}", path.display()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
     Ok(listener)
 }
 
@@ -101,13 +175,13 @@ pub async fn serve(
     let work_root = args.work_root.context("--work-root is required")?;
     std::fs::create_dir_all(&work_root)?;
     let work_root = work_root.canonicalize()?;
-    let listener = bind(&socket)?;
+    let listener = bind(&socket, args.socket_mode)?;
     let worker_name = socket
         .file_name()
         .map(|n| lease::socket_name(&n.to_string_lossy()))
         .context("--socket names no file")?;
     let worker_socket = socket.with_file_name(&worker_name);
-    let workers = bind(&worker_socket)?;
+    let workers = bind(&worker_socket, args.socket_mode)?;
     let spares = (args.python_spares > 0).then(|| {
         SparePool::new(
             shim.clone(),

@@ -1,9 +1,9 @@
 //! The environment of user processes: only what the request names, on top
-//! of a few basics (PATH, HOME, LANG and the Run's UID). The server's own
+//! of a few basics (PATH, HOME, LANG, TMPDIR and the Run's UID). The server's own
 //! environment is never passed on.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// PATH when the server itself has none.
 const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
@@ -13,11 +13,20 @@ pub fn path() -> String {
     std::env::var("PATH").unwrap_or_else(|_| DEFAULT_PATH.into())
 }
 
+/// The temporary directory of user processes: the server's `TMPDIR`, or
+/// `/tmp`.
+pub fn tmp_dir() -> PathBuf {
+    std::env::var_os("TMPDIR")
+        .filter(|v| !v.is_empty())
+        .map_or_else(|| PathBuf::from("/tmp"), PathBuf::from)
+}
+
 /// The basics for processes that belong to no Run yet (spare interpreters).
 pub fn spare() -> BTreeMap<String, String> {
     BTreeMap::from([
         ("PATH".to_owned(), path()),
         ("LANG".to_owned(), "C.UTF-8".to_owned()),
+        ("TMPDIR".to_owned(), tmp_dir().display().to_string()),
     ])
 }
 

@@ -17,12 +17,15 @@
 //!   runtimed with SCM_RIGHTS.
 //! - [`function`]: registrations and their backends; [`session`]:
 //!   workspaces, commands and files.
+//! - [`confine`]: what of the file system the server and its user code
+//!   may reach.
 //! - [`contain`], [`env`], [`source`], [`logs`], [`held`]: process trees,
 //!   the user processes' environment, inline source, their stderr, what is
 //!   held per Run UID.
 #![forbid(unsafe_code)]
 
 pub mod cli;
+pub mod confine;
 pub mod contain;
 pub mod env;
 pub mod error;

@@ -81,6 +81,10 @@ pub use kruntimes_support::{init_logging, shutdown_signal};
 
 /// Runs the daemon until SIGTERM or Ctrl-C.
 pub async fn run(args: Args) -> anyhow::Result<()> {
+    // runtimed holds the keys and (in Kubernetes) the ServiceAccount token:
+    // no process of its uid without CAP_SYS_PTRACE may read its memory or
+    // environment.
+    kruntimes_support::confine::forbid_inspection()?;
     if args.kubernetes && (args.pod_uid.is_none() || args.pod_namespace.is_none()) {
         anyhow::bail!("--kubernetes needs --pod-uid and --pod-namespace (from the downward API)");
     }

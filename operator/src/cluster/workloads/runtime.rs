@@ -39,6 +39,9 @@ pub(super) fn container(rt: &Runtime, base: Option<Container>) -> Container {
             SOCKET_PATH.into(),
             "--work-root".into(),
             WORK_ROOT.into(),
+            // runtimed runs as another user of the same group.
+            "--socket-mode".into(),
+            "660".into(),
         ]);
     }
     let ours = [SOCKET_ENV, WORK_ROOT_ENV];

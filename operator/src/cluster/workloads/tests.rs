@@ -220,7 +220,9 @@ fn built_in_backends_run_runtime_server_on_the_shared_socket() {
                 "--socket",
                 "/run/kruntimes/runtime.sock",
                 "--work-root",
-                "/workspace"
+                "/workspace",
+                "--socket-mode",
+                "660"
             ]
         );
         assert_eq!(env(runtime, SOCKET_ENV), [SOCKET_PATH]);
