@@ -3,9 +3,8 @@
 //! server harness (see `sdk/mod.rs` for what each target holds). Needs `go`
 //! on PATH (`.ci/run` checks it); modules come from the default GOMODCACHE.
 //!
-//! The only skips allowed are the test of sessions' writeFile creating
-//! missing parents (issue 14 item 4) and, against `krt up`, the tests that
-//! need the API server.
+//! The only skips allowed are, against `krt up`, the tests that need the
+//! API server.
 
 // Test helpers panic on failure: that is how a test fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -47,8 +46,7 @@ fn go_test(target: &Target) -> String {
             .rev()
             .find(|l| !l.trim().is_empty())
             .unwrap_or(&"");
-        let allowed = reason.contains("issue 14 item 4")
-            || (!kubernetes && reason.contains("kubernetes only"));
+        let allowed = !kubernetes && reason.contains("kubernetes only");
         assert!(allowed, "unexpected skip: {line} ({reason})\n{stdout}");
     }
     assert!(passed > 0, "no live test passed:\n{stdout}");

@@ -14,9 +14,6 @@ import (
 	kruntimes "kruntimes.io/sdk"
 )
 
-const parentsPending = "needs sessions' writeFile to create missing parent directories, which lands with the session " +
-	"code moving to runtime-server (issue 14 item 4); unskip once it is on main"
-
 // sandbox creates a sandbox closed (Drain) when the test ends.
 func sandbox(t *testing.T, o kruntimes.SandboxOptions) *kruntimes.Sandbox {
 	t.Helper()
@@ -180,7 +177,7 @@ func TestLiveFilesAreWrittenReadListedTestedMovedAndRemoved(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	must(s.Files.MakeDir(ctx, "data")) // writeFile does not create parents before item 4 lands
+	must(s.Files.MakeDir(ctx, "data"))
 	payload := make([]byte, 1<<20)
 	for i := range payload {
 		payload[i] = byte(i)
@@ -235,7 +232,6 @@ func TestLiveFilesAreWrittenReadListedTestedMovedAndRemoved(t *testing.T) {
 }
 
 func TestLiveWriteCreatesMissingParents(t *testing.T) {
-	t.Skip(parentsPending)
 	s := sandbox(t, kruntimes.SandboxOptions{})
 	ctx := timeout(t, time.Minute)
 	if err := s.Files.Write(ctx, "fresh/a/b/c.txt", strings.NewReader("deep")); err != nil {

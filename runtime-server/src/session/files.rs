@@ -35,11 +35,18 @@ fn io(path: &str, e: std::io::Error) -> FileError {
     }
 }
 
-/// Writes (replaces) a file; its directory must exist.
+/// Writes (replaces) a file, creating its missing parent directories.
 pub fn write(root: &Path, path: &str, content: &[u8]) -> Result<(), FileError> {
     let r = resolve(root, path, false)?;
     if r.path.is_dir() {
         return Err(FileError::Io(format!("{path} is a directory")));
+    }
+    if let Some(parent) = r.path.parent()
+        && !parent.is_dir()
+    {
+        std::fs::create_dir_all(parent).map_err(|e| io(path, e))?;
+        // Re-check: a component created concurrently could be a link.
+        resolve(root, path, false)?;
     }
     std::fs::write(&r.path, content).map_err(|e| io(path, e))
 }
@@ -197,6 +204,29 @@ mod tests {
         delete(&root, "a").unwrap();
         assert!(!root.join("a").exists());
         assert!(matches!(delete(&root, "a"), Err(FileError::NotFound(_))));
+    }
+
+    #[test]
+    fn writing_creates_missing_parents_but_never_through_a_link_or_a_file() {
+        let (_d, root) = ws();
+        write(&root, "fresh/a/b/c.txt", b"deep").unwrap();
+        assert_eq!(
+            read(&root, "fresh/a/b/c.txt", MAX_FILE_BYTES).unwrap(),
+            b"deep"
+        );
+        let outside = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.join("out")).unwrap();
+        assert!(write(&root, "out/new/x.txt", b"x").is_err());
+        assert!(!outside.path().join("new").exists());
+        write(&root, "plain", b"f").unwrap();
+        assert!(matches!(
+            write(&root, "plain/child.txt", b"x"),
+            Err(FileError::Io(_))
+        ));
+        assert!(matches!(
+            write(&root, "fresh", b"x"),
+            Err(FileError::Io(m)) if m.contains("is a directory")
+        ));
     }
 
     #[test]

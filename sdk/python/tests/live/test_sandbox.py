@@ -12,9 +12,6 @@ from kruntimes import Sandbox
 
 from .conftest import MODE, env, explicit_client, make_client
 
-PARENTS_PENDING = ("needs sessions' writeFile to create missing parent directories, which lands with the session "
-                   "code moving to runtime-server (issue 14 item 4); unskip once it is on main")
-
 
 def test_a_sandbox_closed_by_its_context_manager_ends_succeeded(client, runtime):
     with Sandbox.create(client, runtime=runtime, env={"GREETING": "hello"}) as sb:
@@ -79,7 +76,7 @@ def test_stream_yields_output_as_it_happens(sandbox):
 
 
 def test_files_are_written_read_listed_tested_moved_and_removed(sandbox):
-    sandbox.files.make_dir("data")  # writeFile does not create parents before item 4 lands
+    sandbox.files.make_dir("data")
     payload = bytes(range(256)) * 4096  # 1 MiB, every byte value
     sandbox.files.write("data/blob.bin", payload)
     sandbox.files.write("data/text.txt", "héllo")
@@ -119,7 +116,6 @@ def test_file_errors_are_typed(sandbox):
         sandbox.files.remove("missing.txt")
 
 
-@pytest.mark.skip(reason=PARENTS_PENDING)
 def test_write_creates_missing_parents(sandbox):
     sandbox.files.write("fresh/a/b/c.txt", b"deep")
     assert sandbox.files.read("fresh/a/b/c.txt") == b"deep"
