@@ -168,13 +168,17 @@ fn function_verbs(base: &[&str], dir: &Path, name: &str, ns: &str) {
     );
 }
 
-/// `krt logs`: the owner's lines about the Run, and only those.
+/// `krt logs`: the owner's lines about the Run, and only those — runtimed's
+/// and its Runtime Server's.
 fn logs_verb(base: &[&str], name: &str, ns: &str) {
     let (info, _) = run_json(base, name, ns);
     let uid = info["uid"].as_str().unwrap().to_owned();
     let logs = ok(krt(base, &["-n", ns, "logs", name]));
     assert!(logs.lines().count() >= 1, "no line about {uid}");
     assert!(logs.lines().all(|l| l.contains(&uid)), "{logs}");
+    for process in ["kruntimes_runtimed", "kruntimes_runtime_server"] {
+        assert!(logs.contains(process), "no line of {process}: {logs}");
+    }
 }
 
 fn run_json(base: &[&str], name: &str, ns: &str) -> (Value, Value) {

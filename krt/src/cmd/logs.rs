@@ -1,18 +1,24 @@
-//! `krt logs RUN [-f]`: the owner's log lines about one Run — from
-//! `STATE_DIR/logs/<instance>.log` under `krt up`, from the owner Pod's
-//! `runtimed` container through the API server on a cluster. runtimed
-//! logs no payloads, so these lines are lifecycle and invocation records.
+//! `krt logs RUN [-f]`: the owner's log lines about one Run — runtimed's
+//! (lifecycle and invocation records: runtimed logs no payloads) and its
+//! Runtime Server's (the handlers' and commands' own stderr, by Run UID) —
+//! from `STATE_DIR/logs/` under `krt up`, from the owner Pod's `runtimed`
+//! and `runtime` containers through the API server on a cluster. Without
+//! `-f` the two are merged in timestamp order; with it, lines print as they
+//! come.
 
 use std::io::{BufRead as _, Seek as _};
+use std::pin::Pin;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use futures::{AsyncBufReadExt as _, TryStreamExt as _};
+use futures::{AsyncBufReadExt as _, Stream, StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt as _;
 use kube::api::{Api, ListParams, LogParams};
 
 use crate::target::{RunInfo, Target};
+
+type Lines = Pin<Box<dyn Stream<Item = anyhow::Result<String>> + Send>>;
 
 /// Prints the owner's lines that name the Run's UID; with `follow`, keeps
 /// printing new ones.
@@ -21,51 +27,111 @@ pub async fn logs(t: &Target, namespace: &str, name: &str, follow: bool) -> anyh
     let Some(pod) = run.assigned_pod.clone() else {
         bail!("run {namespace}/{name} has no owner yet ({})", run.phase);
     };
-    match t {
-        Target::Embedded(e) => embedded(e.log_dir(), &pod, &run, follow).await,
-        Target::Cluster(c) => cluster(c.client(), &pod, &run, follow).await,
+    let sources = match t {
+        Target::Embedded(e) => embedded(e.log_dir(), &pod, follow)?,
+        Target::Cluster(c) => cluster(c.client(), &pod, follow).await?,
+    };
+    let mine = |r: &anyhow::Result<String>| {
+        let keep = match r {
+            Ok(line) => mentions(line, &run),
+            Err(_) => true,
+        };
+        futures::future::ready(keep)
+    };
+    if follow {
+        let mut all = futures::stream::select_all(sources).filter(mine);
+        while let Some(line) = all.next().await {
+            println!("{}", line?);
+        }
+        return Ok(());
     }
+    let mut lines = Vec::new();
+    for source in sources {
+        lines.extend(source.filter(mine).try_collect::<Vec<_>>().await?);
+    }
+    for line in merge_by_time(lines) {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+/// Orders lines of several logs by their JSON `timestamp` (RFC 3339 in UTC
+/// sorts as text); lines without one keep their place after the previous
+/// line.
+fn merge_by_time(lines: Vec<String>) -> Vec<String> {
+    let mut last = String::new();
+    let mut keyed: Vec<(String, usize, String)> = lines
+        .into_iter()
+        .enumerate()
+        .map(|(i, line)| {
+            if let Some(ts) = timestamp(&line) {
+                last = ts;
+            }
+            (last.clone(), i, line)
+        })
+        .collect();
+    keyed.sort();
+    keyed.into_iter().map(|(_, _, l)| l).collect()
+}
+
+fn timestamp(line: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    v.get("timestamp")?.as_str().map(str::to_owned)
 }
 
 fn mentions(line: &str, run: &RunInfo) -> bool {
     line.contains(&run.uid)
 }
 
-async fn embedded(
-    dir: std::path::PathBuf,
-    pod: &str,
-    run: &RunInfo,
-    follow: bool,
-) -> anyhow::Result<()> {
-    let path = dir.join(format!("{pod}.log"));
-    let file = std::fs::File::open(&path).with_context(|| format!("open {}", path.display()))?;
-    let mut reader = std::io::BufReader::new(file);
-    let mut line = String::new();
-    loop {
-        line.clear();
-        let n = reader.read_line(&mut line)?;
-        if n == 0 {
-            if !follow {
-                return Ok(());
+/// The log files of `pod` (`runtimed-N`) and of its Runtime Server
+/// (`runtime-server-N`).
+fn embedded(dir: std::path::PathBuf, pod: &str, follow: bool) -> anyhow::Result<Vec<Lines>> {
+    let server = format!("runtime-server-{}", pod.trim_start_matches("runtimed-"));
+    let mut out = Vec::new();
+    for (i, name) in [pod, server.as_str()].into_iter().enumerate() {
+        let path = dir.join(format!("{name}.log"));
+        match std::fs::File::open(&path) {
+            Ok(f) => out.push(tail(f, follow)),
+            // runtimed's log is required; a server's may not exist yet.
+            Err(e) if i == 0 => {
+                return Err(e).with_context(|| format!("open {}", path.display()));
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            // A line being written shows up once complete.
-            let pos = reader.stream_position()?;
-            reader.seek(std::io::SeekFrom::Start(pos))?;
-            continue;
-        }
-        if mentions(&line, run) {
-            print!("{line}");
+            Err(_) => {}
         }
     }
+    Ok(out)
 }
 
-async fn cluster(
-    client: &kube::Client,
-    pod: &str,
-    run: &RunInfo,
-    follow: bool,
-) -> anyhow::Result<()> {
+/// The lines of `file`; with `follow`, then the lines appended to it.
+fn tail(file: std::fs::File, follow: bool) -> Lines {
+    let reader = std::io::BufReader::new(file);
+    Box::pin(futures::stream::try_unfold(
+        reader,
+        move |mut reader| async move {
+            let mut line = String::new();
+            loop {
+                line.clear();
+                let n = reader.read_line(&mut line)?;
+                if n > 0 && line.ends_with('\n') {
+                    line.pop();
+                    return Ok(Some((line, reader)));
+                }
+                if n > 0 {
+                    // A line being written: read it again once complete.
+                    let pos = reader.stream_position()?;
+                    reader.seek(std::io::SeekFrom::Start(pos - n as u64))?;
+                }
+                if !follow {
+                    return Ok(if n > 0 { Some((line, reader)) } else { None });
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        },
+    ))
+}
+
+/// The `runtimed` and `runtime` containers' logs of the owner Pod.
+async fn cluster(client: &kube::Client, pod: &str, follow: bool) -> anyhow::Result<Vec<Lines>> {
     // The owner Pod lives in its Runtime's namespace; find it by name.
     let found = Api::<Pod>::all(client.clone())
         .list(&ListParams::default().labels(kruntimes_api::RUNTIME_LABEL))
@@ -75,16 +141,35 @@ async fn cluster(
         .find(|p| p.name_any() == pod)
         .with_context(|| format!("owner Pod {pod} not found"))?;
     let api = Api::<Pod>::namespaced(client.clone(), &found.namespace().unwrap_or_default());
-    let params = LogParams {
-        container: Some("runtimed".into()),
-        follow,
-        ..Default::default()
-    };
-    let mut lines = api.log_stream(pod, &params).await?.lines();
-    while let Some(line) = lines.try_next().await? {
-        if mentions(&line, run) {
-            println!("{line}");
-        }
+    let mut out = Vec::new();
+    for container in ["runtimed", "runtime"] {
+        let params = LogParams {
+            container: Some(container.into()),
+            follow,
+            ..Default::default()
+        };
+        let lines = api
+            .log_stream(pod, &params)
+            .await
+            .with_context(|| format!("logs of {pod}/{container}"))?
+            .lines()
+            .map_err(anyhow::Error::from);
+        out.push(Box::pin(lines) as Lines);
     }
-    Ok(())
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_logs_merge_in_timestamp_order_and_plain_lines_stay_put() {
+        let a = r#"{"timestamp":"2026-12-01T10:00:01Z","m":"a1"}"#;
+        let b = r#"{"timestamp":"2026-12-01T10:00:00Z","m":"b1"}"#;
+        let plain = "Traceback (most recent call last):";
+        let c = r#"{"timestamp":"2026-12-01T10:00:02Z","m":"b2"}"#;
+        let got = merge_by_time(vec![a.into(), b.into(), plain.into(), c.into()]);
+        assert_eq!(got, vec![b, plain, a, c]);
+    }
 }
