@@ -59,6 +59,10 @@ pub struct UpArgs {
     /// `--gateway-flag=--authz-allowed-ttl-secs=10`.
     #[arg(long = "gateway-flag", allow_hyphen_values = true)]
     pub gateway_flags: Vec<String>,
+    /// Extra flag passed to every runtimed as is (repeatable), for example
+    /// `--runtimed-flag=--max-connections=256`.
+    #[arg(long = "runtimed-flag", allow_hyphen_values = true)]
+    pub runtimed_flags: Vec<String>,
     /// Exit when the parent process exits (used by test harnesses).
     #[arg(long, hide = true)]
     pub exit_with_parent: bool,
@@ -332,13 +336,9 @@ pub async fn up(state_dir: &Path, args: UpArgs) -> anyhow::Result<()> {
         });
         let (server, socket) = runtime_server(&state_dir, &logs, &name)?;
         children.push(server);
-        children.push(runtimed(
-            &pki,
-            &name,
-            addr,
-            &socket,
-            logs.join(format!("{name}.log")),
-        ));
+        let mut d = runtimed(&pki, &name, addr, &socket, logs.join(format!("{name}.log")));
+        d.args.extend(args.runtimed_flags.iter().cloned());
+        children.push(d);
     }
     children.push(Supervised::new(
         "gateway".into(),

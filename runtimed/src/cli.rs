@@ -61,6 +61,27 @@ pub struct Args {
     /// Maximum invocation timeout, seconds.
     #[arg(long, default_value_t = 300)]
     pub max_timeout_secs: u64,
+    /// Open connections to the TLS port at most; one more is closed at once.
+    #[arg(
+        long,
+        env = "KRUNTIMES_RUNTIMED_MAX_CONNECTIONS",
+        default_value_t = 1024
+    )]
+    pub max_connections: usize,
+    /// Bound on a connection's TLS handshake, milliseconds.
+    #[arg(
+        long,
+        env = "KRUNTIMES_RUNTIMED_HANDSHAKE_TIMEOUT_MS",
+        default_value_t = 10_000
+    )]
+    pub handshake_timeout_ms: u64,
+    /// Bound on reading an HTTP/1 request's headers, milliseconds.
+    #[arg(
+        long,
+        env = "KRUNTIMES_RUNTIMED_HEADER_TIMEOUT_MS",
+        default_value_t = 10_000
+    )]
+    pub header_timeout_ms: u64,
     /// The built-in backend of this Pod's Runtime (`Runtime.spec.backend`);
     /// by default chosen from each Run's runtime name.
     #[arg(long, value_enum, env = "KRUNTIMES_RUNTIMED_BACKEND")]
@@ -186,6 +207,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     tracing::info!(name = %args.name, pod_uid = %pod_uid, address = %address, "runtimed serving");
     let cfg = ServeConfig {
         listener,
+        limits: kruntimes_support::listen::Limits {
+            max_connections: args.max_connections,
+            handshake: Duration::from_millis(args.handshake_timeout_ms),
+        },
+        header_timeout: Duration::from_millis(args.header_timeout_ms),
         tls,
         policy: PeerPolicy {
             dataplane_clients: args.dataplane_clients.clone(),

@@ -1,13 +1,15 @@
 //! Process plumbing shared by the kruntimes daemons (operator, runtimed,
 //! gateway, `krt up`, the Runtime Server): JSON logging, the shutdown
 //! signal, process confinement ([`confine`]: Landlock, capabilities,
-//! `no_new_privs`, non-dumpable), and the Kubernetes client, reflector
+//! `no_new_privs`, non-dumpable), the bounded accept loop of every TCP
+//! listener ([`listen`]), and the Kubernetes client, reflector
 //! caches and finalizer patch that the operator and runtimed's cluster
 //! adapter both use. Nothing here decides anything about a Run.
 #![forbid(unsafe_code)]
 
 pub mod confine;
 pub mod kube;
+pub mod listen;
 
 /// JSON logs to stderr, filtered by `RUST_LOG` (default `info`). Calling it
 /// twice is harmless.

@@ -5,6 +5,7 @@
 use kruntimes_certs::TlsFiles;
 use kruntimes_proto::ownership::v1::ownership_table_server::OwnershipTableServer;
 use kruntimes_proto::watch::Publisher;
+use kruntimes_support::listen::{self, Limits, Listener};
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
 fn read(path: &std::path::Path) -> anyhow::Result<Vec<u8>> {
@@ -22,7 +23,8 @@ pub(super) fn serve(
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     let tls = ServerTlsConfig::new()
         .identity(Identity::from_pem(read(&tls.cert)?, read(&tls.key)?))
-        .client_ca_root(Certificate::from_pem(read(&tls.ca)?));
+        .client_ca_root(Certificate::from_pem(read(&tls.ca)?))
+        .timeout(Limits::default().handshake);
     let server =
         Server::builder()
             .tls_config(tls)?
@@ -30,7 +32,8 @@ pub(super) fn serve(
                 publisher,
                 peer_allowed(clients),
             ));
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    // Bounded connections; accept errors never end the server.
+    let incoming = listen::incoming(Listener::new(listener, "watch", Limits::default()));
     Ok(tokio::spawn(async move {
         let stop = async move {
             let _ = stop.wait_for(|s| *s).await;

@@ -8,6 +8,7 @@ pub mod controller;
 mod rpc;
 pub mod store;
 
+use kruntimes_support::listen::{self, Limits, Listener};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -131,12 +132,14 @@ pub async fn run(
             read(&cfg.tls.cert)?,
             read(&cfg.tls.key)?,
         ))
-        .client_ca_root(Certificate::from_pem(read(&cfg.tls.ca)?));
+        .client_ca_root(Certificate::from_pem(read(&cfg.tls.ca)?))
+        .timeout(Limits::default().handshake);
     let server = Server::builder()
         .tls_config(server_tls)?
         .add_service(publisher.service());
     let mut server_stop = stop_rx.clone();
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    // Bounded connections; accept errors never end the server.
+    let incoming = listen::incoming(Listener::new(listener, "control-plane", Limits::default()));
     let server_task = tokio::spawn(async move {
         let stop = async move {
             let _ = server_stop.wait_for(|s| *s).await;

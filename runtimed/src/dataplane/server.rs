@@ -2,6 +2,10 @@
 //! `SessionRuntime`, `OwnershipTable`) and the HTTP/2 dataplane. Clients must present a
 //! certificate from the internal CA; the peer's common name then decides what
 //! it may call.
+//!
+//! The port holds under abuse ([`kruntimes_support::listen`]): accept errors
+//! never end the loop, connections are bounded, a TLS handshake has a
+//! deadline, and so do the request headers of an HTTP/1 connection.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -10,6 +14,7 @@ use axum::Router;
 use axum::routing::any;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::service::TowerToHyperService;
+use kruntimes_support::listen::{self, Limits, Listener, Stats};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
@@ -25,6 +30,10 @@ use crate::session::Sessions;
 pub struct ServeConfig {
     /// Bound listener.
     pub listener: TcpListener,
+    /// Its bounds.
+    pub limits: Limits,
+    /// Bound on reading an HTTP/1 request's headers.
+    pub header_timeout: std::time::Duration,
     /// TLS server configuration (with client verification).
     pub tls: rustls::ServerConfig,
     /// Client identity policy.
@@ -59,17 +68,23 @@ pub async fn serve(
         policy: Arc::new(cfg.policy),
     });
     let acceptor = TlsAcceptor::from(Arc::new(cfg.tls));
+    let listener = Listener::new(cfg.listener, "runtimed", cfg.limits);
+    let stats = listener.stats();
     tokio::pin!(shutdown);
     loop {
-        let (tcp, remote) = tokio::select! {
-            r = cfg.listener.accept() => r?,
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
             _ = &mut shutdown => return Ok(()),
         };
-        let _ = tcp.set_nodelay(true);
         let acceptor = acceptor.clone();
         let app = app.clone();
+        let stats = stats.clone();
+        let bounds = (cfg.limits, cfg.header_timeout);
         tokio::spawn(async move {
-            if let Err(e) = connection(acceptor, tcp, remote, app).await {
+            let remote = accepted.remote;
+            let _slot = accepted.slot;
+            if let Err(e) = connection(acceptor, accepted.stream, remote, app, bounds, &stats).await
+            {
                 tracing::debug!(%remote, error = %e, "connection ended with error");
             }
         });
@@ -81,8 +96,10 @@ async fn connection(
     tcp: tokio::net::TcpStream,
     remote: SocketAddr,
     app: Router,
+    (limits, header_timeout): (Limits, std::time::Duration),
+    stats: &Stats,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let tls = acceptor.accept(tcp).await?;
+    let tls = listen::handshake(limits, stats, acceptor.accept(tcp)).await?;
     let common_name = tls
         .get_ref()
         .1
@@ -95,7 +112,12 @@ async fn connection(
         req.extensions_mut().insert(identity.clone());
         req
     });
-    hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(header_timeout);
+    builder
         .serve_connection_with_upgrades(TokioIo::new(tls), TowerToHyperService::new(svc))
         .await
 }

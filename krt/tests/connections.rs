@@ -1,0 +1,159 @@
+//! runtimed's TLS port under abuse, end to end: a flood of idle,
+//! unauthenticated connections past its open-file limit never ends it (the
+//! same process keeps serving Runs through the gateway), a peer that never
+//! finishes its TLS handshake or its request headers is cut off, and
+//! connections past `--max-connections` are closed at once. Deadlines are
+//! asserted as "eventually", never as a measured time.
+
+// Test helpers panic on failure: that is how a test fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use kruntimes_testkit::Stack;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+
+fn runtimed(stack: &Stack, name: &str) -> (u32, String) {
+    let p = stack.processes().unwrap();
+    (
+        p[name]["pid"].as_u64().unwrap() as u32,
+        p[name]["address"].as_str().unwrap().to_owned(),
+    )
+}
+
+/// Reads until the peer closes (0 bytes) or errors; returns what it read.
+async fn until_closed(s: &mut (impl tokio::io::AsyncRead + Unpin)) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf).await {
+            Ok(0) | Err(_) => return got,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+async fn invoke_ok(stack: &Stack, name: &str) {
+    let r = stack.invoke(name, r#"{"name": "flood"}"#).await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(json(r).await["message"], "hello flood");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_past_the_file_limit_never_end_runtimed() {
+    let stack = start(
+        1,
+        vec![python_run("fn")],
+        &["--runtimed-flag=--handshake-timeout-ms=1000"],
+    );
+    stack.wait_phase("fn", "Ready").await.unwrap();
+    invoke_ok(&stack, "fn").await;
+    let (pid, address) = runtimed(&stack, "runtimed-0");
+    let limit = std::process::Command::new("prlimit")
+        .args(["--pid", &pid.to_string(), "--nofile=512:512"])
+        .status()
+        .unwrap();
+    assert!(limit.success(), "prlimit failed");
+
+    // 700 idle connections, no TLS: more than the process may open.
+    let mut flood = Vec::new();
+    for _ in 0..700 {
+        flood.push(TcpStream::connect(&address).await.unwrap());
+    }
+    // Each is cut off at the handshake deadline (or refused while the
+    // process is out of descriptors) — and runtimed goes on.
+    for s in &mut flood {
+        until_closed(s).await;
+    }
+    drop(flood);
+    assert_eq!(
+        runtimed(&stack, "runtimed-0").0,
+        pid,
+        "runtimed was restarted"
+    );
+    assert!(
+        std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "runtimed exited"
+    );
+    invoke_ok(&stack, "fn").await;
+    // A fresh connection of the gateway's is served too: a second Run
+    // placed on the same runtimed registers and answers.
+    stack.add_run("fn2.yaml", &python_run("fn2").1).unwrap();
+    stack.wait_phase("fn2", "Ready").await.unwrap();
+    invoke_ok(&stack, "fn2").await;
+    let log = stack.log_of("runtimed-0");
+    assert!(
+        log.contains("accept failed; backing off"),
+        "no back-off logged"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_handshakes_and_headers_are_cut_off_and_the_bound_holds() {
+    let stack = start(
+        1,
+        vec![python_run("fn")],
+        &[
+            "--runtimed-flag=--handshake-timeout-ms=300",
+            "--runtimed-flag=--header-timeout-ms=300",
+            "--runtimed-flag=--max-connections=8",
+        ],
+    );
+    stack.wait_phase("fn", "Ready").await.unwrap();
+    let (pid, address) = runtimed(&stack, "runtimed-0");
+
+    // A partial TLS ClientHello, never finished: closed.
+    let mut partial = TcpStream::connect(&address).await.unwrap();
+    partial
+        .write_all(&[0x16, 0x03, 0x01, 0x02, 0x00])
+        .await
+        .unwrap();
+    until_closed(&mut partial).await;
+
+    // A client with the gateway's certificate that never finishes its
+    // request headers: closed, with no answer.
+    let pki = stack.state_dir().join("pki");
+    let tls = kruntimes_certs::client_config(
+        &pki.join("internal-ca.crt"),
+        Some((
+            &pki.join("gateway-client.crt"),
+            &pki.join("gateway-client.key"),
+        )),
+        &[b"http/1.1"],
+    )
+    .unwrap();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(tls));
+    let tcp = TcpStream::connect(&address).await.unwrap();
+    let name =
+        rustls::pki_types::ServerName::try_from(kruntimes_certs::install::RUNTIMED_SERVER_NAME)
+            .unwrap();
+    let mut slow = connector.connect(name, tcp).await.unwrap();
+    slow.write_all(b"GET /v1/healthz HTTP/1.1\r\nHost: runtimed\r\n")
+        .await
+        .unwrap();
+    let answer = until_closed(&mut slow).await;
+    assert!(
+        answer.is_empty() || String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 408"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+
+    // Past the bound (8, of which the gateway holds some): the surplus is
+    // closed at once, then every one is cut off at the handshake deadline.
+    let mut many = Vec::new();
+    for _ in 0..20 {
+        many.push(TcpStream::connect(&address).await.unwrap());
+    }
+    for s in &mut many {
+        until_closed(s).await;
+    }
+    drop(many);
+    assert_eq!(runtimed(&stack, "runtimed-0").0, pid);
+    // The gateway's pooled connection was never displaced.
+    let r = stack.invoke("fn", "{}").await.unwrap();
+    assert_eq!(r.status(), 200);
+}
