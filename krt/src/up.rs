@@ -31,6 +31,10 @@ pub struct UpArgs {
     /// Number of runtimed instances.
     #[arg(long, default_value_t = 2)]
     pub runtimed: usize,
+    /// Loopback address the runtimed instances listen on: `127.0.0.1`, or
+    /// `::1` for an IPv6 stack (their addresses are then `[::1]:PORT`).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub runtimed_ip: std::net::IpAddr,
     /// `runs` capacity of each runtimed instance.
     #[arg(long, default_value_t = 8)]
     pub capacity: u32,
@@ -129,8 +133,8 @@ impl Supervised {
     }
 }
 
-fn free_port() -> anyhow::Result<SocketAddr> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+fn free_port(ip: std::net::IpAddr) -> anyhow::Result<SocketAddr> {
+    let l = std::net::TcpListener::bind((ip, 0))?;
     Ok(l.local_addr()?)
 }
 
@@ -328,7 +332,7 @@ pub async fn up(state_dir: &Path, args: UpArgs) -> anyhow::Result<()> {
     let mut pods = Vec::new();
     for i in 0..args.runtimed {
         let name = format!("runtimed-{i}");
-        let addr = free_port()?;
+        let addr = free_port(args.runtimed_ip)?;
         pods.push(PodConfig {
             name: name.clone(),
             address: addr.to_string(),

@@ -127,7 +127,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Some(tokio::net::TcpListener::bind(args.listen).await?)
     };
     let address = match (&args.advertise, &listener) {
-        (Some(a), _) => a.clone(),
+        (Some(a), _) => advertised(a)?,
         (None, Some(l)) => l.local_addr()?.to_string(),
         (None, None) => args.listen.to_string(),
     };
@@ -257,4 +257,47 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     engine.shutdown().await;
     tracing::info!("runtimed stopped");
     Ok(())
+}
+
+/// The address to publish for `--advertise`: `HOST:PORT` or `[IPV6]:PORT`
+/// as given, and a bare `IPV6:PORT` — what `$(POD_IP):7443` expands to on
+/// an IPv6 cluster — with the brackets it needs.
+pub fn advertised(raw: &str) -> anyhow::Result<String> {
+    if raw.parse::<SocketAddr>().is_ok() {
+        return Ok(raw.to_owned());
+    }
+    if let Some((host, port)) = raw.rsplit_once(':')
+        && let (Ok(ip), Ok(port)) = (host.parse::<std::net::Ipv6Addr>(), port.parse::<u16>())
+    {
+        return Ok(SocketAddr::from((ip, port)).to_string());
+    }
+    match raw.rsplit_once(':') {
+        Some((host, port))
+            if !host.is_empty() && !host.contains(':') && port.parse::<u16>().is_ok() =>
+        {
+            Ok(raw.to_owned())
+        }
+        _ => anyhow::bail!("--advertise {raw:?} is not HOST:PORT or [IPV6]:PORT"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::advertised;
+
+    #[test]
+    fn advertised_addresses_get_brackets_when_ipv6_needs_them() {
+        for (raw, want) in [
+            ("10.0.0.5:7443", "10.0.0.5:7443"),
+            ("[fd00::5]:7443", "[fd00::5]:7443"),
+            ("fd00::5:7443", "[fd00::5]:7443"),
+            ("::1:7443", "[::1]:7443"),
+            ("runtimed-0.pods.local:7443", "runtimed-0.pods.local:7443"),
+        ] {
+            assert_eq!(advertised(raw).unwrap(), want, "{raw}");
+        }
+        for bad in ["", "7443", "host", "host:port", "[fd00::5]", "a:b:c"] {
+            assert!(advertised(bad).is_err(), "{bad:?}");
+        }
+    }
 }
