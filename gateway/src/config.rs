@@ -25,6 +25,10 @@ pub struct Args {
     /// Plain HTTP listen address (protocol set: http).
     #[arg(long, env = "KRUNTIMES_GATEWAY_HTTP_LISTEN")]
     pub http_listen: Option<String>,
+    /// Listen address of `GET /metrics` (plain HTTP; keep it off the public
+    /// network). The public listeners never serve metrics.
+    #[arg(long, env = "KRUNTIMES_GATEWAY_METRICS_LISTEN")]
+    pub metrics_listen: Option<String>,
     /// HTTPS serving certificate chain (PEM).
     #[arg(long, env = "KRUNTIMES_GATEWAY_TLS_CERT")]
     pub tls_cert: Option<PathBuf>,

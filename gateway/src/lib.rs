@@ -9,6 +9,7 @@ pub mod admission;
 pub mod auth;
 pub mod config;
 pub mod metrics;
+pub mod metrics_service;
 pub mod proxy;
 pub mod rejection;
 pub mod table;
@@ -217,6 +218,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         args.staleness_secs,
     ))));
     let auth = build_auth(&args, &metrics)?;
+    let metrics_app = args.metrics_listen.as_ref().map(|addr| {
+        let mut s = pingora::services::listening::Service::new(
+            "metrics".into(),
+            metrics_service::MetricsApp {
+                metrics: metrics.clone(),
+                table: table.clone(),
+            },
+        );
+        s.add_tcp(addr);
+        s
+    });
     let mut gateway = Gateway::new(
         table.clone(),
         auth,
@@ -279,7 +291,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     );
     server.add_service(proxy);
     server.add_service(watch);
+    if let Some(m) = metrics_app {
+        server.add_service(m);
+    }
     server.bootstrap();
-    tracing::info!(https = ?args.https_listen, http = ?args.http_listen, "gateway starting");
+    tracing::info!(https = ?args.https_listen, http = ?args.http_listen, metrics = ?args.metrics_listen, "gateway starting");
     server.run_forever()
 }

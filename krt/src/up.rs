@@ -82,6 +82,8 @@ struct Supervised {
     /// not show in its command line (`/proc/PID/cmdline` is readable by
     /// every process of the machine).
     extra_env: Vec<(String, String)>,
+    /// Its metrics listener, if it has one (the gateway).
+    metrics: Option<String>,
     log: PathBuf,
     child: Option<Child>,
     restarts: u32,
@@ -96,6 +98,7 @@ impl Supervised {
             args,
             env: None,
             extra_env: Vec::new(),
+            metrics: None,
             log,
             child: None,
             restarts: 0,
@@ -344,12 +347,18 @@ pub async fn up(state_dir: &Path, args: UpArgs) -> anyhow::Result<()> {
         d.args.extend(args.runtimed_flags.iter().cloned());
         children.push(d);
     }
-    children.push(Supervised::new(
+    let metrics_addr = free_port(std::net::Ipv4Addr::LOCALHOST.into())?;
+    let mut gateway = Supervised::new(
         "gateway".into(),
         args.gateway_addr.clone(),
         gateway_args(&pki, &args, control_addr),
         logs.join("gateway.log"),
-    ));
+    );
+    gateway
+        .args
+        .extend(["--metrics-listen".into(), metrics_addr.to_string()]);
+    gateway.metrics = Some(metrics_addr.to_string());
+    children.push(gateway);
     for c in &mut children {
         c.spawn(&exe)?;
     }
@@ -475,7 +484,12 @@ fn write_processes(state_dir: &Path, children: &[Supervised]) -> anyhow::Result<
         .map(|c| {
             (
                 c.name.as_str(),
-                serde_json::json!({"pid": c.pid(), "address": c.address}),
+                match &c.metrics {
+                    Some(m) => {
+                        serde_json::json!({"pid": c.pid(), "address": c.address, "metrics": m})
+                    }
+                    None => serde_json::json!({"pid": c.pid(), "address": c.address}),
+                },
             )
         })
         .collect();

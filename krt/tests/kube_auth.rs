@@ -138,7 +138,7 @@ async fn error_code(resp: reqwest::Response) -> String {
 async fn gateway_metrics(stack: &Stack) -> String {
     stack
         .http
-        .get(format!("{}/metrics", stack.gateway))
+        .get(stack.metrics_url().unwrap())
         .send()
         .await
         .unwrap()

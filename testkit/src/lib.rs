@@ -422,6 +422,16 @@ impl Stack {
         )?)?)
     }
 
+    /// The gateway's metrics URL (`processes.json`: its `--metrics-listen`).
+    pub fn metrics_url(&self) -> anyhow::Result<String> {
+        let p = self.processes()?;
+        let m = p
+            .get("gateway")
+            .and_then(|g| g["metrics"].as_str())
+            .context("no gateway metrics address")?;
+        Ok(format!("http://{m}/metrics"))
+    }
+
     /// SIGKILLs a child of the stack (e.g. `runtimed-0`).
     pub fn kill(&self, name: &str) -> anyhow::Result<u32> {
         let p = self.processes()?;

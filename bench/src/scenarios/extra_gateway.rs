@@ -15,6 +15,8 @@ pub(super) struct ExtraGateway {
     child: Child,
     /// Its HTTPS base URL.
     pub(super) url: String,
+    /// Its metrics URL (`--metrics-listen`, plain HTTP).
+    pub(super) metrics_url: String,
 }
 
 impl ExtraGateway {
@@ -49,6 +51,7 @@ pub(super) fn start(
     log: &Path,
 ) -> anyhow::Result<ExtraGateway> {
     let port = kruntimes_testkit::free_port();
+    let metrics_port = kruntimes_testkit::free_port();
     let f = |n: &str| pki.file(n).display().to_string();
     let mut cmd = Command::new(krt);
     cmd.args(["gateway", "--exit-with-parent", "--https-listen"])
@@ -77,7 +80,9 @@ pub(super) fn start(
         }
     }
     // Like the stack's own gateway in the bench: one thread, no access log.
-    cmd.args(["--threads", "1", "--access-log", "false"]);
+    cmd.args(["--threads", "1", "--access-log", "false"])
+        .arg("--metrics-listen")
+        .arg(format!("127.0.0.1:{metrics_port}"));
     let out = std::fs::File::create(log)?;
     let child = cmd
         .stdin(Stdio::null())
@@ -88,5 +93,6 @@ pub(super) fn start(
     Ok(ExtraGateway {
         child,
         url: format!("https://127.0.0.1:{port}"),
+        metrics_url: format!("http://127.0.0.1:{metrics_port}/metrics"),
     })
 }

@@ -77,7 +77,7 @@ async fn measure(local: &Local, n: u64) -> anyhow::Result<TableMemory> {
     for i in 0..n {
         publisher.upsert(entry(i));
     }
-    let metrics = format!("{}/metrics", g.url);
+    let metrics = g.metrics_url.clone();
     let want = format!("kruntimes_gateway_ownership_table_entries{{source=\"control-plane\"}} {n}");
     wait_until(Duration::from_secs(120), || async {
         match client.get(&metrics).send().await {

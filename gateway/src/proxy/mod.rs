@@ -1,6 +1,6 @@
 //! The Pingora proxy: one [`Gateway`] implementing [`ProxyHttp`].
 //!
-//! `request_filter` answers the health and metrics endpoints, reads the
+//! `request_filter` answers the health and version endpoints, reads the
 //! invocation id, then runs [`Admission`] — limits, target, authentication
 //! and authorization, route — answering its [`Rejection`] as typed JSON.
 //! `upstream_peer` then names the owner ([`upstream`]),
@@ -125,17 +125,7 @@ impl ProxyHttp for Gateway {
                 respond::plain(session, status, "text/plain", body.as_bytes().to_vec()).await?;
                 return Ok(true);
             }
-            "/metrics" => {
-                ctx.route_label = "metrics";
-                let n = table::read(self.admission.table()).len();
-                self.metrics
-                    .table_entries
-                    .with_label_values(&["control-plane"])
-                    .set(n as i64);
-                let body = self.metrics.render();
-                respond::plain(session, 200, "text/plain; version=0.0.4", body).await?;
-                return Ok(true);
-            }
+            // `/metrics` is served on `--metrics-listen` only.
             _ => {}
         }
         ctx.route_label = "invoke";
