@@ -1,8 +1,11 @@
 //! Authentication and authorization of a request through the
 //! [`DecisionCache`]: the bearer token, then the decision for the exact Run.
 
+use std::sync::Arc;
+
 use http::HeaderMap;
 
+use crate::auth::Identity;
 use crate::auth::cache::{DecisionCache, Outcome};
 use crate::rejection::Rejection;
 
@@ -22,7 +25,7 @@ pub fn require_bearer(headers: &HeaderMap) -> Result<&str, Rejection> {
 }
 
 /// Authenticates `token` and authorizes it for `target`, the Run the table
-/// names `run_name`; the subject on success.
+/// names `run_name`; the caller's identity on success.
 ///
 /// Authorization names the Run, which only the table knows: for an unknown
 /// UID (`run_name` is `None`) the caller is only authenticated, and then
@@ -33,7 +36,7 @@ pub async fn authorize(
     token: &str,
     target: &RunTarget,
     run_name: Option<&str>,
-) -> Result<String, Rejection> {
+) -> Result<Arc<Identity>, Rejection> {
     let Some(name) = run_name else {
         return match cache.authenticate(token).await? {
             Ok(_) => Err(Rejection::unknown_run()),
@@ -44,10 +47,10 @@ pub async fn authorize(
     decide(outcome, target)
 }
 
-/// The subject of an allowed outcome, or the rejection of any other.
-pub fn decide(outcome: Outcome, target: &RunTarget) -> Result<String, Rejection> {
+/// The identity of an allowed outcome, or the rejection of any other.
+pub fn decide(outcome: Outcome, target: &RunTarget) -> Result<Arc<Identity>, Rejection> {
     match outcome {
-        Outcome::Allowed(id) => Ok(id.subject.clone()),
+        Outcome::Allowed(id) => Ok(id),
         Outcome::Denied(id) => Err(Rejection::forbidden(
             &id.subject,
             target.verb(),

@@ -32,7 +32,7 @@ use std::time::Instant;
 use kruntimes_proto::api::SessionOp;
 use pingora::http::RequestHeader;
 
-use crate::auth::cache::DecisionCache;
+use crate::auth::cache::{DecisionCache, Outcome};
 use crate::rejection::Rejection;
 use crate::table::{self, Route, Table};
 
@@ -59,7 +59,56 @@ pub struct Facts {
     pub subject: Option<String>,
     /// Where to forward, once admitted.
     pub route: Option<Route>,
+    /// For a session WebSocket with authentication on: what each of its
+    /// operations is authorized again with.
+    pub websocket: Option<WebSocketAuth>,
     in_flight: Option<InFlight>,
+}
+
+/// What a session WebSocket's operations are authorized with: the caller's
+/// token (held only for the socket's life, never logged) and the Run.
+#[derive(Clone)]
+pub struct WebSocketAuth {
+    /// The decision cache.
+    pub cache: Arc<DecisionCache>,
+    /// The caller's bearer token.
+    pub token: String,
+    /// The Run, as authorization names it.
+    pub target: crate::auth::Target,
+    /// When the token expires, if it says.
+    pub expires_at: Option<std::time::SystemTime>,
+}
+
+impl std::fmt::Debug for WebSocketAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebSocketAuth")
+            .field("target", &self.target)
+            .field("expires_at", &self.expires_at)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WebSocketAuth {
+    /// Authorizes one more operation: `Ok` to let it through, else why the
+    /// socket ends.
+    pub async fn recheck(&self) -> Result<(), crate::proxy::websocket::CloseReason> {
+        use crate::proxy::websocket::CloseReason;
+        if self
+            .expires_at
+            .is_some_and(|exp| exp <= std::time::SystemTime::now())
+        {
+            return Err(CloseReason::TokenExpired);
+        }
+        match self.cache.check(&self.token, &self.target).await {
+            Ok(Outcome::Allowed(_)) => Ok(()),
+            Ok(Outcome::Denied(_)) => Err(CloseReason::Forbidden),
+            Ok(Outcome::Unauthenticated(why)) if why.contains("expired") => {
+                Err(CloseReason::TokenExpired)
+            }
+            Ok(Outcome::Unauthenticated(_)) => Err(CloseReason::Unauthenticated),
+            Err(_) => Err(CloseReason::Unavailable),
+        }
+    }
 }
 
 impl Admission {
@@ -103,8 +152,16 @@ impl Admission {
             (route::lookup(&t, &target, Instant::now()), t.subscribe())
         };
         if let (Some(cache), Some(token)) = (&self.auth, token) {
-            let subject = authorize::authorize(cache, token, &target, lookup.run_name()).await?;
-            facts.subject = Some(subject);
+            let id = authorize::authorize(cache, token, &target, lookup.run_name()).await?;
+            facts.subject = Some(id.subject.clone());
+            if let (Some(SessionOp::WebSocket), Some(name)) = (facts.session, lookup.run_name()) {
+                facts.websocket = Some(WebSocketAuth {
+                    cache: cache.clone(),
+                    token: token.to_owned(),
+                    target: target.authz_target(name),
+                    expires_at: id.expires_at,
+                });
+            }
         }
         // The slot is taken once the caller is known to be allowed: a flood
         // of made-up tokens is answered 401 without filling the gateway.

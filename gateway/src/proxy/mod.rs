@@ -10,6 +10,7 @@
 
 pub mod respond;
 pub mod upstream;
+pub mod websocket;
 
 pub use upstream::Upstream;
 
@@ -70,6 +71,10 @@ pub struct Ctx {
     started: Instant,
     body_bytes: u64,
     facts: Facts,
+    /// The client's frames of a session WebSocket, once upgraded.
+    frames: Option<websocket::FrameReader>,
+    /// The WebSocket was ended by the gateway: nothing more is forwarded.
+    closed: bool,
 }
 
 impl Ctx {
@@ -78,6 +83,58 @@ impl Ctx {
             .route
             .as_ref()
             .ok_or_else(|| Error::explain(ErrorType::InternalError, "no route after admission"))
+    }
+}
+
+impl Gateway {
+    /// The client's bytes of a session WebSocket: every new message is an
+    /// operation, authorized again (token expiry included) and held to the
+    /// body limit on its own. One that may not pass is replaced by a Close
+    /// frame to the owner, who answers the client with its code and reason.
+    async fn websocket_body(&self, body: &mut Option<Bytes>, ctx: &mut Ctx) -> Result<()> {
+        let Some(b) = body.as_ref() else {
+            return Ok(());
+        };
+        if ctx.closed {
+            *body = Some(Bytes::new());
+            return Ok(());
+        }
+        let max = ctx.facts.max_body;
+        let frames = ctx
+            .frames
+            .get_or_insert_with(|| websocket::FrameReader::new(max));
+        let mut end = None;
+        for ev in frames.feed(b) {
+            let (offset, verdict) = match ev {
+                websocket::Event::MessageStart { offset } => match &ctx.facts.websocket {
+                    Some(auth) => (offset, auth.recheck().await.err()),
+                    None => (offset, None),
+                },
+                websocket::Event::TooBig { offset } => {
+                    (offset, Some(websocket::CloseReason::TooBig))
+                }
+                websocket::Event::Malformed { offset } => {
+                    (offset, Some(websocket::CloseReason::Protocol))
+                }
+            };
+            if let Some(reason) = verdict {
+                end = Some((offset, reason));
+                break;
+            }
+        }
+        if let Some((offset, reason)) = end {
+            tracing::info!(
+                uid = %ctx.facts.uid,
+                code = reason.code(),
+                reason = reason.text(),
+                "session websocket ended by the gateway"
+            );
+            let mut out = b.slice(..offset).to_vec();
+            out.extend(websocket::close_frame(reason));
+            *body = Some(Bytes::from(out));
+            ctx.closed = true;
+        }
+        Ok(())
     }
 }
 
@@ -98,6 +155,8 @@ impl ProxyHttp for Gateway {
             started: Instant::now(),
             body_bytes: 0,
             facts: Facts::default(),
+            frames: None,
+            closed: false,
         }
     }
 
@@ -167,6 +226,7 @@ impl ProxyHttp for Gateway {
             uid: &ctx.facts.uid,
             route: ctx.route()?,
             subject: ctx.facts.subject.as_deref(),
+            token_expires: ctx.facts.websocket.as_ref().and_then(|w| w.expires_at),
         }
         .apply(upstream)
     }
@@ -178,6 +238,9 @@ impl ProxyHttp for Gateway {
         _end_of_stream: bool,
         ctx: &mut Self::CTX,
     ) -> Result<()> {
+        if ctx.facts.session == Some(SessionOp::WebSocket) {
+            return self.websocket_body(body, ctx).await;
+        }
         if let Some(b) = body {
             ctx.body_bytes += b.len() as u64;
             if ctx.body_bytes > ctx.facts.max_body {

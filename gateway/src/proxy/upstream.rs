@@ -75,6 +75,8 @@ pub struct Fencing<'a> {
     pub route: &'a Route,
     /// The authenticated subject, when authentication is on.
     pub subject: Option<&'a str>,
+    /// When the caller's token expires (session WebSockets).
+    pub token_expires: Option<std::time::SystemTime>,
 }
 
 impl Fencing<'_> {
@@ -99,6 +101,12 @@ impl Fencing<'_> {
         upstream.insert_header(api::HEADER_HOP, api::HOP_GATEWAY)?;
         if let Some(s) = self.subject {
             upstream.insert_header(api::HEADER_SUBJECT, s)?;
+        }
+        if let Some(exp) = self.token_expires {
+            let secs = exp
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            upstream.insert_header(api::HEADER_TOKEN_EXPIRES, secs.to_string())?;
         }
         Ok(())
     }
@@ -134,6 +142,7 @@ mod tests {
             uid: "u1",
             route: &route,
             subject,
+            token_expires: None,
         };
         fencing.apply(&mut req).unwrap();
         req

@@ -18,6 +18,9 @@ pub const HEADER_OWNER_POD_UID: &str = "x-kruntimes-owner-pod-uid";
 pub const HEADER_ATTEMPT: &str = "x-kruntimes-attempt";
 /// The authenticated subject (for runtimed's logs; never a token).
 pub const HEADER_SUBJECT: &str = "x-kruntimes-subject";
+/// Gateway → owner, on a session WebSocket: when the caller's token
+/// expires (Unix seconds); the owner closes the socket then (4401).
+pub const HEADER_TOKEN_EXPIRES: &str = "x-kruntimes-token-expires";
 /// Hop marker set by the gateway; runtimed rejects requests without it.
 pub const HEADER_HOP: &str = "x-kruntimes-hop";
 /// Value of [`HEADER_HOP`] written by the gateway.

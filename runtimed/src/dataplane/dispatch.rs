@@ -162,7 +162,14 @@ async fn route(
                             format!("expected a WebSocket upgrade: {e}"),
                         )
                     })?;
-                return Ok(ws::upgrade(upgrade, h));
+                // The caller's token expiry, as the gateway read it.
+                let expires = parts
+                    .headers
+                    .get(kruntimes_proto::api::HEADER_TOKEN_EXPIRES)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .map(|s| std::time::UNIX_EPOCH + std::time::Duration::from_secs(s));
+                return Ok(ws::upgrade(upgrade, h, expires));
             }
             let (method, uri) = (parts.method.clone(), parts.uri.clone());
             http::handle(h, op, method, uri, body, r).await

@@ -21,11 +21,29 @@ use crate::api_error::ApiError;
 /// Largest client frame (a base64 32 MiB file plus JSON).
 const MAX_FRAME: usize = http::MAX_OPERATION_BODY;
 
-/// Accepts the upgrade.
-pub fn upgrade(ws: WebSocketUpgrade, h: Arc<HostedSession>) -> Response {
+/// Accepts the upgrade; the socket closes (4401 "token expired") when the
+/// caller's token does, at `expires`.
+pub fn upgrade(
+    ws: WebSocketUpgrade,
+    h: Arc<HostedSession>,
+    expires: Option<std::time::SystemTime>,
+) -> Response {
     ws.max_message_size(MAX_FRAME)
         .max_frame_size(MAX_FRAME)
-        .on_upgrade(move |socket| serve(socket, h))
+        .on_upgrade(move |socket| serve(socket, h, expires))
+}
+
+/// When `expires` is reached (never, for `None`).
+async fn expiry(expires: Option<std::time::SystemTime>) {
+    match expires {
+        Some(at) => {
+            let left = at
+                .duration_since(std::time::SystemTime::now())
+                .unwrap_or_default();
+            tokio::time::sleep(left).await;
+        }
+        None => std::future::pending().await,
+    }
 }
 
 /// A `failed` event; `operation_id` names the operation it ends, if any.
@@ -106,11 +124,25 @@ fn on_message(h: &Arc<HostedSession>, text: &str, events: &mpsc::Sender<Value>) 
     }
 }
 
-async fn serve(mut socket: WebSocket, h: Arc<HostedSession>) {
+async fn serve(
+    mut socket: WebSocket,
+    h: Arc<HostedSession>,
+    expires: Option<std::time::SystemTime>,
+) {
     let (events_tx, mut events) = mpsc::channel::<Value>(256);
     let mut sequence = 0u64;
+    let expired = expiry(expires);
+    tokio::pin!(expired);
     loop {
         let out = tokio::select! {
+            () = &mut expired => {
+                let close = axum::extract::ws::CloseFrame {
+                    code: 4401,
+                    reason: "token expired".into(),
+                };
+                let _ = socket.send(Message::Close(Some(close))).await;
+                return;
+            },
             msg = socket.recv() => match msg {
                 Some(Ok(Message::Text(text))) => on_message(&h, text.as_str(), &events_tx),
                 Some(Ok(Message::Binary(_))) => Some(failure(ApiError::new(ErrorCode::BadRequest, "send JSON text frames"), None)),

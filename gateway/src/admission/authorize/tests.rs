@@ -50,7 +50,9 @@ fn other_schemes_empty_tokens_and_no_header_are_401_missing_token() {
 /// Authorizes `token` for Run `u1` of `team-a`, named `run_name` by the
 /// table (`None`: unknown UID).
 async fn decision(token: &str, run_name: Option<&str>) -> Result<String, Rejection> {
-    authorize(&cache(), token, &target("team-a"), run_name).await
+    authorize(&cache(), token, &target("team-a"), run_name)
+        .await
+        .map(|id| id.subject.clone())
 }
 
 #[tokio::test]
@@ -101,15 +103,15 @@ fn outcomes_become_the_subject_or_a_rejection() {
         ..target("team-a")
     };
     assert_eq!(
-        decide(Outcome::Allowed(alice.clone()), &t),
+        decide(Outcome::Allowed(alice.clone()), &t).map(|id| id.subject.clone()),
         Ok("alice".into())
     );
     assert_eq!(
-        decide(Outcome::Denied(alice), &t),
+        decide(Outcome::Denied(alice), &t).map(|id| id.subject.clone()),
         Err(Rejection::forbidden("alice", Verb::Session, "team-a"))
     );
     assert_eq!(
-        decide(Outcome::Unauthenticated("token expired".into()), &t),
+        decide(Outcome::Unauthenticated("token expired".into()), &t).map(|id| id.subject.clone()),
         Err(Rejection::unauthenticated("token expired"))
     );
 }
