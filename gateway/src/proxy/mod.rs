@@ -141,7 +141,33 @@ impl Gateway {
 /// Answers `rejection` and ends the request (`Ok(true)`).
 async fn reject(session: &mut Session, ctx: &Ctx, rejection: &Rejection) -> Result<bool> {
     respond::reject(session, &ctx.invocation_id, rejection).await?;
+    drain(session).await;
     Ok(true)
+}
+
+/// How long the gateway goes on reading a request body it answered early.
+const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// After an answer written before the request body was read (a 413 with
+/// the body still arriving, a 401 to a large upload), reads and drops what
+/// is left of it, for at most [`DRAIN_TIMEOUT`]: a client still sending —
+/// HTTP/1.1 without `Expect`, or HTTP/2 — can then finish and read the
+/// answer, instead of a reset connection or stream. A client that asked
+/// `Expect: 100-continue` was never told to send: its connection is closed.
+async fn drain(session: &mut Session) {
+    let expects_continue = session
+        .req_header()
+        .headers
+        .get(http::header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    if expects_continue {
+        session.set_keepalive(None);
+        return;
+    }
+    session.set_total_drain_timeout(Some(DRAIN_TIMEOUT));
+    if session.drain_request_body().await.is_err() {
+        session.set_keepalive(None);
+    }
 }
 
 #[async_trait]
@@ -298,6 +324,9 @@ impl ProxyHttp for Gateway {
             Some(rejection) if session.response_written().is_none() => {
                 if let Err(err) = respond::reject(session, &ctx.invocation_id, &rejection).await {
                     tracing::debug!(error = %err, "could not write error response");
+                }
+                if rejection.status() == 413 {
+                    drain(session).await;
                 }
                 rejection.status()
             }
