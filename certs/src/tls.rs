@@ -124,7 +124,8 @@ pub fn peer_common_name(der: &[u8]) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// Writes a secret file readable by its owner only.
+/// Writes a secret file readable by its owner only: created 0600, and an
+/// existing file is tightened to 0600 before anything is written to it.
 pub fn write_private(path: &Path, contents: &[u8]) -> Result<()> {
     use std::io::Write;
     #[cfg(unix)]
@@ -138,6 +139,12 @@ pub fn write_private(path: &Path, contents: &[u8]) -> Result<()> {
     #[cfg(unix)]
     opts.mode(0o600);
     let mut f = opts.open(path).map_err(err)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        f.set_permissions(std::fs::Permissions::from_mode(0o600))
+            .map_err(err)?;
+    }
     f.write_all(contents).map_err(err)
 }
 
@@ -150,6 +157,23 @@ mod tests {
         let p = dir.join(name);
         std::fs::write(&p, data).unwrap();
         p
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn secrets_are_0600_from_creation_and_existing_ones_are_tightened() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile_dir();
+        let fresh = dir.join("fresh.key");
+        write_private(&fresh, b"k").unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&fresh), 0o600);
+        let old = dir.join("old.key");
+        std::fs::write(&old, b"old").unwrap();
+        std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o644)).unwrap();
+        write_private(&old, b"new").unwrap();
+        assert_eq!(mode(&old), 0o600);
+        assert_eq!(std::fs::read(&old).unwrap(), b"new");
     }
 
     #[test]
