@@ -70,6 +70,10 @@ pub struct ServeArgs {
     /// A further tree user code may read (repeatable).
     #[arg(long = "allow-read", value_name = "PATH")]
     pub allow_read: Vec<PathBuf>,
+    /// Directory of the per-Run logs of handler output (`<uid>.log`);
+    /// default `WORK_ROOT/.logs`.
+    #[arg(long, env = "KRUNTIMES_RUNTIME_SERVER_RUN_LOGS")]
+    pub run_logs: Option<PathBuf>,
     /// A path no allowlisted tree may contain or lie beneath (repeatable):
     /// the state directory of the stack that starts this server.
     #[arg(long = "protect", value_name = "PATH")]
@@ -175,6 +179,12 @@ pub async fn serve(
     let work_root = args.work_root.context("--work-root is required")?;
     std::fs::create_dir_all(&work_root)?;
     let work_root = work_root.canonicalize()?;
+    let run_logs = args
+        .run_logs
+        .clone()
+        .unwrap_or_else(|| work_root.join(".logs"));
+    std::fs::create_dir_all(&run_logs).with_context(|| format!("create {}", run_logs.display()))?;
+    crate::logs::set_run_logs(run_logs);
     let listener = bind(&socket, args.socket_mode)?;
     let worker_name = socket
         .file_name()

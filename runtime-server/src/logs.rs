@@ -1,11 +1,67 @@
-//! Forwarding user processes' stderr into the Runtime Server's own
-//! structured logs (never runtimed's), bounded per line, keeping a short
-//! tail for error messages.
+//! User processes' stderr — handler prints and tracebacks, text derived
+//! from payloads — goes to a bounded log of its Run's own
+//! (`RUN_LOGS/<uid>.log`, JSON lines, rotated once to `<uid>.log.1` at
+//! [`MAX_RUN_LOG`] bytes, removed with the Run's registration), never into
+//! the server's log or runtimed's; with no per-Run log directory, nowhere.
+//! Lines are bounded, and a short tail is kept for error messages.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
+
+/// A Run's log is rotated (once: `.log.1`) when it reaches this size.
+pub const MAX_RUN_LOG: u64 = 1024 * 1024;
+
+static RUN_LOGS: OnceLock<PathBuf> = OnceLock::new();
+
+/// Sets the directory of the per-Run logs (once, at start-up).
+pub fn set_run_logs(dir: PathBuf) {
+    let _ = RUN_LOGS.set(dir);
+}
+
+/// The log file of `run_uid` under `dir`, if the UID is a plain name.
+pub fn run_log(dir: &Path, run_uid: &str) -> Option<PathBuf> {
+    let plain = !run_uid.is_empty()
+        && run_uid.len() <= 64
+        && run_uid
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    plain.then(|| dir.join(format!("{run_uid}.log")))
+}
+
+/// Removes `run_uid`'s log (and its rotated part).
+pub fn remove_run_log(run_uid: &str) {
+    if let Some(path) = RUN_LOGS.get().and_then(|d| run_log(d, run_uid)) {
+        let _ = std::fs::remove_file(path.with_extension("log.1"));
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+/// Appends one line to `path`, rotating it at `max` bytes.
+fn append(path: &Path, max: u64, line: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    if std::fs::metadata(path).is_ok_and(|m| m.len() >= max) {
+        std::fs::rename(path, path.with_extension("log.1"))?;
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(line.as_bytes())
+}
+
+fn record(run_uid: &str, text: &str) -> Option<String> {
+    let now = time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .ok()?;
+    let mut v = serde_json::json!({"timestamp": now, "stream": "stderr", "line": text});
+    v["run_uid"] = run_uid.into();
+    Some(format!("{v}\n"))
+}
 
 /// Longest logged line; longer lines are split.
 const MAX_LINE: u64 = 8 * 1024;
@@ -78,8 +134,58 @@ pub async fn forward<R: AsyncRead + Unpin>(stream: R, label: impl Into<Label>, t
                     t.push(&line);
                 }
                 let text = String::from_utf8_lossy(&line);
-                tracing::info!(run_uid = %label.get(), stream = "stderr", line = %text.trim_end(), "handler output");
+                let uid = label.get();
+                let (Some(dir), Some(rec)) = (RUN_LOGS.get(), record(&uid, text.trim_end())) else {
+                    continue;
+                };
+                if let Some(path) = run_log(dir, &uid)
+                    && let Err(e) = append(&path, MAX_RUN_LOG, &rec)
+                {
+                    tracing::warn!(run_uid = %uid, error = %e, "could not write the Run's log");
+                }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_uids_name_a_log() {
+        let d = Path::new("/logs");
+        assert_eq!(
+            run_log(d, "0b5c-41aa"),
+            Some(PathBuf::from("/logs/0b5c-41aa.log"))
+        );
+        for bad in ["", "../x", "a/b", "a.b", &"x".repeat(65)] {
+            assert_eq!(run_log(d, bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_runs_log_rotates_once_and_stays_bounded() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("u.log");
+        for i in 0..200 {
+            append(&path, 1000, &format!("{i:0>99}\n")).unwrap();
+        }
+        let now = std::fs::metadata(&path).unwrap().len();
+        let old = std::fs::metadata(path.with_extension("log.1"))
+            .unwrap()
+            .len();
+        assert!(now <= 1000 && old <= 1100, "{now} {old}");
+        let last = std::fs::read_to_string(&path).unwrap();
+        assert!(last.ends_with(&format!("{:0>99}\n", 199)));
+    }
+
+    #[test]
+    fn records_are_json_lines_with_a_timestamp() {
+        let r = record("u-1", "Traceback").unwrap();
+        let v: serde_json::Value = serde_json::from_str(r.trim_end()).unwrap();
+        assert_eq!(v["run_uid"], "u-1");
+        assert_eq!(v["line"], "Traceback");
+        assert!(v["timestamp"].as_str().unwrap().ends_with('Z'));
     }
 }

@@ -1,8 +1,9 @@
 //! `krt logs RUN [-f]`: the owner's log lines about one Run — runtimed's
-//! (lifecycle and invocation records: runtimed logs no payloads) and its
-//! Runtime Server's (the handlers' and commands' own stderr, by Run UID) —
-//! from `STATE_DIR/logs/` under `krt up`, from the owner Pod's `runtimed`
-//! and `runtime` containers through the API server on a cluster. Without
+//! and its Runtime Server's records (lifecycle and invocations: neither
+//! logs payloads), and under `krt up` the Run's own log of handler output
+//! (`STATE_DIR/work/<instance>/.logs/<uid>.log`) — from `STATE_DIR/logs/`
+//! under `krt up`, from the owner Pod's `runtimed` and `runtime` containers
+//! through the API server on a cluster. Without
 //! `-f` the two are merged in timestamp order; with it, lines print as they
 //! come.
 
@@ -28,7 +29,11 @@ pub async fn logs(t: &Target, namespace: &str, name: &str, follow: bool) -> anyh
         bail!("run {namespace}/{name} has no owner yet ({})", run.phase);
     };
     let sources = match t {
-        Target::Embedded(e) => embedded(e.log_dir(), &pod, follow)?,
+        Target::Embedded(e) => {
+            let mut s = embedded(e.log_dir(), &pod, follow)?;
+            s.extend(run_log(&e.run_log_dir(&pod), &run.uid, follow));
+            s
+        }
         Target::Cluster(c) => cluster(c.client(), &pod, follow).await?,
     };
     let mine = |r: &anyhow::Result<String>| {
@@ -128,6 +133,20 @@ fn tail(file: std::fs::File, follow: bool) -> Lines {
             }
         },
     ))
+}
+
+/// The Run's own log of handler output (`<uid>.log.1`, then `<uid>.log`),
+/// when it has one.
+fn run_log(dir: &std::path::Path, uid: &str, follow: bool) -> Vec<Lines> {
+    let path = dir.join(format!("{uid}.log"));
+    let mut out = Vec::new();
+    if let Ok(f) = std::fs::File::open(path.with_extension("log.1")) {
+        out.push(tail(f, false));
+    }
+    if let Ok(f) = std::fs::File::open(&path) {
+        out.push(tail(f, follow));
+    }
+    out
 }
 
 /// The `runtimed` and `runtime` containers' logs of the owner Pod.

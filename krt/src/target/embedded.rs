@@ -158,6 +158,11 @@ impl Embedded {
         self.dir.join("logs")
     }
 
+    /// The per-Run logs (handler output) of instance `pod`'s Runtime Server.
+    pub fn run_log_dir(&self, pod: &str) -> PathBuf {
+        self.dir.join("work").join(pod).join(".logs")
+    }
+
     /// `client.json`.
     pub fn client(&self) -> &ClientConfig {
         &self.client

@@ -42,6 +42,7 @@ impl Registration {
         let _ = self.stopped.send(true);
         self.backend.stop().await;
         let _ = std::fs::remove_dir_all(&self.workdir);
+        crate::logs::remove_run_log(&self.run_uid);
     }
 }
 

@@ -34,6 +34,7 @@ pub async fn start() -> Server {
         // In-process: confinement is main()'s, tested with the binary.
         no_confine: true,
         allow_read: Vec::new(),
+        run_logs: None,
         protect: Vec::new(),
     };
     let shim = Shim::new(env!("CARGO_BIN_EXE_runtime-server"), &[]);
