@@ -94,6 +94,8 @@ async fn idle_connections_past_the_file_limit_never_end_runtimed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_handshakes_and_headers_are_cut_off_and_the_bound_holds() {
+    let metrics_port = kruntimes_testkit::free_port();
+    let metrics_flag = format!("--runtimed-flag=--metrics-listen=127.0.0.1:{metrics_port}");
     let stack = start(
         1,
         vec![python_run("fn")],
@@ -101,6 +103,7 @@ async fn slow_handshakes_and_headers_are_cut_off_and_the_bound_holds() {
             "--runtimed-flag=--handshake-timeout-ms=300",
             "--runtimed-flag=--header-timeout-ms=300",
             "--runtimed-flag=--max-connections=8",
+            &metrics_flag,
         ],
     );
     stack.wait_phase("fn", "Ready").await.unwrap();
@@ -156,4 +159,35 @@ async fn slow_handshakes_and_headers_are_cut_off_and_the_bound_holds() {
     // The gateway's pooled connection was never displaced.
     let r = stack.invoke("fn", "{}").await.unwrap();
     assert_eq!(r.status(), 200);
+
+    // runtimed's metrics count what its port refused, and the invocation.
+    let text = reqwest::get(format!("http://127.0.0.1:{metrics_port}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let count = |needle: &str| -> u64 {
+        text.lines()
+            .find(|l| l.starts_with(needle))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    assert!(
+        count("kruntimes_runtimed_connections_total{event=\"refused_at_bound\"}") > 0,
+        "{text}"
+    );
+    assert!(
+        count("kruntimes_runtimed_connections_total{event=\"handshake_timeout\"}") > 0,
+        "{text}"
+    );
+    assert!(
+        count("kruntimes_runtimed_invocations_total{outcome=\"ok\"}") >= 1,
+        "{text}"
+    );
+    assert!(
+        count("kruntimes_runtimed_registrations_total{result=\"ok\"}") >= 1,
+        "{text}"
+    );
 }

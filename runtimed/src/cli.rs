@@ -75,6 +75,10 @@ pub struct Args {
         default_value_t = 10_000
     )]
     pub handshake_timeout_ms: u64,
+    /// Listen address of `GET /metrics` (plain HTTP; keep it off the
+    /// public network).
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
     /// Bound on reading an HTTP/1 request's headers, milliseconds.
     #[arg(
         long,
@@ -205,6 +209,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         anyhow::bail!("no listener");
     };
     tracing::info!(name = %args.name, pod_uid = %pod_uid, address = %address, "runtimed serving");
+    let stats = std::sync::Arc::new(kruntimes_support::listen::Stats::default());
+    if let Some(addr) = args.metrics_listen {
+        let l = tokio::net::TcpListener::bind(addr).await?;
+        tokio::spawn(crate::metrics::serve(l, stats.clone(), sessions.clone()));
+    }
     let cfg = ServeConfig {
         listener,
         limits: kruntimes_support::listen::Limits {
@@ -212,6 +221,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             handshake: Duration::from_millis(args.handshake_timeout_ms),
         },
         header_timeout: Duration::from_millis(args.header_timeout_ms),
+        stats: stats.clone(),
         tls,
         policy: PeerPolicy {
             dataplane_clients: args.dataplane_clients.clone(),

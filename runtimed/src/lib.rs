@@ -23,6 +23,7 @@ pub mod cluster;
 pub mod dataplane;
 pub mod function;
 pub mod local;
+pub mod metrics;
 pub mod periodic;
 pub mod registration;
 pub mod runtime;

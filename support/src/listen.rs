@@ -143,12 +143,22 @@ pub struct Listener {
 impl Listener {
     /// Wraps `inner`; `name` names it in logs.
     pub fn new(inner: TcpListener, name: &'static str, limits: Limits) -> Self {
+        Self::with_stats(inner, name, limits, Arc::default())
+    }
+
+    /// [`Self::new`], counting into `stats` (which a metrics endpoint reads).
+    pub fn with_stats(
+        inner: TcpListener,
+        name: &'static str,
+        limits: Limits,
+        stats: Arc<Stats>,
+    ) -> Self {
         Self {
             inner,
             name,
             limits,
             slots: Arc::new(Semaphore::new(limits.max_connections.max(1))),
-            stats: Arc::default(),
+            stats,
             last_report: std::sync::Mutex::new(None),
         }
     }

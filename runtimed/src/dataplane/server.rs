@@ -34,6 +34,8 @@ pub struct ServeConfig {
     pub limits: Limits,
     /// Bound on reading an HTTP/1 request's headers.
     pub header_timeout: std::time::Duration,
+    /// Where the port counts what it refused.
+    pub stats: Arc<Stats>,
     /// TLS server configuration (with client verification).
     pub tls: rustls::ServerConfig,
     /// Client identity policy.
@@ -68,7 +70,7 @@ pub async fn serve(
         policy: Arc::new(cfg.policy),
     });
     let acceptor = TlsAcceptor::from(Arc::new(cfg.tls));
-    let listener = Listener::new(cfg.listener, "runtimed", cfg.limits);
+    let listener = Listener::with_stats(cfg.listener, "runtimed", cfg.limits, cfg.stats.clone());
     let stats = listener.stats();
     tokio::pin!(shutdown);
     loop {

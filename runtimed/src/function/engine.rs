@@ -111,6 +111,15 @@ impl Engine {
         &self,
         req: pb::RegisterRequest,
     ) -> Result<pb::Registration, RegisterError> {
+        let r = self.register_inner(req).await;
+        crate::metrics::registration(r.is_ok());
+        r
+    }
+
+    async fn register_inner(
+        &self,
+        req: pb::RegisterRequest,
+    ) -> Result<pb::Registration, RegisterError> {
         let run = addressable_run(req.run.as_ref())?;
         let _change = self.functions.change().await;
         match self.functions.plan(&run.uid, req.attempt, &req.digest)? {

@@ -133,6 +133,7 @@ fn outcome_label(result: &Result<Vec<u8>, EngineError>) -> &'static str {
         Ok(_) => "ok",
         Err(EngineError::Invoke(InvokeError::Function { .. })) => "function_error",
         Err(EngineError::Invoke(InvokeError::Timeout(_))) => "timeout",
+        Err(EngineError::Invoke(InvokeError::Crashed(_))) => "worker_crashed",
         Err(_) => "error",
     }
 }
@@ -185,6 +186,7 @@ impl Engine {
                 None => call_server(client, req, timeout).await,
             };
             registered.touch();
+            crate::metrics::invocation(outcome_label(&result), started.elapsed().as_secs_f64());
             tracing::info!(
                 run_uid = %registered.run.uid,
                 invocation_id = %invocation_id,

@@ -160,6 +160,15 @@ impl Sessions {
         }
     }
 
+    /// Session operations queued or running, over every session.
+    pub fn pending_operations(&self) -> usize {
+        self.table
+            .all()
+            .iter()
+            .map(|h| h.session.status().pending_operations)
+            .sum()
+    }
+
     /// Marks idle sessions `FAILED`/`IdleTimeout`; the control plane ends
     /// the Run and closes them.
     pub fn expire_idle(&self) {

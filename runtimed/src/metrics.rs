@@ -1,0 +1,188 @@
+//! runtimed's Prometheus metrics, served on `--metrics-listen` (plain
+//! HTTP, `GET /metrics`): invocations by outcome and their durations,
+//! registrations by result, worker crashes, session operations waiting,
+//! and what the TLS port refused. Labels are fixed sets — never a Run, a
+//! subject, a token or a payload.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, LazyLock};
+
+use prometheus::{Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry};
+
+/// The process's metrics.
+pub struct Metrics {
+    registry: Registry,
+    /// Invocations finished, by `outcome` (`ok`, `function_error`,
+    /// `timeout`, `worker_crashed`, `error`).
+    pub invocations: IntCounterVec,
+    /// Their duration, by `outcome`.
+    pub invocation_duration: HistogramVec,
+    /// Registrations, by `result` (`ok`, `refused`).
+    pub registrations: IntCounterVec,
+    /// Session operations queued or running, over every session.
+    pub session_operations: IntGauge,
+    /// What the TLS port did, by `event` (`refused_at_bound`,
+    /// `accept_error`, `handshake_timeout`).
+    pub connections: IntCounterVec,
+}
+
+fn build() -> prometheus::Result<Metrics> {
+    let registry = Registry::new_custom(Some("kruntimes_runtimed".into()), None)?;
+    let invocations = IntCounterVec::new(
+        Opts::new("invocations_total", "Invocations finished, by outcome."),
+        &["outcome"],
+    )?;
+    let invocation_duration = HistogramVec::new(
+        HistogramOpts::new(
+            "invocation_duration_seconds",
+            "Time from admission to the answer, by outcome.",
+        )
+        .buckets(vec![
+            0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            30.0, 60.0, 300.0,
+        ]),
+        &["outcome"],
+    )?;
+    let registrations = IntCounterVec::new(
+        Opts::new("registrations_total", "Function registrations, by result."),
+        &["result"],
+    )?;
+    let session_operations = IntGauge::new(
+        "session_operations",
+        "Session operations queued or running, over every session.",
+    )?;
+    let connections = IntCounterVec::new(
+        Opts::new(
+            "connections_total",
+            "Connections the TLS port refused or lost before serving, by event.",
+        ),
+        &["event"],
+    )?;
+    registry.register(Box::new(invocations.clone()))?;
+    registry.register(Box::new(invocation_duration.clone()))?;
+    registry.register(Box::new(registrations.clone()))?;
+    registry.register(Box::new(session_operations.clone()))?;
+    registry.register(Box::new(connections.clone()))?;
+    Ok(Metrics {
+        registry,
+        invocations,
+        invocation_duration,
+        registrations,
+        session_operations,
+        connections,
+    })
+}
+
+static METRICS: LazyLock<Option<Metrics>> = LazyLock::new(|| build().ok());
+
+/// The process's metrics (`None` only if the fixed definitions were
+/// refused, which the tests rule out).
+pub fn get() -> Option<&'static Metrics> {
+    METRICS.as_ref()
+}
+
+/// Counts one finished invocation.
+pub fn invocation(outcome: &str, seconds: f64) {
+    if let Some(m) = get() {
+        m.invocations.with_label_values(&[outcome]).inc();
+        m.invocation_duration
+            .with_label_values(&[outcome])
+            .observe(seconds);
+    }
+}
+
+/// Counts one registration.
+pub fn registration(ok: bool) {
+    if let Some(m) = get() {
+        m.registrations
+            .with_label_values(&[if ok { "ok" } else { "refused" }])
+            .inc();
+    }
+}
+
+/// Brings the connection counters up to `stats`.
+fn sync_connections(m: &Metrics, stats: &kruntimes_support::listen::Stats) {
+    for (event, now) in [
+        (
+            "refused_at_bound",
+            stats.refused_at_bound.load(Ordering::Relaxed),
+        ),
+        ("accept_error", stats.accept_errors.load(Ordering::Relaxed)),
+        (
+            "handshake_timeout",
+            stats.handshake_timeouts.load(Ordering::Relaxed),
+        ),
+    ] {
+        let c = m.connections.with_label_values(&[event]);
+        c.inc_by(now.saturating_sub(c.get()));
+    }
+}
+
+/// The Prometheus text of every metric; `pending` is the number of session
+/// operations queued or running now.
+pub fn render(stats: Option<&kruntimes_support::listen::Stats>, pending: i64) -> Vec<u8> {
+    let Some(m) = get() else {
+        return Vec::new();
+    };
+    if let Some(s) = stats {
+        sync_connections(m, s);
+    }
+    m.session_operations.set(pending);
+    let mut out = Vec::new();
+    let _ = prometheus::TextEncoder::new().encode(&m.registry.gather(), &mut out);
+    out
+}
+
+/// Serves `GET /metrics` on `listener` until the process ends.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    stats: Arc<kruntimes_support::listen::Stats>,
+    sessions: Arc<crate::session::Sessions>,
+) {
+    use axum::routing::get as route;
+    let app = axum::Router::new().route(
+        "/metrics",
+        route(move || {
+            let (stats, sessions) = (stats.clone(), sessions.clone());
+            async move {
+                (
+                    [("content-type", "text/plain; version=0.0.4")],
+                    render(Some(&stats), sessions.pending_operations() as i64),
+                )
+            }
+        }),
+    );
+    if let Err(e) = axum::serve(listener, app).await {
+        tracing::warn!(error = %e, "metrics listener ended");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_metric_renders_with_fixed_labels() {
+        invocation("ok", 0.002);
+        invocation("function_error", 0.01);
+        registration(true);
+        registration(false);
+        let stats = kruntimes_support::listen::Stats::default();
+        stats.refused_at_bound.fetch_add(3, Ordering::Relaxed);
+        let text = String::from_utf8(render(Some(&stats), 2)).unwrap();
+        for needle in [
+            "kruntimes_runtimed_invocations_total{outcome=\"ok\"}",
+            "kruntimes_runtimed_invocation_duration_seconds_bucket{outcome=\"function_error\"",
+            "kruntimes_runtimed_registrations_total{result=\"refused\"}",
+            "kruntimes_runtimed_session_operations 2",
+            "kruntimes_runtimed_connections_total{event=\"refused_at_bound\"} 3",
+        ] {
+            assert!(text.contains(needle), "{needle} missing:\n{text}");
+        }
+        // Counters follow the listener's totals without counting twice.
+        let again = String::from_utf8(render(Some(&stats), 0)).unwrap();
+        assert!(
+            again.contains("kruntimes_runtimed_connections_total{event=\"refused_at_bound\"} 3")
+        );
+    }
+}
