@@ -198,6 +198,23 @@ async fn function_runs_live_their_whole_lifecycle_on_the_api_server() {
         .decode(status["endpoint"]["caBundle"].as_str().unwrap())
         .unwrap();
     assert_eq!(String::from_utf8(ca).unwrap(), cluster.public_ca_pem);
+
+    // The operator's metrics saw the passes and the decisions that led here.
+    let metrics = reqwest::get(&cluster.operator_metrics)
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for needle in [
+        "kruntimes_operator_passes_total{result=\"ok\"}",
+        "kruntimes_operator_pass_duration_seconds_count",
+        "kruntimes_operator_decisions_total{phase=\"Scheduled\"}",
+        "kruntimes_operator_writes_total{kind=\"status\",result=\"ok\"}",
+    ] {
+        assert!(metrics.contains(needle), "{needle} missing:\n{metrics}");
+    }
+    assert!(!metrics.contains("hello"), "no Run names in metrics");
     assert!(
         status["conditions"]
             .as_array()

@@ -54,6 +54,8 @@ pub struct Cluster {
     client: kube::Client,
     /// Gateway base URL (`https://127.0.0.1:<port>`).
     pub gateway: String,
+    /// The operator's metrics URL (`--metrics-listen`).
+    pub operator_metrics: String,
     /// HTTPS client trusting the gateway's public CA.
     pub http: reqwest::Client,
     /// The public CA (PEM).
@@ -96,6 +98,7 @@ impl Cluster {
             .build()?;
         let gateway_port = free_port()?;
         let watch_port = free_port()?;
+        let metrics_port = free_port()?;
         let cluster = Self {
             krt: krt.to_path_buf(),
             dir,
@@ -104,6 +107,7 @@ impl Cluster {
             procs: Mutex::new(BTreeMap::new()),
             client,
             gateway: format!("https://127.0.0.1:{gateway_port}"),
+            operator_metrics: format!("http://127.0.0.1:{metrics_port}/metrics"),
             http,
             public_ca_pem,
         };
@@ -117,6 +121,7 @@ impl Cluster {
             format!("--ca-configmap={SYSTEM_NAMESPACE}/{CA_CONFIGMAP}"),
             format!("--system-namespace={SYSTEM_NAMESPACE}"),
             format!("--watch-listen=127.0.0.1:{watch_port}"),
+            format!("--metrics-listen=127.0.0.1:{metrics_port}"),
             format!("--tls-cert={}", s(&f.control_cert)),
             format!("--tls-key={}", s(&f.control_key)),
             format!("--client-ca={}", s(&f.internal_ca)),

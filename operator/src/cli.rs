@@ -63,6 +63,10 @@ pub struct Args {
         default_value = "0.0.0.0:7444"
     )]
     pub watch_listen: String,
+    /// Listen address of `GET /metrics` (plain HTTP; keep it off the
+    /// public network).
+    #[arg(long, env = "KRUNTIMES_OPERATOR_METRICS_LISTEN")]
+    pub metrics_listen: Option<String>,
     /// Serving certificate of the watch (PEM).
     #[arg(long, env = "KRUNTIMES_OPERATOR_TLS_CERT")]
     pub tls_cert: PathBuf,
@@ -99,6 +103,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(&args.watch_listen)
         .await
         .with_context(|| format!("listen on {}", args.watch_listen))?;
+    if let Some(addr) = &args.metrics_listen {
+        let l = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("listen on {addr}"))?;
+        tokio::spawn(cluster::metrics::serve(l));
+    }
     tracing::info!(watch = %listener.local_addr()?, "kruntimes-operator starting");
     cluster::run(
         client,

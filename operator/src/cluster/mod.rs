@@ -13,6 +13,7 @@
 
 mod ca;
 pub mod decide;
+pub mod metrics;
 mod runtimes;
 pub mod views;
 mod watch;
@@ -146,7 +147,15 @@ pub async fn run(
             _ = tick.tick() => {}
             _ = &mut shutdown => break,
         }
-        match op.pass().await {
+        let started = std::time::Instant::now();
+        let passed = op.pass().await;
+        if let Some(m) = metrics::get() {
+            m.pass_duration.observe(started.elapsed().as_secs_f64());
+            m.passes
+                .with_label_values(&[if passed.is_ok() { "ok" } else { "failed" }])
+                .inc();
+        }
+        match passed {
             Ok(()) => failures = 0,
             Err(e) => {
                 failures += 1;
@@ -200,6 +209,11 @@ impl Operator {
             let Some(run) = by_key.get(&(namespace.clone(), name.clone())) else {
                 continue;
             };
+            let kind = if matches!(op, Op::Status { .. }) {
+                "status"
+            } else {
+                "finalizer"
+            };
             let result = match &op {
                 Op::AddFinalizer { .. } => set_finalizer(&self.client, run, true).await,
                 Op::RemoveFinalizer { .. } => set_finalizer(&self.client, run, false).await,
@@ -216,6 +230,21 @@ impl Operator {
                     writes::patch_status(&self.client, run, status).await
                 }
             };
+            if let Some(m) = metrics::get() {
+                let outcome = match &result {
+                    Ok(_) => "ok",
+                    Err(e) if writes::is_stale(e) => "conflict",
+                    Err(_) => "error",
+                };
+                m.writes.with_label_values(&[kind, outcome]).inc();
+                if let (Op::Status { status, .. }, Ok(_)) = (&op, &result)
+                    && let Some(phase) = status.phase
+                {
+                    m.decisions
+                        .with_label_values(&[&format!("{phase:?}")])
+                        .inc();
+                }
+            }
             match result {
                 Ok(run) => written.push(run),
                 // A conflict means a newer version exists (or the Run is
@@ -234,6 +263,9 @@ impl Operator {
                     .await
             {
                 tracing::warn!(runtime = %rt.name_any(), error = %e, "runtime not reconciled");
+                if let Some(m) = metrics::get() {
+                    m.runtime_errors.inc();
+                }
             }
         }
         self.publisher
