@@ -7,7 +7,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, LazyLock};
 
-use prometheus::{Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry};
 
 /// The process's metrics.
 pub struct Metrics {
@@ -128,9 +128,7 @@ pub fn render(stats: Option<&kruntimes_support::listen::Stats>, pending: i64) ->
         sync_connections(m, s);
     }
     m.session_operations.set(pending);
-    let mut out = Vec::new();
-    let _ = prometheus::TextEncoder::new().encode(&m.registry.gather(), &mut out);
-    out
+    kruntimes_support::metrics::text(&m.registry)
 }
 
 /// Serves `GET /metrics` on `listener` until the process ends.
@@ -139,22 +137,10 @@ pub async fn serve(
     stats: Arc<kruntimes_support::listen::Stats>,
     sessions: Arc<crate::session::Sessions>,
 ) {
-    use axum::routing::get as route;
-    let app = axum::Router::new().route(
-        "/metrics",
-        route(move || {
-            let (stats, sessions) = (stats.clone(), sessions.clone());
-            async move {
-                (
-                    [("content-type", "text/plain; version=0.0.4")],
-                    render(Some(&stats), sessions.pending_operations() as i64),
-                )
-            }
-        }),
-    );
-    if let Err(e) = axum::serve(listener, app).await {
-        tracing::warn!(error = %e, "metrics listener ended");
-    }
+    kruntimes_support::metrics::serve(listener, move || {
+        render(Some(&stats), sessions.pending_operations() as i64)
+    })
+    .await;
 }
 
 #[cfg(test)]

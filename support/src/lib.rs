@@ -10,6 +10,7 @@
 pub mod confine;
 pub mod kube;
 pub mod listen;
+pub mod metrics;
 
 /// JSON logs to stderr, filtered by `RUST_LOG` (default `info`). Calling it
 /// twice is harmless.

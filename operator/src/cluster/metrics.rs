@@ -5,7 +5,7 @@
 
 use std::sync::LazyLock;
 
-use prometheus::{Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, Opts, Registry};
+use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, Opts, Registry};
 
 /// The process's metrics.
 pub struct Metrics {
@@ -79,24 +79,12 @@ pub fn get() -> Option<&'static Metrics> {
 
 /// The Prometheus text of every metric.
 pub fn render() -> Vec<u8> {
-    let mut out = Vec::new();
-    if let Some(m) = get() {
-        let _ = prometheus::TextEncoder::new().encode(&m.registry.gather(), &mut out);
-    }
-    out
+    get().map_or_else(Vec::new, |m| kruntimes_support::metrics::text(&m.registry))
 }
 
 /// Serves `GET /metrics` on `listener` until the process ends.
 pub async fn serve(listener: tokio::net::TcpListener) {
-    let app = axum::Router::new().route(
-        "/metrics",
-        axum::routing::get(|| async {
-            ([("content-type", "text/plain; version=0.0.4")], render())
-        }),
-    );
-    if let Err(e) = axum::serve(listener, app).await {
-        tracing::warn!(error = %e, "metrics listener ended");
-    }
+    kruntimes_support::metrics::serve(listener, render).await;
 }
 
 #[cfg(test)]
