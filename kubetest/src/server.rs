@@ -46,8 +46,27 @@ impl ApiServer {
         Self::start_with(ApiServerOptions::default()).await
     }
 
-    /// [`Self::start`] with `options`.
+    /// [`Self::start`] with `options`. The ports are picked free and then
+    /// handed to etcd and the API server, so another process may take one
+    /// in between (tests start many servers at once): a start that fails
+    /// with "address already in use" is tried again on fresh ports.
     pub async fn start_with(options: ApiServerOptions) -> anyhow::Result<Self> {
+        const ATTEMPTS: usize = 5;
+        let mut attempt = 1;
+        loop {
+            match Self::start_once(options).await {
+                Err(e)
+                    if attempt < ATTEMPTS
+                        && format!("{e:#}").contains("address already in use") =>
+                {
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn start_once(options: ApiServerOptions) -> anyhow::Result<Self> {
         let bins = require_binaries()?;
         let dir = tempfile::Builder::new().prefix("kubetest-").tempdir()?;
         let credentials = pki::write(dir.path())?;
