@@ -158,30 +158,7 @@ mod tests {
 
     #[test]
     fn every_error_code_has_its_own_exit_code() {
-        use ErrorCode::*;
-        let all = [
-            InvalidPath,
-            InvalidJson,
-            InvalidInvocationId,
-            BadRequest,
-            MethodNotAllowed,
-            Unauthenticated,
-            Forbidden,
-            NotFound,
-            PayloadTooLarge,
-            HeadersTooLarge,
-            Busy,
-            NotReady,
-            OwnerUnavailable,
-            StaleOwner,
-            Overloaded,
-            AuthUnavailable,
-            FunctionError,
-            WorkerCrashed,
-            InvalidOutput,
-            DeadlineExceeded,
-            Internal,
-        ];
+        let all = ErrorCode::ALL;
         let codes: std::collections::BTreeSet<i32> = all.iter().map(|c| exit_code(*c)).collect();
         assert_eq!(codes.len(), all.len());
         assert!(

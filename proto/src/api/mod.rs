@@ -78,6 +78,34 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
+    /// Every code, in declaration order.
+    pub const ALL: [ErrorCode; 21] = {
+        use ErrorCode::*;
+        [
+            InvalidPath,
+            InvalidJson,
+            InvalidInvocationId,
+            BadRequest,
+            MethodNotAllowed,
+            Unauthenticated,
+            Forbidden,
+            NotFound,
+            PayloadTooLarge,
+            HeadersTooLarge,
+            Busy,
+            NotReady,
+            OwnerUnavailable,
+            StaleOwner,
+            Overloaded,
+            AuthUnavailable,
+            FunctionError,
+            WorkerCrashed,
+            InvalidOutput,
+            DeadlineExceeded,
+            Internal,
+        ]
+    };
+
     /// HTTP status for this code.
     pub fn status(self) -> u16 {
         use ErrorCode::*;
@@ -212,6 +240,41 @@ mod tests {
         assert_eq!(ErrorCode::DeadlineExceeded.status(), 504);
         assert_eq!(ErrorCode::Busy.retry_after_secs(), Some(1));
         assert_eq!(ErrorCode::NotFound.retry_after_secs(), None);
+    }
+
+    #[test]
+    fn all_lists_every_code_once_and_each_is_its_own_wire_name() {
+        let names: std::collections::BTreeSet<&str> =
+            ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
+        assert_eq!(names.len(), ErrorCode::ALL.len());
+        for c in ErrorCode::ALL {
+            let wire = serde_json::to_value(c).unwrap();
+            assert_eq!(wire, c.as_str());
+            // A new variant missing from ALL fails this match.
+            match c {
+                ErrorCode::InvalidPath
+                | ErrorCode::InvalidJson
+                | ErrorCode::InvalidInvocationId
+                | ErrorCode::BadRequest
+                | ErrorCode::MethodNotAllowed
+                | ErrorCode::Unauthenticated
+                | ErrorCode::Forbidden
+                | ErrorCode::NotFound
+                | ErrorCode::PayloadTooLarge
+                | ErrorCode::HeadersTooLarge
+                | ErrorCode::Busy
+                | ErrorCode::NotReady
+                | ErrorCode::OwnerUnavailable
+                | ErrorCode::StaleOwner
+                | ErrorCode::Overloaded
+                | ErrorCode::AuthUnavailable
+                | ErrorCode::FunctionError
+                | ErrorCode::WorkerCrashed
+                | ErrorCode::InvalidOutput
+                | ErrorCode::DeadlineExceeded
+                | ErrorCode::Internal => {}
+            }
+        }
     }
 
     #[test]
