@@ -1,8 +1,7 @@
 //! Prometheus metrics of the gateway, on a private registry.
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
 
 /// The gateway's metrics.
@@ -102,10 +101,7 @@ impl Metrics {
 
     /// Text exposition format.
     pub fn render(&self) -> Vec<u8> {
-        let mut out = Vec::new();
-        // Encoding gathered families into a Vec cannot fail.
-        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
-        out
+        kruntimes_support::metrics::text(&self.registry)
     }
 }
 
