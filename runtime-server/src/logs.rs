@@ -40,18 +40,42 @@ pub fn remove_run_log(run_uid: &str) {
     }
 }
 
-/// Appends one line to `path`, rotating it at `max` bytes.
-fn append(path: &Path, max: u64, line: &str) -> std::io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    if std::fs::metadata(path).is_ok_and(|m| m.len() >= max) {
-        std::fs::rename(path, path.with_extension("log.1"))?;
+/// One stream's open handle on a Run's log: opened once, its size kept
+/// here, so a line costs one write (a reopen only to rotate).
+struct RunLogWriter {
+    path: PathBuf,
+    file: std::fs::File,
+    size: u64,
+    max: u64,
+}
+
+impl RunLogWriter {
+    fn open(path: PathBuf, max: u64) -> std::io::Result<Self> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(&path)?;
+        let size = file.metadata()?.len();
+        Ok(Self {
+            path,
+            file,
+            size,
+            max,
+        })
     }
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(path)?;
-    f.write_all(line.as_bytes())
+
+    /// Appends `line`, first rotating the log to `.log.1` at `max` bytes.
+    fn write(&mut self, line: &str) -> std::io::Result<()> {
+        if self.size >= self.max {
+            std::fs::rename(&self.path, self.path.with_extension("log.1"))?;
+            *self = Self::open(std::mem::take(&mut self.path), self.max)?;
+        }
+        self.file.write_all(line.as_bytes())?;
+        self.size += line.len() as u64;
+        Ok(())
+    }
 }
 
 fn record(run_uid: &str, text: &str) -> Option<String> {
@@ -121,6 +145,8 @@ pub async fn forward<R: AsyncRead + Unpin>(stream: R, label: impl Into<Label>, t
     let label = label.into();
     let mut reader = BufReader::new(stream);
     let mut line = Vec::new();
+    // The log of the Run the label names now (a spare is labelled late).
+    let mut log: Option<(String, RunLogWriter)> = None;
     loop {
         line.clear();
         match (&mut reader)
@@ -138,8 +164,13 @@ pub async fn forward<R: AsyncRead + Unpin>(stream: R, label: impl Into<Label>, t
                 let (Some(dir), Some(rec)) = (RUN_LOGS.get(), record(&uid, text.trim_end())) else {
                     continue;
                 };
-                if let Some(path) = run_log(dir, &uid)
-                    && let Err(e) = append(&path, MAX_RUN_LOG, &rec)
+                if log.as_ref().is_none_or(|(u, _)| *u != uid) {
+                    log = run_log(dir, &uid)
+                        .and_then(|p| RunLogWriter::open(p, MAX_RUN_LOG).ok())
+                        .map(|w| (uid.clone(), w));
+                }
+                if let Some((_, w)) = log.as_mut()
+                    && let Err(e) = w.write(&rec)
                 {
                     tracing::warn!(run_uid = %uid, error = %e, "could not write the Run's log");
                 }
@@ -168,8 +199,9 @@ mod tests {
     fn a_runs_log_rotates_once_and_stays_bounded() {
         let d = tempfile::tempdir().unwrap();
         let path = d.path().join("u.log");
+        let mut w = RunLogWriter::open(path.clone(), 1000).unwrap();
         for i in 0..200 {
-            append(&path, 1000, &format!("{i:0>99}\n")).unwrap();
+            w.write(&format!("{i:0>99}\n")).unwrap();
         }
         let now = std::fs::metadata(&path).unwrap().len();
         let old = std::fs::metadata(path.with_extension("log.1"))
