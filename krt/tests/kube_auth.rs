@@ -31,17 +31,8 @@ async fn cluster() -> ApiServer {
     for ns in ["a", "b"] {
         server.create_namespace(ns).await.unwrap();
     }
-    let gateway_role = server
-        .apply_role_file(None, &rbac("gateway-clusterrole.yaml"))
-        .await
-        .unwrap();
     server
-        .bind(
-            None,
-            "kruntimes-gateway",
-            &gateway_role,
-            Subject::User(User::Gateway),
-        )
+        .grant_cluster_role("gateway-clusterrole.yaml", User::Gateway)
         .await
         .unwrap();
     for ns in ["a", "b"] {

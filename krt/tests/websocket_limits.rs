@@ -158,17 +158,8 @@ async fn a_revoked_permission_ends_the_socket_on_its_next_operation() {
     let server = ApiServer::start().await.unwrap();
     server.create_namespace("a").await.unwrap();
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let gateway_role = server
-        .apply_role_file(None, &repo.join("examples/rbac/gateway-clusterrole.yaml"))
-        .await
-        .unwrap();
     server
-        .bind(
-            None,
-            "kruntimes-gateway",
-            &gateway_role,
-            Subject::User(User::Gateway),
-        )
+        .grant_cluster_role("gateway-clusterrole.yaml", User::Gateway)
         .await
         .unwrap();
     let role = server

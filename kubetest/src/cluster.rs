@@ -19,18 +19,12 @@ use kruntimes_certs::install::InstallPki;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use crate::{ApiServer, Subject, User};
+use crate::{ApiServer, User};
 
 /// Namespace of the installation (operator, gateway, Runtimes, Pods).
 pub const SYSTEM_NAMESPACE: &str = "kruntimes-system";
 /// ConfigMap with the gateway's public CA.
 pub const CA_CONFIGMAP: &str = "kruntimes-gateway-ca";
-
-fn rbac_file(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../examples/rbac")
-        .join(name)
-}
 
 fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
@@ -76,8 +70,7 @@ impl Cluster {
             ("operator-clusterrole.yaml", User::Operator),
             ("runtimed-clusterrole.yaml", User::Runtimed),
         ] {
-            let role = server.apply_role_file(None, &rbac_file(file)).await?;
-            server.bind(None, &role, &role, Subject::User(user)).await?;
+            server.grant_cluster_role(file, user).await?;
         }
         let public_ca_pem = std::fs::read_to_string(&files.public_ca)?;
         let client = server.client().await?;

@@ -8,7 +8,7 @@ use anyhow::Context;
 use kube::api::{Api, PostParams};
 
 use crate::server::ApiServer;
-use crate::users::Subject;
+use crate::users::{Subject, User};
 
 impl ApiServer {
     /// Creates a namespace.
@@ -63,6 +63,18 @@ impl ApiServer {
                 Ok(name)
             }
         }
+    }
+
+    /// Creates the ClusterRole of `examples/rbac/FILE` and binds it
+    /// cluster-wide to `user` (binding named as the role) — how the tests
+    /// grant a component (gateway, operator, runtimed) its rights.
+    pub async fn grant_cluster_role(&self, file: &str, user: User) -> anyhow::Result<String> {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../examples/rbac")
+            .join(file);
+        let role = self.apply_role_file(None, &path).await?;
+        self.bind(None, &role, &role, Subject::User(user)).await?;
+        Ok(role)
     }
 
     /// Binds `role` (a Role in `namespace`, or a ClusterRole cluster-wide
