@@ -119,6 +119,20 @@ pub struct Args {
     /// Largest total request header size in bytes (431 beyond).
     #[arg(long, default_value_t = 16 * 1024)]
     pub max_header_bytes: usize,
+    /// Open connections per public listener at most; one past the bound is
+    /// closed at once and counted.
+    #[arg(long, default_value_t = 16384)]
+    pub max_connections: usize,
+    /// Deadline for a new connection's TLS handshake, in milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    pub handshake_timeout_ms: u64,
+    /// Deadline for a connection's first request headers after its
+    /// handshake, in milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    pub header_timeout_ms: u64,
+    /// An HTTP/2 connection with no stream open for this long is closed.
+    #[arg(long, default_value_t = 60)]
+    pub idle_timeout_secs: u64,
     /// Requests in flight at once (503 beyond).
     #[arg(long, default_value_t = 4096)]
     pub max_in_flight: usize,

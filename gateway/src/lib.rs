@@ -8,6 +8,7 @@
 pub mod admission;
 pub mod auth;
 pub mod config;
+pub mod listener;
 pub mod metrics;
 pub mod metrics_service;
 pub mod proxy;
@@ -23,6 +24,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use async_trait::async_trait;
+use pingora::apps::HttpServerOptions;
 use pingora::listeners::tls::TlsSettings;
 use pingora::server::configuration::ServerConf;
 use pingora::server::{Server, ShutdownWatch};
@@ -243,6 +245,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         upstream(&args)?,
     );
     gateway.access_log = args.access_log;
+    let first_requests = Arc::new(listener::FirstRequests::default());
+    gateway.first_requests = Some(first_requests.clone());
     let conf = ServerConf {
         threads: args.threads,
         work_stealing: args.work_stealing,
@@ -251,7 +255,44 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ..ServerConf::default()
     };
     let mut server = Server::new_with_opt_and_conf(None, conf);
-    let mut proxy = pingora::proxy::http_proxy_service(&server.configuration, gateway);
+    let connection_metrics = gateway.metrics.clone();
+    let mut proxy = pingora::proxy::http_proxy(&server.configuration, gateway);
+    let mut options = HttpServerOptions::default();
+    options.h2_idle_timeout = Some(Duration::from_secs(args.idle_timeout_secs.max(1)));
+    proxy.server_options = Some(options);
+    let proxy = Arc::new(proxy);
+    let limits = kruntimes_support::listen::Limits {
+        max_connections: args.max_connections,
+        handshake: Duration::from_millis(args.handshake_timeout_ms),
+    };
+    let mut listeners = Vec::new();
+    let mut add = |name: &'static str, addr: &str, tls| -> anyhow::Result<()> {
+        let stats = Arc::new(kruntimes_support::listen::Stats::default());
+        connection_metrics.watch_listener(name, stats.clone());
+        let metrics = listener::ListenerMetrics {
+            open: connection_metrics
+                .open_connections
+                .with_label_values(&[name]),
+            header_timeouts: connection_metrics
+                .connections
+                .with_label_values(&[name, "header_timeout"]),
+        };
+        let config = listener::ListenerConfig {
+            name,
+            addr: addr.to_owned(),
+            tls,
+            limits,
+            header_timeout: Duration::from_millis(args.header_timeout_ms),
+        };
+        listeners.push(listener::PublicListener::bind(
+            config,
+            proxy.clone(),
+            first_requests.clone(),
+            stats,
+            metrics,
+        )?);
+        Ok(())
+    };
     if let Some(addr) = &args.https_listen {
         let cert = args
             .tls_cert
@@ -269,10 +310,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         reloading.watch(Duration::from_secs(args.tls_reload_secs.max(1)));
         tls.set_cert_resolver(reloading);
         tls.enable_h2();
-        proxy.add_tls_with_settings(addr, None, tls);
+        add("https", addr, Some(Arc::new(tls.build())))?;
     }
     if let Some(addr) = &args.http_listen {
-        proxy.add_tcp(addr);
+        add("http", addr, None)?;
     }
     let tls = InternalTls {
         ca_pem: read(&args.internal_ca)?,
@@ -289,7 +330,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             tls,
         },
     );
-    server.add_service(proxy);
+    for l in listeners {
+        server.add_service(l);
+    }
     server.add_service(watch);
     if let Some(m) = metrics_app {
         server.add_service(m);

@@ -1,5 +1,9 @@
 //! Prometheus metrics of the gateway, on a private registry.
 
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use kruntimes_support::listen::Stats;
 use prometheus::{
     HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
@@ -23,6 +27,13 @@ pub struct Metrics {
     pub auth_api_calls: IntCounterVec,
     /// Authentication/authorization API call latency by api.
     pub auth_api_latency: HistogramVec,
+    /// What the public listeners did, by `listener` and `event`
+    /// (`accepted`, `refused_at_bound`, `accept_error`, `handshake_timeout`,
+    /// `header_timeout`).
+    pub connections: IntCounterVec,
+    /// Connections open now, by `listener`.
+    pub open_connections: IntGaugeVec,
+    listeners: std::sync::Mutex<Vec<(&'static str, Arc<Stats>)>>,
 }
 
 impl Metrics {
@@ -78,6 +89,19 @@ impl Metrics {
             ]),
             &["api"],
         )?;
+        let connections = IntCounterVec::new(
+            Opts::new(
+                "connections_total",
+                "What the public listeners did with connections, by listener and event.",
+            ),
+            &["listener", "event"],
+        )?;
+        let open_connections = IntGaugeVec::new(
+            Opts::new("open_connections", "Connections open now, by listener."),
+            &["listener"],
+        )?;
+        registry.register(Box::new(connections.clone()))?;
+        registry.register(Box::new(open_connections.clone()))?;
         registry.register(Box::new(auth_decisions.clone()))?;
         registry.register(Box::new(auth_api_calls.clone()))?;
         registry.register(Box::new(auth_api_latency.clone()))?;
@@ -96,11 +120,39 @@ impl Metrics {
             auth_decisions,
             auth_api_calls,
             auth_api_latency,
+            connections,
+            open_connections,
+            listeners: std::sync::Mutex::default(),
         })
+    }
+
+    /// Reports `stats` (the accept loop's counters) as listener `name`.
+    pub fn watch_listener(&self, name: &'static str, stats: Arc<Stats>) {
+        self.listeners
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((name, stats));
+    }
+
+    /// Brings the connection counters up to the listeners' [`Stats`].
+    fn sync_listeners(&self) {
+        let listeners = self.listeners.lock().unwrap_or_else(|p| p.into_inner());
+        for (name, stats) in listeners.iter() {
+            for (event, now) in [
+                ("accepted", &stats.accepted),
+                ("refused_at_bound", &stats.refused_at_bound),
+                ("accept_error", &stats.accept_errors),
+                ("handshake_timeout", &stats.handshake_timeouts),
+            ] {
+                let c = self.connections.with_label_values(&[name, event]);
+                c.inc_by(now.load(Ordering::Relaxed).saturating_sub(c.get()));
+            }
+        }
     }
 
     /// Text exposition format.
     pub fn render(&self) -> Vec<u8> {
+        self.sync_listeners();
         kruntimes_support::metrics::text(&self.registry)
     }
 }

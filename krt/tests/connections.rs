@@ -199,3 +199,173 @@ async fn slow_handshakes_and_headers_are_cut_off_and_the_bound_holds() {
         "{text}"
     );
 }
+
+/// The gateway's pid and `host:port` of its HTTPS listener.
+fn gateway(stack: &Stack) -> (u32, String) {
+    let p = stack.processes().unwrap();
+    (
+        p["gateway"]["pid"].as_u64().unwrap() as u32,
+        p["gateway"]["address"].as_str().unwrap().to_owned(),
+    )
+}
+
+/// A TLS client trusting the stack's public CA, offering `alpn`.
+fn public_tls(stack: &Stack, alpn: &[&[u8]]) -> tokio_rustls::TlsConnector {
+    let client: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(stack.state_dir().join("client.json")).unwrap())
+            .unwrap();
+    let tls = kruntimes_certs::client_config(
+        std::path::Path::new(client["caFile"].as_str().unwrap()),
+        None,
+        alpn,
+    )
+    .unwrap();
+    tokio_rustls::TlsConnector::from(Arc::new(tls))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_past_the_file_limit_never_end_the_gateway() {
+    let stack = start(
+        1,
+        vec![python_run("fn")],
+        &["--gateway-flag=--handshake-timeout-ms=3000"],
+    );
+    stack.wait_phase("fn", "Ready").await.unwrap();
+    invoke_ok(&stack, "fn").await;
+    let (pid, address) = gateway(&stack);
+    let limit = std::process::Command::new("prlimit")
+        .args(["--pid", &pid.to_string(), "--nofile=512:512"])
+        .status()
+        .unwrap();
+    assert!(limit.success(), "prlimit failed");
+
+    let mut flood = Vec::new();
+    for _ in 0..700 {
+        flood.push(TcpStream::connect(&address).await.unwrap());
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !stack
+        .log_of("gateway")
+        .contains("accept failed; backing off")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the gateway never ran out of descriptors:\n{}",
+            stack.log_of("gateway")
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    for s in &mut flood {
+        until_closed(s).await;
+    }
+    drop(flood);
+    assert_eq!(gateway(&stack).0, pid, "the gateway was restarted");
+    assert!(
+        std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "the gateway exited"
+    );
+    invoke_ok(&stack, "fn").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_cuts_off_slow_handshakes_and_silent_connections_and_bounds_them() {
+    let stack = start(
+        1,
+        vec![python_run("fn")],
+        &[
+            "--gateway-flag=--handshake-timeout-ms=300",
+            "--gateway-flag=--header-timeout-ms=300",
+            "--gateway-flag=--max-connections=8",
+        ],
+    );
+    stack.wait_phase("fn", "Ready").await.unwrap();
+    let (pid, address) = gateway(&stack);
+    let host = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+
+    // A partial ClientHello, never finished: closed.
+    let mut partial = TcpStream::connect(&address).await.unwrap();
+    partial
+        .write_all(&[0x16, 0x03, 0x01, 0x02, 0x00])
+        .await
+        .unwrap();
+    until_closed(&mut partial).await;
+
+    // HTTP/1.1 after the handshake: headers begun, never finished — closed
+    // without a response.
+    let tcp = TcpStream::connect(&address).await.unwrap();
+    let mut slow = public_tls(&stack, &[b"http/1.1"])
+        .connect(host.clone(), tcp)
+        .await
+        .unwrap();
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n")
+        .await
+        .unwrap();
+    let answer = until_closed(&mut slow).await;
+    assert!(answer.is_empty(), "{}", String::from_utf8_lossy(&answer));
+
+    // HTTP/2 negotiated, then silence (not even the preface): closed.
+    let tcp = TcpStream::connect(&address).await.unwrap();
+    let mut silent = public_tls(&stack, &[b"h2"])
+        .connect(host.clone(), tcp)
+        .await
+        .unwrap();
+    assert_eq!(silent.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    until_closed(&mut silent).await;
+
+    // A connection that speaks in time is served past the deadline: its
+    // keep-alive request after a pause is answered too.
+    let tcp = TcpStream::connect(&address).await.unwrap();
+    let mut polite = public_tls(&stack, &[b"http/1.1"])
+        .connect(host.clone(), tcp)
+        .await
+        .unwrap();
+    polite
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 512];
+    let n = polite.read(&mut buf).await.unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"), "{:?}", &buf[..n]);
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    polite
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .await
+        .unwrap();
+    let n = polite.read(&mut buf).await.unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"), "{:?}", &buf[..n]);
+    drop(polite);
+
+    // Past the bound of 8: the surplus is closed at once, the rest at the
+    // handshake deadline.
+    let mut many = Vec::new();
+    for _ in 0..20 {
+        many.push(TcpStream::connect(&address).await.unwrap());
+    }
+    for s in &mut many {
+        until_closed(s).await;
+    }
+    drop(many);
+    assert_eq!(gateway(&stack).0, pid);
+    let r = stack.invoke("fn", "{}").await.unwrap();
+    assert_eq!(r.status(), 200);
+
+    let text = reqwest::get(stack.metrics_url().unwrap())
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let count = |event: &str| -> u64 {
+        let needle =
+            format!("kruntimes_gateway_connections_total{{event=\"{event}\",listener=\"https\"}}");
+        text.lines()
+            .find(|l| l.starts_with(&needle))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    assert!(count("refused_at_bound") > 0, "{text}");
+    assert!(count("handshake_timeout") > 0, "{text}");
+    assert!(count("header_timeout") >= 2, "{text}");
+    assert!(count("accepted") > 0, "{text}");
+}

@@ -28,6 +28,7 @@ use pingora::{Error, Result};
 
 use crate::admission::{self, Admission, Facts, Limits};
 use crate::auth::cache::DecisionCache;
+use crate::listener::FirstRequests;
 use crate::metrics::Metrics;
 use crate::rejection::Rejection;
 use crate::table::{self, Route, Table};
@@ -43,6 +44,9 @@ pub struct Gateway {
     pub upstream: Upstream,
     /// Whether every invoke is logged.
     pub access_log: bool,
+    /// Connections of the public listeners still waiting for their first
+    /// request (`None` when Pingora's own listeners serve).
+    pub first_requests: Option<Arc<FirstRequests>>,
 }
 
 impl Gateway {
@@ -60,6 +64,7 @@ impl Gateway {
             metrics,
             upstream,
             access_log: true,
+            first_requests: None,
         }
     }
 }
@@ -188,6 +193,13 @@ impl ProxyHttp for Gateway {
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<bool> {
         ctx.started = Instant::now();
+        if let Some(first) = &self.first_requests {
+            let peer = session.client_addr().and_then(|a| a.as_inet());
+            let local = session.server_addr().and_then(|a| a.as_inet());
+            if let (Some(peer), Some(local)) = (peer, local) {
+                first.spoke(*peer, *local);
+            }
+        }
         match session.req_header().uri.path() {
             "/healthz" => {
                 ctx.route_label = "healthz";

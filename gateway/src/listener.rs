@@ -1,0 +1,309 @@
+//! The gateway's public listeners: the bounded accept loop shared with the
+//! other daemons ([`kruntimes_support::listen`]) in front of Pingora's HTTP
+//! proxy, so a flood of unauthenticated sockets cannot take the process's
+//! descriptors or keep slots forever.
+//!
+//! Per connection, in order:
+//! 1. **Bound**: at most `max_connections` open; one past it is closed at
+//!    once and counted (`kruntimes_gateway_connections_total{event="refused_at_bound"}`).
+//! 2. **TLS handshake deadline** (HTTPS listeners).
+//! 3. **First-request deadline**: the first request's headers (HTTP/1.1) or
+//!    the first stream's (HTTP/2) must arrive within `header_timeout` of the
+//!    handshake; otherwise the connection is closed. The proxy marks a
+//!    connection as having spoken in its request filter ([`FirstRequests`]).
+//!    Later requests are bounded by Pingora's keep-alive and read timeouts,
+//!    idle HTTP/2 connections by `--idle-timeout-secs`.
+//!
+//! Accept errors (EMFILE included) never end the loop: they back off.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use pingora::apps::ServerApp;
+use pingora::listeners::tls::Acceptor;
+use pingora::protocols::l4::stream::Stream as L4Stream;
+use pingora::protocols::{GetSocketDigest as _, SocketDigest, Stream};
+#[cfg(unix)]
+use pingora::server::ListenFds;
+use pingora::server::ShutdownWatch;
+use prometheus::{IntCounter, IntGauge};
+use tokio::sync::oneshot;
+
+use kruntimes_support::listen::{self, Limits, Stats};
+
+/// Connections that have not yet sent their first request, by address.
+///
+/// The accept loop registers a connection after its handshake; the proxy's
+/// request filter calls [`FirstRequests::spoke`] for every request, which
+/// releases the connection from its deadline on the first one. Only
+/// connections still waiting are held, so the map is bounded by the
+/// listeners' connection bounds.
+#[derive(Debug, Default)]
+pub struct FirstRequests {
+    waiting: Mutex<HashMap<ConnKey, oneshot::Sender<()>>>,
+}
+
+/// A connection's identity while it is open: its two ends.
+type ConnKey = (SocketAddr, SocketAddr);
+
+impl FirstRequests {
+    fn register(&self, key: ConnKey) -> oneshot::Receiver<()> {
+        let (tx, rx) = oneshot::channel();
+        self.lock().insert(key, tx);
+        rx
+    }
+
+    fn forget(&self, key: &ConnKey) {
+        self.lock().remove(key);
+    }
+
+    /// A request arrived on the connection `peer` → `local`.
+    pub fn spoke(&self, peer: SocketAddr, local: SocketAddr) {
+        let mut waiting = self.lock();
+        if waiting.is_empty() {
+            return;
+        }
+        if let Some(tx) = waiting.remove(&(peer, local)) {
+            let _ = tx.send(());
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ConnKey, oneshot::Sender<()>>> {
+        self.waiting.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Counters of one listener, beside its [`Stats`].
+#[derive(Debug, Clone)]
+pub struct ListenerMetrics {
+    /// Connections open now.
+    pub open: IntGauge,
+    /// Connections closed because their first request missed its deadline.
+    pub header_timeouts: IntCounter,
+}
+
+/// One public listener: a Pingora service that accepts, bounds and
+/// handshakes connections itself and hands each to `app`.
+pub struct PublicListener<A> {
+    name: &'static str,
+    socket: Option<std::net::TcpListener>,
+    local: SocketAddr,
+    tls: Option<Arc<Acceptor>>,
+    limits: Limits,
+    header_timeout: Duration,
+    app: Arc<A>,
+    first_requests: Arc<FirstRequests>,
+    stats: Arc<Stats>,
+    metrics: ListenerMetrics,
+}
+
+/// What a [`PublicListener`] is built from.
+pub struct ListenerConfig {
+    /// Names the listener in logs and metrics (`https`, `http`).
+    pub name: &'static str,
+    /// The address to bind.
+    pub addr: String,
+    /// TLS, for an HTTPS listener.
+    pub tls: Option<Arc<Acceptor>>,
+    /// Connection bound and handshake deadline.
+    pub limits: Limits,
+    /// Deadline for the first request after the handshake.
+    pub header_timeout: Duration,
+}
+
+impl<A> PublicListener<A> {
+    /// Binds `config.addr` now (so a taken port is a startup error), to
+    /// serve it once the server runs.
+    pub fn bind(
+        config: ListenerConfig,
+        app: Arc<A>,
+        first_requests: Arc<FirstRequests>,
+        stats: Arc<Stats>,
+        metrics: ListenerMetrics,
+    ) -> anyhow::Result<Self> {
+        let socket = std::net::TcpListener::bind(&config.addr)
+            .map_err(|e| anyhow::anyhow!("bind {} ({}): {e}", config.addr, config.name))?;
+        socket.set_nonblocking(true)?;
+        let local = socket.local_addr()?;
+        Ok(Self {
+            name: config.name,
+            socket: Some(socket),
+            local,
+            tls: config.tls,
+            limits: config.limits,
+            header_timeout: config.header_timeout,
+            app,
+            first_requests,
+            stats,
+            metrics,
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+}
+
+/// One accepted connection's settings, shared by its task.
+struct Conn<A> {
+    app: Arc<A>,
+    tls: Option<Arc<Acceptor>>,
+    limits: Limits,
+    header_timeout: Duration,
+    first_requests: Arc<FirstRequests>,
+    stats: Arc<Stats>,
+    metrics: ListenerMetrics,
+    local: SocketAddr,
+}
+
+impl<A: ServerApp + Send + Sync + 'static> Conn<A> {
+    async fn serve(self: Arc<Self>, accepted: listen::Accepted, shutdown: ShutdownWatch) {
+        let listen::Accepted {
+            stream,
+            remote,
+            slot: _slot,
+        } = accepted;
+        self.metrics.open.inc();
+        let _open = scopeguard(self.metrics.open.clone());
+        let digest = SocketDigest::from_raw_fd(std::os::fd::AsRawFd::as_raw_fd(&stream));
+        let mut l4 = L4Stream::from(stream);
+        let _ = digest.peer_addr.set(Some(remote.into()));
+        let _ = digest.local_addr.set(Some(self.local.into()));
+        l4.set_socket_digest(digest);
+        let stream: Stream = match &self.tls {
+            None => Box::new(l4),
+            Some(tls) => {
+                let handshake = async {
+                    tls.tls_handshake(l4)
+                        .await
+                        .map_err(|e| std::io::Error::other(e.to_string()))
+                };
+                match listen::handshake(self.limits, &self.stats, handshake).await {
+                    Ok(s) => Box::new(s),
+                    // A failed handshake is the peer's business: counted as a
+                    // timeout when it was one, never logged per connection.
+                    Err(_) => return,
+                }
+            }
+        };
+        let key = (remote, self.local);
+        let spoke = self.first_requests.register(key);
+        let first = self.app.process_new(stream, &shutdown);
+        tokio::pin!(first);
+        let header_deadline = tokio::time::timeout(self.header_timeout, spoke);
+        tokio::pin!(header_deadline);
+        let mut reuse = tokio::select! {
+            reuse = &mut first => reuse,
+            waited = &mut header_deadline => {
+                if waited.is_err() {
+                    // Silent past the deadline: dropping `first` closes it.
+                    self.first_requests.forget(&key);
+                    self.metrics.header_timeouts.inc();
+                    return;
+                }
+                // Spoke in time: only the request itself is awaited now.
+                first.await
+            }
+        };
+        // Whatever happened, the connection is no longer waiting.
+        self.first_requests.forget(&key);
+        while let Some(stream) = reuse {
+            reuse = self.app.process_new(stream, &shutdown).await;
+        }
+    }
+}
+
+/// Decrements `gauge` when dropped.
+fn scopeguard(gauge: IntGauge) -> impl Drop {
+    struct Dec(IntGauge);
+    impl Drop for Dec {
+        fn drop(&mut self) {
+            self.0.dec();
+        }
+    }
+    Dec(gauge)
+}
+
+#[async_trait]
+impl<A: ServerApp + Send + Sync + 'static> pingora::services::Service for PublicListener<A> {
+    async fn start_service(
+        &mut self,
+        #[cfg(unix)] _fds: Option<ListenFds>,
+        mut shutdown: ShutdownWatch,
+        _listeners_per_fd: usize,
+    ) {
+        let Some(socket) = self.socket.take() else {
+            return;
+        };
+        let listener = match tokio::net::TcpListener::from_std(socket) {
+            Ok(l) => listen::Listener::with_stats(l, self.name, self.limits, self.stats.clone()),
+            Err(e) => {
+                tracing::error!(listener = self.name, error = %e, "cannot serve the listener");
+                return;
+            }
+        };
+        let conn = Arc::new(Conn {
+            app: self.app.clone(),
+            tls: self.tls.clone(),
+            limits: self.limits,
+            header_timeout: self.header_timeout,
+            first_requests: self.first_requests.clone(),
+            stats: self.stats.clone(),
+            metrics: self.metrics.clone(),
+            local: self.local,
+        });
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => {
+                    let conn = conn.clone();
+                    let shutdown = shutdown.clone();
+                    // Spread over the service's threads (Pingora's no-steal
+                    // runtime picks one per call).
+                    pingora_runtime::current_handle().spawn(conn.serve(accepted, shutdown));
+                }
+                changed = shutdown.changed() => {
+                    if changed.is_err() || *shutdown.borrow() {
+                        tracing::info!(listener = self.name, "listener stopping");
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn threads(&self) -> Option<usize> {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(port: u16) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], port))
+    }
+
+    #[test]
+    fn the_first_request_releases_its_connection_once() {
+        let f = FirstRequests::default();
+        let mut rx = f.register((addr(1000), addr(443)));
+        let _other = f.register((addr(1001), addr(443)));
+        f.spoke(addr(1000), addr(80));
+        assert!(rx.try_recv().is_err(), "another listener's connection");
+        f.spoke(addr(1000), addr(443));
+        assert!(rx.try_recv().is_ok());
+        assert_eq!(f.lock().len(), 1, "only the silent one still waits");
+        f.spoke(addr(1000), addr(443));
+        f.forget(&(addr(1001), addr(443)));
+        assert!(f.lock().is_empty());
+    }
+}
