@@ -21,12 +21,13 @@
 //! processes), `server` ([`ApiServer`]'s lifecycle), `access` (kubeconfigs
 //! and clients), `crds`, `rbac`, `tokens` (service-account JWTs), `metrics`
 //! (API-call counts), `users` ([`User`], [`Subject`]); [`cluster`] installs
-//! kruntimes itself on top.
+//! kruntimes itself on top; [`helm`] builds helm and renders the chart.
 
 mod access;
 mod binaries;
 pub mod cluster;
 mod crds;
+pub mod helm;
 mod metrics;
 mod pki;
 mod process;
