@@ -1,0 +1,291 @@
+//! The Helm chart against a real API server (etcd + kube-apiserver of
+//! `kubetest/envtest/build.sh`): every object of every ci values file passes
+//! server-side validation (dry-run create; the CRDs' schemas, CEL of the
+//! admission policy, RBAC), every Pod template is admitted by Pod Security
+//! `restricted`, and `helm install` / `upgrade` / `uninstall` go through and
+//! leave alone what the operator owns.
+
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod chart_support;
+
+use std::collections::BTreeMap;
+
+use chart_support::*;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kruntimes_api::Runtime;
+use kruntimes_kubetest::helm::{Helm, chart_dir};
+use kruntimes_kubetest::{ApiServer, User};
+use kube::api::{Api, DynamicObject, GroupVersionKind, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::discovery::{Scope, pinned_kind};
+use serde_json::{Value, json};
+
+/// The release namespace, enforcing the `restricted` Pod Security Standard.
+async fn restricted_namespace(client: &kube::Client) {
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some(NAMESPACE.into()),
+            labels: Some(BTreeMap::from([(
+                "pod-security.kubernetes.io/enforce".to_string(),
+                "restricted".to_string(),
+            )])),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+}
+
+fn dry_run() -> PostParams {
+    PostParams {
+        dry_run: true,
+        field_manager: None,
+    }
+}
+
+/// Dry-run creates `obj` as the API server would store it.
+async fn create_dry(client: &kube::Client, obj: &Value) -> Result<(), kube::Error> {
+    let (group, version) = match str_at(obj, "/apiVersion").split_once('/') {
+        Some((g, v)) => (g.to_owned(), v.to_owned()),
+        None => (String::new(), str_at(obj, "/apiVersion")),
+    };
+    let gvk = GroupVersionKind::gvk(&group, &version, &str_at(obj, "/kind"));
+    let (resource, caps) = pinned_kind(client, &gvk).await?;
+    let api: Api<DynamicObject> = match caps.scope {
+        Scope::Namespaced => Api::namespaced_with(client.clone(), NAMESPACE, &resource),
+        Scope::Cluster => Api::all_with(client.clone(), &resource),
+    };
+    let dynamic: DynamicObject = serde_json::from_value(obj.clone()).unwrap();
+    api.create(&dry_run(), &dynamic).await.map(|_| ())
+}
+
+/// A Pod made of a Deployment's template, as its ReplicaSet would create it.
+fn pod_of(d: &Deployment) -> Pod {
+    let t = pod_template(d).clone();
+    let mut meta = t.metadata.unwrap_or_default();
+    meta.name = Some(format!("{}-0", d.metadata.name.clone().unwrap()));
+    meta.namespace = Some(NAMESPACE.into());
+    Pod {
+        metadata: meta,
+        spec: t.spec,
+        status: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_object_of_every_values_file_passes_server_side_validation_and_restricted() {
+    let server = ApiServer::start().await.expect("start the test API server");
+    let client = server.client().await.unwrap();
+    restricted_namespace(&client).await;
+    let helm = Helm::new().expect("build helm");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let mut renders = vec![("defaults".to_string(), Rendered::new(&helm, &[], &[]))];
+    for (file, path) in ci_files() {
+        renders.push((file, Rendered::new(&helm, &[&path], &[])));
+    }
+    let (mut accepted, mut skipped) = (0, 0);
+    for (file, r) in &renders {
+        for obj in &r.objects {
+            let id = format!(
+                "{file}: {} {}",
+                str_at(obj, "/kind"),
+                str_at(obj, "/metadata/name")
+            );
+            // cert-manager's kinds need its CRDs, which this API server does not have.
+            if str_at(obj, "/apiVersion").starts_with("cert-manager.io/") {
+                skipped += 1;
+                continue;
+            }
+            create_dry(&client, obj)
+                .await
+                .unwrap_or_else(|e| panic!("{id} refused: {e}"));
+            accepted += 1;
+        }
+        for d in r.deployments() {
+            let pod = pod_of(&d);
+            pods.create(&dry_run(), &pod)
+                .await
+                .unwrap_or_else(|e| panic!("{file}: a Pod of {:?} refused: {e}", d.metadata.name));
+        }
+    }
+    assert!(
+        accepted > 200 && skipped > 0,
+        "{accepted} accepted, {skipped} skipped"
+    );
+
+    // Controls: the checks are live. A Pod that keeps a capability is refused by Pod Security;
+    // a Runtime with a bad capacity by the CRD's schema.
+    let r = &renders[0].1;
+    let mut pod = pod_of(&r.gateway());
+    let c = &mut pod.spec.as_mut().unwrap().containers[0];
+    c.security_context.as_mut().unwrap().capabilities = None;
+    let err = pods.create(&dry_run(), &pod).await.unwrap_err();
+    assert!(err.to_string().contains("violates PodSecurity"), "{err}");
+    let mut runtime = r.find("Runtime", "python").unwrap().clone();
+    runtime["spec"]["capacity"]["runs"] = json!(0);
+    let err = create_dry(&client, &runtime).await.unwrap_err();
+    assert!(err.to_string().contains("spec.capacity.runs"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helm_install_upgrade_and_uninstall_keep_what_the_operator_owns() {
+    let server = ApiServer::start().await.expect("start the test API server");
+    let client = server.client().await.unwrap();
+    restricted_namespace(&client).await;
+    let kubeconfig = server.write_kubeconfig(User::Admin).unwrap();
+    let kubeconfig = kubeconfig.to_str().unwrap();
+    let helm = Helm::new().expect("build helm");
+    let chart = chart_dir();
+    let chart = chart.to_str().unwrap();
+    let base = [
+        "--namespace",
+        NAMESPACE,
+        "--kubeconfig",
+        kubeconfig,
+        "--timeout",
+        "60s",
+    ];
+    let helm_run = |verb: &[&str], extra: &[&str]| {
+        let mut args: Vec<&str> = verb.to_vec();
+        args.extend_from_slice(&base);
+        args.extend_from_slice(extra);
+        helm.run(&args).unwrap_or_else(|e| panic!("{e:#}"))
+    };
+
+    // Install with the defaults. The CRDs are there already (the harness installs them).
+    let out = helm_run(&["install", RELEASE, chart], &[]);
+    assert!(out.contains("STATUS: deployed"), "{out}");
+    assert!(
+        out.contains("curl --cacert"),
+        "NOTES with a first invoke: {out}"
+    );
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
+    let runtimes: Api<Runtime> = Api::namespaced(client.clone(), NAMESPACE);
+    let roles: Api<ClusterRole> = Api::all(client.clone());
+    let policies: Api<DynamicObject> = {
+        let gvk = GroupVersionKind::gvk(
+            "admissionregistration.k8s.io",
+            "v1",
+            "ValidatingAdmissionPolicy",
+        );
+        let (ar, _) = pinned_kind(&client, &gvk).await.unwrap();
+        Api::all_with(client.clone(), &ar)
+    };
+    let gateway = format!("{FULLNAME}-gateway");
+    assert_eq!(
+        deployments
+            .get(&gateway)
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .replicas,
+        Some(2)
+    );
+    deployments
+        .get(&format!("{FULLNAME}-operator"))
+        .await
+        .unwrap();
+    for rt in ["python", "bash"] {
+        runtimes.get(rt).await.unwrap();
+    }
+    roles.get(&format!("{FULLNAME}-run-invoker")).await.unwrap();
+    let policy = format!("{FULLNAME}-runtimed-own-runs");
+    policies.get(&policy).await.unwrap();
+
+    // What the operator does in `chart` mode: create the serving Secret, fill the CA bundle.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
+    let tls_secret = format!("{FULLNAME}-gateway-tls");
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": tls_secret},
+        "type": "kubernetes.io/tls",
+        "stringData": {"tls.crt": "certificate", "tls.key": "key", "ca.crt": "ca"},
+    }))
+    .unwrap();
+    let created = secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
+    let ca = format!("{FULLNAME}-gateway-ca");
+    configmaps
+        .patch(
+            &ca,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"ca.crt": "the operator's CA"}})),
+        )
+        .await
+        .unwrap();
+
+    // Upgrade: more gateways, network policies on.
+    let values = chart_dir().join("ci/network-policy-values.yaml");
+    let out = helm_run(
+        &["upgrade", RELEASE, chart],
+        &[
+            "--values",
+            values.to_str().unwrap(),
+            "--set",
+            "gateway.replicas=3",
+        ],
+    );
+    assert!(out.contains("REVISION: 2"), "{out}");
+    assert_eq!(
+        deployments
+            .get(&gateway)
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .replicas,
+        Some(3)
+    );
+    let netpols: Api<NetworkPolicy> = Api::namespaced(client.clone(), NAMESPACE);
+    assert_eq!(
+        netpols.list(&Default::default()).await.unwrap().items.len(),
+        4
+    );
+    // The chart-managed certificate and CA bundle are untouched by the upgrade.
+    let after = secrets.get(&tls_secret).await.unwrap();
+    assert_eq!(
+        after.metadata.resource_version,
+        created.metadata.resource_version
+    );
+    let bundle = configmaps.get(&ca).await.unwrap().data.unwrap_or_default();
+    assert_eq!(
+        bundle.get("ca.crt").map(String::as_str),
+        Some("the operator's CA")
+    );
+
+    // Uninstall: the chart's objects go; the CRDs and the operator's Secret stay.
+    helm_run(&["uninstall", RELEASE], &[]);
+    assert!(deployments.get_opt(&gateway).await.unwrap().is_none());
+    assert!(runtimes.get_opt("python").await.unwrap().is_none());
+    assert!(
+        roles
+            .get_opt(&format!("{FULLNAME}-run-invoker"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(policies.get_opt(&policy).await.unwrap().is_none());
+    assert!(
+        netpols
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.get("runtimes.kruntimes.io").await.unwrap();
+    crds.get("runs.kruntimes.io").await.unwrap();
+    secrets.get(&tls_secret).await.unwrap();
+}
