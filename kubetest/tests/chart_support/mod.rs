@@ -102,6 +102,16 @@ impl Rendered {
     }
 }
 
+/// helm, built if needed.
+pub fn helm() -> Helm {
+    Helm::new().expect("build helm with kubetest/helm/build.sh")
+}
+
+/// The name of RELEASE's object `FULLNAME-suffix`.
+pub fn name(suffix: &str) -> String {
+    format!("{FULLNAME}-{suffix}")
+}
+
 /// `charts/kruntimes/ci/NAME`.
 pub fn ci_file(name: &str) -> PathBuf {
     let p = chart_dir().join("ci").join(name);
