@@ -472,3 +472,74 @@ fn renders_are_stable() {
         assert_eq!(a, b, "{file}: two renders differ (randomness or lookup?)");
     }
 }
+
+/// Paths of the keys `values.yaml` documents with a `# --` comment (helm-docs
+/// style): the comment opens on the lines just above the key.
+fn documented_keys(values: &str) -> BTreeSet<String> {
+    let mut documented = BTreeSet::new();
+    let mut stack: Vec<String> = Vec::new();
+    let mut pending = false;
+    for line in values.lines() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with("# --") {
+            pending = true;
+            continue;
+        }
+        if trimmed.is_empty() || trimmed.starts_with('#') || trimmed.starts_with('-') {
+            continue;
+        }
+        let Some((key, _)) = trimmed.split_once(':') else {
+            continue;
+        };
+        let depth = (line.len() - trimmed.len()) / 2;
+        stack.truncate(depth);
+        stack.push(key.to_owned());
+        if std::mem::take(&mut pending) {
+            documented.insert(stack.join("."));
+        }
+    }
+    documented
+}
+
+/// Paths of the leaves of `v`: scalars, lists and empty maps.
+fn leaf_keys(prefix: &str, v: &serde_yaml::Value, out: &mut Vec<String>) {
+    match v {
+        serde_yaml::Value::Mapping(m) if !m.is_empty() => {
+            for (k, child) in m {
+                let k = k.as_str().unwrap();
+                let path = if prefix.is_empty() {
+                    k.to_owned()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                leaf_keys(&path, child, out);
+            }
+        }
+        _ => out.push(prefix.to_owned()),
+    }
+}
+
+#[test]
+fn every_value_is_documented_and_listed_in_the_readme() {
+    let dir = chart_dir();
+    let text = std::fs::read_to_string(dir.join("values.yaml")).unwrap();
+    let documented = documented_keys(&text);
+    let mut leaves = Vec::new();
+    leaf_keys("", &serde_yaml::from_str(&text).unwrap(), &mut leaves);
+    assert!(leaves.len() > 80, "{leaves:?}");
+    for leaf in &leaves {
+        let parts: Vec<&str> = leaf.split('.').collect();
+        let covered = (1..=parts.len()).any(|n| documented.contains(&parts[..n].join(".")));
+        assert!(
+            covered,
+            "values.yaml: {leaf} has no `# --` comment (nor has a parent)"
+        );
+    }
+    let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
+    for key in &documented {
+        assert!(
+            readme.contains(&format!("| `{key}` |")),
+            "README.md's values table lacks {key}"
+        );
+    }
+}
