@@ -543,3 +543,38 @@ fn every_value_is_documented_and_listed_in_the_readme() {
         );
     }
 }
+
+#[test]
+fn every_rendered_flag_is_one_the_binaries_parse() {
+    use clap::Parser as _;
+    let helm = helm();
+    let mut renders = vec![Rendered::new(&helm, &[], &[])];
+    renders.extend(
+        ci_files()
+            .iter()
+            .map(|(_, p)| Rendered::new(&helm, &[p], &[])),
+    );
+    for r in &renders {
+        let op = args(&r.operator());
+        let parsed = kruntimes_operator::cli::Args::try_parse_from(
+            std::iter::once("kruntimes-operator".to_string()).chain(op.clone()),
+        )
+        .unwrap_or_else(|e| panic!("{}: the operator refuses {op:?}: {e}", r.what));
+        assert_eq!(parsed.system_namespace, NAMESPACE);
+        assert_eq!(
+            Some(parsed.gateway_url.as_str()),
+            flag(&op, "--gateway-url")
+        );
+        if r.find("Deployment", &name("gateway")).is_none() {
+            continue;
+        }
+        let gw = args(&r.gateway());
+        let parsed = kruntimes_gateway::Args::try_parse_from(
+            std::iter::once("kruntimes-gateway".to_string()).chain(gw.clone()),
+        )
+        .unwrap_or_else(|e| panic!("{}: the gateway refuses {gw:?}: {e}", r.what));
+        assert_eq!(parsed.auth, kruntimes_gateway::config::AuthMode::Kubernetes);
+        assert!(parsed.access_log);
+        assert_eq!(parsed.https_listen.is_some(), parsed.tls_cert.is_some());
+    }
+}
