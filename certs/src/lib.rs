@@ -5,6 +5,7 @@
 
 pub mod install;
 mod issue;
+pub mod managed;
 mod tls;
 
 pub use issue::{Ca, Leaf, LeafSpec};

@@ -12,6 +12,7 @@
 //! list.
 
 mod ca;
+pub mod certificates;
 pub mod decide;
 pub mod metrics;
 mod runtimes;

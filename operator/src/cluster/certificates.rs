@@ -1,0 +1,471 @@
+//! Chart-managed TLS (`--tls-mode=chart`): the operator keeps the
+//! installation's CAs and certificates in Secrets of its namespace —
+//! created when missing, kept when present, renewed when near expiry
+//! ([`kruntimes_certs::managed`] decides) — and publishes the public CA
+//! bundle (never a key) in a ConfigMap.
+//!
+//! | Secret | holds |
+//! | --- | --- |
+//! | `<public CA>` | the public CA: `tls.crt`, `tls.key`, `previous.crt` (the CA it replaced, while valid) |
+//! | `<gateway>` (`kubernetes.io/tls`) | the gateway's serving certificate, `ca.crt` = public bundle |
+//! | `<prefix>-ca` | the internal CA, as the public one |
+//! | `<prefix>-runtimed` | runtimed's (`runtimed.kruntimes.internal`, server and client) |
+//! | `<prefix>-gateway` | the gateway's client certificate (`kruntimes-gateway`) |
+//! | `<prefix>-operator` | the ownership watch's serving certificate |
+//!
+//! Every leaf Secret carries `ca.crt`, the bundle of its CA. runtimed's
+//! Secret is also kept in the namespace of every Runtime (its Pods mount
+//! it there). Writes are `create` or `replace` with the read
+//! `resourceVersion`: two operators racing conflict and re-read on the
+//! next pass, never overwrite each other. Nothing is rendered by Helm
+//! (`helm template` stays stable; upgrades keep the CAs).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use anyhow::Context as _;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kruntimes_api::Runtime;
+use kruntimes_certs::install::{CONTROL_PLANE_NAME, GATEWAY_CLIENT_NAME, RUNTIMED_SERVER_NAME};
+use kruntimes_certs::managed::{self, Decision, Held, Lifetimes, Why};
+use kruntimes_certs::{Ca, LeafSpec};
+use kube::ResourceExt as _;
+use kube::api::{Api, ListParams, ObjectMeta, PostParams};
+use time::OffsetDateTime;
+
+/// The label on every object this module writes.
+pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "kruntimes-operator");
+
+/// What the operator manages, and where.
+#[derive(Debug, Clone)]
+pub struct ManagedTls {
+    /// Namespace of the Secrets and the ConfigMap (the operator's).
+    pub namespace: String,
+    /// Whether the public CA and the gateway's certificate are issued
+    /// here, or provided (an existing Secret, cert-manager) and only their
+    /// `ca.crt` is published.
+    pub public: PublicTls,
+    /// Secret of the public CA.
+    pub public_ca_secret: String,
+    /// Secret of the gateway's serving certificate.
+    pub gateway_secret: String,
+    /// DNS names (and IPs) of the gateway's serving certificate.
+    pub gateway_names: Vec<String>,
+    /// Prefix of the internal Secrets (`-ca`, `-runtimed`, `-gateway`,
+    /// `-operator`).
+    pub internal_prefix: String,
+    /// Name of runtimed's Secret (mounted into Runtime Pods).
+    pub runtimed_secret: String,
+    /// DNS names of the ownership watch's serving certificate.
+    pub operator_names: Vec<String>,
+    /// ConfigMap whose `ca.crt` is the public bundle.
+    pub ca_configmap: String,
+    /// Validity of what is issued.
+    pub lifetimes: Lifetimes,
+}
+
+/// Who issues the gateway's serving certificate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PublicTls {
+    /// The operator (`tls.mode: chart`).
+    Managed,
+    /// Someone else; the operator publishes the Secret's `ca.crt`.
+    Provided,
+}
+
+/// What one pass did: the Secrets written, and why.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Ensured {
+    /// `namespace/name` → why it was (re)issued.
+    pub issued: BTreeMap<String, String>,
+    /// The public CA bundle published.
+    pub public_bundle: String,
+}
+
+/// A CA and the bundle that verifies what it (and its predecessor) issued.
+struct CaState {
+    ca: Ca,
+    bundle: String,
+}
+
+fn spec(common_name: &str, names: &[String], server: bool, client: bool, days: i64) -> LeafSpec {
+    let (ips, dns): (Vec<_>, Vec<_>) = names
+        .iter()
+        .partition(|n| n.parse::<std::net::IpAddr>().is_ok());
+    LeafSpec {
+        common_name: common_name.into(),
+        dns_names: dns.into_iter().cloned().collect(),
+        ips: ips.into_iter().filter_map(|n| n.parse().ok()).collect(),
+        server,
+        client,
+        valid_days: days,
+    }
+}
+
+fn text(s: &Secret, key: &str) -> String {
+    s.data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+        .unwrap_or_default()
+}
+
+fn secret(
+    namespace: &str,
+    name: &str,
+    tls_type: bool,
+    data: BTreeMap<&str, &str>,
+    resource_version: Option<String>,
+) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(namespace.into()),
+            labels: Some(BTreeMap::from([(MANAGED_BY.0.into(), MANAGED_BY.1.into())])),
+            resource_version,
+            ..Default::default()
+        },
+        type_: Some(
+            if tls_type {
+                "kubernetes.io/tls"
+            } else {
+                "Opaque"
+            }
+            .into(),
+        ),
+        data: Some(
+            data.into_iter()
+                .map(|(k, v)| (k.to_owned(), ByteString(v.as_bytes().to_vec())))
+                .collect(),
+        ),
+        ..Default::default()
+    }
+}
+
+/// Creates `s`, or replaces the existing one at its `resourceVersion`.
+async fn write(api: &Api<Secret>, s: Secret) -> anyhow::Result<()> {
+    let name = s.name_any();
+    if s.metadata.resource_version.is_some() {
+        api.replace(&name, &PostParams::default(), &s)
+            .await
+            .with_context(|| format!("replace Secret {name}"))?;
+    } else {
+        api.create(&PostParams::default(), &s)
+            .await
+            .with_context(|| format!("create Secret {name}"))?;
+    }
+    Ok(())
+}
+
+/// Keeps the CA in Secret `name` valid; returns it with its bundle.
+async fn ensure_ca(
+    api: &Api<Secret>,
+    name: &str,
+    label: &str,
+    cfg: &ManagedTls,
+    now: OffsetDateTime,
+    out: &mut Ensured,
+) -> anyhow::Result<CaState> {
+    let held = api
+        .get_opt(name)
+        .await
+        .with_context(|| format!("read Secret {name}"))?;
+    let (cert, key, previous) = held
+        .as_ref()
+        .map(|s| {
+            (
+                text(s, "tls.crt"),
+                text(s, "tls.key"),
+                text(s, "previous.crt"),
+            )
+        })
+        .unwrap_or_default();
+    let h = held.as_ref().map(|_| Held {
+        cert_pem: &cert,
+        key_pem: &key,
+    });
+    match managed::decide_ca(h, now) {
+        Decision::Keep => {
+            let previous = (!previous.is_empty()).then_some(previous.as_str());
+            Ok(CaState {
+                bundle: managed::bundle(&cert, previous, now),
+                ca: Ca {
+                    cert_pem: cert.clone(),
+                    key_pem: key.clone(),
+                },
+            })
+        }
+        Decision::Issue(why) => {
+            let ca = Ca::generate(label, cfg.lifetimes.ca_days)?;
+            // A renewed CA keeps the one it replaces in the bundle.
+            let previous = matches!(why, Why::NearExpiry).then_some(cert.as_str());
+            let mut data = BTreeMap::from([
+                ("tls.crt", ca.cert_pem.as_str()),
+                ("tls.key", ca.key_pem.as_str()),
+            ]);
+            if let Some(p) = previous {
+                data.insert("previous.crt", p);
+            }
+            let rv = held.and_then(|s| s.metadata.resource_version);
+            write(api, secret(&cfg.namespace, name, false, data, rv)).await?;
+            tracing::info!(secret = name, reason = %why, "CA issued");
+            out.issued
+                .insert(format!("{}/{name}", cfg.namespace), why.to_string());
+            Ok(CaState {
+                bundle: managed::bundle(&ca.cert_pem, previous, now),
+                ca,
+            })
+        }
+    }
+}
+
+/// Keeps the leaf in Secret `namespace/name` valid for `ca` and `spec`.
+#[allow(clippy::too_many_arguments)]
+async fn ensure_leaf(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    tls_type: bool,
+    ca: &CaState,
+    spec: &LeafSpec,
+    now: OffsetDateTime,
+    out: &mut Ensured,
+) -> anyhow::Result<()> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let held = api
+        .get_opt(name)
+        .await
+        .with_context(|| format!("read Secret {namespace}/{name}"))?;
+    let (cert, key, bundle) = held
+        .as_ref()
+        .map(|s| (text(s, "tls.crt"), text(s, "tls.key"), text(s, "ca.crt")))
+        .unwrap_or_default();
+    let h = held.as_ref().map(|_| Held {
+        cert_pem: &cert,
+        key_pem: &key,
+    });
+    let why = match managed::decide_leaf(h, &ca.ca.cert_pem, spec, now) {
+        Decision::Issue(why) => Some(why),
+        // The CA bundle changed (a renewed CA, or its predecessor expired):
+        // only `ca.crt` is rewritten.
+        Decision::Keep if bundle != ca.bundle => None,
+        Decision::Keep => return Ok(()),
+    };
+    let rv = held.and_then(|s| s.metadata.resource_version);
+    let leaf;
+    let (cert, key) = match &why {
+        Some(_) => {
+            leaf = ca.ca.issue(spec)?;
+            (leaf.cert_pem.as_str(), leaf.key_pem.as_str())
+        }
+        None => (cert.as_str(), key.as_str()),
+    };
+    let data = BTreeMap::from([
+        ("tls.crt", cert),
+        ("tls.key", key),
+        ("ca.crt", ca.bundle.as_str()),
+    ]);
+    write(&api, secret(namespace, name, tls_type, data, rv)).await?;
+    let reason = why.map_or_else(|| "CA bundle changed".to_owned(), |w| w.to_string());
+    tracing::info!(secret = name, namespace, reason = %reason, "certificate issued");
+    out.issued.insert(format!("{namespace}/{name}"), reason);
+    Ok(())
+}
+
+/// One pass: every CA, leaf and the bundle ConfigMap made current.
+pub async fn ensure(client: &kube::Client, cfg: &ManagedTls) -> anyhow::Result<Ensured> {
+    ensure_at(client, cfg, OffsetDateTime::now_utc()).await
+}
+
+/// [`ensure`] as if it were `now` (what is issued is valid from the real
+/// time; tests use a later `now` to reach renewal).
+pub async fn ensure_at(
+    client: &kube::Client,
+    cfg: &ManagedTls,
+    now: OffsetDateTime,
+) -> anyhow::Result<Ensured> {
+    let mut out = Ensured::default();
+    let api: Api<Secret> = Api::namespaced(client.clone(), &cfg.namespace);
+    let days = cfg.lifetimes.leaf_days;
+
+    let public_bundle = match cfg.public {
+        PublicTls::Managed => {
+            let public = ensure_ca(
+                &api,
+                &cfg.public_ca_secret,
+                "kruntimes public CA",
+                cfg,
+                now,
+                &mut out,
+            )
+            .await?;
+            let gateway = spec("kruntimes-gateway", &cfg.gateway_names, true, false, days);
+            ensure_leaf(
+                client,
+                &cfg.namespace,
+                &cfg.gateway_secret,
+                true,
+                &public,
+                &gateway,
+                now,
+                &mut out,
+            )
+            .await?;
+            public.bundle
+        }
+        PublicTls::Provided => {
+            let name = &cfg.gateway_secret;
+            let s = api
+                .get_opt(name)
+                .await
+                .with_context(|| format!("read Secret {name}"))?
+                .with_context(|| {
+                    format!(
+                        "Secret {}/{name} (the gateway's) does not exist yet",
+                        cfg.namespace
+                    )
+                })?;
+            let bundle = text(&s, "ca.crt");
+            anyhow::ensure!(
+                bundle.contains("BEGIN CERTIFICATE"),
+                "Secret {}/{name} has no ca.crt to publish",
+                cfg.namespace
+            );
+            bundle
+        }
+    };
+
+    let internal_ca = format!("{}-ca", cfg.internal_prefix);
+    let internal = ensure_ca(
+        &api,
+        &internal_ca,
+        "kruntimes internal CA",
+        cfg,
+        now,
+        &mut out,
+    )
+    .await?;
+    let runtimed = spec(
+        "runtimed",
+        &[RUNTIMED_SERVER_NAME.to_owned()],
+        true,
+        true,
+        days,
+    );
+    let gateway_client = spec(GATEWAY_CLIENT_NAME, &[], false, true, days);
+    // Gateways verify the watch by the control plane's name.
+    let mut operator_names = vec![CONTROL_PLANE_NAME.to_owned()];
+    operator_names.extend(cfg.operator_names.iter().cloned());
+    let operator = spec(CONTROL_PLANE_NAME, &operator_names, true, false, days);
+    let prefix = &cfg.internal_prefix;
+    ensure_leaf(
+        client,
+        &cfg.namespace,
+        &format!("{prefix}-gateway"),
+        false,
+        &internal,
+        &gateway_client,
+        now,
+        &mut out,
+    )
+    .await?;
+    ensure_leaf(
+        client,
+        &cfg.namespace,
+        &format!("{prefix}-operator"),
+        false,
+        &internal,
+        &operator,
+        now,
+        &mut out,
+    )
+    .await?;
+    // runtimed's Secret wherever Runtime Pods run.
+    let mut namespaces = BTreeSet::from([cfg.namespace.clone()]);
+    let runtimes = Api::<Runtime>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .context("list Runtimes")?;
+    namespaces.extend(runtimes.items.iter().filter_map(|r| r.namespace()));
+    for ns in &namespaces {
+        ensure_leaf(
+            client,
+            ns,
+            &cfg.runtimed_secret,
+            false,
+            &internal,
+            &runtimed,
+            now,
+            &mut out,
+        )
+        .await?;
+    }
+
+    publish_bundle(client, cfg, &public_bundle).await?;
+    out.public_bundle = public_bundle;
+    Ok(out)
+}
+
+/// Writes `bundle` as `ca.crt` of the ConfigMap (created when missing).
+async fn publish_bundle(
+    client: &kube::Client,
+    cfg: &ManagedTls,
+    bundle: &str,
+) -> anyhow::Result<()> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &cfg.namespace);
+    let name = &cfg.ca_configmap;
+    let held = api
+        .get_opt(name)
+        .await
+        .with_context(|| format!("read ConfigMap {name}"))?;
+    if held
+        .as_ref()
+        .and_then(|c| c.data.as_ref())
+        .and_then(|d| d.get("ca.crt"))
+        .is_some_and(|b| b == bundle)
+    {
+        return Ok(());
+    }
+    let mut cm = held.unwrap_or_else(|| ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            namespace: Some(cfg.namespace.clone()),
+            labels: Some(BTreeMap::from([(MANAGED_BY.0.into(), MANAGED_BY.1.into())])),
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    cm.data
+        .get_or_insert_with(BTreeMap::new)
+        .insert("ca.crt".into(), bundle.to_owned());
+    if cm.metadata.resource_version.is_some() {
+        api.replace(name, &PostParams::default(), &cm).await?;
+    } else {
+        api.create(&PostParams::default(), &cm).await?;
+    }
+    tracing::info!(configmap = %name, "public CA bundle published");
+    Ok(())
+}
+
+/// Writes the ownership watch's own material (from `<prefix>-operator`)
+/// to `dir` as `tls.crt`, `tls.key` and `ca.crt` (the key 0600).
+pub async fn write_own(client: &kube::Client, cfg: &ManagedTls, dir: &Path) -> anyhow::Result<()> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), &cfg.namespace);
+    let name = format!("{}-operator", cfg.internal_prefix);
+    let s = api
+        .get(&name)
+        .await
+        .with_context(|| format!("read Secret {name}"))?;
+    std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    for (key, private) in [("tls.crt", false), ("ca.crt", false), ("tls.key", true)] {
+        let path = dir.join(key);
+        let body = text(&s, key);
+        if private {
+            kruntimes_certs::write_private(&path, body.as_bytes())?;
+        } else {
+            std::fs::write(&path, body).with_context(|| format!("write {}", path.display()))?;
+        }
+    }
+    Ok(())
+}

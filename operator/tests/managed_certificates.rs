@@ -1,0 +1,384 @@
+//! Chart-managed TLS against a real kube-apiserver: the operator's
+//! certificate pass creates the CAs, every component's Secret and the
+//! public bundle ConfigMap when they are missing; keeps them when present;
+//! renews a leaf near expiry (and only it), reissues one whose names
+//! changed, keeps runtimed's Secret in every Runtime's namespace, and in
+//! `provided` mode publishes an existing Secret's `ca.crt` without issuing
+//! a public certificate. The material is checked by building real TLS
+//! configurations from it.
+
+// Test helpers panic on failure: that is how a test fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kruntimes_certs::managed::{self, Lifetimes};
+use kruntimes_kubetest::ApiServer;
+use kruntimes_operator::cluster::certificates::{self, ManagedTls, PublicTls};
+use kube::api::{Api, ObjectMeta, PostParams};
+
+const NS: &str = "kruntimes-system";
+
+fn cfg() -> ManagedTls {
+    ManagedTls {
+        namespace: NS.into(),
+        public: PublicTls::Managed,
+        public_ca_secret: "kr-public-ca".into(),
+        gateway_secret: "kr-gateway-tls".into(),
+        gateway_names: vec![
+            "kr-gateway".into(),
+            "kr-gateway.kruntimes-system.svc".into(),
+            "127.0.0.1".into(),
+        ],
+        internal_prefix: "kr-internal".into(),
+        runtimed_secret: "kr-internal-runtimed".into(),
+        operator_names: vec!["kr-operator.kruntimes-system.svc".into()],
+        ca_configmap: "kr-gateway-ca".into(),
+        lifetimes: Lifetimes {
+            ca_days: 3650,
+            leaf_days: 90,
+        },
+    }
+}
+
+fn text(s: &Secret, key: &str) -> String {
+    String::from_utf8(s.data.as_ref().unwrap()[key].0.clone()).unwrap()
+}
+
+async fn secret(client: &kube::Client, ns: &str, name: &str) -> Secret {
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .get(name)
+        .await
+        .unwrap_or_else(|e| panic!("Secret {ns}/{name}: {e}"))
+}
+
+async fn bundle(client: &kube::Client) -> String {
+    Api::<ConfigMap>::namespaced(client.clone(), NS)
+        .get("kr-gateway-ca")
+        .await
+        .unwrap()
+        .data
+        .unwrap()["ca.crt"]
+        .clone()
+}
+
+/// `tls.crt`, `tls.key` and `ca.crt` of `s` written to a directory.
+fn files(s: &Secret) -> (tempfile::TempDir, kruntimes_certs::TlsFiles) {
+    let dir = tempfile::tempdir().unwrap();
+    for k in ["tls.crt", "tls.key", "ca.crt"] {
+        std::fs::write(dir.path().join(k), text(s, k)).unwrap();
+    }
+    let f = kruntimes_certs::TlsFiles {
+        ca: dir.path().join("ca.crt"),
+        cert: dir.path().join("tls.crt"),
+        key: dir.path().join("tls.key"),
+    };
+    (dir, f)
+}
+
+/// A full TLS handshake in memory: `server` serving `name`, a client
+/// trusting the server Secret's `ca.crt` and presenting `client`'s
+/// certificate if given (then the server requires one from its `ca.crt`).
+fn handshake(server: &Secret, name: &str, client: Option<&Secret>) {
+    use std::sync::Arc;
+    let (_sd, sf) = files(server);
+    let client_files = client.map(files);
+    let server_cfg = kruntimes_certs::server_config(
+        &sf.cert,
+        &sf.key,
+        client.map(|_| sf.ca.as_path()),
+        &[b"h2"],
+    )
+    .unwrap();
+    let identity = client_files
+        .as_ref()
+        .map(|(_, f)| (f.cert.as_path(), f.key.as_path()));
+    let client_cfg = kruntimes_certs::client_config(&sf.ca, identity, &[b"h2"]).unwrap();
+    let server_name = rustls::pki_types::ServerName::try_from(name.to_owned()).unwrap();
+    let mut c = rustls::ClientConnection::new(Arc::new(client_cfg), server_name).unwrap();
+    let mut s = rustls::ServerConnection::new(Arc::new(server_cfg)).unwrap();
+    for _ in 0..10 {
+        let mut buf = Vec::new();
+        c.write_tls(&mut buf).unwrap();
+        s.read_tls(&mut &buf[..]).unwrap();
+        s.process_new_packets()
+            .unwrap_or_else(|e| panic!("server side, {name}: {e}"));
+        let mut buf = Vec::new();
+        s.write_tls(&mut buf).unwrap();
+        c.read_tls(&mut &buf[..]).unwrap();
+        c.process_new_packets()
+            .unwrap_or_else(|e| panic!("client side, {name}: {e}"));
+        if !c.is_handshaking() && !s.is_handshaking() {
+            return;
+        }
+    }
+    panic!("no handshake for {name}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificates_are_created_when_missing_kept_when_present_and_renewed_near_expiry() {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let server = ApiServer::start().await.unwrap();
+    let client = server.client().await.unwrap();
+    server.create_namespace(NS).await.unwrap();
+    server.create_namespace("team-a").await.unwrap();
+    let runtime: kruntimes_api::Runtime = serde_json::from_value(serde_json::json!({
+        "apiVersion": "kruntimes.io/v1alpha1",
+        "kind": "Runtime",
+        "metadata": {"name": "python", "namespace": "team-a"},
+        "spec": {"runtime": "python", "image": "python:3.12-slim"}
+    }))
+    .unwrap();
+    Api::<kruntimes_api::Runtime>::namespaced(client.clone(), "team-a")
+        .create(&PostParams::default(), &runtime)
+        .await
+        .unwrap();
+
+    // Nothing exists: everything is issued.
+    let first = certificates::ensure(&client, &cfg()).await.unwrap();
+    for name in [
+        "kruntimes-system/kr-public-ca",
+        "kruntimes-system/kr-gateway-tls",
+        "kruntimes-system/kr-internal-ca",
+        "kruntimes-system/kr-internal-gateway",
+        "kruntimes-system/kr-internal-operator",
+        "kruntimes-system/kr-internal-runtimed",
+        "team-a/kr-internal-runtimed",
+    ] {
+        assert_eq!(
+            first.issued.get(name).map(String::as_str),
+            Some("missing"),
+            "{name}: {first:?}"
+        );
+    }
+    let gateway = secret(&client, NS, "kr-gateway-tls").await;
+    assert_eq!(gateway.type_.as_deref(), Some("kubernetes.io/tls"));
+    let public_ca = secret(&client, NS, "kr-public-ca").await;
+    assert_eq!(text(&gateway, "ca.crt"), bundle(&client).await);
+    assert!(
+        !bundle(&client).await.contains("PRIVATE KEY"),
+        "the ConfigMap holds no key"
+    );
+    assert_eq!(
+        managed::facts(&text(&gateway, "tls.crt")).unwrap().names,
+        vec!["127.0.0.1", "kr-gateway", "kr-gateway.kruntimes-system.svc"]
+    );
+    let operator = secret(&client, NS, "kr-internal-operator").await;
+    assert!(
+        managed::facts(&text(&operator, "tls.crt"))
+            .unwrap()
+            .names
+            .contains(&"kruntimes-control-plane".to_owned())
+    );
+    let gateway_client = secret(&client, NS, "kr-internal-gateway").await;
+    let runtimed = secret(&client, "team-a", "kr-internal-runtimed").await;
+    handshake(&gateway, "kr-gateway.kruntimes-system.svc", None);
+    handshake(&operator, "kruntimes-control-plane", Some(&gateway_client));
+    handshake(
+        &runtimed,
+        "runtimed.kruntimes.internal",
+        Some(&gateway_client),
+    );
+
+    // Present and valid: nothing is written, the CAs are the same.
+    let again = certificates::ensure(&client, &cfg()).await.unwrap();
+    assert!(again.issued.is_empty(), "{again:?}");
+    assert_eq!(
+        text(&secret(&client, NS, "kr-public-ca").await, "tls.crt"),
+        text(&public_ca, "tls.crt")
+    );
+    assert_eq!(
+        secret(&client, NS, "kr-gateway-tls")
+            .await
+            .metadata
+            .resource_version,
+        gateway.metadata.resource_version
+    );
+
+    // Two months on, every leaf is in the last third of its 90 days: each
+    // is renewed, by the same CA; the CAs are kept.
+    let now = time::OffsetDateTime::now_utc();
+    let later = certificates::ensure_at(&client, &cfg(), now + time::Duration::days(61))
+        .await
+        .unwrap();
+    assert_eq!(later.issued.len(), 5, "every leaf: {later:?}");
+    assert!(
+        later.issued.values().all(|why| why == "near expiry"),
+        "{later:?}"
+    );
+    assert_eq!(
+        text(&secret(&client, NS, "kr-public-ca").await, "tls.crt"),
+        text(&public_ca, "tls.crt"),
+        "the CA is kept"
+    );
+    assert_ne!(
+        text(&secret(&client, NS, "kr-gateway-tls").await, "tls.crt"),
+        text(&gateway, "tls.crt")
+    );
+    let ca = kruntimes_certs::Ca {
+        cert_pem: text(&public_ca, "tls.crt"),
+        key_pem: text(&public_ca, "tls.key"),
+    };
+    let mut renamed = cfg();
+    renamed.gateway_names.push("gateway.example.com".into());
+    let reissued = certificates::ensure(&client, &renamed).await.unwrap();
+    assert_eq!(
+        reissued.issued,
+        BTreeMap::from([(
+            "kruntimes-system/kr-gateway-tls".to_owned(),
+            "names changed".to_owned()
+        )])
+    );
+    let gateway = secret(&client, NS, "kr-gateway-tls").await;
+    let facts = managed::facts(&text(&gateway, "tls.crt")).unwrap();
+    assert!(facts.names.contains(&"gateway.example.com".to_owned()));
+    assert!(
+        facts.not_after - facts.not_before > time::Duration::days(80),
+        "a 90-day leaf"
+    );
+    assert_eq!(
+        text(&secret(&client, NS, "kr-public-ca").await, "tls.crt"),
+        ca.cert_pem,
+        "the CA is kept"
+    );
+
+    // Seven years on, the CAs are in their last third: renewed, the old
+    // one kept in the published bundle (it is still valid), every leaf
+    // reissued by the new one.
+    let ca_later = certificates::ensure_at(&client, &renamed, now + time::Duration::days(2500))
+        .await
+        .unwrap();
+    assert_eq!(
+        ca_later.issued["kruntimes-system/kr-public-ca"],
+        "near expiry"
+    );
+    assert_eq!(
+        ca_later.issued["kruntimes-system/kr-internal-ca"],
+        "near expiry"
+    );
+    assert_eq!(
+        ca_later.issued["kruntimes-system/kr-gateway-tls"],
+        "issued by another CA"
+    );
+    let published = bundle(&client).await;
+    assert_eq!(
+        published.matches("BEGIN CERTIFICATE").count(),
+        2,
+        "new and old CA"
+    );
+    assert!(published.contains(ca.cert_pem.trim_end()));
+    let renewed = secret(&client, NS, "kr-public-ca").await;
+    assert_ne!(text(&renewed, "tls.crt"), ca.cert_pem);
+    assert_eq!(text(&renewed, "previous.crt"), ca.cert_pem);
+    handshake(
+        &secret(&client, NS, "kr-gateway-tls").await,
+        "kr-gateway",
+        None,
+    );
+    assert!(
+        certificates::ensure(&client, &renamed)
+            .await
+            .unwrap()
+            .issued
+            .is_empty(),
+        "and then stable"
+    );
+
+    // A removed Secret is issued again; an unreadable one too.
+    Api::<Secret>::namespaced(client.clone(), "team-a")
+        .delete("kr-internal-runtimed", &Default::default())
+        .await
+        .unwrap();
+    let mut broken = secret(&client, NS, "kr-internal-gateway").await;
+    broken
+        .data
+        .as_mut()
+        .unwrap()
+        .insert("tls.crt".into(), ByteString(b"garbage".to_vec()));
+    Api::<Secret>::namespaced(client.clone(), NS)
+        .replace("kr-internal-gateway", &PostParams::default(), &broken)
+        .await
+        .unwrap();
+    let repaired = certificates::ensure(&client, &renamed).await.unwrap();
+    assert_eq!(repaired.issued.len(), 2, "{repaired:?}");
+    assert_eq!(repaired.issued["team-a/kr-internal-runtimed"], "missing");
+    assert!(repaired.issued["kruntimes-system/kr-internal-gateway"].starts_with("unreadable"));
+    handshake(
+        &secret(&client, NS, "kr-internal-runtimed").await,
+        "runtimed.kruntimes.internal",
+        Some(&secret(&client, NS, "kr-internal-gateway").await),
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provided_gateway_secret_is_published_and_never_overwritten() {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let server = ApiServer::start().await.unwrap();
+    let client = server.client().await.unwrap();
+    server.create_namespace(NS).await.unwrap();
+    let mut provided = cfg();
+    provided.public = PublicTls::Provided;
+
+    // The Secret does not exist yet (cert-manager has not issued it): a
+    // clear error, and the internal material is not blocked by it.
+    let err = certificates::ensure(&client, &provided).await.unwrap_err();
+    assert!(format!("{err:#}").contains("kr-gateway-tls"), "{err:#}");
+
+    let ca = kruntimes_certs::Ca::generate("their CA", 30).unwrap();
+    let leaf = ca
+        .issue(&kruntimes_certs::LeafSpec {
+            common_name: "gateway.example.com".into(),
+            dns_names: vec!["gateway.example.com".into()],
+            server: true,
+            valid_days: 30,
+            ..Default::default()
+        })
+        .unwrap();
+    let theirs = Secret {
+        metadata: ObjectMeta {
+            name: Some("kr-gateway-tls".into()),
+            ..Default::default()
+        },
+        type_: Some("kubernetes.io/tls".into()),
+        data: Some(BTreeMap::from([
+            (
+                "tls.crt".to_owned(),
+                ByteString(leaf.cert_pem.clone().into_bytes()),
+            ),
+            (
+                "tls.key".to_owned(),
+                ByteString(leaf.key_pem.clone().into_bytes()),
+            ),
+            (
+                "ca.crt".to_owned(),
+                ByteString(ca.cert_pem.clone().into_bytes()),
+            ),
+        ])),
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &theirs)
+        .await
+        .unwrap();
+    let done = certificates::ensure(&client, &provided).await.unwrap();
+    assert!(!done.issued.contains_key("kruntimes-system/kr-gateway-tls"));
+    assert!(!done.issued.contains_key("kruntimes-system/kr-public-ca"));
+    assert!(
+        done.issued
+            .contains_key("kruntimes-system/kr-internal-operator")
+    );
+    assert_eq!(bundle(&client).await, ca.cert_pem);
+    assert_eq!(
+        text(&secret(&client, NS, "kr-gateway-tls").await, "tls.crt"),
+        leaf.cert_pem
+    );
+    assert!(
+        Api::<Secret>::namespaced(client.clone(), NS)
+            .get_opt("kr-public-ca")
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
