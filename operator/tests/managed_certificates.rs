@@ -322,9 +322,25 @@ async fn a_provided_gateway_secret_is_published_and_never_overwritten() {
     provided.public = PublicTls::Provided;
 
     // The Secret does not exist yet (cert-manager has not issued it): a
-    // clear error, and the internal material is not blocked by it.
-    let err = certificates::ensure(&client, &provided).await.unwrap_err();
-    assert!(format!("{err:#}").contains("kr-gateway-tls"), "{err:#}");
+    // clear warning, and the internal material is not blocked by it.
+    let early = certificates::ensure(&client, &provided).await.unwrap();
+    assert_eq!(
+        early.warnings,
+        vec!["Secret kruntimes-system/kr-gateway-tls (the gateway's) does not exist yet"]
+    );
+    assert!(
+        early
+            .issued
+            .contains_key("kruntimes-system/kr-internal-operator")
+    );
+    assert!(
+        Api::<ConfigMap>::namespaced(client.clone(), NS)
+            .get_opt("kr-gateway-ca")
+            .await
+            .unwrap()
+            .is_none(),
+        "nothing to publish yet"
+    );
 
     let ca = kruntimes_certs::Ca::generate("their CA", 30).unwrap();
     let leaf = ca
@@ -366,9 +382,10 @@ async fn a_provided_gateway_secret_is_published_and_never_overwritten() {
     assert!(!done.issued.contains_key("kruntimes-system/kr-gateway-tls"));
     assert!(!done.issued.contains_key("kruntimes-system/kr-public-ca"));
     assert!(
-        done.issued
-            .contains_key("kruntimes-system/kr-internal-operator")
+        done.issued.is_empty(),
+        "the internal material was made before: {done:?}"
     );
+    assert!(done.warnings.is_empty());
     assert_eq!(bundle(&client).await, ca.cert_pem);
     assert_eq!(
         text(&secret(&client, NS, "kr-gateway-tls").await, "tls.crt"),

@@ -79,8 +79,10 @@ pub enum PublicTls {
 pub struct Ensured {
     /// `namespace/name` → why it was (re)issued.
     pub issued: BTreeMap<String, String>,
-    /// The public CA bundle published.
+    /// The public CA bundle published (empty when there was none).
     pub public_bundle: String,
+    /// What could not be done but did not stop the pass.
+    pub warnings: Vec<String>,
 }
 
 /// A CA and the bundle that verifies what it (and its predecessor) issued.
@@ -314,26 +316,14 @@ pub async fn ensure_at(
             .await?;
             public.bundle
         }
-        PublicTls::Provided => {
-            let name = &cfg.gateway_secret;
-            let s = api
-                .get_opt(name)
-                .await
-                .with_context(|| format!("read Secret {name}"))?
-                .with_context(|| {
-                    format!(
-                        "Secret {}/{name} (the gateway's) does not exist yet",
-                        cfg.namespace
-                    )
-                })?;
-            let bundle = text(&s, "ca.crt");
-            anyhow::ensure!(
-                bundle.contains("BEGIN CERTIFICATE"),
-                "Secret {}/{name} has no ca.crt to publish",
-                cfg.namespace
-            );
-            bundle
-        }
+        PublicTls::Provided => provided_bundle(&api, cfg).await.unwrap_or_else(|why| {
+            // Not there yet (cert-manager is issuing it) or with no CA to
+            // publish (a public CA's certificate): the internal material
+            // must not wait for it.
+            tracing::warn!(secret = %cfg.gateway_secret, reason = %why, "no public CA bundle to publish");
+            out.warnings.push(why);
+            String::new()
+        }),
     };
 
     let internal_ca = format!("{}-ca", cfg.internal_prefix);
@@ -402,9 +392,27 @@ pub async fn ensure_at(
         .await?;
     }
 
-    publish_bundle(client, cfg, &public_bundle).await?;
+    if !public_bundle.is_empty() {
+        publish_bundle(client, cfg, &public_bundle).await?;
+    }
     out.public_bundle = public_bundle;
     Ok(out)
+}
+
+/// The `ca.crt` of the provided gateway Secret, or why there is none.
+async fn provided_bundle(api: &Api<Secret>, cfg: &ManagedTls) -> Result<String, String> {
+    let name = &cfg.gateway_secret;
+    let ns = &cfg.namespace;
+    let s = api
+        .get_opt(name)
+        .await
+        .map_err(|e| format!("read Secret {ns}/{name}: {e}"))?
+        .ok_or_else(|| format!("Secret {ns}/{name} (the gateway's) does not exist yet"))?;
+    let bundle = text(&s, "ca.crt");
+    if !bundle.contains("BEGIN CERTIFICATE") {
+        return Err(format!("Secret {ns}/{name} has no ca.crt to publish"));
+    }
+    Ok(bundle)
 }
 
 /// Writes `bundle` as `ca.crt` of the ConfigMap (created when missing).
