@@ -15,6 +15,9 @@ use std::collections::BTreeSet;
 use chart_support::*;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kruntimes_kubetest::helm::chart_dir;
+use kruntimes_operator::cli::{InternalTls, PublicTlsArg};
+use kruntimes_operator::cluster::certificates::PublicTls;
+use serde_json::Value;
 
 #[test]
 fn chart_app_version_is_the_workspace_version() {
@@ -83,7 +86,8 @@ fn the_defaults_render_operator_gateway_rbac_policy_and_two_runtimes() {
         ("Service", name("gateway")),
         ("Service", name("gateway-metrics")),
         ("PodDisruptionBudget", name("gateway")),
-        ("ConfigMap", name("gateway-ca")),
+        ("Role", name("operator-certificates")),
+        ("RoleBinding", name("operator-certificates")),
         ("ServiceAccount", "kruntimes-runtime".into()),
         ("ClusterRole", name("runtimed")),
         ("ClusterRoleBinding", name("runtimed")),
@@ -105,6 +109,9 @@ fn the_defaults_render_operator_gateway_rbac_policy_and_two_runtimes() {
     }
     assert_eq!(r.names("NetworkPolicy"), BTreeSet::new(), "off by default");
     assert_eq!(r.names("Certificate"), BTreeSet::new());
+    // The operator creates the CA ConfigMap and every Secret: the chart renders neither.
+    assert_eq!(r.names("ConfigMap"), BTreeSet::new());
+    assert_eq!(r.names("Secret"), BTreeSet::new());
     assert_eq!(r.names("Runtime").len(), 2);
     // The gateway's Service is internal unless asked otherwise.
     let svc: Service = r.get("Service", &name("gateway"));
@@ -151,31 +158,28 @@ fn each_ci_values_file_renders_what_it_asks_for() {
     let r = Rendered::ci(&helm, "network-policy-off-values.yaml");
     assert!(r.names("NetworkPolicy").is_empty());
 
+    // cert-manager issues the gateway's certificate only (the internal ones are the
+    // operator's), from a self-signed CA of the chart's named apart from the operator's
+    // FULLNAME-public-ca.
     let r = Rendered::ci(&helm, "tls-cert-manager-values.yaml");
     assert_eq!(
         r.names("Issuer"),
-        ["selfsigned", "internal-ca", "public-ca"]
+        ["selfsigned", "cert-manager-ca"]
             .iter()
             .map(|n| name(n))
             .collect()
     );
     assert_eq!(
         r.names("Certificate"),
-        [
-            "internal-ca",
-            "public-ca",
-            "gateway",
-            "internal-runtimed",
-            "internal-gateway",
-            "internal-operator"
-        ]
-        .iter()
-        .map(|n| name(n))
-        .collect()
+        ["cert-manager-ca", "gateway"]
+            .iter()
+            .map(|n| name(n))
+            .collect()
     );
-    // With an Issuer of the cluster's, no public CA of the chart's.
+    // With an Issuer of the cluster's, no CA of the chart's.
     let r = Rendered::ci(&helm, "tls-cert-manager-issuer-values.yaml");
-    assert!(!has(&r, "Issuer", &name("public-ca")));
+    assert_eq!(r.names("Issuer"), BTreeSet::new());
+    assert_eq!(r.names("Certificate"), [name("gateway")].into());
     let cert = r.find("Certificate", &name("gateway")).unwrap();
     assert_eq!(cert["spec"]["issuerRef"]["name"], "letsencrypt");
     assert_eq!(cert["spec"]["issuerRef"]["kind"], "ClusterIssuer");
@@ -218,33 +222,197 @@ fn each_ci_values_file_renders_what_it_asks_for() {
     );
 }
 
+/// The TLS modes: `(ci file, public TLS of the operator, gateway serving Secret, whether the
+/// chart renders the CA ConfigMap)`.
+const TLS_MODES: [(&str, PublicTlsArg, &str, bool); 4] = [
+    (
+        "tls-chart-values.yaml",
+        PublicTlsArg::Managed,
+        "kr-kruntimes-gateway-tls",
+        false,
+    ),
+    (
+        "tls-existing-secret-values.yaml",
+        PublicTlsArg::Provided,
+        "corp-gateway-tls",
+        true,
+    ),
+    (
+        "tls-existing-secret-no-ca-values.yaml",
+        PublicTlsArg::Provided,
+        "corp-gateway-tls",
+        false,
+    ),
+    (
+        "tls-cert-manager-values.yaml",
+        PublicTlsArg::Provided,
+        "kr-kruntimes-gateway-tls",
+        false,
+    ),
+];
+
 #[test]
-fn the_gateway_mounts_the_secret_of_its_tls_mode() {
+fn the_operator_manages_the_internal_tls_and_the_public_tls_of_its_mode() {
     let helm = helm();
-    for (file, secret, ca_source) in [
-        ("tls-chart-values.yaml", name("gateway-tls"), "operator"),
-        (
-            "tls-existing-secret-values.yaml",
-            "corp-gateway-tls".into(),
-            "values",
-        ),
-        (
-            "tls-existing-secret-no-ca-values.yaml",
-            "corp-gateway-tls".into(),
-            "operator",
-        ),
-        (
-            "tls-cert-manager-values.yaml",
-            name("gateway-tls"),
-            "operator",
-        ),
-    ] {
+    for (file, public, secret, _) in TLS_MODES {
         let r = Rendered::ci(&helm, file);
+        let what = format!("{file}: the operator");
+        let a = operator_cli(&r);
+        assert_eq!(a.internal_tls, InternalTls::Managed, "{what}");
+        assert_eq!(a.public_tls, public, "{what}");
+        assert_eq!(a.gateway_tls_secret, secret, "{what}");
+        assert_eq!(a.public_ca_secret, name("public-ca"), "{what}");
+        assert_eq!(a.internal_tls_prefix, name("internal"), "{what}");
+        assert_eq!(a.internal_tls_secret, name("internal-runtimed"), "{what}");
+        assert_eq!(
+            a.ca_configmap.as_deref(),
+            Some(format!("{NAMESPACE}/{}", name("gateway-ca")).as_str()),
+            "{what}"
+        );
+        assert_eq!(
+            a.managed_tls_dir,
+            std::path::PathBuf::from("/var/run/kruntimes/tls"),
+            "{what}"
+        );
+        assert_eq!(a.watch_names, service_names(&name("operator")), "{what}");
+        // The gateway Service's names, then the host of the gateway URL when it is another.
+        let mut want = service_names(&name("gateway"));
+        if file.contains("cert-manager") {
+            want.push("kruntimes.example.com".into());
+        }
+        assert_eq!(a.gateway_names, want, "{what}");
+        assert_eq!(
+            (
+                a.certificate_check_secs,
+                a.leaf_validity_days,
+                a.ca_validity_days
+            ),
+            (3600, 90, 3650),
+            "{what}"
+        );
+        // The files mode's flags are not given: the operator serves the watch with its own.
+        assert!(
+            a.tls_cert.is_none() && a.tls_key.is_none() && a.client_ca.is_none(),
+            "{what}"
+        );
+        let m = kruntimes_operator::cli::managed_tls(&a)
+            .unwrap()
+            .expect("managed TLS");
+        assert_eq!(m.namespace, NAMESPACE, "{what}");
+        assert_eq!(m.ca_configmap, name("gateway-ca"), "{what}");
+        assert_eq!(
+            m.public,
+            match public {
+                PublicTlsArg::Managed => PublicTls::Managed,
+                PublicTlsArg::Provided => PublicTls::Provided,
+            },
+            "{what}"
+        );
+    }
+
+    // The values behind the flags.
+    let r = Rendered::new(
+        &helm,
+        &[],
+        &[
+            "operator.gatewayURL=https://kruntimes.example.com:8443/base",
+            "tls.extraNames={10.0.0.7,edge.example.com,kruntimes.example.com}",
+            "tls.certificateCheckSeconds=600",
+            "tls.leafValidityDays=30",
+            "tls.caValidityDays=365",
+        ],
+    );
+    let a = operator_cli(&r);
+    let mut want = service_names(&name("gateway"));
+    want.extend(["kruntimes.example.com", "10.0.0.7", "edge.example.com"].map(String::from));
+    assert_eq!(a.gateway_names, want, "each name once, the port dropped");
+    assert_eq!(
+        (
+            a.certificate_check_secs,
+            a.leaf_validity_days,
+            a.ca_validity_days
+        ),
+        (600, 30, 365)
+    );
+    let r = Rendered::new(&helm, &[], &["operator.gatewayURL=https://[fd00::1]:8443"]);
+    assert_eq!(
+        operator_cli(&r).gateway_names.last().map(String::as_str),
+        Some("fd00::1")
+    );
+    // In cert-manager mode the same names go into the Certificate, IP addresses apart.
+    let r = Rendered::new(
+        &helm,
+        &[&ci_file("tls-cert-manager-values.yaml")],
+        &["tls.extraNames={10.0.0.7,edge.example.com}"],
+    );
+    let cert = r.find("Certificate", &name("gateway")).unwrap();
+    let list = |p: &str| -> Vec<String> {
+        cert.pointer(p)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(|v| v.as_str().unwrap().to_owned())
+            .collect()
+    };
+    let mut dns = service_names(&name("gateway"));
+    dns.extend(["kruntimes.example.com", "edge.example.com"].map(String::from));
+    assert_eq!(list("/spec/dnsNames"), dns);
+    assert_eq!(list("/spec/ipAddresses"), vec!["10.0.0.7".to_string()]);
+
+    // Over plain HTTP there is no public certificate to issue nor CA to publish.
+    let r = Rendered::ci(&helm, "protocols-http-values.yaml");
+    assert_eq!(operator_cli(&r).public_tls, PublicTlsArg::Provided);
+    // Without the chart's gateway, the mode serves the gateway at the https URL.
+    let r = Rendered::ci(&helm, "gateway-disabled-values.yaml");
+    let a = operator_cli(&r);
+    assert_eq!(a.public_tls, PublicTlsArg::Managed);
+    assert!(a.gateway_names.contains(&"gateway.example.com".to_string()));
+}
+
+#[test]
+fn the_operator_mounts_no_secret_and_the_gateway_the_secrets_of_its_mode() {
+    let helm = helm();
+    for (file, _, secret, renders_ca) in TLS_MODES {
+        let r = Rendered::ci(&helm, file);
+        // The operator creates its Secrets, so it mounts none (it would wait for itself): its
+        // own material goes into a memory emptyDir at --managed-tls-dir.
+        let op = r.operator();
+        let spec = pod_template(&op).spec.clone().unwrap();
+        for v in spec.volumes.iter().flatten() {
+            let projects_secret = v
+                .projected
+                .as_ref()
+                .is_some_and(|p| p.sources.iter().flatten().any(|s| s.secret.is_some()));
+            assert!(
+                v.secret.is_none() && !projects_secret,
+                "{file}: the operator mounts a Secret ({})",
+                v.name
+            );
+        }
+        let dir = operator_cli(&r).managed_tls_dir;
+        let mount = spec.containers[0]
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|m| std::path::Path::new(&m.mount_path) == dir)
+            .unwrap_or_else(|| panic!("{file}: nothing mounted at {}", dir.display()));
+        assert_ne!(mount.read_only, Some(true), "{file}");
+        let volume = spec
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == mount.name)
+            .unwrap();
+        let empty_dir = volume.empty_dir.clone().expect("an emptyDir");
+        assert_eq!(empty_dir.medium.as_deref(), Some("Memory"), "{file}");
+
+        // The gateway: the serving Secret of the mode, and the operator's internal client
+        // certificate with the internal CA bundle.
         let gw = r.gateway();
         let t = pod_template(&gw);
         assert_eq!(
-            secret_of_volume(t, "public-tls"),
-            Some(secret.clone()),
+            secret_of_volume(t, "public-tls").as_deref(),
+            Some(secret),
             "{file}"
         );
         assert_eq!(
@@ -252,58 +420,76 @@ fn the_gateway_mounts_the_secret_of_its_tls_mode() {
             Some(name("internal-gateway")),
             "{file}"
         );
+        let mounts: BTreeSet<(String, String)> = t.spec.as_ref().unwrap().containers[0]
+            .volume_mounts
+            .iter()
+            .flatten()
+            .map(|m| (m.name.clone(), m.mount_path.clone()))
+            .collect();
+        assert!(
+            mounts.contains(&("public-tls".into(), "/etc/kruntimes/public".into()))
+                && mounts.contains(&("internal-tls".into(), "/etc/kruntimes/internal".into())),
+            "{file}: {mounts:?}"
+        );
+        use clap::Parser as _;
         let a = args(&gw);
+        let g = kruntimes_gateway::Args::try_parse_from(
+            std::iter::once("kruntimes-gateway".to_string()).chain(a.clone()),
+        )
+        .unwrap();
+        let path = |p: &str| std::path::PathBuf::from(p);
+        assert_eq!(g.tls_cert, Some(path("/etc/kruntimes/public/tls.crt")));
+        assert_eq!(g.tls_key, Some(path("/etc/kruntimes/public/tls.key")));
+        assert_eq!(g.internal_ca, path("/etc/kruntimes/internal/ca.crt"));
+        assert_eq!(g.client_cert, path("/etc/kruntimes/internal/tls.crt"));
+        assert_eq!(g.client_key, path("/etc/kruntimes/internal/tls.key"));
+        // The names the gateway checks are those the operator's certificates carry.
         assert_eq!(
-            flag(&a, "--tls-cert"),
-            Some("/etc/kruntimes/public/tls.crt")
-        );
-        assert_eq!(flag(&a, "--tls-key"), Some("/etc/kruntimes/public/tls.key"));
-        // The operator's watch certificate and the Runtime Pods' Secret.
-        let op = r.operator();
-        assert_eq!(
-            secret_of_volume(pod_template(&op), "watch-tls"),
-            Some(name("internal-operator"))
+            g.control_plane_server_name,
+            kruntimes_certs::install::CONTROL_PLANE_NAME
         );
         assert_eq!(
-            flag(&args(&op), "--internal-tls-secret"),
-            Some(name("internal-runtimed").as_str())
+            g.runtimed_server_name,
+            kruntimes_certs::install::RUNTIMED_SERVER_NAME
         );
         assert_eq!(
-            flag(&args(&op), "--ca-configmap"),
-            Some(format!("{NAMESPACE}/{}", name("gateway-ca")).as_str())
+            operator_cli(&r).watch_clients,
+            vec![kruntimes_certs::install::GATEWAY_CLIENT_NAME.to_string()]
         );
-        // The published bundle: a certificate, never a key.
-        let cm: ConfigMap = r.get("ConfigMap", &name("gateway-ca"));
-        let annotations = cm.metadata.annotations.clone().unwrap_or_default();
         assert_eq!(
-            annotations["kruntimes.io/ca-bundle-source"], ca_source,
-            "{file}"
+            g.control_plane,
+            format!("{}.{NAMESPACE}.svc:7444", name("operator"))
         );
-        let data = cm.data.unwrap_or_default();
-        assert!(data.keys().all(|k| k == "ca.crt"), "{file}: {data:?}");
-        assert_eq!(data.contains_key("ca.crt"), ca_source == "values", "{file}");
-        for pem in data.values() {
+
+        // The CA ConfigMap: rendered only with tls.existingSecret.caBundle, else the operator's.
+        let cm = r.find("ConfigMap", &name("gateway-ca"));
+        assert_eq!(cm.is_some(), renders_ca, "{file}");
+        if let Some(cm) = cm {
+            let cm: ConfigMap = serde_json::from_value(cm.clone()).unwrap();
+            let data = cm.data.unwrap_or_default();
+            assert_eq!(
+                data.keys().collect::<Vec<_>>(),
+                vec!["ca.crt"],
+                "{file}: {data:?}"
+            );
+            assert!(data["ca.crt"].contains("BEGIN CERTIFICATE"), "{file}");
             assert!(
-                !pem.contains("PRIVATE KEY"),
+                !data["ca.crt"].contains("PRIVATE KEY"),
                 "{file}: a key in the CA bundle"
             );
         }
-        // In cert-manager mode, the Certificate writes exactly the mounted Secrets.
+        // In cert-manager mode, the Certificates write exactly the serving Secret (and the
+        // chart's own CA), never an internal Secret.
         if file.contains("cert-manager") {
             let written: BTreeSet<String> = r
                 .of_kind("Certificate")
                 .map(|c| str_at(c, "/spec/secretName"))
                 .collect();
-            for s in [
-                secret.clone(),
-                name("internal-gateway"),
-                name("internal-operator"),
-            ] {
-                assert!(
-                    written.contains(&s),
-                    "{file}: nothing writes {s}: {written:?}"
-                );
-            }
+            assert_eq!(
+                written,
+                [secret.to_string(), name("cert-manager-ca")].into(),
+                "{file}"
+            );
             for c in r.of_kind("Certificate") {
                 let issuer = str_at(c, "/spec/issuerRef/name");
                 assert!(
@@ -380,15 +566,20 @@ fn listeners_service_ports_and_probes_follow_the_protocol_set() {
             probe.scheme.as_deref(),
             Some(if https { "HTTPS" } else { "HTTP" })
         );
-        // The operator publishes that URL and, with HTTPS, the CA bundle.
+        // The operator publishes that URL and, with HTTPS, issues the certificate and
+        // publishes its CA bundle (into the ConfigMap it creates itself).
         let op = args(&r.operator());
         assert_eq!(flag(&op, "--gateway-url"), Some(url.as_str()), "{file}");
-        assert_eq!(flag(&op, "--ca-configmap").is_some(), https, "{file}");
         assert_eq!(
-            r.find("ConfigMap", &name("gateway-ca")).is_some(),
-            https,
+            operator_cli(&r).public_tls,
+            if https {
+                PublicTlsArg::Managed
+            } else {
+                PublicTlsArg::Provided
+            },
             "{file}"
         );
+        assert!(r.find("ConfigMap", &name("gateway-ca")).is_none(), "{file}");
     }
     let r = Rendered::ci(&helm, "protocols-http-values.yaml");
     let svc: Service = r.get("Service", &name("gateway"));
@@ -561,6 +752,10 @@ fn every_rendered_flag_is_one_the_binaries_parse() {
         )
         .unwrap_or_else(|e| panic!("{}: the operator refuses {op:?}: {e}", r.what));
         assert_eq!(parsed.system_namespace, NAMESPACE);
+        assert_eq!(parsed.internal_tls, InternalTls::Managed, "{}", r.what);
+        kruntimes_operator::cli::managed_tls(&parsed)
+            .unwrap_or_else(|e| panic!("{}: {e:#}", r.what))
+            .expect("managed TLS");
         assert_eq!(
             Some(parsed.gateway_url.as_str()),
             flag(&op, "--gateway-url")

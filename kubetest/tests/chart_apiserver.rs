@@ -2,8 +2,10 @@
 //! `kubetest/envtest/build.sh`): every object of every ci values file passes
 //! server-side validation (dry-run create; the CRDs' schemas, CEL of the
 //! admission policy, RBAC), every Pod template is admitted by Pod Security
-//! `restricted`, and `helm install` / `upgrade` / `uninstall` go through and
-//! leave alone what the operator owns.
+//! `restricted`, the operator's certificate pass succeeds with the chart's
+//! flags as the chart's operator ServiceAccount (its RBAC), and `helm install`
+//! / `upgrade` / `uninstall` go through and leave alone what the operator
+//! creates.
 
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -21,7 +23,9 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kruntimes_api::Runtime;
 use kruntimes_kubetest::helm::{Helm, chart_dir};
 use kruntimes_kubetest::{ApiServer, User};
-use kube::api::{Api, DynamicObject, GroupVersionKind, ObjectMeta, Patch, PatchParams, PostParams};
+use kruntimes_operator::cluster::certificates;
+use kube::api::{Api, DynamicObject, GroupVersionKind, ListParams, ObjectMeta, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::discovery::{Scope, pinned_kind};
 use serde_json::{Value, json};
 
@@ -135,6 +139,52 @@ async fn every_object_of_every_values_file_passes_server_side_validation_and_res
     assert!(err.to_string().contains("spec.capacity.runs"), "{err}");
 }
 
+/// A client authenticated as the chart's operator ServiceAccount, with a real
+/// token from the TokenRequest API: what it may do is what the chart's RBAC
+/// grants.
+async fn operator_client(server: &ApiServer) -> kube::Client {
+    let token = server
+        .service_account_token(NAMESPACE, &name("operator"), 600)
+        .await
+        .unwrap();
+    let yaml = server
+        .kubeconfig_yaml(User::Admin)
+        .replace(server.token(User::Admin), &token);
+    let kubeconfig = Kubeconfig::from_yaml(&yaml).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    kube::Client::try_from(config).unwrap()
+}
+
+/// `resourceVersion` of every Secret and ConfigMap of `namespace` the
+/// operator wrote (its label), by name.
+async fn operator_objects(client: &kube::Client, namespace: &str) -> BTreeMap<String, String> {
+    let lp = ListParams::default().labels("app.kubernetes.io/managed-by=kruntimes-operator");
+    let mut out = BTreeMap::new();
+    for s in Api::<Secret>::namespaced(client.clone(), namespace)
+        .list(&lp)
+        .await
+        .unwrap()
+    {
+        out.insert(
+            format!("Secret/{}", s.metadata.name.unwrap()),
+            s.metadata.resource_version.unwrap(),
+        );
+    }
+    for c in Api::<ConfigMap>::namespaced(client.clone(), namespace)
+        .list(&lp)
+        .await
+        .unwrap()
+    {
+        out.insert(
+            format!("ConfigMap/{}", c.metadata.name.unwrap()),
+            c.metadata.resource_version.unwrap(),
+        );
+    }
+    out
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn helm_install_upgrade_and_uninstall_keep_what_the_operator_owns() {
     let server = ApiServer::start().await.expect("start the test API server");
@@ -200,32 +250,74 @@ async fn helm_install_upgrade_and_uninstall_keep_what_the_operator_owns() {
     roles.get(&format!("{FULLNAME}-run-invoker")).await.unwrap();
     let policy = format!("{FULLNAME}-runtimed-own-runs");
     policies.get(&policy).await.unwrap();
-
-    // What the operator does in `chart` mode: create the serving Secret, fill the CA bundle.
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
-    let tls_secret = format!("{FULLNAME}-gateway-tls");
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": tls_secret},
-        "type": "kubernetes.io/tls",
-        "stringData": {"tls.crt": "certificate", "tls.key": "key", "ca.crt": "ca"},
-    }))
-    .unwrap();
-    let created = secrets
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
-    let ca = format!("{FULLNAME}-gateway-ca");
-    configmaps
-        .patch(
-            &ca,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"data": {"ca.crt": "the operator's CA"}})),
-        )
+    let ca = name("gateway-ca");
+    assert!(
+        configmaps.get_opt(&ca).await.unwrap().is_none(),
+        "the chart renders no CA ConfigMap in chart mode"
+    );
+
+    // The operator's certificate pass, with the flags the chart renders, as the operator's
+    // ServiceAccount: the chart's RBAC is enough for it to create every Secret and the CA
+    // ConfigMap.
+    let operator = operator_client(&server).await;
+    let cli = operator_cli(&Rendered::new(&helm, &[], &[]));
+    let tls = kruntimes_operator::cli::managed_tls(&cli).unwrap().unwrap();
+    let done = certificates::ensure(&operator, &tls)
+        .await
+        .unwrap_or_else(|e| panic!("the first pass as the operator: {e:#}"));
+    assert!(done.warnings.is_empty(), "{:?}", done.warnings);
+    let issued: Vec<&str> = done.issued.keys().map(String::as_str).collect();
+    let mut want: Vec<String> = [
+        "gateway-tls",
+        "internal-ca",
+        "internal-gateway",
+        "internal-operator",
+        "internal-runtimed",
+        "public-ca",
+    ]
+    .iter()
+    .map(|n| format!("{NAMESPACE}/{}", name(n)))
+    .collect();
+    want.sort();
+    assert_eq!(issued, want);
+    let dir = tempfile::tempdir().unwrap();
+    certificates::write_own(&operator, &tls, dir.path())
         .await
         .unwrap();
+    assert!(
+        std::fs::read_to_string(dir.path().join("tls.crt"))
+            .unwrap()
+            .contains("BEGIN CERTIFICATE")
+    );
+    let bundle = configmaps.get(&ca).await.unwrap().data.unwrap()["ca.crt"].clone();
+    assert_eq!(bundle, done.public_bundle);
+    assert!(!bundle.contains("PRIVATE KEY"));
+    let owned = operator_objects(&client, NAMESPACE).await;
+    assert_eq!(owned.len(), 7, "six Secrets and the ConfigMap: {owned:?}");
 
-    // Upgrade: more gateways, network policies on.
+    // A Runtime in a namespace where the operator may not keep runtimed's Secret stops the
+    // pass, until operator.extraSecretNamespaces grants it.
+    server.create_namespace("team-a").await.unwrap();
+    let mut runtime: Runtime = serde_json::from_value(
+        Rendered::new(&helm, &[], &[])
+            .find("Runtime", "python")
+            .unwrap()
+            .clone(),
+    )
+    .unwrap();
+    runtime.metadata.namespace = Some("team-a".into());
+    Api::<Runtime>::namespaced(client.clone(), "team-a")
+        .create(&PostParams::default(), &runtime)
+        .await
+        .unwrap();
+    let err = certificates::ensure(&operator, &tls).await.unwrap_err();
+    assert!(
+        format!("{err:#}").contains("forbidden"),
+        "team-a without the grant: {err:#}"
+    );
+
+    // Upgrade: more gateways, network policies on, team-a granted.
     let values = chart_dir().join("ci/network-policy-values.yaml");
     let out = helm_run(
         &["upgrade", RELEASE, chart],
@@ -234,6 +326,8 @@ async fn helm_install_upgrade_and_uninstall_keep_what_the_operator_owns() {
             values.to_str().unwrap(),
             "--set",
             "gateway.replicas=3",
+            "--set",
+            "operator.extraSecretNamespaces={team-a}",
         ],
     );
     assert!(out.contains("REVISION: 2"), "{out}");
@@ -252,19 +346,66 @@ async fn helm_install_upgrade_and_uninstall_keep_what_the_operator_owns() {
         netpols.list(&Default::default()).await.unwrap().items.len(),
         4
     );
-    // The chart-managed certificate and CA bundle are untouched by the upgrade.
-    let after = secrets.get(&tls_secret).await.unwrap();
+    // The upgrade left every Secret and the ConfigMap of the operator's alone.
+    assert_eq!(operator_objects(&client, NAMESPACE).await, owned);
+    let done = certificates::ensure(&operator, &tls).await.unwrap();
     assert_eq!(
-        after.metadata.resource_version,
-        created.metadata.resource_version
+        done.issued.keys().collect::<Vec<_>>(),
+        vec![&format!("team-a/{}", name("internal-runtimed"))],
+        "only runtimed's Secret in team-a is new"
     );
-    let bundle = configmaps.get(&ca).await.unwrap().data.unwrap_or_default();
-    assert_eq!(
-        bundle.get("ca.crt").map(String::as_str),
-        Some("the operator's CA")
-    );
+    assert_eq!(operator_objects(&client, NAMESPACE).await, owned);
 
-    // Uninstall: the chart's objects go; the CRDs and the operator's Secret stay.
+    // Upgrade to a Secret of one's own: the operator publishes its ca.crt in the ConfigMap it
+    // created (no longer issuing the gateway's), the internal certificates stay.
+    let corp = kruntimes_certs::Ca::generate("corp CA", 30).unwrap();
+    let leaf = corp
+        .issue(&kruntimes_certs::LeafSpec {
+            common_name: "kruntimes.example.com".into(),
+            dns_names: vec!["kruntimes.example.com".into()],
+            ips: vec![],
+            server: true,
+            client: false,
+            valid_days: 30,
+        })
+        .unwrap();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
+    let corp_secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "corp-gateway-tls"},
+        "type": "kubernetes.io/tls",
+        "stringData": {"tls.crt": leaf.cert_pem, "tls.key": leaf.key_pem, "ca.crt": corp.cert_pem},
+    }))
+    .unwrap();
+    secrets
+        .create(&PostParams::default(), &corp_secret)
+        .await
+        .unwrap();
+    let values = chart_dir().join("ci/tls-existing-secret-no-ca-values.yaml");
+    let out = helm_run(
+        &["upgrade", RELEASE, chart],
+        &[
+            "--values",
+            values.to_str().unwrap(),
+            "--set",
+            "operator.extraSecretNamespaces={team-a}",
+        ],
+    );
+    assert!(out.contains("REVISION: 3"), "{out}");
+    let cli = operator_cli(&Rendered::new(
+        &helm,
+        &[&values],
+        &["operator.extraSecretNamespaces={team-a}"],
+    ));
+    let tls = kruntimes_operator::cli::managed_tls(&cli).unwrap().unwrap();
+    let done = certificates::ensure(&operator, &tls)
+        .await
+        .unwrap_or_else(|e| panic!("existingSecret as the operator: {e:#}"));
+    assert!(done.issued.is_empty(), "{:?}", done.issued);
+    assert!(done.warnings.is_empty(), "{:?}", done.warnings);
+    let bundle = configmaps.get(&ca).await.unwrap().data.unwrap()["ca.crt"].clone();
+    assert_eq!(bundle.trim(), corp.cert_pem.trim());
+
+    // Uninstall: the chart's objects go; the CRDs and what the operator created stay.
     helm_run(&["uninstall", RELEASE], &[]);
     assert!(deployments.get_opt(&gateway).await.unwrap().is_none());
     assert!(runtimes.get_opt("python").await.unwrap().is_none());
@@ -287,5 +428,13 @@ async fn helm_install_upgrade_and_uninstall_keep_what_the_operator_owns() {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     crds.get("runtimes.kruntimes.io").await.unwrap();
     crds.get("runs.kruntimes.io").await.unwrap();
-    secrets.get(&tls_secret).await.unwrap();
+    let left = operator_objects(&client, NAMESPACE).await;
+    assert_eq!(
+        left.keys().collect::<Vec<_>>(),
+        owned.keys().collect::<Vec<_>>()
+    );
+    Api::<Secret>::namespaced(client.clone(), "team-a")
+        .get(&name("internal-runtimed"))
+        .await
+        .unwrap();
 }

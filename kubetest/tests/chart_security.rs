@@ -2,7 +2,8 @@
 //! hardened for the `restricted` Pod Security Standard, no credential beside
 //! user code, network policies that confine Runtime Pods and never reach the
 //! cloud metadata address, the runtimed admission policy, callers'
-//! ClusterRoles, and the values schema's refusals naming the bad key.
+//! ClusterRoles, the operator's rights on the Secrets and ConfigMap it keeps,
+//! and the values schema's refusals naming the bad key.
 
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -13,7 +14,7 @@ use std::collections::BTreeSet;
 
 use chart_support::*;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use k8s_openapi::api::rbac::v1::ClusterRole;
+use k8s_openapi::api::rbac::v1::{ClusterRole, Role, RoleBinding};
 use kruntimes_kubetest::helm::chart_dir;
 use serde_json::Value;
 
@@ -354,6 +355,159 @@ fn callers_cluster_roles_separate_reading_from_invoking() {
 }
 
 #[test]
+fn the_operator_may_write_its_secrets_and_the_ca_configmap_in_the_release_namespace_only() {
+    let helm = helm();
+    let internal = [
+        "internal-ca",
+        "internal-runtimed",
+        "internal-gateway",
+        "internal-operator",
+    ];
+    for (file, public_managed, serving, configmap) in [
+        ("tls-chart-values.yaml", true, name("gateway-tls"), true),
+        (
+            "tls-existing-secret-values.yaml",
+            false,
+            "corp-gateway-tls".to_string(),
+            true,
+        ),
+        (
+            "tls-existing-secret-no-ca-values.yaml",
+            false,
+            "corp-gateway-tls".to_string(),
+            true,
+        ),
+        (
+            "tls-cert-manager-values.yaml",
+            false,
+            name("gateway-tls"),
+            true,
+        ),
+        // Plain HTTP: no CA bundle to publish, the (absent) serving Secret only read.
+        (
+            "protocols-http-values.yaml",
+            false,
+            name("gateway-tls"),
+            false,
+        ),
+    ] {
+        let r = Rendered::ci(&helm, file);
+        let role: Role = r.get("Role", &name("operator-certificates"));
+        assert_eq!(role.metadata.namespace.as_deref(), Some(NAMESPACE));
+        let got = grants(&role.rules.unwrap_or_default());
+        let mut want = grant_set(&[("secrets", "create", "*")]);
+        let mut owned: Vec<String> = internal.iter().map(|n| name(n)).collect();
+        if public_managed {
+            owned.extend([name("public-ca"), serving.clone()]);
+        } else {
+            want.insert(("secrets".into(), "get".into(), serving.clone()));
+        }
+        for n in &owned {
+            for verb in ["get", "update"] {
+                want.insert(("secrets".into(), verb.into(), n.clone()));
+            }
+        }
+        if configmap {
+            want.insert(("configmaps".into(), "create".into(), "*".into()));
+            for verb in ["get", "update"] {
+                want.insert(("configmaps".into(), verb.into(), name("gateway-ca")));
+            }
+        }
+        assert_eq!(got, want, "{file}");
+        // Every Secret the operator is told to keep is one it may replace.
+        let a = operator_cli(&r);
+        for s in [
+            format!("{}-ca", a.internal_tls_prefix),
+            format!("{}-gateway", a.internal_tls_prefix),
+            format!("{}-operator", a.internal_tls_prefix),
+            a.internal_tls_secret.clone(),
+        ] {
+            assert!(
+                got.contains(&("secrets".into(), "update".into(), s.clone())),
+                "{file}: {s}"
+            );
+        }
+        let binding: RoleBinding = r.get("RoleBinding", &name("operator-certificates"));
+        assert_eq!(binding.role_ref.kind, "Role");
+        assert_eq!(binding.role_ref.name, name("operator-certificates"));
+        let subject = &binding.subjects.unwrap()[0];
+        assert_eq!(
+            (
+                subject.kind.as_str(),
+                subject.name.as_str(),
+                subject.namespace.as_deref()
+            ),
+            ("ServiceAccount", name("operator").as_str(), Some(NAMESPACE))
+        );
+        // Nothing cluster-wide on Secrets, nor a write on ConfigMaps.
+        let cluster: ClusterRole = r.get("ClusterRole", &name("operator"));
+        let cluster = grants(&cluster.rules.unwrap_or_default());
+        assert!(
+            !cluster.iter().any(|(res, _, _)| res == "secrets"),
+            "{file}: {cluster:?}"
+        );
+        assert!(
+            !cluster
+                .iter()
+                .any(|(res, verb, _)| res == "configmaps" && verb != "get"),
+            "{file}: {cluster:?}"
+        );
+        assert_eq!(r.names("Role"), [name("operator-certificates")].into());
+    }
+
+    // Runtimes elsewhere: runtimed's Secret, and only it, in each extra namespace.
+    let r = Rendered::new(
+        &helm,
+        &[],
+        &["operator.extraSecretNamespaces={team-a,team-b,kruntimes-system}"],
+    );
+    let roles: BTreeSet<(String, String)> = r
+        .of_kind("Role")
+        .map(|o| {
+            (
+                str_at(o, "/metadata/namespace"),
+                str_at(o, "/metadata/name"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        roles,
+        [
+            (NAMESPACE.to_string(), name("operator-certificates")),
+            ("team-a".to_string(), name("operator-runtimed-tls")),
+            ("team-b".to_string(), name("operator-runtimed-tls")),
+        ]
+        .into()
+    );
+    for o in r.of_kind("Role") {
+        if str_at(o, "/metadata/namespace") == NAMESPACE {
+            continue;
+        }
+        let role: Role = serde_json::from_value(o.clone()).unwrap();
+        assert_eq!(
+            grants(&role.rules.unwrap()),
+            grant_set(&[
+                ("secrets", "create", "*"),
+                ("secrets", "get", &name("internal-runtimed")),
+                ("secrets", "update", &name("internal-runtimed")),
+            ])
+        );
+    }
+    let bindings: Vec<RoleBinding> = r
+        .of_kind("RoleBinding")
+        .map(|o| serde_json::from_value(o.clone()).unwrap())
+        .collect();
+    assert_eq!(bindings.len(), 3);
+    for b in bindings {
+        let s = &b.subjects.unwrap()[0];
+        assert_eq!(
+            (s.name.as_str(), s.namespace.as_deref()),
+            (name("operator").as_str(), Some(NAMESPACE))
+        );
+    }
+}
+
+#[test]
 fn the_schema_rejects_bad_values_naming_the_key() {
     let helm = helm();
     for (set, key) in [
@@ -376,6 +530,22 @@ fn the_schema_rejects_bad_values_naming_the_key() {
         (
             "tls.certManager.issuerRef.kind=Issuer",
             "/tls/certManager/issuerRef",
+        ),
+        ("tls.extraNames[0]=a b", "/tls/extraNames/0"),
+        ("tls.extraNames[0]=", "/tls/extraNames/0"),
+        (
+            "tls.certificateCheckSeconds=0",
+            "/tls/certificateCheckSeconds",
+        ),
+        ("tls.leafValidityDays=0", "/tls/leafValidityDays"),
+        ("tls.caValidityDays=1.5", "/tls/caValidityDays"),
+        (
+            "operator.extraSecretNamespaces={Team_A}",
+            "/operator/extraSecretNamespaces/0",
+        ),
+        (
+            "operator.extraSecretNamespaces={team-a,team-a}",
+            "/operator/extraSecretNamespaces",
         ),
     ] {
         let mut extra = vec!["--set", set];

@@ -79,13 +79,13 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{/*
-TLS: the Secrets each mode mounts.
-- Public (gateway HTTPS): FULLNAME-gateway-tls in `chart` (the operator creates it) and
-  `certManager` (the Certificate writes it) modes; tls.existingSecret.name in `existingSecret`.
-- Internal (mTLS between the components): FULLNAME-internal-{runtimed,gateway,operator}, each
-  with tls.crt, tls.key and ca.crt (the internal CA). The operator creates them in `chart` and
-  `existingSecret` modes; cert-manager in `certManager` mode. The internal CA's key never
-  leaves FULLNAME-internal-ca.
+TLS. The internal links (gateway → runtimed, gateway → the operator's watch) always use mTLS
+with an internal CA the operator keeps (`--internal-tls=managed`): Secrets
+FULLNAME-internal-{ca,runtimed,gateway,operator}, each leaf with tls.crt, tls.key and ca.crt (the
+internal bundle); the internal CA's key never leaves FULLNAME-internal-ca. The gateway's public
+serving Secret is FULLNAME-gateway-tls in `chart` (the operator issues it from its CA
+FULLNAME-public-ca) and `certManager` (the Certificate writes it) modes, tls.existingSecret.name
+in `existingSecret` mode.
 */}}
 {{- define "kruntimes.tls.gatewaySecret" -}}
 {{- if eq .Values.tls.mode "existingSecret" -}}
@@ -95,8 +95,57 @@ TLS: the Secrets each mode mounts.
 {{- end -}}
 {{- end -}}
 {{- define "kruntimes.tls.publicCAConfigMap" -}}{{ include "kruntimes.fullname" . }}-gateway-ca{{- end -}}
+{{- define "kruntimes.tls.publicCASecret" -}}{{ include "kruntimes.fullname" . }}-public-ca{{- end -}}
 {{- define "kruntimes.tls.internalPrefix" -}}{{ include "kruntimes.fullname" . }}-internal{{- end -}}
 {{- define "kruntimes.tls.internalSecret" -}}{{ include "kruntimes.tls.internalPrefix" .ctx }}-{{ .component }}{{- end -}}
+
+{{/* Whether the public endpoint uses TLS → "true" or "": the chart's gateway serves HTTPS, or
+the URL callers are given (operator.gatewayURL) is https://. Only then is a public serving
+certificate made (chart, certManager) and a public CA bundle published. */}}
+{{- define "kruntimes.tls.public" -}}
+{{- if or (include "kruntimes.gateway.serves" (dict "ctx" . "protocol" "https")) (hasPrefix "https://" (include "kruntimes.gatewayURL" .)) -}}true{{- end -}}
+{{- end -}}
+
+{{/* Whether the operator issues the public CA and the gateway's serving certificate
+(--public-tls=managed) → "true" or "". Otherwise (--public-tls=provided) it only publishes the
+serving Secret's ca.crt. */}}
+{{- define "kruntimes.tls.publicManaged" -}}
+{{- if and (eq .Values.tls.mode "chart") (include "kruntimes.tls.public" .) -}}true{{- end -}}
+{{- end -}}
+
+{{/* Whether the chart renders the CA ConfigMap itself → "true" or "": only with
+tls.existingSecret.caBundle. Otherwise the operator creates it (and helm never owns it). */}}
+{{- define "kruntimes.tls.caConfigMapRendered" -}}
+{{- if and (include "kruntimes.tls.public" .) (eq .Values.tls.mode "existingSecret") .Values.tls.existingSecret.caBundle -}}true{{- end -}}
+{{- end -}}
+
+{{/* The in-cluster DNS names of Service `name` in the release namespace, as a list in JSON:
+(dict "ctx" $ "name" "…"). */}}
+{{- define "kruntimes.serviceNames" -}}
+{{- $ns := .ctx.Release.Namespace -}}
+{{- list .name (printf "%s.%s" .name $ns) (printf "%s.%s.svc" .name $ns) (printf "%s.%s.svc.cluster.local" .name $ns) | toJson -}}
+{{- end -}}
+
+{{/* The names (DNS or IP) of the gateway's serving certificate, comma-separated: the gateway
+Service's DNS names, the host of the gateway URL and tls.extraNames, each once. */}}
+{{- define "kruntimes.tls.gatewayNames" -}}
+{{- $names := include "kruntimes.serviceNames" (dict "ctx" . "name" (include "kruntimes.gateway.name" .)) | fromJsonArray -}}
+{{- $host := (urlParse (include "kruntimes.gatewayURL" .)).host -}}
+{{- if hasPrefix "[" $host -}}
+{{- $host = regexReplaceAll `^\[([^\]]*)\].*$` $host "${1}" -}}
+{{- else -}}
+{{- $host = regexReplaceAll ":[0-9]*$" $host "" -}}
+{{- end -}}
+{{- if $host -}}{{- $names = append $names $host -}}{{- end -}}
+{{- $names = concat $names (default list .Values.tls.extraNames) -}}
+{{- join "," (uniq $names) -}}
+{{- end -}}
+
+{{/* The DNS names of the operator's watch Service, comma-separated (its certificate also
+carries kruntimes-control-plane, the name the gateways check). */}}
+{{- define "kruntimes.tls.watchNames" -}}
+{{- include "kruntimes.serviceNames" (dict "ctx" . "name" (include "kruntimes.operator.name" .)) | fromJsonArray | join "," -}}
+{{- end -}}
 
 {{/* The TLS server names the components check (the binaries' defaults). */}}
 {{- define "kruntimes.tls.runtimedServerName" -}}runtimed.kruntimes.internal{{- end -}}

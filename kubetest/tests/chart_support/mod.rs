@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::api::rbac::v1::PolicyRule;
 use kruntimes_kubetest::helm::{Helm, chart_dir, ci_values_files};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -165,4 +166,53 @@ pub fn secret_of_volume(t: &PodTemplateSpec, name: &str) -> Option<String> {
         .as_ref()?
         .secret_name
         .clone()
+}
+
+/// The operator's rendered arguments, parsed by its own flag parser.
+pub fn operator_cli(r: &Rendered) -> kruntimes_operator::cli::Args {
+    use clap::Parser as _;
+    let a = args(&r.operator());
+    kruntimes_operator::cli::Args::try_parse_from(
+        std::iter::once("kruntimes-operator".to_string()).chain(a.clone()),
+    )
+    .unwrap_or_else(|e| panic!("{}: the operator refuses {a:?}: {e}", r.what))
+}
+
+/// The in-cluster DNS names of Service `service` of the release namespace.
+pub fn service_names(service: &str) -> Vec<String> {
+    vec![
+        service.to_owned(),
+        format!("{service}.{NAMESPACE}"),
+        format!("{service}.{NAMESPACE}.svc"),
+        format!("{service}.{NAMESPACE}.svc.cluster.local"),
+    ]
+}
+
+/// `(resource, verb, name)` of every grant of `rules`, name `*` when a rule
+/// names none (it then covers every object of the resource).
+pub fn grants(rules: &[PolicyRule]) -> BTreeSet<(String, String, String)> {
+    let mut out = BTreeSet::new();
+    for rule in rules {
+        let names = rule
+            .resource_names
+            .clone()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| vec!["*".into()]);
+        for res in rule.resources.iter().flatten() {
+            for verb in &rule.verbs {
+                for n in &names {
+                    out.insert((res.clone(), verb.clone(), n.clone()));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Shorthand for a set of [`grants`].
+pub fn grant_set(items: &[(&str, &str, &str)]) -> BTreeSet<(String, String, String)> {
+    items
+        .iter()
+        .map(|(r, v, n)| (r.to_string(), v.to_string(), n.to_string()))
+        .collect()
 }
