@@ -252,6 +252,16 @@ const TLS_MODES: [(&str, PublicTlsArg, &str, bool); 4] = [
 ];
 
 #[test]
+fn a_plain_http_gateway_has_no_public_tls_to_issue_or_publish() {
+    let helm = helm();
+    let a = operator_cli(&Rendered::ci(&helm, "protocols-http-values.yaml"));
+    assert_eq!(a.internal_tls, InternalTls::Managed);
+    assert_eq!(a.public_tls, PublicTlsArg::None);
+    let m = kruntimes_operator::cli::managed_tls(&a).unwrap().unwrap();
+    assert_eq!(m.public, PublicTls::None);
+}
+
+#[test]
 fn the_operator_manages_the_internal_tls_and_the_public_tls_of_its_mode() {
     let helm = helm();
     for (file, public, secret, _) in TLS_MODES {
@@ -305,6 +315,7 @@ fn the_operator_manages_the_internal_tls_and_the_public_tls_of_its_mode() {
             match public {
                 PublicTlsArg::Managed => PublicTls::Managed,
                 PublicTlsArg::Provided => PublicTls::Provided,
+                PublicTlsArg::None => PublicTls::None,
             },
             "{what}"
         );
@@ -361,7 +372,7 @@ fn the_operator_manages_the_internal_tls_and_the_public_tls_of_its_mode() {
 
     // Over plain HTTP there is no public certificate to issue nor CA to publish.
     let r = Rendered::ci(&helm, "protocols-http-values.yaml");
-    assert_eq!(operator_cli(&r).public_tls, PublicTlsArg::Provided);
+    assert_eq!(operator_cli(&r).public_tls, PublicTlsArg::None);
     // Without the chart's gateway, the mode serves the gateway at the https URL.
     let r = Rendered::ci(&helm, "gateway-disabled-values.yaml");
     let a = operator_cli(&r);
@@ -575,7 +586,7 @@ fn listeners_service_ports_and_probes_follow_the_protocol_set() {
             if https {
                 PublicTlsArg::Managed
             } else {
-                PublicTlsArg::Provided
+                PublicTlsArg::None
             },
             "{file}"
         );

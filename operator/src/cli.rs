@@ -114,7 +114,8 @@ pub struct Args {
     pub internal_tls: InternalTls,
     /// With `--internal-tls=managed`: `managed` issues the public CA and the
     /// gateway's serving certificate too; `provided` only publishes the
-    /// `ca.crt` of `--gateway-tls-secret` (an existing Secret, cert-manager).
+    /// `ca.crt` of `--gateway-tls-secret` (an existing Secret, cert-manager);
+    /// `none` for a plain-HTTP gateway.
     #[arg(
         long,
         env = "KRUNTIMES_OPERATOR_PUBLIC_TLS",
@@ -196,6 +197,8 @@ pub enum PublicTlsArg {
     Managed,
     /// Someone else; its `ca.crt` is published.
     Provided,
+    /// No public TLS (a plain-HTTP gateway).
+    None,
 }
 
 /// The managed-TLS settings of `args`, when `--internal-tls=managed`.
@@ -208,11 +211,19 @@ pub fn managed_tls(args: &Args) -> anyhow::Result<Option<ManagedTls>> {
         .as_deref()
         .and_then(|s| s.split_once('/'))
         .context("--internal-tls=managed needs --ca-configmap=namespace/name (where the CA bundle is published)")?;
+    // A leaf must be renewable (its last third) long before its CA is.
+    anyhow::ensure!(
+        args.leaf_validity_days.max(1) * 3 <= args.ca_validity_days.max(1),
+        "--leaf-validity-days ({}) must be at most a third of --ca-validity-days ({})",
+        args.leaf_validity_days,
+        args.ca_validity_days
+    );
     Ok(Some(ManagedTls {
         namespace: namespace.to_owned(),
         public: match args.public_tls {
             PublicTlsArg::Managed => PublicTls::Managed,
             PublicTlsArg::Provided => PublicTls::Provided,
+            PublicTlsArg::None => PublicTls::None,
         },
         public_ca_secret: args.public_ca_secret.clone(),
         gateway_secret: args.gateway_tls_secret.clone(),

@@ -108,7 +108,7 @@ certificate made (chart, certManager) and a public CA bundle published. */}}
 
 {{/* Whether the operator issues the public CA and the gateway's serving certificate
 (--public-tls=managed) → "true" or "". Otherwise (--public-tls=provided) it only publishes the
-serving Secret's ca.crt. */}}
+serving Secret's ca.crt, and with no public TLS at all (--public-tls=none) neither. */}}
 {{- define "kruntimes.tls.publicManaged" -}}
 {{- if and (eq .Values.tls.mode "chart") (include "kruntimes.tls.public" .) -}}true{{- end -}}
 {{- end -}}

@@ -72,6 +72,8 @@ pub enum PublicTls {
     Managed,
     /// Someone else; the operator publishes the Secret's `ca.crt`.
     Provided,
+    /// No public TLS (a plain-HTTP gateway): nothing issued or published.
+    None,
 }
 
 /// What one pass did: the Secrets written, and why.
@@ -316,6 +318,7 @@ pub async fn ensure_at(
             .await?;
             public.bundle
         }
+        PublicTls::None => String::new(),
         PublicTls::Provided => provided_bundle(&api, cfg).await.unwrap_or_else(|why| {
             // Not there yet (cert-manager is issuing it) or with no CA to
             // publish (a public CA's certificate): the internal material
@@ -379,7 +382,7 @@ pub async fn ensure_at(
         .context("list Runtimes")?;
     namespaces.extend(runtimes.items.iter().filter_map(|r| r.namespace()));
     for ns in &namespaces {
-        ensure_leaf(
+        let done = ensure_leaf(
             client,
             ns,
             &cfg.runtimed_secret,
@@ -389,7 +392,19 @@ pub async fn ensure_at(
             now,
             &mut out,
         )
-        .await?;
+        .await;
+        match done {
+            Ok(()) => {}
+            // Its own namespace is the operator's business; another one
+            // (a Runtime where it was not granted Secrets) must not hold up
+            // the rest: a warning, retried on the next pass.
+            Err(e) if *ns == cfg.namespace => return Err(e),
+            Err(e) => {
+                let why = format!("{e:#}");
+                tracing::warn!(namespace = %ns, error = %why, "runtimed's Secret not kept");
+                out.warnings.push(why);
+            }
+        }
     }
 
     if !public_bundle.is_empty() {
