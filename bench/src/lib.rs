@@ -11,6 +11,7 @@ pub mod load;
 pub mod paths;
 pub mod report;
 pub mod scenarios;
+pub mod soak;
 
 use std::path::PathBuf;
 
@@ -68,6 +69,13 @@ pub struct Args {
     /// No progress bar.
     #[arg(long)]
     pub no_progress: bool,
+    /// Run the soak instead of the comparison: constant open-loop load on a
+    /// function and a session Run with faults injected (see docs/benchmarks.md).
+    #[arg(long)]
+    pub soak: bool,
+    /// How long the soak runs (`10m`, `90s`, …).
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    pub duration: std::time::Duration,
 }
 
 /// Sizes derived from the flags.
@@ -120,7 +128,7 @@ impl Sizes {
 /// Runs the benchmark and prints the Markdown report.
 pub async fn run(args: Args) -> anyhow::Result<report::Report> {
     let report = scenarios::run(&args, &Sizes::from_args(&args)).await?;
-    println!("{}", report.markdown());
+    println!("{}", scenarios::markdown(&args, &report));
     if let Some(p) = &args.json {
         std::fs::write(p, serde_json::to_vec_pretty(&report)?)?;
     }

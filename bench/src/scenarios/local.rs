@@ -48,6 +48,11 @@ pub(super) struct Local {
 impl Local {
     /// Starts the stack with `krt` and waits for the echo Runs.
     pub(super) async fn start(krt: PathBuf) -> anyhow::Result<Self> {
+        Self::start_with(krt, Vec::new()).await
+    }
+
+    /// [`Self::start`] with more `krt up` flags.
+    pub(super) async fn start_with(krt: PathBuf, extra: Vec<String>) -> anyhow::Result<Self> {
         if !krt.exists() {
             bail!(
                 "{} not found: build it with `cargo build --release -p krt` or pass --krt",
@@ -73,7 +78,10 @@ impl Local {
                     runtimed: 2,
                     runs,
                     // nginx and HAProxy run without access logs too.
-                    extra_args: vec!["--gateway-access-log".into(), "false".into()],
+                    extra_args: ["--gateway-access-log".to_owned(), "false".to_owned()]
+                        .into_iter()
+                        .chain(extra)
+                        .collect(),
                 },
             )
         })

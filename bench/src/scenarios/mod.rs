@@ -23,6 +23,7 @@ mod proxies;
 mod remote;
 mod sequential;
 mod sessions;
+mod soak;
 mod summary;
 mod support;
 mod table_scale;
@@ -47,6 +48,9 @@ pub async fn run(args: &Args, sizes: &Sizes) -> anyhow::Result<Report> {
         return remote::run(args, sizes, gateway).await;
     }
     let krt = args.krt.clone().unwrap_or_else(|| sibling("krt"));
+    if args.soak {
+        return soak::run(krt, args.duration, args.rate.unwrap_or(100.0)).await;
+    }
     let local = local::Local::start(krt).await?;
     let mut ctx = context::Ctx::new(args, sizes);
     let proxies = if args.no_baselines {
@@ -70,6 +74,15 @@ pub async fn run(args: &Args, sizes: &Sizes) -> anyhow::Result<Report> {
     drop(proxies);
     drop(local);
     Ok(ctx.report)
+}
+
+/// The Markdown rendering of a report (a soak's has its timeline).
+pub fn markdown(args: &Args, report: &Report) -> String {
+    if args.soak {
+        soak::markdown(report)
+    } else {
+        report.markdown()
+    }
 }
 
 /// `name` next to this executable (where cargo puts `krt` too).

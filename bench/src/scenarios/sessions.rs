@@ -61,16 +61,19 @@ fn write_file(path: &str, content_base64: &str) -> Value {
 }
 
 /// Requests to one session's endpoint.
-struct Session {
-    client: reqwest::Client,
-    base: String,
-    token: String,
+pub(super) struct Session {
+    /// The HTTPS client.
+    pub(super) client: reqwest::Client,
+    /// The session's endpoint.
+    pub(super) base: String,
+    /// The bearer token.
+    pub(super) token: String,
 }
 
 impl Session {
     /// One `operations:execute`; a 200 whose operation did not succeed
     /// counts as 500.
-    async fn execute(&self, body: Value) -> Outcome {
+    pub(super) async fn execute(&self, body: Value) -> Outcome {
         let r = self
             .client
             .post(format!("{}/operations:execute", self.base))
