@@ -6,11 +6,14 @@
 pub mod install;
 mod issue;
 pub mod managed;
+mod reload;
 mod tls;
 
 pub use issue::{Ca, Leaf, LeafSpec};
+pub use reload::ReloadingCert;
 pub use tls::{
-    TlsFiles, client_config, load_certs, load_key, peer_common_name, server_config, write_private,
+    TlsFiles, client_config, load_certs, load_key, peer_common_name, server_config,
+    server_config_reloading, write_private,
 };
 
 /// Errors of certificate generation and loading.

@@ -1,12 +1,15 @@
-//! The HTTPS serving certificate, reloaded in process when its files change
-//! (a rotated Secret mount, cert-manager renewals): new handshakes get the new
-//! certificate, established connections are not dropped. A broken pair on
-//! disk is refused and the previous certificate stays in service.
+//! A certificate and key reloaded in process when their files change (a
+//! rotated Secret mount, the operator's or cert-manager's renewals): new
+//! handshakes get the new certificate, established connections are not
+//! dropped. A broken pair on disk is refused and the previous one stays in
+//! service. Used as a server's certificate resolver (the gateway's HTTPS
+//! listener, runtimed's port) and as a client's (mTLS clients).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use rustls::client::ResolvesClientCert;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
@@ -20,8 +23,8 @@ pub struct ReloadingCert {
 }
 
 fn load(cert_path: &Path, key_path: &Path) -> Result<CertifiedKey, String> {
-    let certs = kruntimes_certs::load_certs(cert_path).map_err(|e| e.to_string())?;
-    let key = kruntimes_certs::load_key(key_path).map_err(|e| e.to_string())?;
+    let certs = crate::load_certs(cert_path).map_err(|e| e.to_string())?;
+    let key = crate::load_key(key_path).map_err(|e| e.to_string())?;
     CertifiedKey::from_der(certs, key, &rustls::crypto::aws_lc_rs::default_provider())
         .map_err(|e| format!("certificate and key do not form a usable pair: {e}"))
 }
@@ -69,11 +72,11 @@ impl ReloadingCert {
                 let Some(this) = weak.upgrade() else { return };
                 match this.reload() {
                     Ok(true) => {
-                        tracing::info!(cert = %this.cert_path.display(), "serving certificate reloaded")
+                        tracing::info!(cert = %this.cert_path.display(), "certificate reloaded")
                     }
                     Ok(false) => {}
                     Err(e) => {
-                        tracing::warn!(cert = %this.cert_path.display(), error = %e, "keeping the previous serving certificate")
+                        tracing::warn!(cert = %this.cert_path.display(), error = %e, "keeping the previous certificate")
                     }
                 }
             }
@@ -95,10 +98,24 @@ impl ResolvesServerCert for ReloadingCert {
     }
 }
 
+impl ResolvesClientCert for ReloadingCert {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        _sigschemes: &[rustls::SignatureScheme],
+    ) -> Option<Arc<CertifiedKey>> {
+        Some(self.current())
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kruntimes_certs::{Ca, LeafSpec};
+    use crate::{Ca, LeafSpec};
 
     fn write_leaf(dir: &Path, cn: &str) {
         let ca = Ca::generate("test", 1).unwrap();
@@ -116,7 +133,7 @@ mod tests {
     }
 
     fn cn(r: &ReloadingCert) -> String {
-        kruntimes_certs::peer_common_name(r.current().cert[0].as_ref()).unwrap()
+        crate::peer_common_name(r.current().cert[0].as_ref()).unwrap()
     }
 
     #[test]

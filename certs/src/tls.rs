@@ -79,9 +79,30 @@ pub fn server_config(
     client_ca: Option<&Path>,
     alpn: &[&[u8]],
 ) -> Result<rustls::ServerConfig> {
+    let builder = server_builder(client_ca)?;
+    let mut config = builder.with_single_cert(load_certs(cert)?, load_key(key)?)?;
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Ok(config)
+}
+
+/// [`server_config`] serving whatever `cert` holds now: rotated files
+/// take effect for new handshakes (see [`crate::ReloadingCert::watch`]).
+pub fn server_config_reloading(
+    cert: Arc<crate::ReloadingCert>,
+    client_ca: Option<&Path>,
+    alpn: &[&[u8]],
+) -> Result<rustls::ServerConfig> {
+    let mut config = server_builder(client_ca)?.with_cert_resolver(cert);
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Ok(config)
+}
+
+fn server_builder(
+    client_ca: Option<&Path>,
+) -> Result<rustls::ConfigBuilder<rustls::ServerConfig, rustls::server::WantsServerCert>> {
     let builder = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()?;
-    let builder = match client_ca {
+    Ok(match client_ca {
         Some(ca) => {
             let verifier =
                 WebPkiClientVerifier::builder_with_provider(Arc::new(roots(ca)?), provider())
@@ -90,10 +111,7 @@ pub fn server_config(
             builder.with_client_cert_verifier(verifier)
         }
         None => builder.with_no_client_auth(),
-    };
-    let mut config = builder.with_single_cert(load_certs(cert)?, load_key(key)?)?;
-    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-    Ok(config)
+    })
 }
 
 /// A client configuration trusting `ca`, presenting `identity` (cert, key)

@@ -14,7 +14,6 @@ pub mod metrics_service;
 pub mod proxy;
 pub mod rejection;
 pub mod table;
-pub mod tls_reload;
 pub mod watch;
 
 pub use config::Args;
@@ -29,7 +28,7 @@ use pingora::listeners::tls::TlsSettings;
 use pingora::server::configuration::ServerConf;
 use pingora::server::{Server, ShutdownWatch};
 use pingora::services::background::{BackgroundService, background_service};
-use pingora::utils::tls::{CertKey, WrappedX509, parse_x509};
+use pingora::utils::tls::{WrappedX509, parse_x509};
 
 use crate::admission::Limits;
 use crate::auth::cache::{CacheConfig, CacheMetrics, DecisionCache};
@@ -191,14 +190,12 @@ fn upstream(args: &Args) -> anyhow::Result<Upstream> {
         .into_iter()
         .map(|c| WrappedX509::new(c.as_ref().to_vec(), parse_x509))
         .collect();
-    let certs: Vec<Vec<u8>> = kruntimes_certs::load_certs(&args.client_cert)?
-        .into_iter()
-        .map(|c| c.as_ref().to_vec())
-        .collect();
-    let key = kruntimes_certs::load_key(&args.client_key)?;
+    let cert_key = proxy::upstream::ClientCert::load(&args.client_cert, &args.client_key)
+        .map_err(|e| anyhow::anyhow!("load {}: {e}", args.client_cert.display()))?;
+    cert_key.watch(Duration::from_secs(args.tls_reload_secs.max(1)));
     Ok(Upstream {
         ca: ca.into(),
-        cert_key: Arc::new(CertKey::new(certs, key.secret_der().to_vec())),
+        cert_key,
         server_name: args.runtimed_server_name.clone(),
         connect_timeout: Duration::from_millis(args.connect_timeout_ms),
         default_timeout: Duration::from_secs(args.default_timeout_secs),
@@ -305,7 +302,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let mut tls =
             TlsSettings::intermediate(&cert.display().to_string(), &key.display().to_string())?;
         // Rotated certificate files take effect without a restart.
-        let reloading = tls_reload::ReloadingCert::new(cert, key)
+        let reloading = kruntimes_certs::ReloadingCert::new(cert, key)
             .map_err(|e| anyhow::anyhow!("load {}: {e}", cert.display()))?;
         reloading.watch(Duration::from_secs(args.tls_reload_secs.max(1)));
         tls.set_cert_resolver(reloading);
@@ -315,10 +312,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(addr) = &args.http_listen {
         add("http", addr, None)?;
     }
+    // Fail at start on unreadable files; later reads follow rotations.
+    for p in [&args.internal_ca, &args.client_cert, &args.client_key] {
+        read(p)?;
+    }
     let tls = InternalTls {
-        ca_pem: read(&args.internal_ca)?,
-        cert_pem: read(&args.client_cert)?,
-        key_pem: read(&args.client_key)?,
+        ca: args.internal_ca.clone(),
+        cert: args.client_cert.clone(),
+        key: args.client_key.clone(),
         control_plane_name: args.control_plane_server_name.clone(),
         runtimed_name: args.runtimed_server_name.clone(),
     };

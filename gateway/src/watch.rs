@@ -6,21 +6,22 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
-use kruntimes_proto::watch::{SourceUpdate, watch_source};
+use kruntimes_proto::watch::{SourceUpdate, watch_source_with};
 use tokio::sync::Notify;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 
 use crate::table::{Table, read, write};
 
-/// TLS material for internal (mTLS) connections.
+/// TLS material for internal (mTLS) connections, read from its files at
+/// every (re)connection: rotated files are used from the next one on.
 #[derive(Clone)]
 pub struct InternalTls {
-    /// Internal CA (PEM).
-    pub ca_pem: Vec<u8>,
-    /// Client certificate (PEM).
-    pub cert_pem: Vec<u8>,
-    /// Client key (PEM).
-    pub key_pem: Vec<u8>,
+    /// Internal CA (PEM file).
+    pub ca: std::path::PathBuf,
+    /// Client certificate (PEM file).
+    pub cert: std::path::PathBuf,
+    /// Client key (PEM file).
+    pub key: std::path::PathBuf,
     /// Server name expected on the control plane's certificate.
     pub control_plane_name: String,
     /// Server name expected on runtimed certificates.
@@ -28,39 +29,58 @@ pub struct InternalTls {
 }
 
 impl InternalTls {
-    fn endpoint(&self, address: &str, server_name: &str) -> Option<Endpoint> {
+    /// The endpoint of `address`, with the files as they are now.
+    fn endpoint(&self, address: &str, server_name: &str) -> Result<Endpoint, String> {
+        let read = |p: &std::path::Path| {
+            std::fs::read(p).map_err(|e| format!("read {}: {e}", p.display()))
+        };
         let tls = ClientTlsConfig::new()
-            .ca_certificate(Certificate::from_pem(&self.ca_pem))
-            .identity(Identity::from_pem(&self.cert_pem, &self.key_pem))
+            .ca_certificate(Certificate::from_pem(read(&self.ca)?))
+            .identity(Identity::from_pem(read(&self.cert)?, read(&self.key)?))
             .domain_name(server_name);
         Endpoint::from_shared(format!("https://{address}"))
-            .ok()?
+            .map_err(|e| format!("address {address}: {e}"))?
             .tls_config(tls)
-            .ok()
+            .map_err(|e| e.to_string())
             .map(|e| {
                 e.connect_timeout(std::time::Duration::from_secs(2))
                     .tcp_nodelay(true)
             })
+    }
+
+    /// A maker of [`Self::endpoint`] for [`watch_source_with`].
+    fn maker(
+        &self,
+        address: &str,
+        server_name: &str,
+    ) -> impl FnMut() -> Result<Endpoint, String> + Send + 'static {
+        let (tls, address, name) = (self.clone(), address.to_owned(), server_name.to_owned());
+        move || tls.endpoint(&address, &name)
     }
 }
 
 /// Runs the watches until the returned future is dropped.
 pub async fn run(table: Arc<RwLock<Table>>, control_plane: String, tls: InternalTls) {
     let changed = Arc::new(Notify::new());
-    let Some(cp) = tls.endpoint(&control_plane, &tls.control_plane_name) else {
-        tracing::error!(address = %control_plane, "invalid control plane address");
+    if let Err(e) = tls.endpoint(&control_plane, &tls.control_plane_name) {
+        tracing::error!(address = %control_plane, error = %e, "invalid control plane endpoint");
         return;
-    };
+    }
+    let cp = tls.maker(&control_plane, &tls.control_plane_name);
     let t = table.clone();
     let n = changed.clone();
-    let cp_task = tokio::spawn(watch_source(cp, "kruntimes-gateway".into(), move |u| {
-        let lost = matches!(u, SourceUpdate::Lost);
-        write(&t).apply_control_plane(u, Instant::now());
-        if !lost {
-            n.notify_one();
-        }
-        true
-    }));
+    let cp_task = tokio::spawn(watch_source_with(
+        cp,
+        "kruntimes-gateway".into(),
+        move |u| {
+            let lost = matches!(u, SourceUpdate::Lost);
+            write(&t).apply_control_plane(u, Instant::now());
+            if !lost {
+                n.notify_one();
+            }
+            true
+        },
+    ));
     let _guard = AbortOnDrop(vec![cp_task]);
     let mut runtimed: HashMap<String, AbortOnDrop> = HashMap::new();
     loop {
@@ -78,17 +98,22 @@ pub async fn run(table: Arc<RwLock<Table>>, control_plane: String, tls: Internal
             if runtimed.contains_key(&addr) {
                 continue;
             }
-            let Some(ep) = tls.endpoint(&addr, &tls.runtimed_name) else {
-                tracing::warn!(address = %addr, "invalid runtimed address in assignment");
+            if let Err(e) = tls.endpoint(&addr, &tls.runtimed_name) {
+                tracing::warn!(address = %addr, error = %e, "invalid runtimed endpoint in assignment");
                 continue;
-            };
+            }
+            let ep = tls.maker(&addr, &tls.runtimed_name);
             tracing::info!(address = %addr, "watching runtimed");
             let t = table.clone();
             let a = addr.clone();
-            let task = tokio::spawn(watch_source(ep, "kruntimes-gateway".into(), move |u| {
-                write(&t).apply_runtimed(&a, u, Instant::now());
-                true
-            }));
+            let task = tokio::spawn(watch_source_with(
+                ep,
+                "kruntimes-gateway".into(),
+                move |u| {
+                    write(&t).apply_runtimed(&a, u, Instant::now());
+                    true
+                },
+            ));
             runtimed.insert(addr, AbortOnDrop(vec![task]));
         }
     }

@@ -188,7 +188,7 @@ enum Command {
     #[command(hide = true)]
     Runtimed {
         #[command(flatten)]
-        args: kruntimes_runtimed::cli::Args,
+        args: Box<kruntimes_runtimed::cli::Args>,
         /// Exit when the parent process exits.
         #[arg(long)]
         exit_with_parent: bool,
@@ -314,7 +314,7 @@ fn main() -> anyhow::Result<()> {
                 exit_with_parent();
             }
             kruntimes_runtimed::cli::init_logging();
-            tokio::runtime::Runtime::new()?.block_on(kruntimes_runtimed::cli::run(args))
+            tokio::runtime::Runtime::new()?.block_on(kruntimes_runtimed::cli::run(*args))
         }
         Command::RuntimeServer {
             args,

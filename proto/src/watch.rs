@@ -280,18 +280,34 @@ impl Framer {
 
 /// Watches one source until `sink` returns `false`, reconnecting with capped
 /// exponential backoff and re-snapshotting after every loss.
-pub async fn watch_source<F>(endpoint: Endpoint, client: String, mut sink: F)
+pub async fn watch_source<F>(endpoint: Endpoint, client: String, sink: F)
 where
+    F: FnMut(SourceUpdate) -> bool + Send,
+{
+    watch_source_with(move || Ok(endpoint.clone()), client, sink).await
+}
+
+/// [`watch_source`] with the endpoint made anew for every connection (so a
+/// rotated client certificate on disk is used from the next reconnect on);
+/// a `make` error counts as a lost connection.
+pub async fn watch_source_with<M, F>(mut make: M, client: String, mut sink: F)
+where
+    M: FnMut() -> Result<Endpoint, String> + Send,
     F: FnMut(SourceUpdate) -> bool + Send,
 {
     let mut backoff = Duration::from_millis(50);
     let max_backoff = Duration::from_secs(2);
     loop {
         let mut synced = false;
-        match watch_once(&endpoint, &client, &mut sink, &mut synced).await {
-            Ok(false) => return,
-            Ok(true) => {}
-            Err(e) => tracing::debug!(uri = %endpoint.uri(), error = %e, "ownership watch lost"),
+        match make() {
+            Ok(endpoint) => match watch_once(&endpoint, &client, &mut sink, &mut synced).await {
+                Ok(false) => return,
+                Ok(true) => {}
+                Err(e) => {
+                    tracing::debug!(uri = %endpoint.uri(), error = %e, "ownership watch lost");
+                }
+            },
+            Err(e) => tracing::warn!(error = %e, "ownership watch endpoint not built"),
         }
         if !sink(SourceUpdate::Lost) {
             return;

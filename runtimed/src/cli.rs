@@ -42,6 +42,10 @@ pub struct Args {
     /// Internal CA that client certificates must chain to.
     #[arg(long, env = "KRUNTIMES_RUNTIMED_CLIENT_CA")]
     pub client_ca: PathBuf,
+    /// How often the serving certificate files are checked for a rotated
+    /// pair (new handshakes get it; connections are kept), seconds.
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_TLS_RELOAD_SECS", default_value_t = 10)]
+    pub tls_reload_secs: u64,
     /// Client CNs allowed on the dataplane.
     #[arg(long, value_delimiter = ',', default_value = "kruntimes-gateway")]
     pub dataplane_clients: Vec<String>,
@@ -161,9 +165,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             s.server_changed(change).await;
         }
     });
-    let tls = kruntimes_certs::server_config(
-        &args.tls_cert,
-        &args.tls_key,
+    let serving = kruntimes_certs::ReloadingCert::new(&args.tls_cert, &args.tls_key)
+        .map_err(|e| anyhow::anyhow!("load {}: {e}", args.tls_cert.display()))?;
+    serving.watch(Duration::from_secs(args.tls_reload_secs.max(1)));
+    let tls = kruntimes_certs::server_config_reloading(
+        serving,
         Some(&args.client_ca),
         &[b"h2", b"http/1.1"],
     )?;

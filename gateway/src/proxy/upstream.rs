@@ -3,7 +3,8 @@
 //! the forwarded request.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use kruntimes_proto::api;
@@ -20,8 +21,8 @@ use crate::table::Route;
 pub struct Upstream {
     /// Internal CA that runtimed certificates chain to.
     pub ca: Arc<CaType>,
-    /// The gateway's client certificate and key.
-    pub cert_key: Arc<CertKey>,
+    /// The gateway's client certificate and key (reloaded when rotated).
+    pub cert_key: Arc<ClientCert>,
     /// TLS server name of runtimed certificates.
     pub server_name: String,
     /// Bound on connecting to an owner.
@@ -40,7 +41,7 @@ impl Upstream {
             )
         })?;
         let mut peer = HttpPeer::new(addr, true, self.server_name.clone());
-        peer.client_cert_key = Some(self.cert_key.clone());
+        peer.client_cert_key = Some(self.cert_key.current());
         let o = &mut peer.options;
         // WebSockets upgrade an HTTP/1.1 connection; everything else is
         // multiplexed over pooled HTTP/2.
@@ -63,6 +64,95 @@ impl Upstream {
         o.max_h2_streams = 128;
         Ok(peer)
     }
+}
+
+/// The gateway's client certificate for the hop, re-read when its files
+/// change: new connections present the rotated one, pooled ones are kept.
+/// A broken pair on disk is refused and the previous one stays in use.
+pub struct ClientCert {
+    cert: PathBuf,
+    key: PathBuf,
+    current: RwLock<Arc<CertKey>>,
+    seen: Mutex<(Vec<u8>, Vec<u8>)>,
+}
+
+impl ClientCert {
+    /// Loads the pair; fails when it is unusable.
+    pub fn load(cert: &Path, key: &Path) -> std::result::Result<Arc<Self>, String> {
+        let seen = read_pair(cert, key);
+        Ok(Arc::new(Self {
+            current: RwLock::new(Arc::new(load_pair(cert, key)?)),
+            cert: cert.to_path_buf(),
+            key: key.to_path_buf(),
+            seen: Mutex::new(seen),
+        }))
+    }
+
+    /// The pair in use.
+    pub fn current(&self) -> Arc<CertKey> {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Re-reads the files: `Ok(true)` when a new pair is in use.
+    pub fn reload(&self) -> std::result::Result<bool, String> {
+        let now = read_pair(&self.cert, &self.key);
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        if *seen == now {
+            return Ok(false);
+        }
+        let pair = load_pair(&self.cert, &self.key)?;
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(pair);
+        *seen = now;
+        Ok(true)
+    }
+
+    /// Checks the files every `period` on a thread of its own.
+    pub fn watch(self: &Arc<Self>, period: Duration) {
+        let weak = Arc::downgrade(self);
+        std::thread::spawn(move || {
+            loop {
+                std::thread::sleep(period);
+                let Some(this) = weak.upgrade() else { return };
+                match this.reload() {
+                    Ok(true) => {
+                        tracing::info!(cert = %this.cert.display(), "client certificate reloaded")
+                    }
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!(cert = %this.cert.display(), error = %e, "keeping the previous client certificate")
+                    }
+                }
+            }
+        });
+    }
+}
+
+fn read_pair(cert: &Path, key: &Path) -> (Vec<u8>, Vec<u8>) {
+    (
+        std::fs::read(cert).unwrap_or_default(),
+        std::fs::read(key).unwrap_or_default(),
+    )
+}
+
+/// The pair as Pingora takes it, refused unless the key is the
+/// certificate's.
+fn load_pair(cert: &Path, key: &Path) -> std::result::Result<CertKey, String> {
+    let certs = kruntimes_certs::load_certs(cert).map_err(|e| e.to_string())?;
+    let k = kruntimes_certs::load_key(key).map_err(|e| e.to_string())?;
+    let key_der = k.secret_der().to_vec();
+    rustls::sign::CertifiedKey::from_der(
+        certs.clone(),
+        k,
+        &rustls::crypto::aws_lc_rs::default_provider(),
+    )
+    .map_err(|e| format!("certificate and key do not form a usable pair: {e}"))?;
+    Ok(CertKey::new(
+        certs.iter().map(|c| c.as_ref().to_vec()).collect(),
+        key_der,
+    ))
 }
 
 /// What the owner is told about a forwarded request.
@@ -171,5 +261,49 @@ mod tests {
         assert_eq!(header(&req, "x-kruntimes-forged"), None);
         assert_eq!(header(&req, "x-kruntimes-subject"), None);
         assert_eq!(req.headers.get_all("x-kruntimes-attempt").iter().count(), 1);
+    }
+
+    fn write_leaf(dir: &Path, cn: &str) {
+        let ca = kruntimes_certs::Ca::generate("test", 1).unwrap();
+        let leaf = ca
+            .issue(&kruntimes_certs::LeafSpec {
+                common_name: cn.into(),
+                client: true,
+                valid_days: 1,
+                ..Default::default()
+            })
+            .unwrap();
+        std::fs::write(dir.join("tls.crt"), leaf.cert_pem).unwrap();
+        std::fs::write(dir.join("tls.key"), leaf.key_pem).unwrap();
+    }
+
+    fn cn(c: &ClientCert) -> String {
+        pingora::utils::tls::get_common_name(c.current().leaf()).unwrap_or_default()
+    }
+
+    #[test]
+    fn the_client_certificate_follows_rotated_files_and_refuses_broken_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        write_leaf(dir.path(), "first");
+        let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+        let c = ClientCert::load(&crt, &key).unwrap();
+        assert_eq!(cn(&c), "first");
+        assert_eq!(c.reload(), Ok(false), "unchanged");
+        write_leaf(dir.path(), "second");
+        assert_eq!(c.reload(), Ok(true));
+        assert_eq!(cn(&c), "second");
+        // Someone else's key beside the certificate: refused, "second" stays.
+        let other = tempfile::tempdir().unwrap();
+        write_leaf(other.path(), "third");
+        std::fs::copy(other.path().join("tls.key"), &key).unwrap();
+        assert!(c.reload().is_err());
+        assert_eq!(cn(&c), "second");
+        std::fs::write(&crt, "garbage").unwrap();
+        assert!(c.reload().is_err());
+        assert_eq!(cn(&c), "second");
+        assert!(
+            ClientCert::load(&crt, &key).is_err(),
+            "an unusable pair fails at start"
+        );
     }
 }
