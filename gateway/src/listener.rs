@@ -25,6 +25,7 @@ use async_trait::async_trait;
 use pingora::apps::ServerApp;
 use pingora::listeners::tls::Acceptor;
 use pingora::protocols::l4::stream::Stream as L4Stream;
+use pingora::protocols::l4::virt::{VirtualSockOpt, VirtualSocket, VirtualSocketStream};
 use pingora::protocols::{GetSocketDigest as _, SocketDigest, Stream};
 #[cfg(unix)]
 use pingora::server::ListenFds;
@@ -170,7 +171,9 @@ impl<A: ServerApp + Send + Sync + 'static> Conn<A> {
         self.metrics.open.inc();
         let _open = scopeguard(self.metrics.open.clone());
         let digest = SocketDigest::from_raw_fd(std::os::fd::AsRawFd::as_raw_fd(&stream));
-        let mut l4 = L4Stream::from(stream);
+        let mut l4 = L4Stream::from(VirtualSocketStream::new(Box::new(Buffered(
+            tokio::io::BufStream::with_capacity(READ_BUFFER, WRITE_BUFFER, stream),
+        ))));
         let _ = digest.peer_addr.set(Some(remote.into()));
         let _ = digest.local_addr.set(Some(self.local.into()));
         l4.set_socket_digest(digest);
@@ -214,6 +217,61 @@ impl<A: ServerApp + Send + Sync + 'static> Conn<A> {
         while let Some(stream) = reuse {
             reuse = self.app.process_new(stream, &shutdown).await;
         }
+    }
+}
+
+/// Read buffer of a connection, as Pingora's own listeners use.
+const READ_BUFFER: usize = 64 * 1024;
+/// Write buffer of a connection (one segment, as Pingora's): a response's
+/// header and body records leave in one write when they fit.
+const WRITE_BUFFER: usize = 1460;
+
+/// A buffered TCP connection handed to Pingora (whose own buffered socket
+/// type is internal to it).
+#[derive(Debug)]
+struct Buffered(tokio::io::BufStream<tokio::net::TcpStream>);
+
+impl VirtualSocket for Buffered {
+    fn set_socket_option(&self, opt: VirtualSockOpt) -> std::io::Result<()> {
+        match opt {
+            VirtualSockOpt::NoDelay => self.0.get_ref().set_nodelay(true),
+            // Keep-alive probes are not configured on public connections.
+            _ => Ok(()),
+        }
+    }
+}
+
+impl tokio::io::AsyncRead for Buffered {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Buffered {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_shutdown(cx)
     }
 }
 
