@@ -521,6 +521,40 @@ async fn an_operator_restart_mid_lifecycle_loses_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminated_operator_exits_although_a_gateway_holds_its_watch() {
+    let (server, cluster) = setup(1).await;
+    let api = runs(&server).await;
+    api.create(&PostParams::default(), &function_run("held", json!({})))
+        .await
+        .unwrap();
+    let held = cluster.wait_phase("a", "held", "Ready").await.unwrap();
+    let url = held["status"]["endpoint"]["url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let alice = server.token(User::Alice).to_owned();
+    // The gateway routes it: its watch stream to the operator is open.
+    invoke_ok(&cluster, &url, &alice).await;
+    // It stops well within a kubelet's 30 s grace period (it used to wait
+    // for the gateway's stream, which never ends, until it was killed).
+    cluster
+        .terminate("operator", Duration::from_secs(25))
+        .await
+        .unwrap();
+    assert!(
+        cluster
+            .log("operator")
+            .contains("closing the remaining ownership watch streams"),
+        "{}",
+        cluster.log("operator")
+    );
+    // The gateway keeps routing from its last table meanwhile.
+    assert_eq!(invoke(&cluster, &url, &alice).await.status(), 200);
+    cluster.restart("operator").unwrap();
+    invoke_ok(&cluster, &url, &alice).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_run_holds_a_pod_alone_and_serves_commands() {
     let (server, cluster) = setup(1).await;
     server

@@ -210,6 +210,45 @@ impl Cluster {
         Ok(())
     }
 
+    /// SIGTERMs a process and waits for it to exit, at most `within`;
+    /// returns how long it took.
+    pub async fn terminate(
+        &self,
+        name: &str,
+        within: std::time::Duration,
+    ) -> anyhow::Result<std::time::Duration> {
+        let pid = {
+            let procs = self.procs.lock().unwrap_or_else(|p| p.into_inner());
+            procs
+                .get(name)
+                .with_context(|| format!("no process {name}"))?
+                .child
+                .id()
+        };
+        let started = std::time::Instant::now();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )?;
+        loop {
+            {
+                let mut procs = self.procs.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(p) = procs.get_mut(name)
+                    && p.child.try_wait()?.is_some()
+                {
+                    return Ok(started.elapsed());
+                }
+            }
+            if started.elapsed() > within {
+                bail!(
+                    "{name} still running {within:?} after SIGTERM:\n{}",
+                    self.log(name)
+                );
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
     /// Starts a killed process again with the same flags.
     pub fn restart(&self, name: &str) -> anyhow::Result<()> {
         let args = {

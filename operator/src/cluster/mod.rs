@@ -41,6 +41,9 @@ use decide::{Op, Settings};
 use views::RUNTIME_LABEL;
 use workloads::PodSettings;
 
+/// How long a stopping operator waits for its watch streams to end.
+const WATCH_STOP_GRACE: Duration = Duration::from_secs(2);
+
 /// Field manager of the operator's writes.
 pub const FIELD_MANAGER: &str = "kruntimes-operator";
 
@@ -170,7 +173,17 @@ pub async fn run(
         }
     }
     let _ = stop_tx.send(true);
-    let _ = server.await;
+    // A graceful stop waits for open watch streams, which gateways never
+    // close: past a short grace they are cut (gateways keep their table and
+    // re-sync with the next operator).
+    let mut server = server;
+    tokio::select! {
+        _ = &mut server => {}
+        _ = tokio::time::sleep(WATCH_STOP_GRACE) => {
+            tracing::info!("closing the remaining ownership watch streams");
+            server.abort();
+        }
+    }
     Ok(())
 }
 
