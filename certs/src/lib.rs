@@ -10,7 +10,7 @@ mod reload;
 mod tls;
 
 pub use issue::{Ca, Leaf, LeafSpec};
-pub use reload::ReloadingCert;
+pub use reload::{Reloading, ReloadingCert, load_certified_key};
 pub use tls::{
     TlsFiles, client_config, load_certs, load_key, peer_common_name, server_config,
     server_config_reloading, write_private,

@@ -13,16 +13,31 @@ use rustls::client::ResolvesClientCert;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
-/// A certificate resolver that re-reads its PEM files on demand.
-#[derive(Debug)]
-pub struct ReloadingCert {
+/// A certificate/key file pair loaded into a `T` and loaded again when the
+/// files change; what a pair becomes (and whether it is usable) is the
+/// `load` function's business.
+pub struct Reloading<T> {
     cert_path: PathBuf,
     key_path: PathBuf,
-    current: RwLock<Arc<CertifiedKey>>,
+    load: fn(&Path, &Path) -> Result<T, String>,
+    current: RwLock<Arc<T>>,
     seen: Mutex<(Vec<u8>, Vec<u8>)>,
 }
 
-fn load(cert_path: &Path, key_path: &Path) -> Result<CertifiedKey, String> {
+impl<T> std::fmt::Debug for Reloading<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reloading")
+            .field("cert_path", &self.cert_path)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The rustls pair in service: a server's or a client's certificate.
+pub type ReloadingCert = Reloading<CertifiedKey>;
+
+/// `cert_path` and `key_path` as a rustls pair, refused unless the key is
+/// the certificate's.
+pub fn load_certified_key(cert_path: &Path, key_path: &Path) -> Result<CertifiedKey, String> {
     let certs = crate::load_certs(cert_path).map_err(|e| e.to_string())?;
     let key = crate::load_key(key_path).map_err(|e| e.to_string())?;
     CertifiedKey::from_der(certs, key, &rustls::crypto::aws_lc_rs::default_provider())
@@ -39,26 +54,39 @@ fn read_pair(cert_path: &Path, key_path: &Path) -> (Vec<u8>, Vec<u8>) {
 impl ReloadingCert {
     /// Loads the pair once; fails when it is unusable.
     pub fn new(cert_path: &Path, key_path: &Path) -> Result<Arc<Self>, String> {
-        let key = load(cert_path, key_path)?;
+        Self::with_loader(cert_path, key_path, load_certified_key)
+    }
+}
+
+impl<T: Send + Sync + 'static> Reloading<T> {
+    /// Loads the pair once with `load`; fails when it is unusable.
+    pub fn with_loader(
+        cert_path: &Path,
+        key_path: &Path,
+        load: fn(&Path, &Path) -> Result<T, String>,
+    ) -> Result<Arc<Self>, String> {
+        let seen = read_pair(cert_path, key_path);
+        let first = load(cert_path, key_path)?;
         Ok(Arc::new(Self {
             cert_path: cert_path.to_path_buf(),
             key_path: key_path.to_path_buf(),
-            current: RwLock::new(Arc::new(key)),
-            seen: Mutex::new(read_pair(cert_path, key_path)),
+            load,
+            current: RwLock::new(Arc::new(first)),
+            seen: Mutex::new(seen),
         }))
     }
 
-    /// Re-reads the files; `Ok(true)` when a new certificate is in service,
+    /// Re-reads the files; `Ok(true)` when a new pair is in service,
     /// `Ok(false)` when nothing changed, `Err` when the new files are unusable
-    /// (the old certificate stays).
+    /// (the old pair stays).
     pub fn reload(&self) -> Result<bool, String> {
         let now = read_pair(&self.cert_path, &self.key_path);
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         if *seen == now {
             return Ok(false);
         }
-        let key = load(&self.cert_path, &self.key_path)?;
-        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(key);
+        let pair = (self.load)(&self.cert_path, &self.key_path)?;
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(pair);
         *seen = now;
         Ok(true)
     }
@@ -83,8 +111,8 @@ impl ReloadingCert {
         });
     }
 
-    /// The certificate in service.
-    pub fn current(&self) -> Arc<CertifiedKey> {
+    /// The pair in service.
+    pub fn current(&self) -> Arc<T> {
         self.current
             .read()
             .unwrap_or_else(|p| p.into_inner())

@@ -190,7 +190,7 @@ fn upstream(args: &Args) -> anyhow::Result<Upstream> {
         .into_iter()
         .map(|c| WrappedX509::new(c.as_ref().to_vec(), parse_x509))
         .collect();
-    let cert_key = proxy::upstream::ClientCert::load(&args.client_cert, &args.client_key)
+    let cert_key = proxy::upstream::client_cert(&args.client_cert, &args.client_key)
         .map_err(|e| anyhow::anyhow!("load {}: {e}", args.client_cert.display()))?;
     cert_key.watch(Duration::from_secs(args.tls_reload_secs.max(1)));
     Ok(Upstream {

@@ -43,6 +43,42 @@ async fn invoke_ok(stack: &Stack, name: &str) {
     assert_eq!(json(r).await["message"], "hello flood");
 }
 
+/// Lowers `name`'s open-file limit to 512, holds 700 idle connections (no
+/// TLS) to `address` until the process has run out of descriptors and
+/// backed off, and checks each is closed and the same process still runs.
+async fn flood_past_the_file_limit(stack: &Stack, name: &str, pid: u32, address: &str) {
+    let limit = std::process::Command::new("prlimit")
+        .args(["--pid", &pid.to_string(), "--nofile=512:512"])
+        .status()
+        .unwrap();
+    assert!(limit.success(), "prlimit failed");
+    let mut flood = Vec::new();
+    for _ in 0..700 {
+        flood.push(TcpStream::connect(address).await.unwrap());
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !stack.log_of(name).contains("accept failed; backing off") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{name} never ran out of descriptors:\n{}",
+            stack.log_of(name)
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // Each is cut off at the handshake deadline (or was refused while the
+    // process was out of descriptors) — and the process goes on.
+    for s in &mut flood {
+        until_closed(s).await;
+    }
+    drop(flood);
+    let now = stack.processes().unwrap()[name]["pid"].as_u64().unwrap() as u32;
+    assert_eq!(now, pid, "{name} was restarted");
+    assert!(
+        std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "{name} exited"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_connections_past_the_file_limit_never_end_runtimed() {
     let stack = start(
@@ -53,45 +89,7 @@ async fn idle_connections_past_the_file_limit_never_end_runtimed() {
     stack.wait_phase("fn", "Ready").await.unwrap();
     invoke_ok(&stack, "fn").await;
     let (pid, address) = runtimed(&stack, "runtimed-0");
-    let limit = std::process::Command::new("prlimit")
-        .args(["--pid", &pid.to_string(), "--nofile=512:512"])
-        .status()
-        .unwrap();
-    assert!(limit.success(), "prlimit failed");
-
-    // 700 idle connections, no TLS: more than the process may open. They
-    // are held until runtimed has run out of descriptors and backed off.
-    let mut flood = Vec::new();
-    for _ in 0..700 {
-        flood.push(TcpStream::connect(&address).await.unwrap());
-    }
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !stack
-        .log_of("runtimed-0")
-        .contains("accept failed; backing off")
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "runtimed never ran out of descriptors:\n{}",
-            stack.log_of("runtimed-0")
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    // Each is cut off at the handshake deadline (or was refused while the
-    // process was out of descriptors) — and runtimed goes on.
-    for s in &mut flood {
-        until_closed(s).await;
-    }
-    drop(flood);
-    assert_eq!(
-        runtimed(&stack, "runtimed-0").0,
-        pid,
-        "runtimed was restarted"
-    );
-    assert!(
-        std::path::Path::new(&format!("/proc/{pid}")).exists(),
-        "runtimed exited"
-    );
+    flood_past_the_file_limit(&stack, "runtimed-0", pid, &address).await;
     invoke_ok(&stack, "fn").await;
     // A fresh connection of the gateway's is served too: a second Run
     // placed on the same runtimed registers and answers.
@@ -245,37 +243,7 @@ async fn idle_connections_past_the_file_limit_never_end_the_gateway() {
     stack.wait_phase("fn", "Ready").await.unwrap();
     invoke_ok(&stack, "fn").await;
     let (pid, address) = gateway(&stack);
-    let limit = std::process::Command::new("prlimit")
-        .args(["--pid", &pid.to_string(), "--nofile=512:512"])
-        .status()
-        .unwrap();
-    assert!(limit.success(), "prlimit failed");
-
-    let mut flood = Vec::new();
-    for _ in 0..700 {
-        flood.push(TcpStream::connect(&address).await.unwrap());
-    }
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !stack
-        .log_of("gateway")
-        .contains("accept failed; backing off")
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the gateway never ran out of descriptors:\n{}",
-            stack.log_of("gateway")
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    for s in &mut flood {
-        until_closed(s).await;
-    }
-    drop(flood);
-    assert_eq!(gateway(&stack).0, pid, "the gateway was restarted");
-    assert!(
-        std::path::Path::new(&format!("/proc/{pid}")).exists(),
-        "the gateway exited"
-    );
+    flood_past_the_file_limit(&stack, "gateway", pid, &address).await;
     invoke_ok(&stack, "fn").await;
 }
 

@@ -3,8 +3,8 @@
 //! the forwarded request.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use kruntimes_proto::api;
@@ -69,89 +69,23 @@ impl Upstream {
 /// The gateway's client certificate for the hop, re-read when its files
 /// change: new connections present the rotated one, pooled ones are kept.
 /// A broken pair on disk is refused and the previous one stays in use.
-pub struct ClientCert {
-    cert: PathBuf,
-    key: PathBuf,
-    current: RwLock<Arc<CertKey>>,
-    seen: Mutex<(Vec<u8>, Vec<u8>)>,
-}
+pub type ClientCert = kruntimes_certs::Reloading<CertKey>;
 
-impl ClientCert {
-    /// Loads the pair; fails when it is unusable.
-    pub fn load(cert: &Path, key: &Path) -> std::result::Result<Arc<Self>, String> {
-        let seen = read_pair(cert, key);
-        Ok(Arc::new(Self {
-            current: RwLock::new(Arc::new(load_pair(cert, key)?)),
-            cert: cert.to_path_buf(),
-            key: key.to_path_buf(),
-            seen: Mutex::new(seen),
-        }))
-    }
-
-    /// The pair in use.
-    pub fn current(&self) -> Arc<CertKey> {
-        self.current
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    /// Re-reads the files: `Ok(true)` when a new pair is in use.
-    pub fn reload(&self) -> std::result::Result<bool, String> {
-        let now = read_pair(&self.cert, &self.key);
-        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        if *seen == now {
-            return Ok(false);
-        }
-        let pair = load_pair(&self.cert, &self.key)?;
-        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(pair);
-        *seen = now;
-        Ok(true)
-    }
-
-    /// Checks the files every `period` on a thread of its own.
-    pub fn watch(self: &Arc<Self>, period: Duration) {
-        let weak = Arc::downgrade(self);
-        std::thread::spawn(move || {
-            loop {
-                std::thread::sleep(period);
-                let Some(this) = weak.upgrade() else { return };
-                match this.reload() {
-                    Ok(true) => {
-                        tracing::info!(cert = %this.cert.display(), "client certificate reloaded")
-                    }
-                    Ok(false) => {}
-                    Err(e) => {
-                        tracing::warn!(cert = %this.cert.display(), error = %e, "keeping the previous client certificate")
-                    }
-                }
-            }
-        });
-    }
-}
-
-fn read_pair(cert: &Path, key: &Path) -> (Vec<u8>, Vec<u8>) {
-    (
-        std::fs::read(cert).unwrap_or_default(),
-        std::fs::read(key).unwrap_or_default(),
-    )
+/// Loads the gateway's client certificate.
+pub fn client_cert(cert: &Path, key: &Path) -> std::result::Result<Arc<ClientCert>, String> {
+    ClientCert::with_loader(cert, key, load_pair)
 }
 
 /// The pair as Pingora takes it, refused unless the key is the
 /// certificate's.
 fn load_pair(cert: &Path, key: &Path) -> std::result::Result<CertKey, String> {
+    // The same checks as a rustls pair (the key is the certificate's).
+    kruntimes_certs::load_certified_key(cert, key)?;
     let certs = kruntimes_certs::load_certs(cert).map_err(|e| e.to_string())?;
     let k = kruntimes_certs::load_key(key).map_err(|e| e.to_string())?;
-    let key_der = k.secret_der().to_vec();
-    rustls::sign::CertifiedKey::from_der(
-        certs.clone(),
-        k,
-        &rustls::crypto::aws_lc_rs::default_provider(),
-    )
-    .map_err(|e| format!("certificate and key do not form a usable pair: {e}"))?;
     Ok(CertKey::new(
         certs.iter().map(|c| c.as_ref().to_vec()).collect(),
-        key_der,
+        k.secret_der().to_vec(),
     ))
 }
 
@@ -286,7 +220,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         write_leaf(dir.path(), "first");
         let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
-        let c = ClientCert::load(&crt, &key).unwrap();
+        let c = client_cert(&crt, &key).unwrap();
         assert_eq!(cn(&c), "first");
         assert_eq!(c.reload(), Ok(false), "unchanged");
         write_leaf(dir.path(), "second");
@@ -302,7 +236,7 @@ mod tests {
         assert!(c.reload().is_err());
         assert_eq!(cn(&c), "second");
         assert!(
-            ClientCert::load(&crt, &key).is_err(),
+            client_cert(&crt, &key).is_err(),
             "an unusable pair fails at start"
         );
     }
