@@ -34,339 +34,20 @@ import tarfile
 import time
 import tomllib
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+
+sys.dont_write_bytecode = True  # nothing written into images/
+from builder.common import canonical, iso, log, run, sha256_file  # noqa: E402
+from builder.debian import Apt, Deb  # noqa: E402
+from builder.dockerfiles import lint  # noqa: E402
+from builder.layers import Blob, Layer, compress  # noqa: E402
+from builder.oci import read_archive, write_archive  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 CACHE = Path(os.environ.get("KRUNTIMES_CACHE", Path.home() / ".cache" / "kruntimes"))
-# The merged-/usr layout of Debian 12: these top-level directories are links into /usr.
-USR_MERGED = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
-# What debian:bookworm-slim leaves out of every package (its dpkg path-exclude list):
-# documentation but the copyright files, manuals, info pages, translations.
-EXCLUDED = re.compile(
-    r"^usr/share/(man|info|groff|linda|lintian|locale)(/|$)|^usr/share/doc/(?!(?:[^/]+/copyright)$)."
-)
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-LISTS_MAX_AGE = 24 * 3600
-
-
-def log(msg: str) -> None:
-    print(f"images: {msg}", file=sys.stderr, flush=True)
-
-
-def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
-    """Runs `cmd`, failing with its stderr."""
-    p = subprocess.run(cmd, capture_output=True, **kw)
-    if p.returncode != 0:
-        err = p.stderr.decode(errors="replace") if isinstance(p.stderr, bytes) else p.stderr
-        raise SystemExit(f"images: {' '.join(cmd[:4])} …: exit {p.returncode}\n{err}")
-    return p
-
-
-# ---------------------------------------------------------------------------------------------
-# Debian packages through a private apt state
-
-
-@dataclass(frozen=True)
-class Deb:
-    """One package at an exact version."""
-
-    name: str
-    version: str
-    arch: str
-
-    @property
-    def filename(self) -> str:
-        # apt-get download's own name for the file.
-        return f"{self.name}_{self.version.replace(':', '%3a')}_{self.arch}.deb"
-
-
-class Apt:
-    """The host's apt client over a private state: its own package lists and an empty dpkg
-    status (nothing counts as installed, no package as Essential), so resolving and
-    downloading never reads or changes what the host has installed."""
-
-    def __init__(self, root: Path, debs: Path):
-        self.root = root
-        self.debs = debs
-        for d in (root / "lists" / "partial", root / "cache" / "archives" / "partial",
-                  debs / "partial"):
-            d.mkdir(parents=True, exist_ok=True)
-        status = root / "status"
-        if not status.exists():
-            status.write_text("")
-        self.opts = [
-            "-o", f"Dir::State::status={status}",
-            "-o", f"Dir::State::Lists={root / 'lists'}",
-            "-o", f"Dir::Cache={root / 'cache'}",
-            # Kept (Debian's container images turn these caches off): a resolve then reads the
-            # lists once, not at every call.
-            "-o", "Dir::Cache::pkgcache=pkgcache.bin",
-            "-o", "Dir::Cache::srcpkgcache=srcpkgcache.bin",
-            "-o", "Debug::NoLocking=1",
-            "-o", "APT::Sandbox::User=root",
-            "-o", "APT::Install-Recommends=false",
-            "-o", "APT::Install-Suggests=false",
-            "-o", "pkgCacheGen::Essential=none",
-            "-q",
-        ]
-        self._resolved: dict[tuple[str, ...], list[Deb]] = {}
-
-    def update(self, force: bool) -> None:
-        """Refreshes the private lists when missing, older than a day, or `force`."""
-        stamp = self.root / "lists.stamp"
-        have = any((self.root / "lists").glob("*_Packages*"))
-        if have and not force and stamp.exists() and time.time() - stamp.stat().st_mtime < LISTS_MAX_AGE:
-            return
-        log("apt-get update (private lists)")
-        p = subprocess.run(["apt-get", *self.opts, "update"], capture_output=True, text=True)
-        if p.returncode != 0:
-            if have:
-                log(f"apt-get update failed, keeping the old lists:\n{p.stderr.strip()}")
-                return
-            raise SystemExit(f"images: apt-get update failed:\n{p.stderr}")
-        stamp.touch()
-
-    def resolve(self, names: list[str]) -> list[Deb]:
-        """The Depends and Pre-Depends closure of `names` (no Recommends), as apt would
-        install it on an empty system."""
-        key = tuple(sorted(names))
-        if key not in self._resolved:
-            p = run(["apt-get", *self.opts, "-s", "install", *key], text=True)
-            debs = []
-            for line in p.stdout.splitlines():
-                m = re.match(r"^Inst (\S+) \((\S+) .*\[(\S+)\]\)", line)
-                if m:
-                    debs.append(Deb(m[1], m[2], m[3]))
-            if not debs:
-                raise SystemExit(f"images: apt resolved nothing for {key}:\n{p.stdout}")
-            self._resolved[key] = sorted(debs, key=lambda d: d.name)
-        return self._resolved[key]
-
-    def fetch(self, debs: list[Deb]) -> dict[Deb, Path]:
-        """Each package's file in the cache, downloaded when missing, every file checked
-        against the SHA256 of the signed package lists."""
-        want = sorted(set(debs), key=lambda d: d.name)
-        sums = self._sha256(want)
-        missing = [d for d in want if not self._valid(self.debs / d.filename, sums[d])]
-        if missing:
-            log(f"downloading {len(missing)} packages into {self.debs}")
-            part = self.debs / "partial"
-            run(["apt-get", *self.opts, "download", *[f"{d.name}={d.version}" for d in missing]],
-                cwd=part)
-            for d in missing:
-                got = part / d.filename
-                if not self._valid(got, sums[d]):
-                    raise SystemExit(f"images: {got}: missing or not the SHA256 of the package lists")
-                got.replace(self.debs / d.filename)
-        return {d: self.debs / d.filename for d in want}
-
-    def _sha256(self, debs: list[Deb]) -> dict[Deb, str]:
-        p = run(["apt-cache", *self.opts, "show", *[f"{d.name}={d.version}" for d in debs]], text=True)
-        sums: dict[Deb, str] = {}
-        for para in p.stdout.split("\n\n"):
-            fields = dict(re.findall(r"^([A-Za-z0-9-]+): (.*)$", para, re.M))
-            if "Package" in fields and "SHA256" in fields:
-                d = Deb(fields["Package"], fields["Version"], fields["Architecture"])
-                sums.setdefault(d, fields["SHA256"])
-        lost = [d for d in debs if d not in sums]
-        if lost:
-            raise SystemExit(f"images: no SHA256 in the package lists for {lost}")
-        return sums
-
-    @staticmethod
-    def _valid(path: Path, sha: str) -> bool:
-        return path.is_file() and sha256_file(path) == sha
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-# ---------------------------------------------------------------------------------------------
-# Layers
-
-
-@dataclass
-class Entry:
-    """One path of a layer. `data` for regular files, `link` for symlinks and hard links."""
-
-    kind: bytes  # a tarfile type: REGTYPE, DIRTYPE, SYMTYPE, LNKTYPE
-    mode: int
-    uid: int = 0
-    gid: int = 0
-    data: bytes = b""
-    link: str = ""
-    origin: str = ""
-    mtime: int | None = None  # None: the layer's own time
-
-    def same(self, other: "Entry") -> bool:
-        return (self.kind, self.mode, self.uid, self.gid, self.data, self.link) == (
-            other.kind, other.mode, other.uid, other.gid, other.data, other.link)
-
-
-def usr_merged(path: str) -> str:
-    """`path` (relative, no `./`) in the merged-/usr layout: bin/x → usr/bin/x."""
-    top, _, rest = path.partition("/")
-    if top in USR_MERGED:
-        return f"usr/{top}/{rest}".rstrip("/") if rest else f"usr/{top}"
-    return path
-
-
-@dataclass
-class Layer:
-    """A layer's tree, built in memory and written as one sorted tar."""
-
-    entries: dict[str, Entry] = field(default_factory=dict)
-
-    def add(self, path: str, e: Entry) -> None:
-        path = path.strip("/")
-        if not path:
-            return
-        old = self.entries.get(path)
-        if old is None:
-            self.entries[path] = e
-        elif old.kind == tarfile.DIRTYPE and e.kind == tarfile.DIRTYPE:
-            pass  # Directories shared by packages: the first one's mode stands.
-        elif not old.same(e):
-            raise SystemExit(f"images: {path}: shipped differently by {old.origin} and {e.origin}")
-
-    def dir(self, path: str, mode: int = 0o755, uid: int = 0, gid: int = 0) -> None:
-        self.add(path, Entry(tarfile.DIRTYPE, mode, uid, gid, origin="build.py"))
-
-    def file(self, path: str, data: bytes, mode: int = 0o644) -> None:
-        self.add(path, Entry(tarfile.REGTYPE, mode, data=data, origin="build.py"))
-
-    def symlink(self, path: str, target: str) -> None:
-        self.add(path, Entry(tarfile.SYMTYPE, 0o777, link=target, origin="build.py"))
-
-    def add_deb(self, deb: Deb, path: Path) -> None:
-        """The package's files (what `dpkg-deb -x` would unpack), moved into the merged-/usr
-        layout, without the excluded documentation, without setuid or setgid bits; and its
-        control file under var/lib/dpkg/status.d/, where image scanners look for packages."""
-        tar_stream = subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(path)],
-                                      stdout=subprocess.PIPE)
-        assert tar_stream.stdout is not None
-        with tarfile.open(fileobj=tar_stream.stdout, mode="r|") as tf:
-            for m in tf:
-                name = usr_merged(m.name.removeprefix("./").strip("/"))
-                if name in ("", ".") or EXCLUDED.search(name):
-                    continue
-                mode = m.mode & 0o1777 if m.isdir() else m.mode & 0o777
-                e = Entry(m.type, mode, m.uid, m.gid, origin=deb.name, mtime=int(m.mtime))
-                if m.isreg():
-                    e.kind = tarfile.REGTYPE
-                    f = tf.extractfile(m)
-                    e.data = f.read() if f else b""
-                elif m.issym():
-                    e.link = m.linkname
-                elif m.islnk():
-                    e.link = usr_merged(m.linkname.removeprefix("./").strip("/"))
-                elif not m.isdir():
-                    raise SystemExit(f"images: {deb.name}: {m.name}: unsupported entry type")
-                self.add(name, e)
-        if tar_stream.wait() != 0:
-            raise SystemExit(f"images: dpkg-deb --fsys-tarfile {path} failed")
-        control = run(["dpkg-deb", "-f", str(path)]).stdout
-        self.file(f"var/lib/dpkg/status.d/{deb.name}", control)
-
-    def compile_python(self, epoch: int) -> int:
-        """Byte-compiles the Python modules under usr/lib/python3*, as the packages'
-        postinst (py3compile) would: the root filesystem is read-only at run time, and an
-        interpreter that compiles its standard library at every start takes ~0.5 s instead
-        of ~0.15 s. Done by this interpreter, which must be the image's minor version (the
-        same bytecode); timestamp pycs, carrying each source's mtime as the layer keeps it."""
-        from importlib._bootstrap_external import _code_to_timestamp_pyc  # type: ignore
-        import importlib.util
-        tag = sys.implementation.cache_tag  # cpython-311
-        n = 0
-        for path, e in sorted(self.entries.items()):
-            if not (path.startswith(f"usr/lib/python{sys.version_info[0]}.{sys.version_info[1]}/")
-                    or path.startswith("usr/lib/python3/dist-packages/")):
-                continue
-            if e.kind != tarfile.REGTYPE or not path.endswith(".py"):
-                continue
-            try:
-                code = compile(e.data, "/" + path, "exec", dont_inherit=True, optimize=0)
-            except (SyntaxError, ValueError):
-                continue  # test data that is not Python; py3compile skips it too
-            head, base = os.path.split(path)
-            pyc = f"{head}/__pycache__/{base[:-3]}.{tag}.pyc"
-            mtime = e.mtime if e.mtime is not None else epoch
-            data = bytes(_code_to_timestamp_pyc(code, mtime, len(e.data)))
-            assert data[:4] == importlib.util.MAGIC_NUMBER
-            self.add(pyc, Entry(tarfile.REGTYPE, 0o644, data=data, origin="build.py (pyc)",
-                                mtime=mtime))
-            n += 1
-        return n
-
-    def tar(self, epoch: int) -> bytes:
-        """The layer as an uncompressed tar: parents before children, entries sorted,
-        packages' files with their own mtimes and the rest with `epoch`, owners numeric;
-        hard links point at the first path of their group in that order (a tar reader needs
-        the target first)."""
-        entries = dict(self.entries)
-        for path in list(entries):
-            parent = os.path.dirname(path)
-            while parent and parent not in entries:
-                entries[parent] = Entry(tarfile.DIRTYPE, 0o755, origin="build.py")
-                parent = os.path.dirname(parent)
-        groups: dict[str, list[str]] = {}
-        for path, e in entries.items():
-            if e.kind == tarfile.LNKTYPE:
-                target = entries.get(e.link)
-                if target is None or target.kind != tarfile.REGTYPE:
-                    raise SystemExit(f"images: {path}: hard link to missing {e.link}")
-                groups.setdefault(e.link, [e.link]).append(path)
-        for members in groups.values():
-            members.sort()
-            first = members[0]
-            source = entries[members[0] if entries[members[0]].kind == tarfile.REGTYPE
-                             else next(p for p in members if entries[p].kind == tarfile.REGTYPE)]
-            entries[first] = Entry(tarfile.REGTYPE, source.mode, source.uid, source.gid,
-                                   source.data, origin=source.origin, mtime=source.mtime)
-            for p in members[1:]:
-                entries[p] = Entry(tarfile.LNKTYPE, source.mode, source.uid, source.gid,
-                                   link=first, origin=source.origin, mtime=source.mtime)
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
-            for path in sorted(entries):
-                e = entries[path]
-                ti = tarfile.TarInfo(path + ("/" if e.kind == tarfile.DIRTYPE else ""))
-                ti.type, ti.mode, ti.uid, ti.gid = e.kind, e.mode, e.uid, e.gid
-                ti.mtime = e.mtime if e.mtime is not None else epoch
-                ti.uname, ti.gname = "", ""
-                if e.kind in (tarfile.SYMTYPE, tarfile.LNKTYPE):
-                    ti.linkname = e.link
-                if e.kind == tarfile.REGTYPE:
-                    ti.size = len(e.data)
-                    tf.addfile(ti, io.BytesIO(e.data))
-                else:
-                    tf.addfile(ti)
-        return buf.getvalue()
-
-
-@dataclass
-class Blob:
-    """A compressed layer: its digest, its uncompressed digest (diff id), its bytes."""
-
-    digest: str
-    diff_id: str
-    data: bytes
-    comment: str
-    raw_size: int
-
-
-def compress(tar: bytes, comment: str) -> Blob:
-    """gzip without a name or timestamp (the same bytes for the same tar)."""
-    data = gzip.compress(tar, compresslevel=6, mtime=0)
-    return Blob("sha256:" + hashlib.sha256(data).hexdigest(),
-                "sha256:" + hashlib.sha256(tar).hexdigest(), data, comment, len(tar))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -375,6 +56,8 @@ def compress(tar: bytes, comment: str) -> Blob:
 
 @dataclass
 class Settings:
+    """What every image of one build shares: its name parts, times and places."""
+
     registry: str
     repository: str
     tag: str
@@ -387,11 +70,13 @@ class Settings:
 
 
 def reference(s: Settings, name: str) -> str:
+    """REGISTRY/REPOSITORY/NAME:TAG, as the chart's "kruntimes.image" helper names images."""
     prefix = "/".join(p.strip("/") for p in (s.registry, s.repository) if p.strip("/"))
     return f"{prefix}/{name}:{s.tag}" if prefix else f"{name}:{s.tag}"
 
 
 def passwd_group(spec: dict) -> tuple[bytes, bytes]:
+    """/etc/passwd and /etc/group: root and the users of images.toml, none with a shell."""
     users = spec["users"]
     passwd = ["root:x:0:0:root:/root:/usr/sbin/nologin"]
     groups = {0: "root"}
@@ -445,6 +130,14 @@ def plan_layers(name: str, img: dict, spec: dict, apt: Apt) -> list[GroupLayer]:
     return plan
 
 
+def builder_digest() -> str:
+    """The digest of the builder's own source: a change to it invalidates cached layers."""
+    h = hashlib.sha256()
+    for path in [Path(__file__), *sorted((HERE / "builder").glob("*.py"))]:
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
 def python_minor(debs: tuple[Deb, ...]) -> str | None:
     """The `3.11` of a group that brings python3.11-minimal, if it does."""
     for d in debs:
@@ -466,7 +159,7 @@ def group_blob(gl: GroupLayer, spec: dict, files: dict[Deb, Path], s: Settings) 
         log(f"{gl.group}: the image's Python is {minor}, this interpreter {here}: no .pyc files "
             f"(run images/build.py with python{minor} to have them)")
     key = hashlib.sha256(canonical({
-        "builder": hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
+        "builder": builder_digest(),
         "debs": [(d.filename, sha256_file(files[d])) for d in gl.debs],
         "base": gl.base, "users": spec["users"] if gl.base else None,
         "pyc": sys.version if compile_pyc else None,
@@ -510,19 +203,9 @@ def binary_blob(img: dict, binary: Path, s: Settings) -> Blob:
                     if "package" in img else f"{img['binary']} (gcc -static)")
 
 
-def iso(epoch: int) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
-
-
-def canonical(obj) -> bytes:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
-
-
-def write_archive(path: Path, ref: str, tag: str, img: dict, name: str, blobs: list[Blob],
-                  s: Settings) -> dict:
-    """An OCI image layout (oci-layout, index.json, blobs/sha256/) in one tar, plus Docker's
-    manifest.json so `docker load` of older engines takes it too."""
-    user = img["user"]
+def image_config(name: str, img: dict, s: Settings) -> dict:
+    """The image's runtime configuration: user, entrypoint, arguments, environment, working
+    directory and the OCI labels."""
     labels = {
         "org.opencontainers.image.title": name,
         "org.opencontainers.image.description": img["description"],
@@ -532,70 +215,14 @@ def write_archive(path: Path, ref: str, tag: str, img: dict, name: str, blobs: l
         "org.opencontainers.image.created": iso(s.epoch),
         **({"org.opencontainers.image.source": s.source} if s.source else {}),
     }
-    config = {
-        "architecture": "amd64",
-        "os": "linux",
-        "created": iso(s.epoch),
-        "config": {
-            "User": user,
-            "Entrypoint": img["entrypoint"],
-            "Env": [f"PATH={DEFAULT_PATH}"],
-            "WorkingDir": img.get("workdir", "/"),
-            "Labels": labels,
-            **({"Cmd": img["cmd"]} if "cmd" in img else {}),
-        },
-        "rootfs": {"type": "layers", "diff_ids": [b.diff_id for b in blobs]},
-        "history": [{"created": iso(s.epoch), "created_by": f"images/build.py: {b.comment}"}
-                    for b in blobs],
+    return {
+        "User": img["user"],
+        "Entrypoint": img["entrypoint"],
+        **({"Cmd": img["cmd"]} if "cmd" in img else {}),
+        "Env": [f"PATH={DEFAULT_PATH}"],
+        "WorkingDir": img.get("workdir", "/"),
+        "Labels": labels,
     }
-    config_bytes = canonical(config)
-    config_digest = "sha256:" + hashlib.sha256(config_bytes).hexdigest()
-    manifest = {
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
-                   "digest": config_digest, "size": len(config_bytes)},
-        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
-                    "digest": b.digest, "size": len(b.data)} for b in blobs],
-        "annotations": {"org.opencontainers.image.created": iso(s.epoch)},
-    }
-    manifest_bytes = canonical(manifest)
-    manifest_digest = "sha256:" + hashlib.sha256(manifest_bytes).hexdigest()
-    index = {
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.index.v1+json",
-        "manifests": [{
-            "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "digest": manifest_digest,
-            "size": len(manifest_bytes),
-            "platform": {"architecture": "amd64", "os": "linux"},
-            "annotations": {"io.containerd.image.name": ref,
-                            "org.opencontainers.image.ref.name": tag},
-        }],
-    }
-    docker = [{"Config": f"blobs/sha256/{config_digest[7:]}", "RepoTags": [ref],
-               "Layers": [f"blobs/sha256/{b.digest[7:]}" for b in blobs]}]
-    files = {
-        "oci-layout": canonical({"imageLayoutVersion": "1.0.0"}),
-        "index.json": canonical(index),
-        "manifest.json": canonical(docker),
-        f"blobs/sha256/{config_digest[7:]}": config_bytes,
-        f"blobs/sha256/{manifest_digest[7:]}": manifest_bytes,
-        **{f"blobs/sha256/{b.digest[7:]}": b.data for b in blobs},
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".partial")
-    with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tf:
-        for d in ("blobs", "blobs/sha256"):
-            ti = tarfile.TarInfo(d + "/")
-            ti.type, ti.mode, ti.mtime = tarfile.DIRTYPE, 0o755, s.epoch
-            tf.addfile(ti)
-        for name_ in sorted(files):
-            ti = tarfile.TarInfo(name_)
-            ti.size, ti.mode, ti.mtime = len(files[name_]), 0o644, s.epoch
-            tf.addfile(ti, io.BytesIO(files[name_]))
-    tmp.replace(path)
-    return {"manifest": manifest_digest, "config": config_digest}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -603,11 +230,13 @@ def write_archive(path: Path, ref: str, tag: str, img: dict, name: str, blobs: l
 
 
 def load_spec() -> dict:
+    """images.toml."""
     with (HERE / "images.toml").open("rb") as f:
         return tomllib.load(f)
 
 
 def cargo_metadata() -> dict:
+    """The workspace's metadata: its target directory and package versions."""
     p = run(["cargo", "metadata", "--no-deps", "--format-version", "1", "--offline"],
             cwd=ROOT, text=True)
     return json.loads(p.stdout)
@@ -653,16 +282,19 @@ def build_binaries(images: dict, profile: str, target_dir: Path, skip_cargo: boo
 
 
 def workspace_repository() -> str:
+    """`repository` of the workspace's Cargo.toml (the images' source label)."""
     with (ROOT / "Cargo.toml").open("rb") as f:
         return tomllib.load(f).get("workspace", {}).get("package", {}).get("repository", "")
 
 
 def git(*args: str) -> str:
+    """git's output in the repository, or empty when git fails."""
     p = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
     return p.stdout.strip() if p.returncode == 0 else ""
 
 
 def cmd_build(a: argparse.Namespace) -> None:
+    """`build`: every image (or `--only`) as an archive, and images.json beside them."""
     started = time.monotonic()
     spec = load_spec()
     images = spec["images"]
@@ -709,7 +341,7 @@ def cmd_build(a: argparse.Namespace) -> None:
         blobs = [group_blobs[gl] for gl in plans[name]] + [own_blobs[name]]
         ref = reference(s, name)
         path = s.out / f"{name}-{s.tag}.oci.tar"
-        digests = write_archive(path, ref, s.tag, img, name, blobs, s)
+        digests = write_archive(path, ref, s.tag, image_config(name, img, s), blobs, s.epoch)
         summary.append({
             "name": name, "ref": ref, "archive": str(path), "bytes": path.stat().st_size,
             "uncompressed": sum(b.raw_size for b in blobs),
@@ -726,28 +358,8 @@ def cmd_build(a: argparse.Namespace) -> None:
 # Reading archives back
 
 
-def read_archive(path: Path) -> tuple[tarfile.TarFile, dict, dict, dict]:
-    tf = tarfile.open(path)
-
-    def blob(digest: str) -> bytes:
-        f = tf.extractfile(f"blobs/sha256/{digest.split(':', 1)[1]}")
-        assert f is not None
-        data = f.read()
-        if "sha256:" + hashlib.sha256(data).hexdigest() != digest:
-            raise SystemExit(f"images: {path}: blob {digest} does not match its digest")
-        return data
-
-    f = tf.extractfile("index.json")
-    assert f is not None
-    index = json.load(f)
-    desc = index["manifests"][0]
-    manifest = json.loads(blob(desc["digest"]))
-    config = json.loads(blob(manifest["config"]["digest"]))
-    tf.blob = blob  # type: ignore[attr-defined]
-    return tf, desc, manifest, config
-
-
 def cmd_inspect(a: argparse.Namespace) -> None:
+    """`inspect`: the reference, config and layers of an archive, every digest checked."""
     tf, desc, manifest, config = read_archive(Path(a.archive))
     layers = []
     for layer, diff_id in zip(manifest["layers"], config["rootfs"]["diff_ids"]):
@@ -761,6 +373,7 @@ def cmd_inspect(a: argparse.Namespace) -> None:
 
 
 def cmd_unpack(a: argparse.Namespace) -> None:
+    """`unpack`: the layers extracted in order into a directory."""
     tf, _, manifest, _ = read_archive(Path(a.archive))
     dest = Path(a.dir)
     dest.mkdir(parents=True, exist_ok=True)
@@ -776,50 +389,9 @@ def cmd_unpack(a: argparse.Namespace) -> None:
                 lt.extract(m, dest, set_attrs=True, numeric_owner=True)
 
 
-# ---------------------------------------------------------------------------------------------
-# The Dockerfiles against images.toml
-
-
-def lint() -> tuple[list[str], set[str]]:
-    """What in the Dockerfiles disagrees with images.toml, and their final base images."""
-    spec = load_spec()
-    problems = []
-    bases = set()
-    for name, img in spec["images"].items():
-        path = HERE / name / "Dockerfile"
-        if not path.is_file():
-            problems.append(f"{path}: missing")
-            continue
-        text = re.sub(r"\\\n", " ", path.read_text())
-        lines = [l.strip() for l in text.splitlines() if l.strip() and not l.lstrip().startswith("#")]
-        final = max(i for i, l in enumerate(lines) if l.upper().startswith("FROM "))
-        stage = lines[final:]
-        if img["groups"]:
-            bases.add(stage[0].split()[1])
-        def last(word: str) -> str | None:
-            found = [l[len(word):].strip() for l in stage if l.upper().startswith(word + " ")]
-            return found[-1] if found else None
-        expect = {"USER": img["user"], "ENTRYPOINT": json.dumps(img["entrypoint"]),
-                  "WORKDIR": img.get("workdir")}
-        if "cmd" in img:
-            expect["CMD"] = json.dumps(img["cmd"])
-        for word, want in expect.items():
-            got = last(word)
-            if want is None:
-                continue
-            if got is None or (json.loads(got) if got.startswith("[") else got) != (
-                    json.loads(want) if want.startswith("[") else want):
-                problems.append(f"{path}: {word} is {got!r}, images.toml says {want!r}")
-        dest = img["entrypoint"][0]
-        if not any(l.upper().startswith("COPY ") and l.endswith(" " + dest) for l in stage):
-            problems.append(f"{path}: the final stage does not COPY its binary to {dest}")
-    if len(bases) > 1:
-        problems.append(f"the final stages use different base images: {sorted(bases)}")
-    return problems, bases
-
-
 def cmd_lint(_: argparse.Namespace) -> None:
-    problems, bases = lint()
+    """`lint`: the Dockerfiles against images.toml."""
+    problems, bases = lint(load_spec(), HERE)
     for p in problems:
         print(f"lint: {p}", file=sys.stderr)
     if problems:
@@ -828,6 +400,7 @@ def cmd_lint(_: argparse.Namespace) -> None:
 
 
 def main() -> None:
+    """The command line."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True)

@@ -31,7 +31,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -82,12 +81,14 @@ disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.a
 
     @staticmethod
     def _answers(address: str) -> bool:
+        """Whether a containerd answers on `address`."""
         if not Path(address).exists():
             return False
         p = subprocess.run(["ctr", "-a", address, "version"], capture_output=True, timeout=10)
         return p.returncode == 0
 
     def ctr(self, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
+        """`ctr` in the test namespace; a non-zero exit is a Failure when `check`."""
         p = subprocess.run(["ctr", "-a", self.address, "-n", NAMESPACE, *args], capture_output=True,
                            text=True, timeout=timeout, stdin=subprocess.DEVNULL)
         if check and p.returncode != 0:
@@ -122,15 +123,18 @@ disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.a
 
 
 class Failure(Exception):
+    """A check that did not hold, with what was seen."""
     pass
 
 
 class Tally:
+    """Passed and failed checks, each printed as it ends."""
     def __init__(self) -> None:
         self.passed = 0
         self.failed: list[str] = []
 
     def run(self, what: str, fn, *args) -> bool:
+        """Runs one check; a Failure, timeout or OS error fails it."""
         started = time.monotonic()
         try:
             fn(*args)
@@ -144,12 +148,14 @@ class Tally:
 
 
 def check_dockerfiles() -> None:
-    problems, _ = build.lint()
+    """The Dockerfiles agree with images.toml."""
+    problems, _ = build.lint(build.load_spec(), build.HERE)
     if problems:
         raise Failure("; ".join(problems))
 
 
 def check_config(archive: Path, name: str, img: dict, built: dict) -> None:
+    """The archive's config is what images.toml and the build said."""
     _, desc, manifest, config = build.read_archive(archive)
     c = config["config"]
     if desc["digest"] != built["manifest"]:
@@ -168,6 +174,7 @@ def check_config(archive: Path, name: str, img: dict, built: dict) -> None:
 
 
 def check_import(ctd: Containerd, archive: Path, built: dict) -> None:
+    """`ctr images import` takes the archive under the manifest digest of the build."""
     ctd.ctr("images", "import", str(archive), timeout=300)
     listed = ctd.ctr("images", "ls").stdout.splitlines()[1:]
     rows = {cols[0]: cols[2] for cols in (l.split() for l in listed) if len(cols) > 2}
@@ -184,6 +191,7 @@ RESTRICTED = ["--read-only", "--seccomp", *[a for c in DEFAULT_CAPS for a in ("-
 
 
 def run_in(ctd: Containerd, built: dict, cid: str, args: list[str], timeout: float = 60) -> str:
+    """Runs `args` in the image as the chart runs its containers; their output."""
     p = ctd.ctr("run", "--rm", *RESTRICTED, built["ref"], cid, *args, timeout=timeout, check=False)
     out = p.stdout + p.stderr
     if p.returncode != 0:
@@ -192,6 +200,7 @@ def run_in(ctd: Containerd, built: dict, cid: str, args: list[str], timeout: flo
 
 
 def check_help(ctd: Containerd, name: str, img: dict, built: dict) -> None:
+    """The entrypoint's usage, exit 0."""
     args = img["entrypoint"] + img.get("help_args", ["--help"])
     out = run_in(ctd, built, f"{name}-help", args)
     wanted = [img["help"]] + ([f"Usage: {img['binary']}"] if "package" in img else [])
@@ -201,6 +210,7 @@ def check_help(ctd: Containerd, name: str, img: dict, built: dict) -> None:
 
 
 def check_command(ctd: Containerd, name: str, i: int, built: dict, check: dict) -> None:
+    """One of images.toml's extra commands prints what it expects."""
     out = run_in(ctd, built, f"{name}-cmd-{i}", check["args"])
     if check["expect"] not in out:
         raise Failure(f"{check['args']} printed {out.strip()[:600]!r}, expected {check['expect']!r}")
@@ -253,6 +263,7 @@ def check_serve(ctd: Containerd, name: str, img: dict, built: dict, tmp: Path) -
 
 
 def main() -> None:
+    """Every check over the last build's archives; exit 1 on any failure."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dir", help="the build's output directory (default: TARGET_DIR/images)")
     ap.add_argument("--keep", action="store_true", help="keep the images imported (system containerd)")
