@@ -288,7 +288,8 @@ def main() -> None:
             tally.run(f"{name}: {' '.join(img['entrypoint'] + img.get('help_args', ['--help']))}",
                       check_help, ctd, name, img, built)
             for i, c in enumerate(img.get("checks", [])):
-                tally.run(f"{name}: {c['args'][0]} runs", check_command, ctd, name, i, built, c)
+                tally.run(f"{name}: {c.get('what', c['args'][0] + ' runs')}", check_command, ctd,
+                          name, i, built, c)
             if img.get("serve"):
                 tally.run(f"{name}: serves and stops on SIGTERM", check_serve, ctd, name, img, built, tmp)
     finally:
