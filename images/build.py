@@ -28,6 +28,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -264,6 +265,7 @@ def build_binaries(images: dict, profile: str, target_dir: Path, skip_cargo: boo
             raise SystemExit("images: cargo build failed")
         log(f"cargo build: {time.monotonic() - started:.0f} s")
     out_dir = target_dir / ("debug" if profile == "dev" else profile)
+    # Copies, removed once the layers are written (cmd_build).
     stripped = target_dir / "images" / "bin"
     stripped.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path] = {}
@@ -351,6 +353,7 @@ def cmd_build(a: argparse.Namespace) -> None:
     for r in summary:
         log(f"{r['ref']}: {r['archive']} ({r['bytes'] / 1e6:.1f} MB; {r['uncompressed'] / 1e6:.1f} MB "
             f"unpacked; {len(r['packages'])} packages; {r['manifest'][:19]})")
+    shutil.rmtree(target_dir / "images" / "bin", ignore_errors=True)
     log(f"assembled in {time.monotonic() - assembled:.1f} s; total {time.monotonic() - started:.1f} s")
 
 
