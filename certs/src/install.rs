@@ -55,8 +55,19 @@ fn leaf(ca: &Ca, dir: &Path, name: &str, spec: LeafSpec) -> Result<(PathBuf, Pat
 
 impl InstallPki {
     /// Generates fresh CAs and certificates into `dir` (created if needed);
-    /// `label` names the CAs, e.g. "kruntimes embedded".
+    /// `label` names the CAs, e.g. "kruntimes embedded". The CAs' keys are
+    /// written nowhere.
     pub fn generate(dir: &Path, label: &str, valid_days: i64) -> Result<Self> {
+        Self::generate_keeping_internal_ca(dir, label, valid_days).map(|(pki, _)| pki)
+    }
+
+    /// [`Self::generate`], also returning the internal CA (in memory only),
+    /// for a harness that rotates the internal leaves.
+    pub fn generate_keeping_internal_ca(
+        dir: &Path,
+        label: &str,
+        valid_days: i64,
+    ) -> Result<(Self, Ca)> {
         let write_err = |path: &Path| {
             let path = path.display().to_string();
             move |source| crate::Error::Write { path, source }
@@ -122,18 +133,73 @@ impl InstallPki {
                 valid_days,
             },
         )?;
-        Ok(Self {
-            public_ca,
-            gateway_cert,
-            gateway_key,
-            internal_ca,
-            runtimed_cert,
-            runtimed_key,
-            gateway_client_cert,
-            gateway_client_key,
-            control_cert,
-            control_key,
-        })
+        Ok((
+            Self {
+                public_ca,
+                gateway_cert,
+                gateway_key,
+                internal_ca,
+                runtimed_cert,
+                runtimed_key,
+                gateway_client_cert,
+                gateway_client_key,
+                control_cert,
+                control_key,
+            },
+            internal,
+        ))
+    }
+
+    /// Issues new runtimed and gateway-client leaves from `internal` (the
+    /// same names and uses) and puts them in place of the old ones, each
+    /// file replaced whole (written beside it, then renamed).
+    pub fn rotate_internal_leaves(&self, internal: &Ca, valid_days: i64) -> Result<()> {
+        let loopback: Vec<IpAddr> = vec![
+            IpAddr::from([127, 0, 0, 1]),
+            IpAddr::from([0, 0, 0, 0, 0, 0, 0, 1]),
+        ];
+        for (spec, cert, key) in [
+            (
+                LeafSpec {
+                    common_name: "runtimed".into(),
+                    dns_names: vec![RUNTIMED_SERVER_NAME.into()],
+                    ips: loopback,
+                    server: true,
+                    valid_days,
+                    ..Default::default()
+                },
+                &self.runtimed_cert,
+                &self.runtimed_key,
+            ),
+            (
+                LeafSpec {
+                    common_name: GATEWAY_CLIENT_NAME.into(),
+                    client: true,
+                    valid_days,
+                    ..Default::default()
+                },
+                &self.gateway_client_cert,
+                &self.gateway_client_key,
+            ),
+        ] {
+            let l = internal.issue(&spec)?;
+            for (path, pem, private) in [(key, &l.key_pem, true), (cert, &l.cert_pem, false)] {
+                let tmp = path.with_extension("rotating");
+                if private {
+                    write_private(&tmp, pem.as_bytes())?;
+                } else {
+                    std::fs::write(&tmp, pem).map_err(|source| crate::Error::Write {
+                        path: tmp.display().to_string(),
+                        source,
+                    })?;
+                }
+                std::fs::rename(&tmp, path).map_err(|source| crate::Error::Write {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+            }
+        }
+        Ok(())
     }
 }
 

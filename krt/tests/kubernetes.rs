@@ -520,6 +520,115 @@ async fn an_operator_restart_mid_lifecycle_loses_nothing() {
     assert_eq!(after["status"]["phase"], "Ready");
 }
 
+/// The port a Pod's runtimed serves on, from its log.
+fn serving_port(cluster: &Cluster, pod: &str) -> u16 {
+    let log = cluster.log(pod);
+    let line = log
+        .lines()
+        .find(|l| l.contains("runtimed serving"))
+        .expect("serving line");
+    let v: Value = serde_json::from_str(line).unwrap();
+    v["fields"]["address"]
+        .as_str()
+        .unwrap()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// The certificate runtimed on `port` presents to a new handshake (DER),
+/// to a client holding the gateway's identity as it is on disk now.
+async fn served_certificate(cluster: &Cluster, port: u16) -> Vec<u8> {
+    let (ca, cert, key) = cluster.gateway_client_identity().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for (name, pem) in [("ca.crt", &ca), ("tls.crt", &cert), ("tls.key", &key)] {
+        std::fs::write(dir.path().join(name), pem).unwrap();
+    }
+    let tls = kruntimes_certs::client_config(
+        &dir.path().join("ca.crt"),
+        Some((&dir.path().join("tls.crt"), &dir.path().join("tls.key"))),
+        &[b"h2"],
+    )
+    .unwrap();
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let name = rustls::pki_types::ServerName::try_from("runtimed.kruntimes.internal").unwrap();
+    let s = tokio_rustls::TlsConnector::from(std::sync::Arc::new(tls))
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    s.get_ref().1.peer_certificates().unwrap()[0]
+        .as_ref()
+        .to_vec()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotated_internal_certificates_are_picked_up_without_dropping_ready_runs() {
+    let (server, cluster) = setup(1).await;
+    let api = runs(&server).await;
+    api.create(&PostParams::default(), &function_run("steady", json!({})))
+        .await
+        .unwrap();
+    let steady = cluster.wait_phase("a", "steady", "Ready").await.unwrap();
+    let url = steady["status"]["endpoint"]["url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let alice = server.token(User::Alice).to_owned();
+    invoke_ok(&cluster, &url, &alice).await;
+    let pod = steady["status"]["assignedPod"].as_str().unwrap().to_owned();
+    let port = serving_port(&cluster, &pod);
+    let before = served_certificate(&cluster, port).await;
+
+    // The renewed Secret lands on disk (new leaves, same internal CA).
+    let rotated_der = cluster.rotate_internal_leaves().unwrap();
+    assert_ne!(rotated_der, before);
+    // runtimed serves it to new handshakes, without a restart; the Ready
+    // Run answers through the gateway all along.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        assert_eq!(invoke(&cluster, &url, &alice).await.status(), 200);
+        if served_certificate(&cluster, port).await == rotated_der {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "runtimed still serves its old certificate:\n{}",
+            cluster.log(&pod)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(cluster.log(&pod).contains("certificate reloaded"));
+    let after = cluster.run("a", "steady").await.unwrap();
+    assert_eq!(after["status"]["phase"], "Ready");
+    assert_eq!(after["status"]["attempt"], steady["status"]["attempt"]);
+    // A new Run registers over new connections with the rotated material.
+    api.create(&PostParams::default(), &function_run("fresh", json!({})))
+        .await
+        .unwrap();
+    let fresh = cluster.wait_phase("a", "fresh", "Ready").await.unwrap();
+    invoke_ok(
+        &cluster,
+        fresh["status"]["endpoint"]["url"].as_str().unwrap(),
+        &alice,
+    )
+    .await;
+    invoke_ok(&cluster, &url, &alice).await;
+    // The gateway took its rotated client certificate too (checked every 2 s).
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !cluster.log("gateway").contains("certificate reloaded") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the gateway's client certificate:\n{}",
+            cluster.log("gateway")
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_terminated_operator_exits_although_a_gateway_holds_its_watch() {
     let (server, cluster) = setup(1).await;

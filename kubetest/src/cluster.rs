@@ -43,6 +43,7 @@ pub struct Cluster {
     krt: PathBuf,
     dir: tempfile::TempDir,
     files: InstallPki,
+    internal_ca: kruntimes_certs::Ca,
     kubeconfigs: BTreeMap<User, PathBuf>,
     procs: Mutex<BTreeMap<String, Proc>>,
     client: kube::Client,
@@ -63,7 +64,8 @@ impl Cluster {
         let dir = tempfile::Builder::new()
             .prefix("kubetest-cluster-")
             .tempdir()?;
-        let files = InstallPki::generate(dir.path(), "kubetest", 2)?;
+        let (files, internal_ca) =
+            InstallPki::generate_keeping_internal_ca(dir.path(), "kubetest", 2)?;
         server.create_namespace(SYSTEM_NAMESPACE).await?;
         for (file, user) in [
             ("gateway-clusterrole.yaml", User::Gateway),
@@ -96,6 +98,7 @@ impl Cluster {
             krt: krt.to_path_buf(),
             dir,
             files,
+            internal_ca,
             kubeconfigs,
             procs: Mutex::new(BTreeMap::new()),
             client,
@@ -208,6 +211,16 @@ impl Cluster {
         let _ = p.child.kill();
         let _ = p.child.wait();
         Ok(())
+    }
+
+    /// Issues new runtimed and gateway-client certificates from the same
+    /// internal CA and puts them in place of the files the processes use
+    /// (as a renewed, mounted Secret would be); returns the new runtimed
+    /// certificate (DER).
+    pub fn rotate_internal_leaves(&self) -> anyhow::Result<Vec<u8>> {
+        self.files.rotate_internal_leaves(&self.internal_ca, 2)?;
+        let certs = kruntimes_certs::load_certs(&self.files.runtimed_cert)?;
+        Ok(certs.first().context("no certificate")?.as_ref().to_vec())
     }
 
     /// SIGTERMs a process and waits for it to exit, at most `within`;
@@ -372,6 +385,7 @@ impl Cluster {
             format!("--tls-cert={}", s(&f.runtimed_cert)),
             format!("--tls-key={}", s(&f.runtimed_key)),
             format!("--client-ca={}", s(&f.internal_ca)),
+            "--tls-reload-secs=1".to_owned(),
             format!("--runtime-server={}", s(&socket)),
         ];
         self.spawn(name, args)?;
