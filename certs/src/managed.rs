@@ -3,10 +3,13 @@
 //! purely from its PEM, the CA it should chain to, the names it should
 //! carry and the time.
 //!
-//! - A CA is issued when missing or unreadable, and **renewed** when less
-//!   than a third of its lifetime is left; the replaced CA stays in the
-//!   published bundle until it expires ([`bundle`]), so clients holding the
-//!   bundle keep verifying leaves of either.
+//! - A CA is issued when missing or unreadable, and **rolled over in two
+//!   steps** ([`decide_ca`]): in the last third of its lifetime a successor
+//!   is *staged* — published in every bundle while the current CA still
+//!   signs — and in the last sixth the successor is *promoted* and signs
+//!   from then on, the old CA staying in the bundles until it expires
+//!   ([`bundle`]). Between the two steps (1.7 years with a 10-year CA) every
+//!   peer and caller that reloads its bundle comes to trust both.
 //! - A leaf is issued when missing, unreadable, issued by another CA than
 //!   the current one, carrying other names than wanted, or within the last
 //!   third of its lifetime.
@@ -116,6 +119,7 @@ pub fn facts(pem: &str) -> Result<Facts, String> {
         }
     }
     names.sort();
+    names.dedup();
     let (mut subject_key_id, mut authority_key_id) = (None, None);
     for ext in cert.extensions() {
         match ext.parsed_extension() {
@@ -159,19 +163,70 @@ fn readable(held: Option<Held<'_>>) -> Result<Facts, Decision> {
     let Some(h) = held else {
         return Err(Decision::Issue(Why::Missing));
     };
-    if !h.key_pem.contains("PRIVATE KEY") {
-        return Err(Decision::Issue(Why::Unreadable("no private key".into())));
-    }
-    facts(h.cert_pem).map_err(|e| Decision::Issue(Why::Unreadable(e)))
+    let f = facts(h.cert_pem).map_err(|e| Decision::Issue(Why::Unreadable(e)))?;
+    pair_matches(h.cert_pem, h.key_pem).map_err(|e| Decision::Issue(Why::Unreadable(e)))?;
+    Ok(f)
 }
 
-/// Whether a held CA is kept at `now`.
-pub fn decide_ca(held: Option<Held<'_>>, now: OffsetDateTime) -> Decision {
-    match readable(held) {
-        Err(d) => d,
-        Ok(f) if near_expiry(&f, now) => Decision::Issue(Why::NearExpiry),
-        Ok(_) => Decision::Keep,
+/// Whether `key_pem` is the private key of `cert_pem`'s certificate.
+fn pair_matches(cert_pem: &str, key_pem: &str) -> Result<(), String> {
+    let certs = rustls_pemfile::certs(&mut cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    let key = rustls_pemfile::private_key(&mut key_pem.as_bytes())
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| "no private key".to_owned())?;
+    rustls::sign::CertifiedKey::from_der(certs, key, &rustls::crypto::aws_lc_rs::default_provider())
+        .map(|_| ())
+        .map_err(|e| format!("the key is not the certificate's: {e}"))
+}
+
+/// What happens to a CA and its staged successor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CaStep {
+    /// The current CA keeps signing (a staged successor is kept).
+    Keep,
+    /// There is no usable CA (or it expired with no successor): issue one,
+    /// signing at once.
+    Issue(Why),
+    /// The CA is in its last third: generate its successor and publish it
+    /// in every bundle; the current CA still signs.
+    Stage,
+    /// The CA is in its last sixth (or expired) and its successor has been
+    /// published since it was staged: the successor signs from now on.
+    Promote,
+}
+
+/// The step for the `current` CA and its staged successor `next` at `now`.
+pub fn decide_ca(current: Option<Held<'_>>, next: Option<Held<'_>>, now: OffsetDateTime) -> CaStep {
+    let f = match readable(current) {
+        Ok(f) => f,
+        Err(Decision::Issue(why)) => return CaStep::Issue(why),
+        Err(Decision::Keep) => return CaStep::Keep,
+    };
+    let staged = next.is_some() && readable(next).is_ok();
+    let life = f.not_after - f.not_before;
+    let left = f.not_after - now;
+    if left <= time::Duration::ZERO {
+        return if staged {
+            CaStep::Promote
+        } else {
+            CaStep::Issue(Why::NearExpiry)
+        };
     }
+    if left < life / 6 {
+        // Late (the operator did not run through the last third): stage
+        // now, promote on a later pass.
+        return if staged {
+            CaStep::Promote
+        } else {
+            CaStep::Stage
+        };
+    }
+    if left < life / 3 && !staged {
+        return CaStep::Stage;
+    }
+    CaStep::Keep
 }
 
 /// Whether a held leaf is kept at `now`, given the current CA's
@@ -218,18 +273,21 @@ pub fn wanted_names(spec: &LeafSpec) -> Vec<String> {
     names
 }
 
-/// The bundle to publish: the current CA, then the previous one while it
-/// is still valid at `now` (leaves it issued may still be served).
-pub fn bundle(current_pem: &str, previous_pem: Option<&str>, now: OffsetDateTime) -> String {
+/// The bundle to publish: the current CA, then each of `also` (a staged
+/// successor, the CA it replaced) that is still valid at `now`, each once.
+pub fn bundle(current_pem: &str, also: &[&str], now: OffsetDateTime) -> String {
     let mut out = current_pem.trim_end().to_owned();
     out.push('\n');
-    if let Some(prev) = previous_pem
-        && let Ok(f) = facts(prev)
-        && f.not_after > now
-        && prev.trim() != current_pem.trim()
-    {
-        out.push_str(prev.trim_end());
-        out.push('\n');
+    let mut seen = vec![current_pem.trim()];
+    for other in also {
+        if let Ok(f) = facts(other)
+            && f.not_after > now
+            && !seen.contains(&other.trim())
+        {
+            seen.push(other.trim());
+            out.push_str(other.trim_end());
+            out.push('\n');
+        }
     }
     out
 }
@@ -259,40 +317,47 @@ mod tests {
     }
 
     #[test]
-    fn a_fresh_ca_is_kept_and_renewed_in_its_last_third() {
+    fn a_ca_is_kept_then_its_successor_staged_then_promoted() {
         let ca = Ca::generate("test CA", 30).unwrap();
+        let next = Ca::generate("test CA", 30).unwrap();
         let now = OffsetDateTime::now_utc();
+        let cur = held(&ca.cert_pem, &ca.key_pem);
+        let staged = held(&next.cert_pem, &next.key_pem);
+        let at = |days| now + Duration::days(days);
+        assert_eq!(decide_ca(cur, None, now), CaStep::Keep);
+        assert_eq!(decide_ca(cur, None, at(19)), CaStep::Keep);
+        // The last third: a successor is staged (once).
+        assert_eq!(decide_ca(cur, None, at(21)), CaStep::Stage);
+        assert_eq!(decide_ca(cur, staged, at(21)), CaStep::Keep);
+        // The last sixth: the staged successor is promoted.
+        assert_eq!(decide_ca(cur, staged, at(26)), CaStep::Promote);
         assert_eq!(
-            decide_ca(held(&ca.cert_pem, &ca.key_pem), now),
-            Decision::Keep
+            decide_ca(cur, None, at(26)),
+            CaStep::Stage,
+            "late: stage first"
         );
+        // Expired: promote what is staged, or start afresh.
+        assert_eq!(decide_ca(cur, staged, at(40)), CaStep::Promote);
+        assert_eq!(decide_ca(cur, None, at(40)), CaStep::Issue(Why::NearExpiry));
+        // An unreadable staged successor is staged again.
         assert_eq!(
-            decide_ca(held(&ca.cert_pem, &ca.key_pem), now + Duration::days(19)),
-            Decision::Keep
-        );
-        assert_eq!(
-            decide_ca(held(&ca.cert_pem, &ca.key_pem), now + Duration::days(21)),
-            Decision::Issue(Why::NearExpiry)
-        );
-        assert_eq!(
-            decide_ca(held(&ca.cert_pem, &ca.key_pem), now + Duration::days(40)),
-            Decision::Issue(Why::NearExpiry),
-            "expired"
+            decide_ca(cur, held("garbage", &next.key_pem), at(21)),
+            CaStep::Stage
         );
     }
 
     #[test]
     fn missing_or_unreadable_material_is_issued() {
         let now = OffsetDateTime::now_utc();
-        assert_eq!(decide_ca(None, now), Decision::Issue(Why::Missing));
+        assert_eq!(decide_ca(None, None, now), CaStep::Issue(Why::Missing));
         let ca = Ca::generate("test CA", 30).unwrap();
         assert!(matches!(
-            decide_ca(held("not a certificate", &ca.key_pem), now),
-            Decision::Issue(Why::Unreadable(_))
+            decide_ca(held("not a certificate", &ca.key_pem), None, now),
+            CaStep::Issue(Why::Unreadable(_))
         ));
         assert!(matches!(
-            decide_ca(held(&ca.cert_pem, ""), now),
-            Decision::Issue(Why::Unreadable(_))
+            decide_ca(held(&ca.cert_pem, ""), None, now),
+            CaStep::Issue(Why::Unreadable(_))
         ));
         assert_eq!(
             decide_leaf(None, &ca.cert_pem, &spec(), now),
@@ -343,24 +408,67 @@ mod tests {
     }
 
     #[test]
-    fn the_bundle_keeps_the_previous_ca_while_it_is_valid() {
+    fn the_bundle_holds_the_successor_and_the_previous_ca_while_valid() {
         let now = OffsetDateTime::now_utc();
         let old = Ca::generate("old CA", 30).unwrap();
         let new = Ca::generate("new CA", 3650).unwrap();
-        let both = bundle(&new.cert_pem, Some(&old.cert_pem), now);
+        let next = Ca::generate("next CA", 3650).unwrap();
+        let both = bundle(&new.cert_pem, &[&old.cert_pem], now);
         assert_eq!(both.matches("BEGIN CERTIFICATE").count(), 2);
         assert!(both.starts_with(new.cert_pem.trim_end()));
-        let later = bundle(&new.cert_pem, Some(&old.cert_pem), now + Duration::days(31));
-        assert_eq!(later.matches("BEGIN CERTIFICATE").count(), 1);
+        let three = bundle(&new.cert_pem, &[&next.cert_pem, &old.cert_pem], now);
+        assert_eq!(three.matches("BEGIN CERTIFICATE").count(), 3);
+        let later = bundle(&new.cert_pem, &[&old.cert_pem], now + Duration::days(31));
         assert_eq!(
-            bundle(&new.cert_pem, None, now),
+            later.matches("BEGIN CERTIFICATE").count(),
+            1,
+            "the old one expired"
+        );
+        assert_eq!(
+            bundle(&new.cert_pem, &[], now),
             format!("{}\n", new.cert_pem.trim_end())
         );
         assert_eq!(
-            bundle(&new.cert_pem, Some(&new.cert_pem), now)
+            bundle(&new.cert_pem, &[&new.cert_pem, "garbage"], now)
                 .matches("BEGIN CERTIFICATE")
                 .count(),
             1
+        );
+    }
+
+    #[test]
+    fn a_key_that_is_not_the_certificates_is_unreadable() {
+        let now = OffsetDateTime::now_utc();
+        let ca = Ca::generate("test CA", 30).unwrap();
+        let other = Ca::generate("other CA", 30).unwrap();
+        assert!(matches!(
+            decide_ca(held(&ca.cert_pem, &other.key_pem), None, now),
+            CaStep::Issue(Why::Unreadable(_))
+        ));
+        let leaf = ca.issue(&spec()).unwrap();
+        let stray = ca.issue(&spec()).unwrap();
+        assert!(matches!(
+            decide_leaf(
+                held(&leaf.cert_pem, &stray.key_pem),
+                &ca.cert_pem,
+                &spec(),
+                now
+            ),
+            Decision::Issue(Why::Unreadable(_))
+        ));
+    }
+
+    #[test]
+    fn repeated_names_are_one_name() {
+        let ca = Ca::generate("test CA", 30).unwrap();
+        let mut twice = spec();
+        twice.dns_names.push("gw".into());
+        let leaf = ca.issue(&twice).unwrap();
+        let h = held(&leaf.cert_pem, &leaf.key_pem);
+        assert_eq!(
+            decide_leaf(h, &ca.cert_pem, &twice, OffsetDateTime::now_utc()),
+            Decision::Keep,
+            "never reissued for a duplicate"
         );
     }
 

@@ -244,24 +244,66 @@ async fn certificates_are_created_when_missing_kept_when_present_and_renewed_nea
         "the CA is kept"
     );
 
-    // Seven years on, the CAs are in their last third: renewed, the old
-    // one kept in the published bundle (it is still valid), every leaf
-    // reissued by the new one.
-    let ca_later = certificates::ensure_at(&client, &renamed, now + time::Duration::days(2500))
+    // Seven years on, the CAs are in their last third: a successor of each
+    // is staged and published in every bundle, while the current CA still
+    // signs — a peer or caller holding only the old bundle still verifies
+    // every leaf. (The 90-day leaves have long expired by then: they are
+    // reissued, by the current CA.)
+    let staged = certificates::ensure_at(&client, &renamed, now + time::Duration::days(2500))
         .await
         .unwrap();
     assert_eq!(
-        ca_later.issued["kruntimes-system/kr-public-ca"],
-        "near expiry"
+        staged.issued["kruntimes-system/kr-public-ca"],
+        "successor staged"
     );
     assert_eq!(
-        ca_later.issued["kruntimes-system/kr-internal-ca"],
-        "near expiry"
+        staged.issued["kruntimes-system/kr-internal-ca"],
+        "successor staged"
+    );
+    let held = secret(&client, NS, "kr-gateway-tls").await;
+    assert_eq!(
+        managed::facts(&text(&held, "tls.crt"))
+            .unwrap()
+            .authority_key_id,
+        managed::facts(&ca.cert_pem).unwrap().subject_key_id,
+        "signed by the current CA, which the old bundle holds"
+    );
+    let published = bundle(&client).await;
+    assert_eq!(
+        published.matches("BEGIN CERTIFICATE").count(),
+        2,
+        "current and successor"
+    );
+    assert!(published.starts_with(ca.cert_pem.trim_end()));
+    let with_next = secret(&client, NS, "kr-public-ca").await;
+    assert_eq!(text(&with_next, "tls.crt"), ca.cert_pem);
+    let successor = text(&with_next, "next.crt");
+    assert!(published.contains(successor.trim_end()));
+    let again = certificates::ensure_at(&client, &renamed, now + time::Duration::days(2600))
+        .await
+        .unwrap();
+    assert!(
+        !again.issued.contains_key("kruntimes-system/kr-public-ca")
+            && !again.issued.contains_key("kruntimes-system/kr-internal-ca"),
+        "staged once: {again:?}"
+    );
+
+    // In the last sixth the successor signs: every leaf is reissued by it,
+    // the old CA stays in the bundles while it is valid.
+    let promoted = certificates::ensure_at(&client, &renamed, now + time::Duration::days(3100))
+        .await
+        .unwrap();
+    assert_eq!(
+        promoted.issued["kruntimes-system/kr-public-ca"],
+        "successor promoted"
     );
     assert_eq!(
-        ca_later.issued["kruntimes-system/kr-gateway-tls"],
+        promoted.issued["kruntimes-system/kr-gateway-tls"],
         "issued by another CA"
     );
+    let renewed = secret(&client, NS, "kr-public-ca").await;
+    assert_eq!(text(&renewed, "tls.crt"), successor);
+    assert_eq!(text(&renewed, "previous.crt"), ca.cert_pem);
     let published = bundle(&client).await;
     assert_eq!(
         published.matches("BEGIN CERTIFICATE").count(),
@@ -269,9 +311,6 @@ async fn certificates_are_created_when_missing_kept_when_present_and_renewed_nea
         "new and old CA"
     );
     assert!(published.contains(ca.cert_pem.trim_end()));
-    let renewed = secret(&client, NS, "kr-public-ca").await;
-    assert_ne!(text(&renewed, "tls.crt"), ca.cert_pem);
-    assert_eq!(text(&renewed, "previous.crt"), ca.cert_pem);
     handshake(
         &secret(&client, NS, "kr-gateway-tls").await,
         "kr-gateway",

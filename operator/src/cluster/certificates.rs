@@ -1,4 +1,4 @@
-//! Chart-managed TLS (`--tls-mode=chart`): the operator keeps the
+//! Managed TLS (`--internal-tls=managed`, `--public-tls=managed`): the operator keeps the
 //! installation's CAs and certificates in Secrets of its namespace —
 //! created when missing, kept when present, renewed when near expiry
 //! ([`kruntimes_certs::managed`] decides) — and publishes the public CA
@@ -6,7 +6,7 @@
 //!
 //! | Secret | holds |
 //! | --- | --- |
-//! | `<public CA>` | the public CA: `tls.crt`, `tls.key`, `previous.crt` (the CA it replaced, while valid) |
+//! | `<public CA>` | the public CA: `tls.crt`, `tls.key` (signing), `next.crt`, `next.key` (a staged successor), `previous.crt` (the CA it replaced) |
 //! | `<gateway>` (`kubernetes.io/tls`) | the gateway's serving certificate, `ca.crt` = public bundle |
 //! | `<prefix>-ca` | the internal CA, as the public one |
 //! | `<prefix>-runtimed` | runtimed's (`runtimed.kruntimes.internal`, server and client) |
@@ -28,7 +28,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kruntimes_api::Runtime;
 use kruntimes_certs::install::{CONTROL_PLANE_NAME, GATEWAY_CLIENT_NAME, RUNTIMED_SERVER_NAME};
-use kruntimes_certs::managed::{self, Decision, Held, Lifetimes, Why};
+use kruntimes_certs::managed::{self, CaStep, Decision, Held, Lifetimes};
 use kruntimes_certs::{Ca, LeafSpec};
 use kube::ResourceExt as _;
 use kube::api::{Api, ListParams, ObjectMeta, PostParams};
@@ -175,53 +175,94 @@ async fn ensure_ca(
         .get_opt(name)
         .await
         .with_context(|| format!("read Secret {name}"))?;
-    let (cert, key, previous) = held
-        .as_ref()
-        .map(|s| {
-            (
-                text(s, "tls.crt"),
-                text(s, "tls.key"),
-                text(s, "previous.crt"),
-            )
-        })
-        .unwrap_or_default();
-    let h = held.as_ref().map(|_| Held {
+    let field = |key: &str| held.as_ref().map(|s| text(s, key)).unwrap_or_default();
+    let (cert, key) = (field("tls.crt"), field("tls.key"));
+    let (next_cert, next_key, previous) =
+        (field("next.crt"), field("next.key"), field("previous.crt"));
+    let current = held.as_ref().map(|_| Held {
         cert_pem: &cert,
         key_pem: &key,
     });
-    match managed::decide_ca(h, now) {
-        Decision::Keep => {
-            let previous = (!previous.is_empty()).then_some(previous.as_str());
-            Ok(CaState {
-                bundle: managed::bundle(&cert, previous, now),
-                ca: Ca {
-                    cert_pem: cert.clone(),
-                    key_pem: key.clone(),
-                },
-            })
+    let next = (!next_cert.is_empty()).then_some(Held {
+        cert_pem: &next_cert,
+        key_pem: &next_key,
+    });
+    let step = managed::decide_ca(current, next, now);
+    // What the Secret holds after this step: the signing CA, a staged
+    // successor, the CA the signing one replaced.
+    let (signer, staged, replaced, why): (Ca, Option<Ca>, String, Option<String>) = match step {
+        CaStep::Keep => {
+            let staged = (!next_cert.is_empty()).then(|| Ca {
+                cert_pem: next_cert.clone(),
+                key_pem: next_key.clone(),
+            });
+            let signer = Ca {
+                cert_pem: cert.clone(),
+                key_pem: key.clone(),
+            };
+            return Ok(CaState {
+                bundle: ca_bundle(&signer, staged.as_ref(), &previous, now),
+                ca: signer,
+            });
         }
-        Decision::Issue(why) => {
-            let ca = Ca::generate(label, cfg.lifetimes.ca_days)?;
-            // A renewed CA keeps the one it replaces in the bundle.
-            let previous = matches!(why, Why::NearExpiry).then_some(cert.as_str());
-            let mut data = BTreeMap::from([
-                ("tls.crt", ca.cert_pem.as_str()),
-                ("tls.key", ca.key_pem.as_str()),
-            ]);
-            if let Some(p) = previous {
-                data.insert("previous.crt", p);
-            }
-            let rv = held.and_then(|s| s.metadata.resource_version);
-            write(api, secret(&cfg.namespace, name, false, data, rv)).await?;
-            tracing::info!(secret = name, reason = %why, "CA issued");
-            out.issued
-                .insert(format!("{}/{name}", cfg.namespace), why.to_string());
-            Ok(CaState {
-                bundle: managed::bundle(&ca.cert_pem, previous, now),
-                ca,
-            })
-        }
+        CaStep::Issue(why) => (
+            Ca::generate(label, cfg.lifetimes.ca_days)?,
+            None,
+            String::new(),
+            Some(why.to_string()),
+        ),
+        CaStep::Stage => (
+            Ca {
+                cert_pem: cert.clone(),
+                key_pem: key.clone(),
+            },
+            Some(Ca::generate(label, cfg.lifetimes.ca_days)?),
+            previous.clone(),
+            Some("successor staged".to_owned()),
+        ),
+        CaStep::Promote => (
+            Ca {
+                cert_pem: next_cert.clone(),
+                key_pem: next_key.clone(),
+            },
+            None,
+            cert.clone(),
+            Some("successor promoted".to_owned()),
+        ),
+    };
+    let mut data = BTreeMap::from([
+        ("tls.crt", signer.cert_pem.as_str()),
+        ("tls.key", signer.key_pem.as_str()),
+    ]);
+    if let Some(n) = &staged {
+        data.insert("next.crt", n.cert_pem.as_str());
+        data.insert("next.key", n.key_pem.as_str());
     }
+    if !replaced.is_empty() {
+        data.insert("previous.crt", replaced.as_str());
+    }
+    let rv = held.and_then(|s| s.metadata.resource_version);
+    write(api, secret(&cfg.namespace, name, false, data, rv)).await?;
+    let why = why.unwrap_or_default();
+    tracing::info!(secret = name, step = %why, "CA written");
+    out.issued.insert(format!("{}/{name}", cfg.namespace), why);
+    Ok(CaState {
+        bundle: ca_bundle(&signer, staged.as_ref(), &replaced, now),
+        ca: signer,
+    })
+}
+
+/// The bundle of a CA: it, its staged successor, and the CA it replaced
+/// (each while valid).
+fn ca_bundle(signer: &Ca, staged: Option<&Ca>, replaced: &str, now: OffsetDateTime) -> String {
+    let mut also: Vec<&str> = Vec::new();
+    if let Some(n) = staged {
+        also.push(&n.cert_pem);
+    }
+    if !replaced.is_empty() {
+        also.push(replaced);
+    }
+    managed::bundle(&signer.cert_pem, &also, now)
 }
 
 /// Keeps the leaf in Secret `namespace/name` valid for `ca` and `spec`.
