@@ -124,11 +124,11 @@ pub struct Args {
     #[arg(long, default_value_t = 16384)]
     pub max_connections: usize,
     /// Deadline for a new connection's TLS handshake, in milliseconds.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub handshake_timeout_ms: u64,
     /// Deadline for a connection's first request headers after its
     /// handshake, in milliseconds.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub header_timeout_ms: u64,
     /// An HTTP/2 connection with no stream open for this long is closed.
     #[arg(long, default_value_t = 60)]

@@ -170,12 +170,13 @@ impl<A: ServerApp + Send + Sync + 'static> Conn<A> {
         } = accepted;
         self.metrics.open.inc();
         let _open = scopeguard(self.metrics.open.clone());
+        let local = stream.local_addr().unwrap_or(self.local);
         let digest = SocketDigest::from_raw_fd(std::os::fd::AsRawFd::as_raw_fd(&stream));
         let mut l4 = L4Stream::from(VirtualSocketStream::new(Box::new(Buffered(
             tokio::io::BufStream::with_capacity(READ_BUFFER, WRITE_BUFFER, stream),
         ))));
         let _ = digest.peer_addr.set(Some(remote.into()));
-        let _ = digest.local_addr.set(Some(self.local.into()));
+        let _ = digest.local_addr.set(Some(local.into()));
         l4.set_socket_digest(digest);
         let stream: Stream = match &self.tls {
             None => Box::new(l4),
@@ -193,7 +194,9 @@ impl<A: ServerApp + Send + Sync + 'static> Conn<A> {
                 }
             }
         };
-        let key = (remote, self.local);
+        // The connection's own local address (the listener may be bound to
+        // a wildcard), as Pingora's session reports it.
+        let key = (remote, local);
         let spoke = self.first_requests.register(key);
         let first = self.app.process_new(stream, &shutdown);
         tokio::pin!(first);
@@ -202,7 +205,9 @@ impl<A: ServerApp + Send + Sync + 'static> Conn<A> {
         let mut reuse = tokio::select! {
             reuse = &mut first => reuse,
             waited = &mut header_deadline => {
-                if waited.is_err() {
+                // Only a request releases it: a dropped sender (its entry
+                // replaced or forgotten) is not one.
+                if !matches!(waited, Ok(Ok(()))) {
                     // Silent past the deadline: dropping `first` closes it.
                     self.first_requests.forget(&key);
                     self.metrics.header_timeouts.inc();

@@ -62,8 +62,9 @@ impl InternalTls {
 /// Runs the watches until the returned future is dropped.
 pub async fn run(table: Arc<RwLock<Table>>, control_plane: String, tls: InternalTls) {
     let changed = Arc::new(Notify::new());
-    if let Err(e) = tls.endpoint(&control_plane, &tls.control_plane_name) {
-        tracing::error!(address = %control_plane, error = %e, "invalid control plane endpoint");
+    // A bad address never heals; unreadable files may (the watch retries).
+    if let Err(e) = Endpoint::from_shared(format!("https://{control_plane}")) {
+        tracing::error!(address = %control_plane, error = %e, "invalid control plane address");
         return;
     }
     let cp = tls.maker(&control_plane, &tls.control_plane_name);
@@ -98,8 +99,8 @@ pub async fn run(table: Arc<RwLock<Table>>, control_plane: String, tls: Internal
             if runtimed.contains_key(&addr) {
                 continue;
             }
-            if let Err(e) = tls.endpoint(&addr, &tls.runtimed_name) {
-                tracing::warn!(address = %addr, error = %e, "invalid runtimed endpoint in assignment");
+            if let Err(e) = Endpoint::from_shared(format!("https://{addr}")) {
+                tracing::warn!(address = %addr, error = %e, "invalid runtimed address in assignment");
                 continue;
             }
             let ep = tls.maker(&addr, &tls.runtimed_name);

@@ -253,8 +253,8 @@ async fn the_gateway_cuts_off_slow_handshakes_and_silent_connections_and_bounds_
         1,
         vec![python_run("fn")],
         &[
-            "--gateway-flag=--handshake-timeout-ms=300",
-            "--gateway-flag=--header-timeout-ms=300",
+            "--gateway-flag=--handshake-timeout-ms=1000",
+            "--gateway-flag=--header-timeout-ms=1000",
             "--gateway-flag=--max-connections=8",
         ],
     );
@@ -305,7 +305,7 @@ async fn the_gateway_cuts_off_slow_handshakes_and_silent_connections_and_bounds_
         .unwrap();
     let answer = healthz_answer(&mut polite).await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    tokio::time::sleep(std::time::Duration::from_millis(2000)).await;
     polite
         .write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .await

@@ -169,14 +169,16 @@ pub struct Args {
     #[arg(
         long,
         env = "KRUNTIMES_OPERATOR_LEAF_VALIDITY_DAYS",
-        default_value_t = 90
+        default_value_t = 90,
+        value_parser = clap::value_parser!(i64).range(1..=36500)
     )]
     pub leaf_validity_days: i64,
     /// Validity of issued CAs, days.
     #[arg(
         long,
         env = "KRUNTIMES_OPERATOR_CA_VALIDITY_DAYS",
-        default_value_t = 3650
+        default_value_t = 3650,
+        value_parser = clap::value_parser!(i64).range(1..=36500)
     )]
     pub ca_validity_days: i64,
 }
@@ -240,7 +242,7 @@ pub fn managed_tls(args: &Args) -> anyhow::Result<Option<ManagedTls>> {
 }
 
 /// Runs [`certificates::ensure`] until it succeeds (backing off 1 s → 30 s),
-/// then writes the watch's own material; `None` on shutdown.
+/// then writes the watch's own material.
 async fn first_certificates(
     client: &kube::Client,
     tls: &ManagedTls,

@@ -79,13 +79,19 @@ pub fn client_cert(cert: &Path, key: &Path) -> std::result::Result<Arc<ClientCer
 /// The pair as Pingora takes it, refused unless the key is the
 /// certificate's.
 fn load_pair(cert: &Path, key: &Path) -> std::result::Result<CertKey, String> {
-    // The same checks as a rustls pair (the key is the certificate's).
-    kruntimes_certs::load_certified_key(cert, key)?;
+    // Read once; checked as a rustls pair (the key is the certificate's).
     let certs = kruntimes_certs::load_certs(cert).map_err(|e| e.to_string())?;
     let k = kruntimes_certs::load_key(key).map_err(|e| e.to_string())?;
+    let key_der = k.secret_der().to_vec();
+    rustls::sign::CertifiedKey::from_der(
+        certs.clone(),
+        k,
+        &rustls::crypto::aws_lc_rs::default_provider(),
+    )
+    .map_err(|e| format!("certificate and key do not form a usable pair: {e}"))?;
     Ok(CertKey::new(
         certs.iter().map(|c| c.as_ref().to_vec()).collect(),
-        k.secret_der().to_vec(),
+        key_der,
     ))
 }
 
