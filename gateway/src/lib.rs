@@ -212,6 +212,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.https_listen.is_none() && args.http_listen.is_none() {
         anyhow::bail!("at least one of --https-listen and --http-listen is required");
     }
+    let listeners =
+        usize::from(args.https_listen.is_some()) + usize::from(args.http_listen.is_some());
+    kruntimes_support::listen::check_bound_against_limit(
+        "gateway",
+        args.max_connections,
+        listeners,
+        256,
+        kruntimes_support::listen::raise_open_file_limit(),
+    );
     let metrics = Arc::new(Metrics::new()?);
     let table = Arc::new(RwLock::new(Table::new(Duration::from_secs(
         args.staleness_secs,

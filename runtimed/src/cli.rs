@@ -114,6 +114,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     // no process of its uid without CAP_SYS_PTRACE may read its memory or
     // environment.
     kruntimes_support::confine::forbid_inspection()?;
+    kruntimes_support::listen::check_bound_against_limit(
+        "runtimed",
+        args.max_connections,
+        1,
+        128,
+        kruntimes_support::listen::raise_open_file_limit(),
+    );
     if args.kubernetes && (args.pod_uid.is_none() || args.pod_namespace.is_none()) {
         anyhow::bail!("--kubernetes needs --pod-uid and --pod-namespace (from the downward API)");
     }

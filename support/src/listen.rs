@@ -47,6 +47,43 @@ impl Default for Limits {
     }
 }
 
+/// Raises this process's soft open-file limit to its hard limit (as Go's
+/// runtime does at start: the soft 1,024 of many containers is far below
+/// what a proxy needs); returns the soft limit now in force.
+pub fn raise_open_file_limit() -> Option<u64> {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
+    if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+        return Some(hard);
+    }
+    Some(soft)
+}
+
+/// Warns when `listeners` × `max_connections` (plus `reserve` descriptors
+/// for everything else) exceed `limit`: descriptors, not the bound, would
+/// then refuse a flood.
+pub fn check_bound_against_limit(
+    name: &str,
+    max_connections: usize,
+    listeners: usize,
+    reserve: u64,
+    limit: Option<u64>,
+) {
+    let Some(limit) = limit else { return };
+    let wanted = (max_connections as u64)
+        .saturating_mul(listeners as u64)
+        .saturating_add(reserve);
+    if wanted > limit {
+        tracing::warn!(
+            component = name,
+            max_connections,
+            listeners,
+            open_file_limit = limit,
+            "the connection bound exceeds the open-file limit: lower --max-connections or raise the limit"
+        );
+    }
+}
+
 /// What a failed `accept` means for the loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AcceptFailure {
