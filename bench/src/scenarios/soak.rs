@@ -1,4 +1,4 @@
-//! `--soak`: constant open-loop load over a function Run and a session Run
+//! `--soak`: constant open-loop load over function Runs and a session Run
 //! for `--duration`, with faults injected at fixed fractions of it:
 //!
 //! | at | fault | errors it may explain |
@@ -13,8 +13,9 @@
 //! flight each). A third stream opens a **new connection** per request (twice a second),
 //! so the rotated certificate and the flood are seen by fresh handshakes.
 //! The report: answers by class per minute with p50/p99, the faults and
-//! their spans, errors no fault explains, and RSS and open descriptors of
-//! every component at the start and the end.
+//! their spans, errors no fault explains, the seconds that had errors, and
+//! RSS and open descriptors of every component at the start, before each
+//! fault, after the first burst and at the end.
 
 use std::collections::BTreeMap;
 use std::path::Path;
