@@ -407,22 +407,7 @@ async fn a_lost_owner_pod_is_fenced_and_the_run_moves_with_a_higher_attempt() {
 
     // The old owner is fenced: even the gateway's own identity with the old
     // attempt's fencing headers is refused there.
-    let old_port: u16 = {
-        let log = cluster.log(&first);
-        let line = log
-            .lines()
-            .find(|l| l.contains("runtimed serving"))
-            .expect("serving line");
-        let v: Value = serde_json::from_str(line).unwrap();
-        v["fields"]["address"]
-            .as_str()
-            .unwrap()
-            .rsplit(':')
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap()
-    };
+    let old_port = serving_port(&cluster, &first);
     let (ca, cert, key) = cluster.gateway_client_identity().unwrap();
     let mut pem = cert;
     pem.extend(key);
