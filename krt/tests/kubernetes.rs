@@ -98,6 +98,20 @@ async fn runs(server: &ApiServer) -> Api<Run> {
     Api::namespaced(server.client().await.unwrap(), "a")
 }
 
+/// Creates function Run `name` in namespace `a`, waits until it is Ready
+/// and returns it with its endpoint URL.
+async fn ready_function(api: &Api<Run>, cluster: &Cluster, name: &str) -> (Value, String) {
+    api.create(&PostParams::default(), &function_run(name, json!({})))
+        .await
+        .unwrap();
+    let run = cluster.wait_phase("a", name, "Ready").await.unwrap();
+    let url = run["status"]["endpoint"]["url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    (run, url)
+}
+
 async fn invoke(cluster: &Cluster, url: &str, token: &str) -> reqwest::Response {
     cluster
         .http
@@ -457,14 +471,7 @@ async fn a_lost_owner_pod_is_fenced_and_the_run_moves_with_a_higher_attempt() {
 async fn an_operator_restart_mid_lifecycle_loses_nothing() {
     let (server, cluster) = setup(1).await;
     let api = runs(&server).await;
-    api.create(&PostParams::default(), &function_run("steady", json!({})))
-        .await
-        .unwrap();
-    let steady = cluster.wait_phase("a", "steady", "Ready").await.unwrap();
-    let steady_url = steady["status"]["endpoint"]["url"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let (steady, steady_url) = ready_function(&api, &cluster, "steady").await;
     let alice = server.token(User::Alice).to_owned();
     invoke_ok(&cluster, &steady_url, &alice).await;
 
@@ -554,14 +561,7 @@ async fn served_certificate(cluster: &Cluster, port: u16) -> Vec<u8> {
 async fn rotated_internal_certificates_are_picked_up_without_dropping_ready_runs() {
     let (server, cluster) = setup(1).await;
     let api = runs(&server).await;
-    api.create(&PostParams::default(), &function_run("steady", json!({})))
-        .await
-        .unwrap();
-    let steady = cluster.wait_phase("a", "steady", "Ready").await.unwrap();
-    let url = steady["status"]["endpoint"]["url"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let (steady, url) = ready_function(&api, &cluster, "steady").await;
     let alice = server.token(User::Alice).to_owned();
     invoke_ok(&cluster, &url, &alice).await;
     let pod = steady["status"]["assignedPod"].as_str().unwrap().to_owned();
@@ -591,16 +591,8 @@ async fn rotated_internal_certificates_are_picked_up_without_dropping_ready_runs
     assert_eq!(after["status"]["phase"], "Ready");
     assert_eq!(after["status"]["attempt"], steady["status"]["attempt"]);
     // A new Run registers over new connections with the rotated material.
-    api.create(&PostParams::default(), &function_run("fresh", json!({})))
-        .await
-        .unwrap();
-    let fresh = cluster.wait_phase("a", "fresh", "Ready").await.unwrap();
-    invoke_ok(
-        &cluster,
-        fresh["status"]["endpoint"]["url"].as_str().unwrap(),
-        &alice,
-    )
-    .await;
+    let (_, fresh_url) = ready_function(&api, &cluster, "fresh").await;
+    invoke_ok(&cluster, &fresh_url, &alice).await;
     invoke_ok(&cluster, &url, &alice).await;
     // The gateway took its rotated client certificate too (checked every 2 s).
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
@@ -618,14 +610,7 @@ async fn rotated_internal_certificates_are_picked_up_without_dropping_ready_runs
 async fn a_terminated_operator_exits_although_a_gateway_holds_its_watch() {
     let (server, cluster) = setup(1).await;
     let api = runs(&server).await;
-    api.create(&PostParams::default(), &function_run("held", json!({})))
-        .await
-        .unwrap();
-    let held = cluster.wait_phase("a", "held", "Ready").await.unwrap();
-    let url = held["status"]["endpoint"]["url"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let (_, url) = ready_function(&api, &cluster, "held").await;
     let alice = server.token(User::Alice).to_owned();
     // The gateway routes it: its watch stream to the operator is open.
     invoke_ok(&cluster, &url, &alice).await;
