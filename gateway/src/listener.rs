@@ -18,6 +18,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -45,6 +46,9 @@ use kruntimes_support::listen::{self, Limits, Stats};
 #[derive(Debug, Default)]
 pub struct FirstRequests {
     waiting: Mutex<HashMap<ConnKey, oneshot::Sender<()>>>,
+    /// How many entries `waiting` holds, read without the lock: the
+    /// request path skips the lock when no connection is waiting.
+    len: AtomicUsize,
 }
 
 /// A connection's identity while it is open: its two ends.
@@ -53,21 +57,25 @@ type ConnKey = (SocketAddr, SocketAddr);
 impl FirstRequests {
     fn register(&self, key: ConnKey) -> oneshot::Receiver<()> {
         let (tx, rx) = oneshot::channel();
-        self.lock().insert(key, tx);
+        let mut waiting = self.lock();
+        waiting.insert(key, tx);
+        self.len.store(waiting.len(), Ordering::Release);
         rx
     }
 
-    fn forget(&self, key: &ConnKey) {
-        self.lock().remove(key);
+    fn forget(&self, key: &ConnKey) -> Option<oneshot::Sender<()>> {
+        let mut waiting = self.lock();
+        let removed = waiting.remove(key);
+        self.len.store(waiting.len(), Ordering::Release);
+        removed
     }
 
     /// A request arrived on the connection `peer` → `local`.
     pub fn spoke(&self, peer: SocketAddr, local: SocketAddr) {
-        let mut waiting = self.lock();
-        if waiting.is_empty() {
+        if self.len.load(Ordering::Acquire) == 0 {
             return;
         }
-        if let Some(tx) = waiting.remove(&(peer, local)) {
+        if let Some(tx) = self.forget(&(peer, local)) {
             let _ = tx.send(());
         }
     }
@@ -209,7 +217,7 @@ impl<A: ServerApp + Send + Sync + 'static> Conn<A> {
                 // replaced or forgotten) is not one.
                 if !matches!(waited, Ok(Ok(()))) {
                     // Silent past the deadline: dropping `first` closes it.
-                    self.first_requests.forget(&key);
+                    let _ = self.first_requests.forget(&key);
                     self.metrics.header_timeouts.inc();
                     return;
                 }
@@ -218,7 +226,7 @@ impl<A: ServerApp + Send + Sync + 'static> Conn<A> {
             }
         };
         // Whatever happened, the connection is no longer waiting.
-        self.first_requests.forget(&key);
+        let _ = self.first_requests.forget(&key);
         while let Some(stream) = reuse {
             reuse = self.app.process_new(stream, &shutdown).await;
         }
@@ -366,7 +374,12 @@ mod tests {
         assert!(rx.try_recv().is_ok());
         assert_eq!(f.lock().len(), 1, "only the silent one still waits");
         f.spoke(addr(1000), addr(443));
-        f.forget(&(addr(1001), addr(443)));
+        assert!(f.forget(&(addr(1001), addr(443))).is_some());
         assert!(f.lock().is_empty());
+        assert_eq!(
+            f.len.load(Ordering::Acquire),
+            0,
+            "the request path skips the lock"
+        );
     }
 }
