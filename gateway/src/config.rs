@@ -133,6 +133,13 @@ pub struct Args {
     /// An HTTP/2 connection with no stream open for this long is closed.
     #[arg(long, default_value_t = 60)]
     pub idle_timeout_secs: u64,
+    /// After SIGTERM, keep accepting and serving this long before the
+    /// listeners close (then requests in flight get 2 s more): the time
+    /// kube-proxy or a load balancer needs to stop sending new connections
+    /// to a Pod being deleted. Connections accepted meanwhile close after one
+    /// request. SIGINT stops at once.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=300))]
+    pub shutdown_grace_secs: u64,
     /// Requests in flight at once (503 beyond).
     #[arg(long, default_value_t = 4096)]
     pub max_in_flight: usize,

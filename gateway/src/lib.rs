@@ -256,7 +256,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let conf = ServerConf {
         threads: args.threads,
         work_stealing: args.work_stealing,
-        grace_period_seconds: Some(0),
+        // Pingora broadcasts the shutdown at SIGTERM, waits this grace (the
+        // listeners accept on through it), then gives requests in flight 2 s.
+        grace_period_seconds: Some(args.shutdown_grace_secs),
         graceful_shutdown_timeout_seconds: Some(2),
         ..ServerConf::default()
     };
@@ -289,6 +291,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             tls,
             limits,
             header_timeout: Duration::from_millis(args.header_timeout_ms),
+            shutdown_grace: Duration::from_secs(args.shutdown_grace_secs),
         };
         listeners.push(listener::PublicListener::bind(
             config,

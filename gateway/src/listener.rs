@@ -103,6 +103,7 @@ pub struct PublicListener<A> {
     tls: Option<Arc<Acceptor>>,
     limits: Limits,
     header_timeout: Duration,
+    shutdown_grace: Duration,
     app: Arc<A>,
     first_requests: Arc<FirstRequests>,
     stats: Arc<Stats>,
@@ -121,6 +122,10 @@ pub struct ListenerConfig {
     pub limits: Limits,
     /// Deadline for the first request after the handshake.
     pub header_timeout: Duration,
+    /// How long the listener goes on accepting after a graceful shutdown
+    /// began (SIGTERM), so a Pod being deleted refuses no connection while
+    /// kube-proxy and load balancers stop sending it new ones.
+    pub shutdown_grace: Duration,
 }
 
 impl<A> PublicListener<A> {
@@ -144,6 +149,7 @@ impl<A> PublicListener<A> {
             tls: config.tls,
             limits: config.limits,
             header_timeout: config.header_timeout,
+            shutdown_grace: config.shutdown_grace,
             app,
             first_requests,
             stats,
@@ -327,7 +333,17 @@ impl<A: ServerApp + Send + Sync + 'static> pingora::services::Service for Public
             metrics: self.metrics.clone(),
             local: self.local,
         });
+        // Set once the shutdown began: accepting goes on until then. The
+        // connections accepted meanwhile see the shutdown and close after
+        // one request, so keep-alive clients move to other replicas too.
+        let mut stop_at: Option<tokio::time::Instant> = None;
         loop {
+            let grace_over = async {
+                match stop_at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 accepted = listener.accept() => {
                     let conn = conn.clone();
@@ -336,11 +352,19 @@ impl<A: ServerApp + Send + Sync + 'static> pingora::services::Service for Public
                     // runtime picks one per call).
                     pingora_runtime::current_handle().spawn(conn.serve(accepted, shutdown));
                 }
-                changed = shutdown.changed() => {
+                changed = shutdown.changed(), if stop_at.is_none() => {
                     if changed.is_err() || *shutdown.borrow() {
-                        tracing::info!(listener = self.name, "listener stopping");
-                        return;
+                        tracing::info!(
+                            listener = self.name,
+                            grace_ms = self.shutdown_grace.as_millis() as u64,
+                            "shutting down: accepting until the grace ends"
+                        );
+                        stop_at = Some(tokio::time::Instant::now() + self.shutdown_grace);
                     }
+                }
+                () = grace_over => {
+                    tracing::info!(listener = self.name, "listener stopping");
+                    return;
                 }
             }
         }
