@@ -200,8 +200,13 @@ def binary_blob(img: dict, binary: Path, s: Settings) -> Blob:
     top.file(img["entrypoint"][0].lstrip("/"), binary.read_bytes(), 0o755)
     for d in img.get("dirs", []):
         top.dir(d["path"], d["mode"], d["uid"], d["gid"])
-    return compress(top.tar(s.epoch), f"{img['binary']} (cargo profile {s.profile})"
-                    if "package" in img else f"{img['binary']} (gcc -static)")
+    if "package" in img:
+        how = f"cargo profile {s.profile}"
+    elif "go" in img:
+        how = f"go install {img['go']}"
+    else:
+        how = "gcc -static"
+    return compress(top.tar(s.epoch), f"{img['binary']} ({how})")
 
 
 def image_config(name: str, img: dict, s: Settings) -> dict:
@@ -246,7 +251,8 @@ def cargo_metadata() -> dict:
 def build_binaries(images: dict, profile: str, target_dir: Path, skip_cargo: bool,
                    version: str) -> dict[str, Path]:
     """Every image's binary: `cargo build` of the workspace's (debug info stripped: the
-    symbols stay, for backtraces) and `gcc -static` of C sources."""
+    symbols stay, for backtraces), `gcc -static` of C sources and `go install` of Go modules
+    (cached by module version)."""
     rust = {(img["package"], img["binary"]) for img in images.values() if "package" in img}
     if rust and not skip_cargo:
         cmd = ["cargo", "build", "--locked", "--profile", profile]
@@ -276,11 +282,38 @@ def build_binaries(images: dict, profile: str, target_dir: Path, skip_cargo: boo
             if not src.is_file():
                 raise SystemExit(f"images: {src} is missing (cargo build --profile {profile})")
             run(["objcopy", "--strip-debug", str(src), str(dest)])
+        elif "go" in img:
+            shutil.copyfile(go_binary(img["go"], img["binary"]), dest)
         else:
             run(["gcc", "-static", "-O2", "-s", "-Wall", "-Werror", f'-DPAUSE_VERSION="{version}"',
                  f"-ffile-prefix-map={ROOT}=.", "-o", str(dest), str(HERE / img["source"])])
         paths[name] = dest
     return paths
+
+
+def go_binary(module: str, binary: str) -> Path:
+    """MODULE@VERSION's static binary, built by `go install` from the Go module proxy once per
+    version and cached under CACHE/tools/."""
+    path, _, version = module.partition("@")
+    if not version:
+        raise SystemExit(f"images: go module {module} has no @version")
+    cached = CACHE / "tools" / f"{binary}-{version}" / binary
+    if cached.is_file():
+        return cached
+    if shutil.which("go") is None:
+        raise SystemExit(f"images: building {module} needs the go command")
+    log(f"go install {module} (minutes on a cold Go cache)")
+    started = time.monotonic()
+    gobin = cached.parent / "partial"
+    shutil.rmtree(gobin, ignore_errors=True)
+    gobin.mkdir(parents=True)
+    env = {**os.environ, "GOBIN": str(gobin), "CGO_ENABLED": "0"}
+    if subprocess.run(["go", "install", "-trimpath", "-ldflags", "-s -w", module], env=env).returncode != 0:
+        raise SystemExit(f"images: go install {module} failed")
+    (gobin / binary).replace(cached)
+    gobin.rmdir()
+    log(f"go install {module}: {time.monotonic() - started:.0f} s")
+    return cached
 
 
 def workspace_repository() -> str:

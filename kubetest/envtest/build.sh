@@ -2,6 +2,9 @@
 # Build the real kube-apiserver and etcd used by the Kubernetes tests, from the Go module proxy.
 #
 #   kubetest/envtest/build.sh            # build into ~/.cache/kruntimes/envtest/<version>/ if missing
+#   kubetest/envtest/build.sh --node     # also the node's components (kubetest/node/cluster.sh):
+#                                        # kube-controller-manager, kube-scheduler, kubelet,
+#                                        # kube-proxy and kubectl
 #   kubetest/envtest/build.sh --print    # print the directory the binaries live in
 #
 # kube-apiserver: k8s.io/kubernetes is not meant to be a dependency — its go.mod replaces every
@@ -17,15 +20,27 @@ ETCD_VERSION="${KRT_ETCD_VERSION:-v3.6.16}"
 ROOT="${KRT_ENVTEST_ROOT:-$HOME/.cache/kruntimes/envtest}"
 DIR="$ROOT/kube-$KUBE_VERSION-etcd-$ETCD_VERSION"
 
-if [[ "${1:-}" == "--print" ]]; then
-  echo "$DIR"
-  exit 0
-fi
+NODE_COMPONENTS=(kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
 
-if [[ -x "$DIR/kube-apiserver" && -x "$DIR/etcd" ]]; then
+node=false
+case "${1:-}" in
+  --print) echo "$DIR"; exit 0 ;;
+  --node) node=true ;;
+  "") ;;
+  *) echo "usage: $0 [--node|--print]" >&2; exit 2 ;;
+esac
+
+wanted=(kube-apiserver etcd)
+$node && wanted+=("${NODE_COMPONENTS[@]}")
+missing=()
+for binary in "${wanted[@]}"; do
+  [[ -x "$DIR/$binary" ]] || missing+=("$binary")
+done
+if [[ ${#missing[@]} -eq 0 ]]; then
   echo "envtest: binaries present in $DIR"
   exit 0
 fi
+want() { [[ " ${missing[*]} " == *" $1 "* ]]; }
 
 command -v go >/dev/null || { echo "envtest: the go command is required" >&2; exit 1; }
 mkdir -p "$DIR"
@@ -33,7 +48,11 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 start=$(date +%s)
 
-# --- kube-apiserver -------------------------------------------------------------------------
+# --- Kubernetes components ------------------------------------------------------------------
+kube_missing=()
+for binary in kube-apiserver "${NODE_COMPONENTS[@]}"; do
+  want "$binary" && kube_missing+=("$binary")
+done
 minor_patch="${KUBE_VERSION#v1.}"            # 34.4
 staging_version="v0.$minor_patch"            # v0.34.4
 kmod="$(go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/.*"GoMod": "\(.*\)",/\1/p')"
@@ -52,25 +71,30 @@ mkdir -p "$work/kube"
   sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/src/k8s.io/[a-z0-9-]*$#\t\1 => \1 '"$staging_version"'#p' "$kmod"
   echo ")"
 } > "$work/kube/go.mod"
-cat > "$work/kube/tools.go" <<'GO'
-//go:build tools
-
-package tools
-
-import _ "k8s.io/kubernetes/cmd/kube-apiserver"
-GO
-echo "envtest: resolving kube-apiserver $KUBE_VERSION ($(grep -c '=>' "$work/kube/go.mod") staging replacements)"
-(cd "$work/kube" && go mod tidy -e >/dev/null 2>&1 || true)
-(cd "$work/kube" && go get "k8s.io/kubernetes@$KUBE_VERSION" >/dev/null)
-echo "envtest: building kube-apiserver (several minutes on a cold cache)"
-(cd "$work/kube" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w \
-  -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION \
-  -X k8s.io/component-base/version.gitMajor=1 \
-  -X k8s.io/component-base/version.gitMinor=${minor_patch%%.*}" \
-  -o "$DIR/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver)
-mv "$DIR/kube-apiserver.tmp" "$DIR/kube-apiserver"
+{
+  echo "//go:build tools"
+  echo
+  echo "package tools"
+  echo
+  for binary in "${kube_missing[@]}"; do echo "import _ \"k8s.io/kubernetes/cmd/$binary\""; done
+} > "$work/kube/tools.go"
+if [[ ${#kube_missing[@]} -gt 0 ]]; then
+  echo "envtest: resolving ${kube_missing[*]} $KUBE_VERSION ($(grep -c '=>' "$work/kube/go.mod") staging replacements)"
+  (cd "$work/kube" && go mod tidy -e >/dev/null 2>&1 || true)
+  (cd "$work/kube" && go get "k8s.io/kubernetes@$KUBE_VERSION" >/dev/null)
+  for binary in "${kube_missing[@]}"; do
+    echo "envtest: building $binary (minutes on a cold cache)"
+    (cd "$work/kube" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w \
+      -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION \
+      -X k8s.io/component-base/version.gitMajor=1 \
+      -X k8s.io/component-base/version.gitMinor=${minor_patch%%.*}" \
+      -o "$DIR/$binary.tmp" "k8s.io/kubernetes/cmd/$binary")
+    mv "$DIR/$binary.tmp" "$DIR/$binary"
+  done
+fi
 
 # --- etcd -----------------------------------------------------------------------------------
+if want etcd; then
 mkdir -p "$work/etcd"
 cat > "$work/etcd/go.mod" <<GOMOD
 module kruntimes.io/envtest/etcd
@@ -94,7 +118,14 @@ GO
 echo "envtest: building etcd $ETCD_VERSION"
 (cd "$work/etcd" && go mod tidy >/dev/null && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$DIR/etcd.tmp" .)
 mv "$DIR/etcd.tmp" "$DIR/etcd"
+fi
 
-"$DIR/kube-apiserver" --version
-"$DIR/etcd" --version | head -1
+
+for binary in "${missing[@]}"; do
+  case "$binary" in
+    etcd) "$DIR/etcd" --version | head -1 ;;
+    kubectl) "$DIR/kubectl" version --client | head -1 ;;
+    *) "$DIR/$binary" --version ;;
+  esac
+done
 echo "envtest: built in $(( $(date +%s) - start )) s into $DIR"
