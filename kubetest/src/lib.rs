@@ -21,7 +21,9 @@
 //! processes), `server` ([`ApiServer`]'s lifecycle), `access` (kubeconfigs
 //! and clients), `crds`, `rbac`, `tokens` (service-account JWTs), `metrics`
 //! (API-call counts), `users` ([`User`], [`Subject`]); [`cluster`] installs
-//! kruntimes itself on top; [`helm`] builds helm and renders the chart.
+//! kruntimes itself on top; [`helm`] builds helm and renders the chart;
+//! [`node`] wraps `kubetest/node/cluster.sh`, a real single-node cluster
+//! (kubelet, containerd, kube-proxy, CoreDNS) for the end-to-end tests.
 
 mod access;
 mod binaries;
@@ -29,6 +31,7 @@ pub mod cluster;
 mod crds;
 pub mod helm;
 mod metrics;
+pub mod node;
 mod pki;
 mod process;
 mod rbac;

@@ -1,0 +1,540 @@
+//! kruntimes on a real node: the chart installed with helm into a single-node
+//! cluster of real components (`kubetest/node/cluster.sh`: etcd, API server,
+//! controller manager, scheduler, kubelet + containerd + runc, bridge CNI,
+//! kube-proxy, CoreDNS), its images imported from the project's image
+//! builder, and used the way users use it: Runs applied with kubectl, callers
+//! in Pods reaching the gateway by its cluster DNS name with a ServiceAccount
+//! token, the host through a NodePort.
+//!
+//! Each test brings up a cluster of its own (about 15 s) and installs the
+//! chart; the tests take turns (a lock), since two clusters on two cores
+//! would only slow each other down. A failed test keeps the cluster's
+//! directory and prints where its logs are (docs/testing.md).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod node_support;
+
+use std::time::{Duration, Instant};
+
+use node_support::*;
+use serde_json::{Value, json};
+
+/// One cluster at a time (an async lock: a failed test does not poison it).
+static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_function_run_is_invoked_from_a_client_pod_and_through_a_node_port() {
+    let _turn = TURN.lock().await;
+    let k = Installed::new(&[]).await;
+    k.namespace("team-a");
+    let uid = k.function_run("team-a", "hello").await;
+    k.service_account("team-a", "bot", Some("run-invoker"));
+    k.service_account("team-a", "stranger", None);
+
+    // The Run's own status names the endpoint and the CA bundle, as callers in
+    // the cluster are told to use them.
+    let run = k.run("team-a", "hello");
+    let url = run["status"]["endpoint"]["url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let path = format!("/v1/namespaces/team-a/runtimes/python/runs/{uid}:invoke");
+    assert_eq!(url, format!("https://{GATEWAY_HOST}{path}"));
+    assert_eq!(run["status"]["endpoint"]["caBundle"], b64(k.ca_bundle()));
+
+    // A client Pod: cluster DNS, the published bundle, a projected token with
+    // the gateway's audience; TokenReview and SubjectAccessReview for real.
+    let steps = json!([
+        {"name": "invoke", "method": "POST", "path": path, "json": {"name": "pod"}},
+        {"name": "again", "method": "POST", "path": path, "json": {"name": "again"}},
+    ]);
+    let out = k
+        .client_pod("team-a", "bot", "kruntimes-gateway", steps.clone())
+        .await;
+    for (step, name) in [("invoke", "pod"), ("again", "again")] {
+        assert_eq!(out[step]["status"], 200, "{}", out[step]);
+        assert_eq!(out[step]["json"]["message"], format!("hello {name}"));
+    }
+    // Without the RoleBinding: 403 naming the verb; without the audience: 401.
+    let out = k
+        .client_pod("team-a", "stranger", "kruntimes-gateway", steps.clone())
+        .await;
+    assert_eq!(out["invoke"]["status"], 403, "{}", out["invoke"]);
+    assert_eq!(out["invoke"]["json"]["error"]["code"], "Forbidden");
+    let out = k
+        .client_pod("team-a", "bot", "some-other-audience", steps)
+        .await;
+    assert_eq!(out["invoke"]["status"], 401, "{}", out["invoke"]);
+    assert_eq!(out["invoke"]["json"]["error"]["code"], "Unauthenticated");
+
+    // The host, through the NodePort on the node's address.
+    let token = k.token("team-a", "bot");
+    let host = k.host_client();
+    let (status, body) = k
+        .host_invoke(&host, &path, &token, json!({"name": "host"}))
+        .await;
+    assert_eq!(
+        (status, body["message"].clone()),
+        (200, json!("hello host")),
+        "{body}"
+    );
+    let (status, body) = k.host_invoke(&host, &path, "not-a-token", json!({})).await;
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (401, json!("Unauthenticated"))
+    );
+
+    // A Pod's cluster DNS answers for the gateway Service (the name in the URL).
+    let dns = k
+        .node
+        .kubectl(&[
+            "get",
+            "svc",
+            "-n",
+            NAMESPACE,
+            GATEWAY,
+            "-o",
+            "jsonpath={.spec.clusterIP}",
+        ])
+        .unwrap();
+    assert!(!dns.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_run_is_driven_from_a_client_pod() {
+    let _turn = TURN.lock().await;
+    let k = Installed::new(&[]).await;
+    k.namespace("team-a");
+    k.node
+        .apply(
+            r#"
+apiVersion: kruntimes.io/v1alpha1
+kind: Run
+metadata: {name: sandbox, namespace: team-a}
+spec:
+  runtime: bash
+  env: [{name: GREETING, value: hello}]
+  mode:
+    session: {idleTimeoutSeconds: 600}
+"#,
+        )
+        .unwrap();
+    let run = k.wait_ready("team-a", "sandbox").await;
+    let uid = run["metadata"]["uid"].as_str().unwrap().to_owned();
+    k.service_account("team-a", "agent", Some("session-user"));
+    let base = format!("/v1/namespaces/team-a/runtimes/bash/sessions/{uid}");
+    let steps = json!([
+        {"name": "info", "method": "GET", "path": base},
+        {"name": "write", "method": "POST", "path": format!("{base}/operations:execute"),
+         "json": {"writeFile": {"path": "work/a.txt", "contentBase64": b64(b"from a pod\n")}}},
+        {"name": "shell", "method": "POST", "path": format!("{base}/operations:execute"),
+         "json": {"command": {"shell": "echo \"$GREETING $(cat work/a.txt)\"; echo err >&2; exit 3"}}},
+        {"name": "list", "method": "GET", "path": format!("{base}/files?path=work")},
+        {"name": "content", "method": "GET", "path": format!("{base}/files:content?path=work/a.txt")},
+        {"name": "ws", "ws": format!("{base}/operations:ws"), "completed": 2, "send": [
+            {"type": "send", "operation": {"command": {"shell": "for i in 1 2 3; do echo line$i; done"}}},
+            {"type": "send", "operation": {"command": {"argv": ["cat", "work/a.txt"]}}},
+        ]},
+        {"name": "after", "method": "POST", "path": format!("{base}/operations:execute"),
+         "json": {"command": {"argv": ["ls", "work"]}}},
+    ]);
+    let out = k
+        .client_pod("team-a", "agent", "kruntimes-gateway", steps.clone())
+        .await;
+    assert_eq!(out["info"]["status"], 200, "{}", out["info"]);
+    assert_eq!(out["info"]["json"]["uid"], uid.as_str());
+    assert_eq!(
+        out["write"]["json"]["state"], "Succeeded",
+        "{}",
+        out["write"]
+    );
+    let shell = &out["shell"]["json"];
+    assert_eq!(
+        (shell["state"].clone(), shell["exitCode"].clone()),
+        (json!("Failed"), json!(3)),
+        "{shell}"
+    );
+    assert_eq!(shell["stdout"], "hello from a pod\n");
+    assert_eq!(shell["stderr"], "err\n");
+    let names: Vec<&str> = out["list"]["json"]["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["a.txt"], "{}", out["list"]);
+    assert_eq!(out["content"]["status"], 200);
+    assert_eq!(out["content"]["body"], "from a pod\n", "{}", out["content"]);
+
+    // The WebSocket: two operations over one connection, events in sequence.
+    let ws = &out["ws"];
+    assert_eq!(ws["status"], 101, "{ws}");
+    let events = ws["events"].as_array().unwrap();
+    let sequences: Vec<u64> = events
+        .iter()
+        .map(|e| e["sequence"].as_u64().unwrap())
+        .collect();
+    assert!(sequences.windows(2).all(|w| w[0] < w[1]), "{sequences:?}");
+    let output: String = events
+        .iter()
+        .filter(|e| e["type"] == "output")
+        .map(|e| e["data"].as_str().unwrap())
+        .collect();
+    assert_eq!(output, "line1\nline2\nline3\nfrom a pod\n", "{ws}");
+    let completed: Vec<&Value> = events.iter().filter(|e| e["type"] == "completed").collect();
+    assert_eq!(completed.len(), 2, "{ws}");
+    assert!(completed.iter().all(|e| e["state"] == "Succeeded"), "{ws}");
+    assert_eq!(
+        out["after"]["json"]["stdout"], "a.txt\n",
+        "{}",
+        out["after"]
+    );
+
+    // Without `runs/session` (an invoker only): 403 for every path.
+    k.service_account("team-a", "invoker", Some("run-invoker"));
+    let out = k
+        .client_pod("team-a", "invoker", "kruntimes-gateway", steps)
+        .await;
+    for step in ["info", "write", "list", "content"] {
+        assert_eq!(out[step]["status"], 403, "{step}: {}", out[step]);
+    }
+    assert_eq!(out["ws"]["status"], 403, "{}", out["ws"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_pod_deleted_is_replaced_and_the_run_moves_at_the_next_attempt() {
+    let _turn = TURN.lock().await;
+    let k = Installed::new(&[]).await;
+    k.namespace("team-a");
+    let uid = k.function_run("team-a", "mover").await;
+    k.service_account("team-a", "bot", Some("run-invoker"));
+    let path = format!("/v1/namespaces/team-a/runtimes/python/runs/{uid}:invoke");
+    let token = k.token("team-a", "bot");
+    let host = k.host_client();
+    assert_eq!(k.host_invoke(&host, &path, &token, json!({})).await.0, 200);
+
+    let before = k.run("team-a", "mover");
+    let old_pod = before["status"]["assignedPod"].as_str().unwrap().to_owned();
+    let old_uid = before["status"]["assignedPodUID"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(before["status"]["attempt"], 1);
+    k.node
+        .kubectl(&["delete", "pod", "-n", NAMESPACE, &old_pod, "--wait=false"])
+        .unwrap();
+
+    // The Deployment controller replaces the Pod; the Run is Ready again on the
+    // new one, one attempt later.
+    let after = k
+        .wait_run("team-a", "mover", |r| {
+            r["status"]["phase"] == "Ready" && r["status"]["attempt"] == 2
+        })
+        .await;
+    let new_pod = after["status"]["assignedPod"].as_str().unwrap().to_owned();
+    let new_uid = after["status"]["assignedPodUID"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_ne!(new_pod, old_pod);
+    let pod = k.pod(&new_pod);
+    assert_eq!(pod["metadata"]["uid"], new_uid.as_str());
+    assert!(
+        pod["metadata"]["ownerReferences"][0]["kind"] == "ReplicaSet",
+        "{pod}"
+    );
+    let (status, body) = k.host_invoke(&host, &path, &token, json!({})).await;
+    assert_eq!(status, 200, "{body}");
+
+    // The new owner's runtimed fences the old registration: a request carrying
+    // the old attempt or the old Pod is refused, the current one is served.
+    let pod_ip = pod["status"]["podIP"].as_str().unwrap().to_owned();
+    let direct = k.runtimed_client(&pod_ip);
+    let fenced = |attempt: &'static str, owner: String| {
+        let direct = direct.clone();
+        let url = format!("https://{RUNTIMED_HOST}:7443{path}");
+        let uid = uid.clone();
+        async move {
+            let r = direct
+                .post(url)
+                .header("x-kruntimes-invocation-id", format!("fence-{attempt}"))
+                .header("x-kruntimes-run-uid", uid)
+                .header("x-kruntimes-owner-pod-uid", owner)
+                .header("x-kruntimes-attempt", attempt)
+                .header("x-kruntimes-hop", "gateway")
+                .header("content-type", "application/json")
+                .body("{}")
+                .send()
+                .await
+                .unwrap();
+            let status = r.status().as_u16();
+            (status, r.json::<Value>().await.unwrap_or_default())
+        }
+    };
+    let (status, body) = fenced("1", new_uid.clone()).await;
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (503, json!("StaleOwner")),
+        "{body}"
+    );
+    let (status, body) = fenced("2", old_uid).await;
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (503, json!("StaleOwner")),
+        "{body}"
+    );
+    let (status, body) = fenced("2", new_uid).await;
+    assert_eq!(status, 200, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollout_restarts_of_the_gateway_and_the_operator_lose_no_ready_run() {
+    let _turn = TURN.lock().await;
+    let k = Installed::new(&[]).await;
+    k.namespace("team-a");
+    let uid = k.function_run("team-a", "steady").await;
+    k.service_account("team-a", "bot", Some("run-invoker"));
+    let path = format!("/v1/namespaces/team-a/runtimes/python/runs/{uid}:invoke");
+    let token = k.token("team-a", "bot");
+    let before = k.run("team-a", "steady");
+
+    for deployment in [GATEWAY, OPERATOR] {
+        let load = Load::start(&k, &path, &token);
+        k.node
+            .kubectl(&[
+                "rollout",
+                "restart",
+                "deployment",
+                "-n",
+                NAMESPACE,
+                deployment,
+            ])
+            .unwrap();
+        k.node
+            .kubectl(&[
+                "rollout",
+                "status",
+                "deployment",
+                "-n",
+                NAMESPACE,
+                deployment,
+                "--timeout=180s",
+            ])
+            .unwrap();
+        let rolled = Instant::now();
+        k.invoke_eventually(&path, &token, Duration::from_secs(30))
+            .await;
+        let window = rolled.elapsed();
+        // The load goes on until the replaced Pods are gone (they serve
+        // through their shutdown grace, after the rollout counts them out).
+        let component = deployment.trim_start_matches("kruntimes-");
+        wait_until(Duration::from_secs(60), "the replaced Pods gone", || {
+            k.only_current_pods(component)
+        })
+        .await;
+        let report = load.stop().await;
+        eprintln!("{deployment}: {report}; served {window:?} after the rollout ended");
+        assert!(report.ok > 0, "{deployment}: {report}");
+        assert!(
+            report.unexpected.is_empty(),
+            "{deployment}: {:?}",
+            report.unexpected
+        );
+        // No new connection failed (docs/operations.md#rollouts): a gateway
+        // Pod being replaced keeps serving for `gateway.shutdownGraceSeconds`
+        // while kube-proxy drops it; an operator restart leaves the gateways
+        // their last tables.
+        assert_eq!(report.failed(), 0, "{deployment}: {report}");
+        let run = k.run("team-a", "steady");
+        assert_eq!(run["status"]["phase"], "Ready", "{deployment}: {run}");
+        assert_eq!(
+            run["status"]["attempt"], before["status"]["attempt"],
+            "{deployment}"
+        );
+        assert_eq!(
+            run["status"]["assignedPodUID"],
+            before["status"]["assignedPodUID"]
+        );
+    }
+    // The operator restart lost no invoke: the gateways kept their tables.
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chart_managed_certificates_rotated_early_keep_callers_working() {
+    let _turn = TURN.lock().await;
+    // The operator checks every 10 s (the least the chart allows), so a removed
+    // leaf is reissued within seconds.
+    let k = Installed::new(&["--set", "tls.certificateCheckSeconds=10"]).await;
+    k.namespace("team-a");
+    let uid = k.function_run("team-a", "steady").await;
+    k.service_account("team-a", "bot", Some("run-invoker"));
+    let path = format!("/v1/namespaces/team-a/runtimes/python/runs/{uid}:invoke");
+    let token = k.token("team-a", "bot");
+    let before = k.run("team-a", "steady");
+    let bundle = k.ca_bundle();
+    let serving = k.secret_serial(&format!("{FULLNAME}-gateway-tls"));
+    let runtimed = k.secret_serial(&format!("{FULLNAME}-internal-runtimed"));
+    let owner_ip = k.pod(before["status"]["assignedPod"].as_str().unwrap())["status"]["podIP"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        k.served_serial(&k.node.node_ip().unwrap().to_string(), 30443, GATEWAY_HOST),
+        serving
+    );
+    assert_eq!(k.served_serial(&owner_ip, 7443, RUNTIMED_HOST), runtimed);
+
+    // Forced early: the leaves are deleted (what `kubectl delete secret` of a
+    // certificate does with any certificate manager); the operator issues new
+    // ones from the same CAs, the kubelet updates the mounted files, and the
+    // gateway and runtimed reload them in place.
+    let load = Load::start(&k, &path, &token);
+    for leaf in ["gateway-tls", "internal-runtimed", "internal-gateway"] {
+        k.node
+            .kubectl(&[
+                "delete",
+                "secret",
+                "-n",
+                NAMESPACE,
+                &format!("{FULLNAME}-{leaf}"),
+            ])
+            .unwrap();
+    }
+    let renewed = k
+        .wait_secret_serial_changes(&format!("{FULLNAME}-gateway-tls"), &serving)
+        .await;
+    let renewed_runtimed = k
+        .wait_secret_serial_changes(&format!("{FULLNAME}-internal-runtimed"), &runtimed)
+        .await;
+    let node_ip = k.node.node_ip().unwrap().to_string();
+    // Every gateway replica serves the new leaf (the NodePort spreads
+    // connections over both), and the owner's runtimed its new one.
+    wait_until(
+        Duration::from_secs(120),
+        "the gateways serve the renewed certificate",
+        || (0..8).all(|_| k.served_serial(&node_ip, 30443, GATEWAY_HOST) == renewed),
+    )
+    .await;
+    wait_until(
+        Duration::from_secs(120),
+        "runtimed serves its renewed certificate",
+        || k.served_serial(&owner_ip, 7443, RUNTIMED_HOST) == renewed_runtimed,
+    )
+    .await;
+    // New connections, with the bundle callers already held, still work: the
+    // gateway's new client certificate is accepted by runtimed.
+    k.invoke_eventually(&path, &token, Duration::from_secs(5))
+        .await;
+    let report = load.stop().await;
+    eprintln!("rotation: {report}");
+    assert_eq!(
+        report.failed(),
+        0,
+        "no invoke may fail during a leaf rotation: {report}"
+    );
+    assert_eq!(k.ca_bundle(), bundle, "the CA and its bundle are unchanged");
+    let run = k.run("team-a", "steady");
+    assert_eq!(run["status"]["phase"], "Ready");
+    assert_eq!(run["status"]["attempt"], before["status"]["attempt"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn network_policies_upgrade_and_uninstall() {
+    let _turn = TURN.lock().await;
+    let k = Installed::new(&[]).await;
+    k.namespace("team-a");
+    let uid = k.function_run("team-a", "hello").await;
+    k.service_account("team-a", "bot", Some("run-invoker"));
+    let path = format!("/v1/namespaces/team-a/runtimes/python/runs/{uid}:invoke");
+    let token = k.token("team-a", "bot");
+
+    // helm upgrade with changed values: one gateway, two warm Python Pods,
+    // network policies on (the API server's endpoint is the node's address).
+    let node_ip = k.node.node_ip().unwrap();
+    k.upgrade(&[
+        "--set",
+        "gateway.replicas=1",
+        "--set",
+        "runtimes[0].name=python",
+        "--set",
+        "runtimes[0].backend=python",
+        "--set",
+        "runtimes[0].replicas=2",
+        "--set",
+        "runtimes[0].capacity.runs=8",
+        "--set",
+        "networkPolicy.enabled=true",
+        "--set",
+        &format!("networkPolicy.kubeAPIServer.cidrs={{{node_ip}/32}}"),
+    ]);
+    wait_until(
+        Duration::from_secs(180),
+        "one gateway and two Python Pods",
+        || k.ready_replicas(GATEWAY) == (1, 1) && k.ready_replicas("runtime-python") == (2, 2),
+    )
+    .await;
+    let policies = k
+        .node
+        .kubectl(&["get", "networkpolicy", "-n", NAMESPACE, "-o", "name"])
+        .unwrap();
+    assert!(policies.lines().count() >= 3, "{policies}");
+    // Everything the policies allow still flows: callers → gateway → runtimed,
+    // runtimed → API server (a new Run registers), DNS.
+    let uid2 = k.function_run("team-a", "after-upgrade").await;
+    k.invoke_eventually(&path, &token, Duration::from_secs(60))
+        .await;
+    let path2 = format!("/v1/namespaces/team-a/runtimes/python/runs/{uid2}:invoke");
+    k.invoke_eventually(&path2, &token, Duration::from_secs(60))
+        .await;
+    let out = k
+        .client_pod(
+            "team-a",
+            "bot",
+            "kruntimes-gateway",
+            json!([
+                {"name": "invoke", "method": "POST", "path": path2, "json": {"name": "policy"}},
+            ]),
+        )
+        .await;
+    assert_eq!(out["invoke"]["status"], 200, "{}", out["invoke"]);
+
+    // Uninstall, after the Runs are deleted (their finalizers need the
+    // operator): nothing of the release is left but the CRDs.
+    for run in ["hello", "after-upgrade"] {
+        k.node
+            .kubectl(&["delete", "krun", "-n", "team-a", run, "--timeout=120s"])
+            .unwrap();
+    }
+    k.node
+        .helm(
+            &k.helm,
+            &[
+                "uninstall",
+                RELEASE,
+                "-n",
+                NAMESPACE,
+                "--wait",
+                "--timeout",
+                "3m",
+            ],
+        )
+        .unwrap();
+    wait_until(
+        Duration::from_secs(120),
+        "every Pod of the release gone",
+        || {
+            k.node
+                .kubectl(&["get", "pods", "-n", NAMESPACE, "-o", "name"])
+                .unwrap()
+                .trim()
+                .is_empty()
+        },
+    )
+    .await;
+    let left = k.leftovers();
+    assert!(left.is_empty(), "left after helm uninstall: {left:#?}");
+    for crd in ["runs.kruntimes.io", "runtimes.kruntimes.io"] {
+        k.node.kubectl(&["get", "crd", crd]).unwrap();
+    }
+}

@@ -1,0 +1,712 @@
+//! What the real-node tests share: a cluster with the chart installed, and the
+//! ways users reach it (kubectl, helm, a client Pod, the host via NodePort).
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use kruntimes_kubetest::helm::{Helm, chart_dir};
+use kruntimes_kubetest::node::{NodeCluster, client_script};
+use serde_json::{Value, json};
+
+pub const RELEASE: &str = "kruntimes";
+pub const NAMESPACE: &str = "kruntimes-system";
+/// The chart's name prefix for release `kruntimes`.
+pub const FULLNAME: &str = "kruntimes";
+pub const GATEWAY: &str = "kruntimes-gateway";
+pub const OPERATOR: &str = "kruntimes-operator";
+/// The gateway Service's name, in its certificate and in every Run's URL.
+pub const GATEWAY_HOST: &str = "kruntimes-gateway.kruntimes-system.svc";
+/// The name runtimed's certificate carries (the gateway's `--runtimed-server-name`).
+pub const RUNTIMED_HOST: &str = "runtimed.kruntimes.internal";
+pub const NODE_PORT: u16 = 30443;
+/// The image client Pods run (it has Python 3 and nothing else the client needs).
+const CLIENT_IMAGE: &str = "runtime-python";
+
+/// A node cluster with the chart installed as release `kruntimes` in
+/// `kruntimes-system`, the gateway's Service a NodePort on 30443.
+pub struct Installed {
+    pub node: NodeCluster,
+    pub helm: Helm,
+    client_pods: std::sync::atomic::AtomicUsize,
+}
+
+/// The values every install and upgrade passes.
+const BASE_VALUES: [&str; 4] = [
+    "--set",
+    "gateway.service.type=NodePort",
+    "--set",
+    "gateway.service.httpsNodePort=30443",
+];
+
+impl Installed {
+    /// Brings a cluster up and runs `helm install --wait` with `extra` arguments.
+    pub async fn new(extra: &[&str]) -> Self {
+        let node = NodeCluster::up().unwrap_or_else(|e| panic!("{e:#}"));
+        let helm = Helm::new().expect("build helm");
+        node.kubectl(&["create", "namespace", NAMESPACE]).unwrap();
+        let chart = chart_dir();
+        let mut args = vec!["install", RELEASE, chart.to_str().unwrap(), "-n", NAMESPACE];
+        args.extend(BASE_VALUES);
+        args.extend(extra);
+        args.extend(["--wait", "--timeout", "5m"]);
+        let started = Instant::now();
+        if let Err(e) = node.helm(&helm, &args) {
+            panic!("{e:#}\n{}", diagnose(&node));
+        }
+        eprintln!("helm install --wait: {:?}", started.elapsed());
+        Self {
+            node,
+            helm,
+            client_pods: Default::default(),
+        }
+    }
+
+    /// `helm upgrade --wait` with the base values and `extra`.
+    pub fn upgrade(&self, extra: &[&str]) {
+        let chart = chart_dir();
+        let mut args = vec!["upgrade", RELEASE, chart.to_str().unwrap(), "-n", NAMESPACE];
+        args.extend(BASE_VALUES);
+        args.extend(extra);
+        args.extend(["--wait", "--timeout", "5m"]);
+        if let Err(e) = self.node.helm(&self.helm, &args) {
+            panic!("{e:#}\n{}", diagnose(&self.node));
+        }
+    }
+
+    pub fn namespace(&self, namespace: &str) {
+        self.node
+            .kubectl(&["create", "namespace", namespace])
+            .unwrap();
+    }
+
+    /// A ServiceAccount, bound in its namespace to the chart's ClusterRole
+    /// `FULLNAME-ROLE` when `role` is given.
+    pub fn service_account(&self, namespace: &str, name: &str, role: Option<&str>) {
+        self.node
+            .kubectl(&["create", "serviceaccount", "-n", namespace, name])
+            .unwrap();
+        if let Some(role) = role {
+            self.node
+                .kubectl(&[
+                    "create",
+                    "rolebinding",
+                    &format!("{name}-{role}"),
+                    "-n",
+                    namespace,
+                    &format!("--clusterrole={FULLNAME}-{role}"),
+                    &format!("--serviceaccount={namespace}:{name}"),
+                ])
+                .unwrap();
+        }
+    }
+
+    /// A token of the ServiceAccount for the gateway's audience (`kubectl create token`).
+    pub fn token(&self, namespace: &str, name: &str) -> String {
+        self.node
+            .kubectl(&[
+                "create",
+                "token",
+                "-n",
+                namespace,
+                name,
+                "--audience",
+                "kruntimes-gateway",
+            ])
+            .unwrap()
+            .trim()
+            .to_owned()
+    }
+
+    /// The published CA bundle of the gateway (the ConfigMap the operator keeps).
+    pub fn ca_bundle(&self) -> String {
+        self.node
+            .kubectl(&[
+                "get",
+                "configmap",
+                "-n",
+                NAMESPACE,
+                &format!("{FULLNAME}-gateway-ca"),
+                "-o",
+                "jsonpath={.data.ca\\.crt}",
+            ])
+            .unwrap()
+    }
+
+    /// The Python function Run `name` of the docs (`hello NAME`), Ready; its UID.
+    pub async fn function_run(&self, namespace: &str, name: &str) -> String {
+        self.node
+            .apply(&format!(
+                r#"
+apiVersion: kruntimes.io/v1alpha1
+kind: Run
+metadata: {{name: {name}, namespace: {namespace}}}
+spec:
+  runtime: python
+  source:
+    inlinePath: main.py
+    inline: |
+      def invoke(request):
+          return {{"message": "hello " + request.get("name", "world")}}
+  mode:
+    function:
+      handler: main.invoke
+"#
+            ))
+            .unwrap();
+        let run = self.wait_ready(namespace, name).await;
+        run["metadata"]["uid"].as_str().unwrap().to_owned()
+    }
+
+    pub fn run(&self, namespace: &str, name: &str) -> Value {
+        get_json(&self.node, &["get", "krun", "-n", namespace, name])
+    }
+
+    pub fn pod(&self, name: &str) -> Value {
+        get_json(&self.node, &["get", "pod", "-n", NAMESPACE, name])
+    }
+
+    pub async fn wait_ready(&self, namespace: &str, name: &str) -> Value {
+        self.wait_run(namespace, name, |r| r["status"]["phase"] == "Ready")
+            .await
+    }
+
+    /// The Run once `done` holds (within 3 minutes).
+    pub async fn wait_run(
+        &self,
+        namespace: &str,
+        name: &str,
+        done: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(180);
+        loop {
+            let run = self.run(namespace, name);
+            if done(&run) {
+                return run;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "Run {namespace}/{name} never got there: {:#}\n{}",
+                    run["status"],
+                    diagnose(&self.node)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// (spec replicas, ready replicas) of a Deployment in the release namespace.
+    pub fn ready_replicas(&self, deployment: &str) -> (u64, u64) {
+        let d = get_json(
+            &self.node,
+            &["get", "deployment", "-n", NAMESPACE, deployment],
+        );
+        (
+            d["spec"]["replicas"].as_u64().unwrap_or(0),
+            d["status"]["readyReplicas"].as_u64().unwrap_or(0),
+        )
+    }
+
+    /// Whether the release's Pods of `component` (`gateway`, `operator`) are
+    /// as many as their Deployment wants, none of them terminating.
+    pub fn only_current_pods(&self, component: &str) -> bool {
+        let pods = get_json(
+            &self.node,
+            &[
+                "get",
+                "pods",
+                "-n",
+                NAMESPACE,
+                "-l",
+                &format!("app.kubernetes.io/component={component}"),
+            ],
+        );
+        let pods = pods["items"].as_array().cloned().unwrap_or_default();
+        let wanted = self.ready_replicas(&format!("{FULLNAME}-{component}")).0 as usize;
+        pods.len() == wanted
+            && pods
+                .iter()
+                .all(|p| p["metadata"]["deletionTimestamp"].is_null())
+    }
+
+    /// An HTTPS client on the host that reaches the gateway's Service name at
+    /// the node's NodePort and trusts the published bundle.
+    pub fn host_client(&self) -> reqwest::Client {
+        self.host_client_builder().build().unwrap()
+    }
+
+    pub fn host_client_builder(&self) -> reqwest::ClientBuilder {
+        let addr = SocketAddr::new(self.node.node_ip().unwrap().into(), NODE_PORT);
+        reqwest::Client::builder()
+            .add_root_certificate(
+                reqwest::Certificate::from_pem(self.ca_bundle().as_bytes()).unwrap(),
+            )
+            .tls_built_in_root_certs(false)
+            .resolve(GATEWAY_HOST, addr)
+            .timeout(Duration::from_secs(30))
+    }
+
+    /// POST to the gateway through the NodePort: (status, JSON body).
+    pub async fn host_invoke(
+        &self,
+        client: &reqwest::Client,
+        path: &str,
+        token: &str,
+        body: Value,
+    ) -> (u16, Value) {
+        let r = client
+            .post(format!("https://{GATEWAY_HOST}:{NODE_PORT}{path}"))
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("invoke through the NodePort: {e:#}"));
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or_default())
+    }
+
+    /// Invokes through the NodePort (new connections each time) until one
+    /// answers 200, within `within`.
+    pub async fn invoke_eventually(&self, path: &str, token: &str, within: Duration) {
+        let deadline = Instant::now() + within;
+        let mut last = String::new();
+        while Instant::now() < deadline {
+            let client = self.host_client();
+            match client
+                .post(format!("https://{GATEWAY_HOST}:{NODE_PORT}{path}"))
+                .bearer_auth(token)
+                .json(&json!({}))
+                .send()
+                .await
+            {
+                Ok(r) if r.status() == 200 => return,
+                Ok(r) => last = format!("{} {}", r.status(), r.text().await.unwrap_or_default()),
+                Err(e) => last = format!("{e:#}"),
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        panic!(
+            "no 200 from {path} within {within:?}; last: {last}\n{}",
+            diagnose(&self.node)
+        );
+    }
+
+    /// Runs the standard-library client (`kubetest/node/client.py`) in a Pod
+    /// of `namespace` as ServiceAccount `sa`, with a projected token of
+    /// `audience` and the Run's published CA bundle; its results by step name.
+    pub async fn client_pod(
+        &self,
+        namespace: &str,
+        sa: &str,
+        audience: &str,
+        steps: Value,
+    ) -> Value {
+        let n = self.client_pods.fetch_add(1, Ordering::Relaxed);
+        let name = format!("client-{n}");
+        let plan = json!({
+            "base": format!("https://{GATEWAY_HOST}"),
+            "ca": "/client/ca.crt",
+            "token": "/token/token",
+            "steps": steps,
+        });
+        let script = std::fs::read_to_string(client_script()).unwrap();
+        let configmap = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": namespace},
+            "data": {"client.py": script, "plan.json": plan.to_string(), "ca.crt": self.ca_bundle()},
+        });
+        let image = self.image(CLIENT_IMAGE);
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "serviceAccountName": sa,
+                "automountServiceAccountToken": false,
+                "restartPolicy": "Never",
+                "securityContext": {"runAsNonRoot": true, "runAsUser": 65533, "seccompProfile": {"type": "RuntimeDefault"}},
+                "containers": [{
+                    "name": "client", "image": image, "imagePullPolicy": "Never",
+                    "command": ["python3", "/client/client.py", "/client/plan.json"],
+                    "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
+                                        "capabilities": {"drop": ["ALL"]}},
+                    "volumeMounts": [{"name": "client", "mountPath": "/client"},
+                                     {"name": "token", "mountPath": "/token"}],
+                }],
+                "volumes": [
+                    {"name": "client", "configMap": {"name": name}},
+                    {"name": "token", "projected": {"sources": [{"serviceAccountToken": {
+                        "audience": audience, "expirationSeconds": 3600, "path": "token"}}]}},
+                ],
+            },
+        });
+        self.node.apply(&configmap.to_string()).unwrap();
+        self.node.apply(&pod.to_string()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(180);
+        loop {
+            let phase =
+                get_json(&self.node, &["get", "pod", "-n", namespace, &name])["status"]["phase"]
+                    .clone();
+            if phase == "Succeeded" || phase == "Failed" {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "client Pod {namespace}/{name} is still {phase}\n{}",
+                diagnose(&self.node)
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        let logs = self
+            .node
+            .kubectl(&["logs", "-n", namespace, &name])
+            .unwrap();
+        let mut results = serde_json::Map::new();
+        let mut done = false;
+        for line in logs.lines() {
+            let v: Value = serde_json::from_str(line)
+                .unwrap_or_else(|_| panic!("client Pod printed {line:?}"));
+            if v["done"] == true {
+                done = true;
+            } else {
+                let step = v["name"].as_str().unwrap().to_owned();
+                assert!(v.get("error").is_none(), "client Pod step {step}: {v}");
+                results.insert(step, v);
+            }
+        }
+        assert!(done, "client Pod {name} did not finish:\n{logs}");
+        Value::Object(results)
+    }
+
+    /// The reference of one of the project's images (as imported into the node).
+    pub fn image(&self, name: &str) -> String {
+        let images: Value = serde_json::from_str(
+            &std::fs::read_to_string(self.node.env("IMAGES_JSON").unwrap()).unwrap(),
+        )
+        .unwrap();
+        images
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["name"] == name)
+            .unwrap_or_else(|| panic!("no image {name}"))["ref"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    /// A client for a runtimed's dataplane at `pod_ip:7443` with the gateway's
+    /// internal identity (the Secret the operator keeps), as the gateway calls it.
+    pub fn runtimed_client(&self, pod_ip: &str) -> reqwest::Client {
+        let (ca, cert, key) = self.internal_gateway_identity();
+        let mut pem = cert.into_bytes();
+        pem.extend(key.into_bytes());
+        reqwest::Client::builder()
+            .add_root_certificate(reqwest::Certificate::from_pem(ca.as_bytes()).unwrap())
+            .tls_built_in_root_certs(false)
+            .identity(reqwest::Identity::from_pem(&pem).unwrap())
+            .resolve(
+                RUNTIMED_HOST,
+                SocketAddr::new(pod_ip.parse().unwrap(), 7443),
+            )
+            .timeout(Duration::from_secs(30))
+            .build()
+            .unwrap()
+    }
+
+    fn internal_gateway_identity(&self) -> (String, String, String) {
+        let s = get_json(
+            &self.node,
+            &[
+                "get",
+                "secret",
+                "-n",
+                NAMESPACE,
+                &format!("{FULLNAME}-internal-gateway"),
+            ],
+        );
+        let field = |k: &str| {
+            String::from_utf8(
+                base64::engine::general_purpose::STANDARD
+                    .decode(s["data"][k].as_str().unwrap_or_else(|| panic!("no {k}")))
+                    .unwrap(),
+            )
+            .unwrap()
+        };
+        (field("ca.crt"), field("tls.crt"), field("tls.key"))
+    }
+
+    /// The serial number of `tls.crt` in a Secret of the release namespace
+    /// (empty while the Secret is missing).
+    pub fn secret_serial(&self, name: &str) -> String {
+        let Ok(pem) = self.node.kubectl(&[
+            "get",
+            "secret",
+            "-n",
+            NAMESPACE,
+            name,
+            "-o",
+            "jsonpath={.data.tls\\.crt}",
+        ]) else {
+            return String::new();
+        };
+        let pem = base64::engine::general_purpose::STANDARD
+            .decode(pem.trim())
+            .unwrap_or_default();
+        openssl_serial(&pem)
+    }
+
+    pub async fn wait_secret_serial_changes(&self, name: &str, old: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let serial = self.secret_serial(name);
+            if !serial.is_empty() && serial != old {
+                return serial;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the operator did not reissue {name}\n{}",
+                diagnose(&self.node)
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// The serial number of the certificate served at `ip:port` for `sni`
+    /// (`openssl s_client`, with the gateway's internal identity so runtimed
+    /// completes the handshake too).
+    pub fn served_serial(&self, ip: &str, port: u16, sni: &str) -> String {
+        let (_, cert, key) = self.internal_gateway_identity();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("c.pem"), cert).unwrap();
+        std::fs::write(dir.path().join("k.pem"), key).unwrap();
+        let out = Command::new("openssl")
+            .args([
+                "s_client",
+                "-connect",
+                &format!("{ip}:{port}"),
+                "-servername",
+                sni,
+                "-showcerts",
+            ])
+            .arg("-cert")
+            .arg(dir.path().join("c.pem"))
+            .arg("-key")
+            .arg(dir.path().join("k.pem"))
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let Some(start) = text.find("-----BEGIN CERTIFICATE-----") else {
+            return String::new();
+        };
+        openssl_serial(text[start..].as_bytes())
+    }
+
+    /// Objects of the release left in the cluster (CRDs, events, the
+    /// namespace's own defaults and what the tests created aside).
+    pub fn leftovers(&self) -> Vec<String> {
+        let kinds = self
+            .node
+            .kubectl(&["api-resources", "--verbs=list", "-o", "name"])
+            .unwrap();
+        let kinds: Vec<&str> = kinds
+            .lines()
+            .filter(|k| !k.starts_with("events") && !k.starts_with("customresourcedefinitions"))
+            .collect();
+        let all = get_json(&self.node, &["get", &kinds.join(","), "-A"]);
+        let mut left = vec![];
+        for o in all["items"].as_array().unwrap() {
+            let kind = o["kind"].as_str().unwrap_or_default();
+            let name = o["metadata"]["name"].as_str().unwrap_or_default();
+            let namespace = o["metadata"]["namespace"].as_str().unwrap_or_default();
+            // The namespace is the test's; the CRDs' API group registration goes with the CRDs.
+            if kind == "Namespace" || (kind == "APIService" && name.ends_with(".kruntimes.io")) {
+                continue;
+            }
+            let ours_by_name = name.contains("kruntimes") || name.starts_with("runtime-");
+            let ours_by_label = o["metadata"]["labels"].as_object().is_some_and(|l| {
+                l.values()
+                    .any(|v| v.as_str().is_some_and(|v| v.contains("kruntimes")))
+            });
+            let in_release_namespace = namespace == NAMESPACE
+                && !(kind == "ConfigMap" && name == "kube-root-ca.crt")
+                && !(kind == "ServiceAccount" && name == "default");
+            if ours_by_name || ours_by_label || in_release_namespace {
+                left.push(format!("{kind} {namespace}/{name}"));
+            }
+        }
+        left
+    }
+}
+
+/// `kubectl get … -o json`, parsed.
+pub fn get_json(node: &NodeCluster, args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.extend(["-o", "json"]);
+    let text = node.kubectl(&all).unwrap_or_else(|e| panic!("{e:#}"));
+    serde_json::from_str(&text).unwrap()
+}
+
+fn openssl_serial(pem: &[u8]) -> String {
+    use std::io::Write as _;
+    let mut child = Command::new("openssl")
+        .args(["x509", "-noout", "-serial"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(pem).ok();
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// What a failing wait prints: the Pods, recent events and the operator's log.
+pub fn diagnose(node: &NodeCluster) -> String {
+    let pods = node
+        .kubectl(&["get", "pods", "-A", "-o", "wide"])
+        .unwrap_or_default();
+    let events = node
+        .kubectl(&["get", "events", "-A", "--sort-by=.lastTimestamp"])
+        .unwrap_or_default();
+    let events: Vec<&str> = events.lines().rev().take(30).collect();
+    let operator = node
+        .kubectl(&[
+            "logs",
+            "-n",
+            NAMESPACE,
+            "deployment/kruntimes-operator",
+            "--tail=40",
+        ])
+        .unwrap_or_default();
+    format!(
+        "pods:\n{pods}\nrecent events:\n{}\noperator log:\n{operator}\n(cluster logs: {}/logs)",
+        events.join("\n"),
+        node.dir().display()
+    )
+}
+
+/// Polls the blocking check `f` every 500 ms until it holds, within `within`.
+pub async fn wait_until(within: Duration, what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+pub fn b64(bytes: impl AsRef<[u8]>) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// Invokes a Run through the NodePort every 50 ms on a thread of its own
+/// (its own runtime), a new connection each time, until stopped.
+pub struct Load {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Report>,
+}
+
+/// What a [`Load`] saw.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub ok: u64,
+    /// Failures by kind: `HTTP 503 NotReady`, `connect`, …
+    pub failures: BTreeMap<String, u64>,
+    /// Answers that were neither a 200 with the right body nor a typed error.
+    pub unexpected: Vec<String>,
+    pub elapsed: Duration,
+}
+
+impl Report {
+    pub fn failed(&self) -> u64 {
+        self.failures.values().sum()
+    }
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} ok, {} failed {:?} over {:?}",
+            self.ok,
+            self.failed(),
+            self.failures,
+            self.elapsed
+        )
+    }
+}
+
+impl Load {
+    pub fn start(k: &Installed, path: &str, token: &str) -> Self {
+        let client = k
+            .host_client_builder()
+            .pool_max_idle_per_host(0)
+            .build()
+            .unwrap();
+        let url = format!("https://{GATEWAY_HOST}:{NODE_PORT}{path}");
+        let token = token.to_owned();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let started = Instant::now();
+                let mut report = Report::default();
+                while !stopped.load(Ordering::Relaxed) {
+                    let r = client
+                        .post(&url)
+                        .bearer_auth(&token)
+                        .json(&json!({"name": "load"}))
+                        .send()
+                        .await;
+                    match r {
+                        Ok(r) => {
+                            let status = r.status().as_u16();
+                            let body: Value = r.json().await.unwrap_or_default();
+                            if status == 200 && body["message"] == "hello load" {
+                                report.ok += 1;
+                            } else if let Some(code) = body["error"]["code"].as_str() {
+                                *report
+                                    .failures
+                                    .entry(format!("HTTP {status} {code}"))
+                                    .or_default() += 1;
+                            } else {
+                                report.unexpected.push(format!("{status} {body}"));
+                            }
+                        }
+                        Err(e) => {
+                            let kind = if e.is_connect() {
+                                "connect"
+                            } else if e.is_timeout() {
+                                "timeout"
+                            } else {
+                                "transport"
+                            };
+                            *report.failures.entry(kind.to_owned()).or_default() += 1;
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                report.elapsed = started.elapsed();
+                report
+            })
+        });
+        Self { stop, thread }
+    }
+
+    pub async fn stop(self) -> Report {
+        self.stop.store(true, Ordering::Relaxed);
+        tokio::task::spawn_blocking(move || self.thread.join().unwrap())
+            .await
+            .unwrap()
+    }
+}
