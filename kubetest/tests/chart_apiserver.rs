@@ -410,7 +410,9 @@ async fn helm_install_upgrade_and_uninstall_keep_what_the_operator_owns() {
     let bundle = configmaps.get(&ca).await.unwrap().data.unwrap()["ca.crt"].clone();
     assert_eq!(bundle.trim(), corp.cert_pem.trim());
 
-    // Uninstall: the chart's objects go; the CRDs and what the operator created stay.
+    // Uninstall: the chart's objects go; the CRDs stay, and so does what the
+    // operator created here: this API server runs no garbage collector to
+    // follow its owner references (tests/node.rs shows them removed).
     helm_run(&["uninstall", RELEASE], &[]);
     assert!(deployments.get_opt(&gateway).await.unwrap().is_none());
     assert!(runtimes.get_opt("python").await.unwrap().is_none());

@@ -148,6 +148,12 @@ pub struct Args {
         default_value = "kruntimes-internal"
     )]
     pub internal_tls_prefix: String,
+    /// A Deployment in the operator's namespace (its own) that owns the
+    /// Secrets and the ConfigMap of managed TLS, so they are removed with the
+    /// installation; runtimed's Secrets in other namespaces are owned by
+    /// their Runtimes. Unset: they outlive the operator.
+    #[arg(long, env = "KRUNTIMES_OPERATOR_OWNER_DEPLOYMENT")]
+    pub owner_deployment: Option<String>,
     /// Extra DNS names of the watch's serving certificate (its Service).
     #[arg(long, env = "KRUNTIMES_OPERATOR_WATCH_NAMES", value_delimiter = ',')]
     pub watch_names: Vec<String>,
@@ -238,6 +244,7 @@ pub fn managed_tls(args: &Args) -> anyhow::Result<Option<ManagedTls>> {
             ca_days: args.ca_validity_days.max(1),
             leaf_days: args.leaf_validity_days.max(1),
         },
+        owner_deployment: args.owner_deployment.clone(),
     }))
 }
 

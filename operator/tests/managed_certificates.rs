@@ -4,8 +4,10 @@
 //! renews a leaf near expiry (and only it), reissues one whose names
 //! changed, keeps runtimed's Secret in every Runtime's namespace, and in
 //! `provided` mode publishes an existing Secret's `ca.crt` without issuing
-//! a public certificate. The material is checked by building real TLS
-//! configurations from it.
+//! a public certificate; with an owner Deployment, everything it writes is
+//! owned (by the Deployment in its namespace, by the Runtimes elsewhere), and
+//! what an older pass wrote without owners is adopted. The material is
+//! checked by building real TLS configurations from it.
 
 // Test helpers panic on failure: that is how a test fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -40,6 +42,7 @@ fn cfg() -> ManagedTls {
             ca_days: 3650,
             leaf_days: 90,
         },
+        owner_deployment: None,
     }
 }
 
@@ -436,5 +439,145 @@ async fn a_provided_gateway_secret_is_published_and_never_overwritten() {
             .await
             .unwrap()
             .is_none()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_an_owner_deployment_everything_written_is_owned_and_older_objects_are_adopted() {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let server = ApiServer::start().await.unwrap();
+    let client = server.client().await.unwrap();
+    server.create_namespace(NS).await.unwrap();
+    server.create_namespace("team-a").await.unwrap();
+    let runtimes: Api<kruntimes_api::Runtime> = Api::namespaced(client.clone(), "team-a");
+    let mut runtime_uids = Vec::new();
+    for name in ["python", "bash"] {
+        let runtime: kruntimes_api::Runtime = serde_json::from_value(serde_json::json!({
+            "apiVersion": "kruntimes.io/v1alpha1",
+            "kind": "Runtime",
+            "metadata": {"name": name, "namespace": "team-a"},
+            "spec": {"runtime": name, "image": "img"}
+        }))
+        .unwrap();
+        let created = runtimes
+            .create(&PostParams::default(), &runtime)
+            .await
+            .unwrap();
+        runtime_uids.push(created.metadata.uid.unwrap());
+    }
+
+    // An older pass (no owner known) wrote everything without owners; the
+    // owner Deployment does not exist yet: a warning, nothing owned.
+    let mut tls = cfg();
+    certificates::ensure(&client, &tls).await.unwrap();
+    tls.owner_deployment = Some("kr-operator".into());
+    let missing = certificates::ensure(&client, &tls).await.unwrap();
+    assert!(
+        missing.warnings.iter().any(|w| w.contains("kr-operator")),
+        "{missing:?}"
+    );
+    assert!(
+        secret(&client, NS, "kr-internal-ca")
+            .await
+            .metadata
+            .owner_references
+            .is_none()
+    );
+
+    let deployment: k8s_openapi::api::apps::v1::Deployment =
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "kr-operator", "namespace": NS},
+            "spec": {
+                "selector": {"matchLabels": {"app": "op"}},
+                "template": {"metadata": {"labels": {"app": "op"}},
+                             "spec": {"containers": [{"name": "op", "image": "img"}]}}
+            }
+        }))
+        .unwrap();
+    let deployment = Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &deployment)
+        .await
+        .unwrap();
+    let deployment_uid = deployment.metadata.uid.unwrap();
+    // A foreign owner on one of them is kept beside the operator's.
+    let foreign = serde_json::json!({"metadata": {"ownerReferences": [{
+        "apiVersion": "v1", "kind": "ConfigMap", "name": "someone", "uid": "0000-foreign"}]}});
+    Api::<Secret>::namespaced(client.clone(), NS)
+        .patch(
+            "kr-internal-gateway",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&foreign),
+        )
+        .await
+        .unwrap();
+
+    // Adopted: nothing reissued, every object now owned.
+    let adopted = certificates::ensure(&client, &tls).await.unwrap();
+    assert!(adopted.issued.is_empty(), "{adopted:?}");
+    assert!(adopted.warnings.is_empty(), "{adopted:?}");
+    let uids =
+        |refs: Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>>| {
+            refs.unwrap_or_default()
+                .into_iter()
+                .map(|r| r.uid)
+                .collect::<Vec<_>>()
+        };
+    for name in [
+        "kr-public-ca",
+        "kr-gateway-tls",
+        "kr-internal-ca",
+        "kr-internal-operator",
+        "kr-internal-runtimed",
+    ] {
+        let s = secret(&client, NS, name).await;
+        assert_eq!(
+            uids(s.metadata.owner_references),
+            std::slice::from_ref(&deployment_uid),
+            "{name}"
+        );
+    }
+    let gateway = secret(&client, NS, "kr-internal-gateway").await;
+    assert_eq!(
+        uids(gateway.metadata.owner_references),
+        ["0000-foreign".to_owned(), deployment_uid.clone()]
+    );
+    let cm = Api::<ConfigMap>::namespaced(client.clone(), NS)
+        .get("kr-gateway-ca")
+        .await
+        .unwrap();
+    assert_eq!(
+        uids(cm.metadata.owner_references),
+        std::slice::from_ref(&deployment_uid)
+    );
+    // Elsewhere runtimed's Secret is owned by that namespace's Runtimes.
+    let team = secret(&client, "team-a", "kr-internal-runtimed").await;
+    let mut team_owners = uids(team.metadata.owner_references);
+    team_owners.sort();
+    runtime_uids.sort();
+    assert_eq!(team_owners, runtime_uids);
+
+    // A Secret issued anew (removed) carries its owners from the start, and
+    // a further pass changes nothing.
+    Api::<Secret>::namespaced(client.clone(), NS)
+        .delete("kr-gateway-tls", &Default::default())
+        .await
+        .unwrap();
+    let reissued = certificates::ensure(&client, &tls).await.unwrap();
+    assert_eq!(
+        reissued.issued.keys().collect::<Vec<_>>(),
+        ["kruntimes-system/kr-gateway-tls"]
+    );
+    let s = secret(&client, NS, "kr-gateway-tls").await;
+    assert_eq!(uids(s.metadata.owner_references), [deployment_uid]);
+    let rv = s.metadata.resource_version;
+    let again = certificates::ensure(&client, &tls).await.unwrap();
+    assert!(again.issued.is_empty(), "{again:?}");
+    assert_eq!(
+        secret(&client, NS, "kr-gateway-tls")
+            .await
+            .metadata
+            .resource_version,
+        rv
     );
 }

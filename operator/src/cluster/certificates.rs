@@ -25,13 +25,15 @@ use std::path::Path;
 
 use anyhow::Context as _;
 use k8s_openapi::ByteString;
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kruntimes_api::Runtime;
 use kruntimes_certs::install::{CONTROL_PLANE_NAME, GATEWAY_CLIENT_NAME, RUNTIMED_SERVER_NAME};
 use kruntimes_certs::managed::{self, CaStep, Decision, Held, Lifetimes};
 use kruntimes_certs::{Ca, LeafSpec};
 use kube::ResourceExt as _;
-use kube::api::{Api, ListParams, ObjectMeta, PostParams};
+use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use time::OffsetDateTime;
 
 /// The label on every object this module writes.
@@ -63,6 +65,11 @@ pub struct ManagedTls {
     pub ca_configmap: String,
     /// Validity of what is issued.
     pub lifetimes: Lifetimes,
+    /// A Deployment in `namespace` (the operator's own) that owns what is
+    /// written there, so the garbage collector removes it with the
+    /// installation (`helm uninstall`); runtimed's Secret elsewhere is owned
+    /// by that namespace's Runtimes. `None`: everything outlives the operator.
+    pub owner_deployment: Option<String>,
 }
 
 /// Who issues the gateway's serving certificate.
@@ -115,19 +122,77 @@ fn text(s: &Secret, key: &str) -> String {
         .unwrap_or_default()
 }
 
+/// The owners an object of the operator should carry besides those it
+/// has (others' are kept, in order): `None` when it has them all already.
+pub fn with_owners(
+    held: &[OwnerReference],
+    wanted: &[OwnerReference],
+) -> Option<Vec<OwnerReference>> {
+    let missing: Vec<&OwnerReference> = wanted
+        .iter()
+        .filter(|w| !held.iter().any(|h| h.uid == w.uid))
+        .collect();
+    if missing.is_empty() {
+        return None;
+    }
+    Some(held.iter().chain(missing).cloned().collect())
+}
+
+/// A reference to `kind` `name` (`uid`) that the garbage collector follows
+/// and nothing else (no controller, no blocking of its deletion).
+fn owner_ref(api_version: &str, kind: &str, name: &str, uid: &str) -> OwnerReference {
+    OwnerReference {
+        api_version: api_version.into(),
+        kind: kind.into(),
+        name: name.into(),
+        uid: uid.into(),
+        ..Default::default()
+    }
+}
+
+/// Adds the owners `held` lacks (a Secret or ConfigMap written before they
+/// were known, or by an older operator), with a merge patch at its
+/// `resourceVersion`.
+async fn adopt<K>(api: &Api<K>, held: &K, owners: &[OwnerReference]) -> anyhow::Result<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let meta = held.meta();
+    let Some(all) = with_owners(meta.owner_references.as_deref().unwrap_or_default(), owners)
+    else {
+        return Ok(());
+    };
+    let name = held.name_any();
+    let patch = serde_json::json!({"metadata": {
+        "ownerReferences": all,
+        "resourceVersion": meta.resource_version,
+    }});
+    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .with_context(|| format!("set the owners of {name}"))?;
+    tracing::info!(object = %name, owners = owners.len(), "owners set");
+    Ok(())
+}
+
 fn secret(
     namespace: &str,
     name: &str,
     tls_type: bool,
     data: BTreeMap<&str, &str>,
-    resource_version: Option<String>,
+    held: Option<&Secret>,
+    owners: &[OwnerReference],
 ) -> Secret {
+    let held_owners = held
+        .and_then(|s| s.metadata.owner_references.clone())
+        .unwrap_or_default();
+    let owner_references = with_owners(&held_owners, owners).unwrap_or(held_owners);
     Secret {
         metadata: ObjectMeta {
             name: Some(name.into()),
             namespace: Some(namespace.into()),
             labels: Some(BTreeMap::from([(MANAGED_BY.0.into(), MANAGED_BY.1.into())])),
-            resource_version,
+            resource_version: held.and_then(|s| s.metadata.resource_version.clone()),
+            owner_references: (!owner_references.is_empty()).then_some(owner_references),
             ..Default::default()
         },
         type_: Some(
@@ -168,6 +233,7 @@ async fn ensure_ca(
     name: &str,
     label: &str,
     cfg: &ManagedTls,
+    owners: &[OwnerReference],
     now: OffsetDateTime,
     out: &mut Ensured,
 ) -> anyhow::Result<CaState> {
@@ -200,6 +266,9 @@ async fn ensure_ca(
                 cert_pem: cert.clone(),
                 key_pem: key.clone(),
             };
+            if let Some(held) = &held {
+                adopt(api, held, owners).await?;
+            }
             return Ok(CaState {
                 bundle: ca_bundle(&signer, staged.as_ref(), &previous, now),
                 ca: signer,
@@ -241,8 +310,11 @@ async fn ensure_ca(
     if !replaced.is_empty() {
         data.insert("previous.crt", replaced.as_str());
     }
-    let rv = held.and_then(|s| s.metadata.resource_version);
-    write(api, secret(&cfg.namespace, name, false, data, rv)).await?;
+    write(
+        api,
+        secret(&cfg.namespace, name, false, data, held.as_ref(), owners),
+    )
+    .await?;
     let why = why.unwrap_or_default();
     tracing::info!(secret = name, step = %why, "CA written");
     out.issued.insert(format!("{}/{name}", cfg.namespace), why);
@@ -274,6 +346,7 @@ async fn ensure_leaf(
     tls_type: bool,
     ca: &CaState,
     spec: &LeafSpec,
+    owners: &[OwnerReference],
     now: OffsetDateTime,
     out: &mut Ensured,
 ) -> anyhow::Result<()> {
@@ -295,9 +368,13 @@ async fn ensure_leaf(
         // The CA bundle changed (a renewed CA, or its predecessor expired):
         // only `ca.crt` is rewritten.
         Decision::Keep if bundle != ca.bundle => None,
-        Decision::Keep => return Ok(()),
+        Decision::Keep => {
+            if let Some(held) = &held {
+                adopt(&api, held, owners).await?;
+            }
+            return Ok(());
+        }
     };
-    let rv = held.and_then(|s| s.metadata.resource_version);
     let leaf;
     let (cert, key) = match &why {
         Some(_) => {
@@ -311,7 +388,11 @@ async fn ensure_leaf(
         ("tls.key", key),
         ("ca.crt", ca.bundle.as_str()),
     ]);
-    write(&api, secret(namespace, name, tls_type, data, rv)).await?;
+    write(
+        &api,
+        secret(namespace, name, tls_type, data, held.as_ref(), owners),
+    )
+    .await?;
     let reason = why.map_or_else(|| "CA bundle changed".to_owned(), |w| w.to_string());
     tracing::info!(secret = name, namespace, reason = %reason, "certificate issued");
     out.issued.insert(format!("{namespace}/{name}"), reason);
@@ -333,6 +414,7 @@ pub async fn ensure_at(
     let mut out = Ensured::default();
     let api: Api<Secret> = Api::namespaced(client.clone(), &cfg.namespace);
     let days = cfg.lifetimes.leaf_days;
+    let owners = own_owners(client, cfg, &mut out).await?;
 
     let public_bundle = match cfg.public {
         PublicTls::Managed => {
@@ -341,6 +423,7 @@ pub async fn ensure_at(
                 &cfg.public_ca_secret,
                 "kruntimes public CA",
                 cfg,
+                &owners,
                 now,
                 &mut out,
             )
@@ -353,6 +436,7 @@ pub async fn ensure_at(
                 true,
                 &public,
                 &gateway,
+                &owners,
                 now,
                 &mut out,
             )
@@ -376,6 +460,7 @@ pub async fn ensure_at(
         &internal_ca,
         "kruntimes internal CA",
         cfg,
+        &owners,
         now,
         &mut out,
     )
@@ -400,6 +485,7 @@ pub async fn ensure_at(
         false,
         &internal,
         &gateway_client,
+        &owners,
         now,
         &mut out,
     )
@@ -411,6 +497,7 @@ pub async fn ensure_at(
         false,
         &internal,
         &operator,
+        &owners,
         now,
         &mut out,
     )
@@ -423,6 +510,27 @@ pub async fn ensure_at(
         .context("list Runtimes")?;
     namespaces.extend(runtimes.items.iter().filter_map(|r| r.namespace()));
     for ns in &namespaces {
+        // Elsewhere, the Runtimes that need it own it: it goes with the last.
+        let ns_owners: Vec<OwnerReference> = if *ns == cfg.namespace {
+            owners.clone()
+        } else if cfg.owner_deployment.is_some() {
+            runtimes
+                .items
+                .iter()
+                .filter(|r| r.namespace().as_deref() == Some(ns.as_str()))
+                .filter_map(|r| {
+                    let uid = r.uid()?;
+                    Some(owner_ref(
+                        "kruntimes.io/v1alpha1",
+                        "Runtime",
+                        &r.name_any(),
+                        &uid,
+                    ))
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         let done = ensure_leaf(
             client,
             ns,
@@ -430,6 +538,7 @@ pub async fn ensure_at(
             false,
             &internal,
             &runtimed,
+            &ns_owners,
             now,
             &mut out,
         )
@@ -449,10 +558,40 @@ pub async fn ensure_at(
     }
 
     if !public_bundle.is_empty() {
-        publish_bundle(client, cfg, &public_bundle).await?;
+        publish_bundle(client, cfg, &public_bundle, &owners).await?;
     }
     out.public_bundle = public_bundle;
     Ok(out)
+}
+
+/// The owners of what is written in the operator's namespace: its
+/// Deployment, when one is named and found (a warning otherwise: the pass
+/// goes on, and what it writes outlives the installation until a later pass
+/// finds the Deployment).
+async fn own_owners(
+    client: &kube::Client,
+    cfg: &ManagedTls,
+    out: &mut Ensured,
+) -> anyhow::Result<Vec<OwnerReference>> {
+    let Some(name) = &cfg.owner_deployment else {
+        return Ok(Vec::new());
+    };
+    let found = Api::<Deployment>::namespaced(client.clone(), &cfg.namespace)
+        .get_opt(name)
+        .await
+        .with_context(|| format!("read Deployment {name}"))?;
+    match found.and_then(|d| d.uid()) {
+        Some(uid) => Ok(vec![owner_ref("apps/v1", "Deployment", name, &uid)]),
+        None => {
+            let why = format!(
+                "the owner Deployment {}/{name} was not found: what the operator writes is not removed with it",
+                cfg.namespace
+            );
+            tracing::warn!(deployment = %name, "{why}");
+            out.warnings.push(why);
+            Ok(Vec::new())
+        }
+    }
 }
 
 /// The `ca.crt` of the provided gateway Secret, or why there is none.
@@ -476,6 +615,7 @@ async fn publish_bundle(
     client: &kube::Client,
     cfg: &ManagedTls,
     bundle: &str,
+    owners: &[OwnerReference],
 ) -> anyhow::Result<()> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &cfg.namespace);
     let name = &cfg.ca_configmap;
@@ -483,13 +623,13 @@ async fn publish_bundle(
         .get_opt(name)
         .await
         .with_context(|| format!("read ConfigMap {name}"))?;
-    if held
-        .as_ref()
-        .and_then(|c| c.data.as_ref())
-        .and_then(|d| d.get("ca.crt"))
-        .is_some_and(|b| b == bundle)
-    {
-        return Ok(());
+    if let Some(cm) = held.as_ref().filter(|c| {
+        c.data
+            .as_ref()
+            .and_then(|d| d.get("ca.crt"))
+            .is_some_and(|b| b == bundle)
+    }) {
+        return adopt(&api, cm, owners).await;
     }
     let mut cm = held.unwrap_or_else(|| ConfigMap {
         metadata: ObjectMeta {
@@ -503,6 +643,10 @@ async fn publish_bundle(
     cm.data
         .get_or_insert_with(BTreeMap::new)
         .insert("ca.crt".into(), bundle.to_owned());
+    let held_owners = cm.metadata.owner_references.clone().unwrap_or_default();
+    if let Some(all) = with_owners(&held_owners, owners) {
+        cm.metadata.owner_references = Some(all);
+    }
     if cm.metadata.resource_version.is_some() {
         api.replace(name, &PostParams::default(), &cm).await?;
     } else {
@@ -532,4 +676,39 @@ pub async fn write_own(client: &kube::Client, cfg: &ManagedTls, dir: &Path) -> a
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(uid: &str) -> OwnerReference {
+        owner_ref("apps/v1", "Deployment", "op", uid)
+    }
+
+    #[test]
+    fn owners_already_held_need_nothing() {
+        assert_eq!(with_owners(&[r("a")], &[r("a")]), None);
+        assert_eq!(with_owners(&[r("x"), r("a")], &[r("a")]), None);
+        assert_eq!(with_owners(&[], &[]), None);
+        assert_eq!(with_owners(&[r("x")], &[]), None);
+    }
+
+    #[test]
+    fn missing_owners_are_added_after_the_held_ones_in_order() {
+        let all = with_owners(&[r("x")], &[r("a"), r("x"), r("b")]).unwrap();
+        let uids: Vec<&str> = all.iter().map(|o| o.uid.as_str()).collect();
+        assert_eq!(uids, ["x", "a", "b"]);
+        assert_eq!(with_owners(&[], &[r("a")]).unwrap(), [r("a")]);
+    }
+
+    #[test]
+    fn an_owner_reference_neither_controls_nor_blocks_deletion() {
+        let o = r("a");
+        assert_eq!((o.controller, o.block_owner_deletion), (None, None));
+        assert_eq!(
+            (o.api_version.as_str(), o.kind.as_str()),
+            ("apps/v1", "Deployment")
+        );
+    }
 }
