@@ -3,7 +3,8 @@
 //! same process keeps serving Runs through the gateway), a peer that never
 //! finishes its TLS handshake or its request headers is cut off, and
 //! connections past `--max-connections` are closed at once. Deadlines are
-//! asserted as "eventually", never as a measured time.
+//! asserted as "eventually", never as a measured time. And the gateway after
+//! SIGTERM: new connections served through its shutdown grace, then it stops.
 
 // Test helpers panic on failure: that is how a test fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -347,4 +348,70 @@ async fn the_gateway_cuts_off_slow_handshakes_and_silent_connections_and_bounds_
     assert!(count("handshake_timeout") > 0, "{text}");
     assert!(count("header_timeout") >= 2, "{text}");
     assert!(count("accepted") > 0, "{text}");
+}
+
+/// A client that opens a new HTTP/1.1 connection for every request.
+fn fresh_connections(stack: &Stack) -> reqwest::Client {
+    let client: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(stack.state_dir().join("client.json")).unwrap())
+            .unwrap();
+    let ca = std::fs::read(client["caFile"].as_str().unwrap()).unwrap();
+    reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap())
+        .pool_max_idle_per_host(0)
+        .http1_only()
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_sigterm_the_gateway_serves_new_connections_through_its_grace_then_stops() {
+    let stack = start(
+        1,
+        vec![python_run("fn")],
+        &["--gateway-flag=--shutdown-grace-secs=4"],
+    );
+    stack.wait_phase("fn", "Ready").await.unwrap();
+    invoke_ok(&stack, "fn").await;
+    let (pid, _) = gateway(&stack);
+    let client = fresh_connections(&stack);
+    let url = stack.endpoint("fn").unwrap();
+    let call = || {
+        client
+            .post(&url)
+            .bearer_auth(&stack.token)
+            .body(r#"{"name": "grace"}"#)
+            .send()
+    };
+    assert_eq!(call().await.unwrap().status(), 200);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    // Within the grace a new connection is accepted and served, and told to
+    // close after its one request (keep-alive clients move elsewhere).
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let r = call().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.headers().get("connection").map(|v| v.to_str().unwrap()),
+        Some("close"),
+        "{:?}",
+        r.headers()
+    );
+    assert_eq!(json(r).await["message"], "hello grace");
+    assert!(
+        !kruntimes_testkit::process_gone(pid as i32),
+        "exited inside its grace"
+    );
+    // Then the process stops on its own (grace, then 2 s for requests in flight).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !kruntimes_testkit::process_gone(pid as i32) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the gateway never stopped"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }
