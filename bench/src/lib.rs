@@ -42,6 +42,25 @@ pub struct Args {
     /// Invoke path of an echo Run on an existing gateway (`/v1/namespaces/…:invoke`).
     #[arg(long)]
     pub endpoint: Option<String>,
+    /// Cluster mode: reach the gateway URL's `HOST:PORT` at `ADDR` instead
+    /// (`HOST:PORT:ADDR`, as curl's `--resolve`), e.g. a NodePort.
+    #[arg(long, requires = "gateway")]
+    pub resolve: Option<String>,
+    /// Cluster mode: the owner runtimed's dataplane (`POD_IP:7443`), measured
+    /// beside the gateway as the path without it (needs --internal-pki,
+    /// --owner-pod-uid and --attempt).
+    #[arg(long, requires_all = ["gateway", "internal_pki", "owner_pod_uid", "attempt"])]
+    pub direct: Option<std::net::SocketAddr>,
+    /// Directory with the gateway's internal identity (`ca.crt`, `tls.crt`,
+    /// `tls.key` of its internal Secret), for --direct.
+    #[arg(long)]
+    pub internal_pki: Option<PathBuf>,
+    /// The Run's owner Pod UID (`status.assignedPodUID`), for --direct.
+    #[arg(long)]
+    pub owner_pod_uid: Option<String>,
+    /// The Run's attempt (`status.attempt`), for --direct.
+    #[arg(long)]
+    pub attempt: Option<u64>,
     /// Sequential requests per path and repetition.
     #[arg(long)]
     pub requests: Option<u64>,

@@ -180,6 +180,28 @@ pub fn direct(
     })
 }
 
+/// Straight to a runtimed with an identity from any files (a cluster's
+/// internal Secret): `direct` for a deployment the harness did not start.
+pub fn direct_with(
+    ca: &Path,
+    identity: (&Path, &Path),
+    owner: SocketAddr,
+    fence: &Fence,
+    body: &[u8],
+) -> anyhow::Result<HttpTarget> {
+    Ok(HttpTarget {
+        client: client(ca, Some(identity), Some(owner))?,
+        url: format!(
+            "https://runtimed.kruntimes.internal:{}{}",
+            owner.port(),
+            fence.path()
+        )
+        .into(),
+        headers: Arc::new(headers(&direct_headers(fence))?),
+        body: body.into(),
+    })
+}
+
 /// The fencing headers the gateway would add.
 pub fn direct_headers(fence: &Fence) -> Vec<(&'static str, String)> {
     vec![
