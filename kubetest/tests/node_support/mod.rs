@@ -213,6 +213,50 @@ spec:
         )
     }
 
+    /// How many running Pods of `namespace` a label selector (as in a
+    /// NetworkPolicy) selects.
+    pub fn selects(&self, namespace: &str, selector: &Value) -> usize {
+        let mut terms: Vec<String> = selector["matchLabels"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| format!("{k}={}", v.as_str().unwrap()))
+            .collect();
+        for e in selector["matchExpressions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let key = e["key"].as_str().unwrap();
+            let values: Vec<&str> = e["values"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|v| v.as_str().unwrap())
+                .collect();
+            terms.push(match e["operator"].as_str().unwrap() {
+                "Exists" => key.to_owned(),
+                "DoesNotExist" => format!("!{key}"),
+                "In" => format!("{key} in ({})", values.join(",")),
+                "NotIn" => format!("{key} notin ({})", values.join(",")),
+                other => panic!("operator {other}"),
+            });
+        }
+        let pods = get_json(
+            &self.node,
+            &[
+                "get",
+                "pods",
+                "-n",
+                namespace,
+                "-l",
+                &terms.join(","),
+                "--field-selector=status.phase=Running",
+            ],
+        );
+        pods["items"].as_array().map_or(0, Vec::len)
+    }
+
     /// Whether the release's Pods of `component` (`gateway`, `operator`) are
     /// as many as their Deployment wants, none of them terminating.
     pub fn only_current_pods(&self, component: &str) -> bool {
