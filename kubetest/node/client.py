@@ -21,11 +21,6 @@ import sys
 import urllib.parse
 
 
-def context(plan):
-    ctx = ssl.create_default_context(cafile=plan["ca"])
-    return ctx
-
-
 def token(plan):
     with open(plan["token"]) as f:
         return f.read().strip()
@@ -135,7 +130,7 @@ def main():
         plan = json.load(f)
     url = urllib.parse.urlsplit(plan["base"])
     host, port = url.hostname, url.port or 443
-    ctx = context(plan)
+    ctx = ssl.create_default_context(cafile=plan["ca"])
     for step in plan["steps"]:
         try:
             out = ws_step(plan, step, host, port, ctx) if "ws" in step else http_step(plan, step, host, port, ctx)

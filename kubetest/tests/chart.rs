@@ -345,6 +345,20 @@ fn the_operator_manages_the_internal_tls_and_the_public_tls_of_its_mode() {
         ),
         (600, 30, 365)
     );
+    // What the operator writes is owned by its Deployment, unless kept after uninstall.
+    let owned = operator_cli(&Rendered::new(&helm, &[], &[]));
+    assert_eq!(
+        (
+            owned.owner_deployment.as_deref(),
+            owned.keep_after_uninstall
+        ),
+        (Some(name("operator").as_str()), false)
+    );
+    let kept = operator_cli(&Rendered::new(&helm, &[], &["tls.keepAfterUninstall=true"]));
+    assert_eq!(
+        (kept.owner_deployment.as_deref(), kept.keep_after_uninstall),
+        (Some(name("operator").as_str()), true)
+    );
     let r = Rendered::new(&helm, &[], &["operator.gatewayURL=https://[fd00::1]:8443"]);
     assert_eq!(
         operator_cli(&r).gateway_names.last().map(String::as_str),

@@ -154,6 +154,15 @@ pub struct Args {
     /// their Runtimes. Unset: they outlive the operator.
     #[arg(long, env = "KRUNTIMES_OPERATOR_OWNER_DEPLOYMENT")]
     pub owner_deployment: Option<String>,
+    /// With --owner-deployment: own nothing instead — the owner references
+    /// to that Deployment (and to Runtimes) are removed, so the CAs and
+    /// certificates outlive an uninstall.
+    #[arg(
+        long,
+        env = "KRUNTIMES_OPERATOR_KEEP_AFTER_UNINSTALL",
+        requires = "owner_deployment"
+    )]
+    pub keep_after_uninstall: bool,
     /// Extra DNS names of the watch's serving certificate (its Service).
     #[arg(long, env = "KRUNTIMES_OPERATOR_WATCH_NAMES", value_delimiter = ',')]
     pub watch_names: Vec<String>,
@@ -245,6 +254,7 @@ pub fn managed_tls(args: &Args) -> anyhow::Result<Option<ManagedTls>> {
             leaf_days: args.leaf_validity_days.max(1),
         },
         owner_deployment: args.owner_deployment.clone(),
+        keep_after_uninstall: args.keep_after_uninstall,
     }))
 }
 

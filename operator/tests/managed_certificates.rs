@@ -43,6 +43,7 @@ fn cfg() -> ManagedTls {
             leaf_days: 90,
         },
         owner_deployment: None,
+        keep_after_uninstall: false,
     }
 }
 
@@ -443,7 +444,8 @@ async fn a_provided_gateway_secret_is_published_and_never_overwritten() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_an_owner_deployment_everything_written_is_owned_and_older_objects_are_adopted() {
+async fn with_an_owner_deployment_everything_written_is_owned_older_objects_adopted_and_kept_ones_disowned()
+ {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let server = ApiServer::start().await.unwrap();
     let client = server.client().await.unwrap();

@@ -68,8 +68,11 @@ pub struct ManagedTls {
     /// A Deployment in `namespace` (the operator's own) that owns what is
     /// written there, so the garbage collector removes it with the
     /// installation (`helm uninstall`); runtimed's Secret elsewhere is owned
-    /// by that namespace's Runtimes. `None`: everything outlives the operator.
+    /// by that namespace's Runtimes. `None`: owners are left as they are.
     pub owner_deployment: Option<String>,
+    /// With `owner_deployment`: own nothing — remove that Deployment (and
+    /// the Runtimes) from the owners, so everything outlives the operator.
+    pub keep_after_uninstall: bool,
 }
 
 /// Who issues the gateway's serving certificate.
@@ -122,20 +125,35 @@ fn text(s: &Secret, key: &str) -> String {
         .unwrap_or_default()
 }
 
-/// The owners an object of the operator should carry besides those it
-/// has (others' are kept, in order): `None` when it has them all already.
-pub fn with_owners(
-    held: &[OwnerReference],
-    wanted: &[OwnerReference],
-) -> Option<Vec<OwnerReference>> {
-    let missing: Vec<&OwnerReference> = wanted
-        .iter()
-        .filter(|w| !held.iter().any(|h| h.uid == w.uid))
-        .collect();
-    if missing.is_empty() {
-        return None;
+/// The owners the operator's objects should have: `add` (kept once, after
+/// the owners already there) and none of those `drop` matches; every other
+/// owner is kept, in order.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Owners {
+    /// Owners every object should carry.
+    pub add: Vec<OwnerReference>,
+    /// `(kind, name)` of owners to remove; a `None` name: every one of that kind.
+    pub drop: Vec<(String, Option<String>)>,
+}
+
+impl Owners {
+    /// `held` as it should be, or `None` when it is already.
+    pub fn apply(&self, held: &[OwnerReference]) -> Option<Vec<OwnerReference>> {
+        let mut all: Vec<OwnerReference> =
+            held.iter().filter(|o| !self.drops(o)).cloned().collect();
+        for o in &self.add {
+            if !all.iter().any(|h| h.uid == o.uid) {
+                all.push(o.clone());
+            }
+        }
+        (all != held).then_some(all)
     }
-    Some(held.iter().chain(missing).cloned().collect())
+
+    fn drops(&self, o: &OwnerReference) -> bool {
+        self.drop
+            .iter()
+            .any(|(kind, name)| o.kind == *kind && name.as_ref().is_none_or(|n| *n == o.name))
+    }
 }
 
 /// A reference to `kind` `name` (`uid`) that the garbage collector follows
@@ -150,16 +168,16 @@ fn owner_ref(api_version: &str, kind: &str, name: &str, uid: &str) -> OwnerRefer
     }
 }
 
-/// Adds the owners `held` lacks (a Secret or ConfigMap written before they
-/// were known, or by an older operator), with a merge patch at its
+/// Makes the owners of `held` what `owners` says (a Secret or ConfigMap
+/// written before they were known, by an older operator, or before
+/// `keep_after_uninstall` changed), with a merge patch at its
 /// `resourceVersion`.
-async fn adopt<K>(api: &Api<K>, held: &K, owners: &[OwnerReference]) -> anyhow::Result<()>
+async fn adopt<K>(api: &Api<K>, held: &K, owners: &Owners) -> anyhow::Result<()>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     let meta = held.meta();
-    let Some(all) = with_owners(meta.owner_references.as_deref().unwrap_or_default(), owners)
-    else {
+    let Some(all) = owners.apply(meta.owner_references.as_deref().unwrap_or_default()) else {
         return Ok(());
     };
     let name = held.name_any();
@@ -170,7 +188,7 @@ where
     api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .with_context(|| format!("set the owners of {name}"))?;
-    tracing::info!(object = %name, owners = owners.len(), "owners set");
+    tracing::info!(object = %name, owners = all.len(), "owners set");
     Ok(())
 }
 
@@ -180,12 +198,12 @@ fn secret(
     tls_type: bool,
     data: BTreeMap<&str, &str>,
     held: Option<&Secret>,
-    owners: &[OwnerReference],
+    owners: &Owners,
 ) -> Secret {
     let held_owners = held
         .and_then(|s| s.metadata.owner_references.clone())
         .unwrap_or_default();
-    let owner_references = with_owners(&held_owners, owners).unwrap_or(held_owners);
+    let owner_references = owners.apply(&held_owners).unwrap_or(held_owners);
     Secret {
         metadata: ObjectMeta {
             name: Some(name.into()),
@@ -233,7 +251,7 @@ async fn ensure_ca(
     name: &str,
     label: &str,
     cfg: &ManagedTls,
-    owners: &[OwnerReference],
+    owners: &Owners,
     now: OffsetDateTime,
     out: &mut Ensured,
 ) -> anyhow::Result<CaState> {
@@ -346,7 +364,7 @@ async fn ensure_leaf(
     tls_type: bool,
     ca: &CaState,
     spec: &LeafSpec,
-    owners: &[OwnerReference],
+    owners: &Owners,
     now: OffsetDateTime,
     out: &mut Ensured,
 ) -> anyhow::Result<()> {
@@ -511,25 +529,33 @@ pub async fn ensure_at(
     namespaces.extend(runtimes.items.iter().filter_map(|r| r.namespace()));
     for ns in &namespaces {
         // Elsewhere, the Runtimes that need it own it: it goes with the last.
-        let ns_owners: Vec<OwnerReference> = if *ns == cfg.namespace {
+        let ns_owners = if *ns == cfg.namespace {
             owners.clone()
-        } else if cfg.owner_deployment.is_some() {
-            runtimes
-                .items
-                .iter()
-                .filter(|r| r.namespace().as_deref() == Some(ns.as_str()))
-                .filter_map(|r| {
-                    let uid = r.uid()?;
-                    Some(owner_ref(
-                        "kruntimes.io/v1alpha1",
-                        "Runtime",
-                        &r.name_any(),
-                        &uid,
-                    ))
-                })
-                .collect()
+        } else if cfg.owner_deployment.is_none() {
+            Owners::default()
+        } else if cfg.keep_after_uninstall {
+            Owners {
+                add: Vec::new(),
+                drop: vec![("Runtime".into(), None)],
+            }
         } else {
-            Vec::new()
+            Owners {
+                add: runtimes
+                    .items
+                    .iter()
+                    .filter(|r| r.namespace().as_deref() == Some(ns.as_str()))
+                    .filter_map(|r| {
+                        let uid = r.uid()?;
+                        Some(owner_ref(
+                            "kruntimes.io/v1alpha1",
+                            "Runtime",
+                            &r.name_any(),
+                            &uid,
+                        ))
+                    })
+                    .collect(),
+                drop: Vec::new(),
+            }
         };
         let done = ensure_leaf(
             client,
@@ -572,16 +598,25 @@ async fn own_owners(
     client: &kube::Client,
     cfg: &ManagedTls,
     out: &mut Ensured,
-) -> anyhow::Result<Vec<OwnerReference>> {
+) -> anyhow::Result<Owners> {
     let Some(name) = &cfg.owner_deployment else {
-        return Ok(Vec::new());
+        return Ok(Owners::default());
     };
+    if cfg.keep_after_uninstall {
+        return Ok(Owners {
+            add: Vec::new(),
+            drop: vec![("Deployment".into(), Some(name.clone()))],
+        });
+    }
     let found = Api::<Deployment>::namespaced(client.clone(), &cfg.namespace)
         .get_opt(name)
         .await
         .with_context(|| format!("read Deployment {name}"))?;
     match found.and_then(|d| d.uid()) {
-        Some(uid) => Ok(vec![owner_ref("apps/v1", "Deployment", name, &uid)]),
+        Some(uid) => Ok(Owners {
+            add: vec![owner_ref("apps/v1", "Deployment", name, &uid)],
+            drop: Vec::new(),
+        }),
         None => {
             let why = format!(
                 "the owner Deployment {}/{name} was not found: what the operator writes is not removed with it",
@@ -589,7 +624,7 @@ async fn own_owners(
             );
             tracing::warn!(deployment = %name, "{why}");
             out.warnings.push(why);
-            Ok(Vec::new())
+            Ok(Owners::default())
         }
     }
 }
@@ -615,7 +650,7 @@ async fn publish_bundle(
     client: &kube::Client,
     cfg: &ManagedTls,
     bundle: &str,
-    owners: &[OwnerReference],
+    owners: &Owners,
 ) -> anyhow::Result<()> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &cfg.namespace);
     let name = &cfg.ca_configmap;
@@ -644,7 +679,7 @@ async fn publish_bundle(
         .get_or_insert_with(BTreeMap::new)
         .insert("ca.crt".into(), bundle.to_owned());
     let held_owners = cm.metadata.owner_references.clone().unwrap_or_default();
-    if let Some(all) = with_owners(&held_owners, owners) {
+    if let Some(all) = owners.apply(&held_owners) {
         cm.metadata.owner_references = Some(all);
     }
     if cm.metadata.resource_version.is_some() {
@@ -686,20 +721,49 @@ mod tests {
         owner_ref("apps/v1", "Deployment", "op", uid)
     }
 
+    fn add(refs: &[OwnerReference]) -> Owners {
+        Owners {
+            add: refs.to_vec(),
+            drop: Vec::new(),
+        }
+    }
+
+    fn uids(refs: &[OwnerReference]) -> Vec<&str> {
+        refs.iter().map(|o| o.uid.as_str()).collect()
+    }
+
     #[test]
     fn owners_already_held_need_nothing() {
-        assert_eq!(with_owners(&[r("a")], &[r("a")]), None);
-        assert_eq!(with_owners(&[r("x"), r("a")], &[r("a")]), None);
-        assert_eq!(with_owners(&[], &[]), None);
-        assert_eq!(with_owners(&[r("x")], &[]), None);
+        assert_eq!(add(&[r("a")]).apply(&[r("a")]), None);
+        assert_eq!(add(&[r("a")]).apply(&[r("x"), r("a")]), None);
+        assert_eq!(add(&[]).apply(&[]), None);
+        assert_eq!(add(&[]).apply(&[r("x")]), None);
     }
 
     #[test]
     fn missing_owners_are_added_after_the_held_ones_in_order() {
-        let all = with_owners(&[r("x")], &[r("a"), r("x"), r("b")]).unwrap();
-        let uids: Vec<&str> = all.iter().map(|o| o.uid.as_str()).collect();
-        assert_eq!(uids, ["x", "a", "b"]);
-        assert_eq!(with_owners(&[], &[r("a")]).unwrap(), [r("a")]);
+        let all = add(&[r("a"), r("x"), r("b")]).apply(&[r("x")]).unwrap();
+        assert_eq!(uids(&all), ["x", "a", "b"]);
+        assert_eq!(add(&[r("a")]).apply(&[]).unwrap(), [r("a")]);
+    }
+
+    #[test]
+    fn dropped_owners_go_and_every_other_stays() {
+        let runtime = owner_ref("kruntimes.io/v1alpha1", "Runtime", "python", "rt");
+        let other = owner_ref("apps/v1", "Deployment", "someone-else", "other");
+        let held = [r("a"), runtime.clone(), other.clone()];
+        let by_name = Owners {
+            add: Vec::new(),
+            drop: vec![("Deployment".into(), Some("op".into()))],
+        };
+        assert_eq!(uids(&by_name.apply(&held).unwrap()), ["rt", "other"]);
+        let every_runtime = Owners {
+            add: Vec::new(),
+            drop: vec![("Runtime".into(), None)],
+        };
+        assert_eq!(uids(&every_runtime.apply(&held).unwrap()), ["a", "other"]);
+        // Nothing to drop: unchanged.
+        assert_eq!(by_name.apply(&[runtime, other]), None);
     }
 
     #[test]
