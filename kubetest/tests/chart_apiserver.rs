@@ -296,6 +296,55 @@ async fn helm_install_upgrade_and_uninstall_keep_what_the_operator_owns() {
     let owned = operator_objects(&client, NAMESPACE).await;
     assert_eq!(owned.len(), 7, "six Secrets and the ConfigMap: {owned:?}");
 
+    // Objects without the operator's owner (written by an older operator) are
+    // adopted, and with tls.keepAfterUninstall disowned — with the chart's
+    // RBAC, which grants `update` by name and never `patch`.
+    let secrets = Api::<Secret>::namespaced(client.clone(), NAMESPACE);
+    let owners = |s: &Secret| s.metadata.owner_references.clone().unwrap_or_default();
+    let internal_ca = name("internal-ca");
+    let mut older = secrets.get(&internal_ca).await.unwrap();
+    assert_eq!(
+        owners(&older).len(),
+        1,
+        "owned by the operator's Deployment"
+    );
+    assert_eq!(owners(&older)[0].name, name("operator"));
+    older.metadata.owner_references = None;
+    secrets
+        .replace(&internal_ca, &PostParams::default(), &older)
+        .await
+        .unwrap();
+    let adopted = certificates::ensure(&operator, &tls)
+        .await
+        .unwrap_or_else(|e| panic!("adoption as the operator: {e:#}"));
+    assert!(
+        adopted.issued.is_empty() && adopted.warnings.is_empty(),
+        "{adopted:?}"
+    );
+    assert_eq!(owners(&secrets.get(&internal_ca).await.unwrap()).len(), 1);
+    let keep = operator_cli(&Rendered::new(&helm, &[], &["tls.keepAfterUninstall=true"]));
+    let keep = kruntimes_operator::cli::managed_tls(&keep)
+        .unwrap()
+        .unwrap();
+    certificates::ensure(&operator, &keep)
+        .await
+        .unwrap_or_else(|e| panic!("disowning as the operator: {e:#}"));
+    for secret in secrets.list(&Default::default()).await.unwrap().items {
+        assert!(
+            owners(&secret).is_empty(),
+            "{:?} still owned",
+            secret.metadata.name
+        );
+    }
+    let cm = configmaps.get(&ca).await.unwrap();
+    assert!(
+        cm.metadata.owner_references.is_none(),
+        "the CA ConfigMap still owned"
+    );
+    // Owned again for the rest of the test, which keeps these versions.
+    certificates::ensure(&operator, &tls).await.unwrap();
+    let owned = operator_objects(&client, NAMESPACE).await;
+
     // A Runtime in a namespace where the operator may not keep runtimed's Secret is a
     // warning of every pass, until operator.extraSecretNamespaces grants it.
     server.create_namespace("team-a").await.unwrap();

@@ -582,4 +582,31 @@ async fn with_an_owner_deployment_everything_written_is_owned_older_objects_adop
             .resource_version,
         rv
     );
+
+    // Switched to keep after uninstall: the operator's owners are removed
+    // (the foreign one stays), nothing is reissued.
+    tls.keep_after_uninstall = true;
+    let kept = certificates::ensure(&client, &tls).await.unwrap();
+    assert!(kept.issued.is_empty(), "{kept:?}");
+    for name in [
+        "kr-public-ca",
+        "kr-gateway-tls",
+        "kr-internal-ca",
+        "kr-internal-runtimed",
+    ] {
+        let s = secret(&client, NS, name).await;
+        assert!(uids(s.metadata.owner_references).is_empty(), "{name}");
+    }
+    let gateway = secret(&client, NS, "kr-internal-gateway").await;
+    assert_eq!(
+        uids(gateway.metadata.owner_references),
+        ["0000-foreign".to_owned()]
+    );
+    let cm = Api::<ConfigMap>::namespaced(client.clone(), NS)
+        .get("kr-gateway-ca")
+        .await
+        .unwrap();
+    assert!(uids(cm.metadata.owner_references).is_empty());
+    let team = secret(&client, "team-a", "kr-internal-runtimed").await;
+    assert!(uids(team.metadata.owner_references).is_empty());
 }

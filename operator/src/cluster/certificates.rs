@@ -33,7 +33,7 @@ use kruntimes_certs::install::{CONTROL_PLANE_NAME, GATEWAY_CLIENT_NAME, RUNTIMED
 use kruntimes_certs::managed::{self, CaStep, Decision, Held, Lifetimes};
 use kruntimes_certs::{Ca, LeafSpec};
 use kube::ResourceExt as _;
-use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 use time::OffsetDateTime;
 
 /// The label on every object this module writes.
@@ -170,25 +170,24 @@ fn owner_ref(api_version: &str, kind: &str, name: &str, uid: &str) -> OwnerRefer
 
 /// Makes the owners of `held` what `owners` says (a Secret or ConfigMap
 /// written before they were known, by an older operator, or before
-/// `keep_after_uninstall` changed), with a merge patch at its
-/// `resourceVersion`.
+/// `keep_after_uninstall` changed): the object read, replaced at its
+/// `resourceVersion` (the chart grants `update` by name, never `patch`).
 async fn adopt<K>(api: &Api<K>, held: &K, owners: &Owners) -> anyhow::Result<()>
 where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
 {
-    let meta = held.meta();
-    let Some(all) = owners.apply(meta.owner_references.as_deref().unwrap_or_default()) else {
+    let Some(all) = owners.apply(held.meta().owner_references.as_deref().unwrap_or_default())
+    else {
         return Ok(());
     };
     let name = held.name_any();
-    let patch = serde_json::json!({"metadata": {
-        "ownerReferences": all,
-        "resourceVersion": meta.resource_version,
-    }});
-    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+    let mut object = held.clone();
+    let count = all.len();
+    object.meta_mut().owner_references = (!all.is_empty()).then_some(all);
+    api.replace(&name, &PostParams::default(), &object)
         .await
         .with_context(|| format!("set the owners of {name}"))?;
-    tracing::info!(object = %name, owners = all.len(), "owners set");
+    tracing::info!(object = %name, owners = count, "owners set");
     Ok(())
 }
 
