@@ -144,11 +144,15 @@ network_up() {
   # The host side's /24 is the one thing two clusters on a machine must not share.
   exec 9>"$LOCK"
   flock 9
-  local n
+  local n free=
   for n in $(seq 0 99); do
-    ip -4 -o addr show | grep -q " 10\.213\.$n\.1/" || break
+    if ! ip -4 -o addr show | grep -q " 10\.213\.$n\.1/"; then
+      free=$n
+      break
+    fi
   done
-  ((n < 100)) || die "no free 10.213.N.0/24 for the node's veth pair"
+  [[ -n "$free" ]] || die "no free 10.213.N.0/24 for the node's veth pair"
+  n=$free
   ID="$(printf '%s' "$DIR" | sha1sum | cut -c1-8)"
   NETNS="krt-$ID"
   HOST_IF="krt${ID}h"
@@ -450,7 +454,7 @@ up() {
   build
   mkdir -p "$DIR/logs" "$DIR/pids"
   # Whatever fails from here leaves nothing running.
-  trap 'log "up failed: tearing down (logs in $DIR/logs)"; down_quiet' EXIT
+  trap 'log "up failed: tearing down (logs in $DIR/logs)"; down_quiet; rm -f "$DIR/cluster.env"' EXIT
   network_up
   pki
   control_plane
@@ -480,12 +484,20 @@ cluster_pids() {
   return 0
 }
 
-# Signals the processes of the named pid files.
+# Whether PID is a process of this cluster: alive and in the node's network namespace (a pid
+# file of a component that died long ago may name a reused PID).
+ours() {
+  alive "$1" && [[ "$(stat -L -c %i "/proc/$1/ns/net" 2>/dev/null)" == "$(stat -L -c %i "/run/netns/$NETNS" 2>/dev/null)" ]]
+}
+
+# Signals the processes of the named pid files (those still ours).
 signal_pid_files() {
-  local signal=$1 name
+  local signal=$1 name pid
   shift
   for name in "$@"; do
-    [[ -f "$DIR/pids/$name.pid" ]] && kill "-$signal" "$(cat "$DIR/pids/$name.pid")" 2>/dev/null
+    [[ -f "$DIR/pids/$name.pid" ]] || continue
+    pid="$(cat "$DIR/pids/$name.pid")"
+    ours "$pid" && kill "-$signal" "$pid" 2>/dev/null
   done
   return 0
 }
@@ -500,7 +512,16 @@ settle() {
 pid_files_alive() {
   local f
   for f in "$DIR"/pids/*.pid; do
-    [[ -f "$f" ]] && alive "$(cat "$f")" && echo "$f"
+    [[ -f "$f" ]] && ours "$(cat "$f")" && echo "$f"
+  done
+  return 0
+}
+
+# The node agents still running.
+agents_alive() {
+  local name
+  for name in kubelet kube-proxy kube-scheduler kube-controller-manager; do
+    [[ -f "$DIR/pids/$name.pid" ]] && ours "$(cat "$DIR/pids/$name.pid")" && echo "$name"
   done
   return 0
 }
@@ -511,6 +532,8 @@ stop_all() {
   # (a teardown: SIGKILL), their shims and containerd; the API server and etcd last, killed
   # (their state is thrown away, and a terminating API server drains for many seconds).
   signal_pid_files TERM kubelet kube-proxy kube-scheduler kube-controller-manager
+  settle 5 agents_alive
+  signal_pid_files KILL kubelet kube-proxy kube-scheduler kube-controller-manager
   for pid in $(cgroup_pids); do kill -KILL "$pid" 2>/dev/null; done
   settle 10 cgroup_pids
   for pid in $(cluster_pids); do kill -TERM "$pid" 2>/dev/null; done
@@ -544,7 +567,6 @@ down_quiet() {
   done
   # The container images and snapshots (hundreds of MB); the logs stay for reading.
   rm -rf "$DIR/containerd/root" "$DIR/containerd/state" "$DIR/etcd" "$DIR/kubelet"
-  rm -f "$DIR/cluster.env"
   set -e
 }
 
@@ -559,6 +581,8 @@ down() {
   [[ -z "$left" ]] || die "processes left running: $left"
   ! awk -v d="$DIR/" 'index($2, d) == 1' /proc/self/mounts | grep -q . || die "mounts left under $DIR"
   ! ip netns list | grep -qw "$NETNS" || die "network namespace $NETNS left"
+  # Only now: a `down` that left something can be run again.
+  rm -f "$DIR/cluster.env"
   log "down: $DIR (logs kept in $DIR/logs)"
 }
 
