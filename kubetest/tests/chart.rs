@@ -796,5 +796,19 @@ fn every_rendered_flag_is_one_the_binaries_parse() {
         assert_eq!(parsed.auth, kruntimes_gateway::config::AuthMode::Kubernetes);
         assert!(parsed.access_log);
         assert_eq!(parsed.https_listen.is_some(), parsed.tls_cert.is_some());
+        // The Pod outlives the gateway's shutdown grace by 10 s.
+        assert_eq!(parsed.shutdown_grace_secs, 5, "{}", r.what);
+        let grace = r.find("Deployment", &name("gateway")).unwrap()["spec"]["template"]["spec"]
+            ["terminationGracePeriodSeconds"]
+            .as_u64();
+        assert_eq!(grace, Some(15), "{}", r.what);
     }
+    let r = Rendered::new(&helm, &[], &["gateway.shutdownGraceSeconds=30"]);
+    let gw = args(&r.gateway());
+    assert_eq!(flag(&gw, "--shutdown-grace-secs"), Some("30"));
+    let d = r.find("Deployment", &name("gateway")).unwrap();
+    assert_eq!(
+        d["spec"]["template"]["spec"]["terminationGracePeriodSeconds"],
+        40
+    );
 }

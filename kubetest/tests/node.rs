@@ -84,21 +84,6 @@ async fn a_function_run_is_invoked_from_a_client_pod_and_through_a_node_port() {
         (status, body["error"]["code"].clone()),
         (401, json!("Unauthenticated"))
     );
-
-    // A Pod's cluster DNS answers for the gateway Service (the name in the URL).
-    let dns = k
-        .node
-        .kubectl(&[
-            "get",
-            "svc",
-            "-n",
-            NAMESPACE,
-            GATEWAY,
-            "-o",
-            "jsonpath={.spec.clusterIP}",
-        ])
-        .unwrap();
-    assert!(!dns.is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -406,13 +391,18 @@ async fn chart_managed_certificates_rotated_early_keep_callers_working() {
     let renewed_runtimed = k
         .wait_secret_serial_changes(&format!("{FULLNAME}-internal-runtimed"), &runtimed)
         .await;
-    let node_ip = k.node.node_ip().unwrap().to_string();
-    // Every gateway replica serves the new leaf (the NodePort spreads
-    // connections over both), and the owner's runtimed its new one.
+    // Every gateway replica serves the new leaf (each Pod asked directly),
+    // and the owner's runtimed its new one.
+    let gateways = k.pod_ips("gateway");
+    assert_eq!(gateways.len(), 2, "{gateways:?}");
     wait_until(
         Duration::from_secs(120),
         "the gateways serve the renewed certificate",
-        || (0..8).all(|_| k.served_serial(&node_ip, 30443, GATEWAY_HOST) == renewed),
+        || {
+            gateways
+                .iter()
+                .all(|ip| k.served_serial(ip, 8443, GATEWAY_HOST) == renewed)
+        },
     )
     .await;
     wait_until(
@@ -473,11 +463,44 @@ async fn network_policies_upgrade_and_uninstall() {
         || k.ready_replicas(GATEWAY) == (1, 1) && k.ready_replicas("runtime-python") == (2, 2),
     )
     .await;
-    let policies = k
-        .node
-        .kubectl(&["get", "networkpolicy", "-n", NAMESPACE, "-o", "name"])
-        .unwrap();
-    assert!(policies.lines().count() >= 3, "{policies}");
+    // The bridge CNI does not enforce policies; what can be checked is that
+    // every selector of every policy selects the running Pods it is meant for.
+    let policies = get_json(&k.node, &["get", "networkpolicy", "-n", NAMESPACE]);
+    let policies = policies["items"].as_array().unwrap();
+    assert!(policies.len() >= 3, "{policies:?}");
+    for policy in policies {
+        let name = policy["metadata"]["name"].as_str().unwrap();
+        let spec = &policy["spec"];
+        assert!(
+            k.selects(NAMESPACE, &spec["podSelector"]) > 0,
+            "{name} selects no Pod"
+        );
+        for rule in spec["ingress"].as_array().into_iter().flatten() {
+            for peer in rule["from"].as_array().into_iter().flatten() {
+                if peer.get("podSelector").is_some() && peer.get("namespaceSelector").is_none() {
+                    assert!(
+                        k.selects(NAMESPACE, &peer["podSelector"]) > 0,
+                        "{name}: {peer}"
+                    );
+                }
+            }
+        }
+        for rule in spec["egress"].as_array().into_iter().flatten() {
+            for peer in rule["to"].as_array().into_iter().flatten() {
+                if let (Some(ns), Some(pods)) =
+                    (peer.get("namespaceSelector"), peer.get("podSelector"))
+                {
+                    let dns = ns["matchLabels"]["kubernetes.io/metadata.name"]
+                        .as_str()
+                        .unwrap();
+                    assert!(k.selects(dns, pods) > 0, "{name}: {peer}");
+                }
+                if let Some(cidr) = peer["ipBlock"]["cidr"].as_str() {
+                    assert_eq!(cidr, format!("{node_ip}/32"), "{name}: {peer}");
+                }
+            }
+        }
+    }
     // Everything the policies allow still flows: callers → gateway → runtimed,
     // runtimed → API server (a new Run registers), DNS.
     let uid2 = k.function_run("team-a", "after-upgrade").await;

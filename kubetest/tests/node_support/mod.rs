@@ -1,18 +1,20 @@
 //! What the real-node tests share: a cluster with the chart installed, and the
 //! ways users reach it (kubectl, helm, a client Pod, the host via NodePort).
 
-#![allow(dead_code)]
+#![allow(dead_code)] // each test uses a part of it
 
-use std::collections::BTreeMap;
+mod client_pod;
+mod load;
+mod tls;
+
+pub use load::Load;
+
 use std::net::SocketAddr;
-use std::process::Command;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use kruntimes_kubetest::helm::{Helm, chart_dir};
-use kruntimes_kubetest::node::{NodeCluster, client_script};
+use kruntimes_kubetest::node::NodeCluster;
 use serde_json::{Value, json};
 
 pub const RELEASE: &str = "kruntimes";
@@ -51,15 +53,8 @@ impl Installed {
         let node = NodeCluster::up().unwrap_or_else(|e| panic!("{e:#}"));
         let helm = Helm::new().expect("build helm");
         node.kubectl(&["create", "namespace", NAMESPACE]).unwrap();
-        let chart = chart_dir();
-        let mut args = vec!["install", RELEASE, chart.to_str().unwrap(), "-n", NAMESPACE];
-        args.extend(BASE_VALUES);
-        args.extend(extra);
-        args.extend(["--wait", "--timeout", "5m"]);
         let started = Instant::now();
-        if let Err(e) = node.helm(&helm, &args) {
-            panic!("{e:#}\n{}", diagnose(&node));
-        }
+        release(&node, &helm, "install", extra);
         eprintln!("helm install --wait: {:?}", started.elapsed());
         Self {
             node,
@@ -70,14 +65,7 @@ impl Installed {
 
     /// `helm upgrade --wait` with the base values and `extra`.
     pub fn upgrade(&self, extra: &[&str]) {
-        let chart = chart_dir();
-        let mut args = vec!["upgrade", RELEASE, chart.to_str().unwrap(), "-n", NAMESPACE];
-        args.extend(BASE_VALUES);
-        args.extend(extra);
-        args.extend(["--wait", "--timeout", "5m"]);
-        if let Err(e) = self.node.helm(&self.helm, &args) {
-            panic!("{e:#}\n{}", diagnose(&self.node));
-        }
+        release(&self.node, &self.helm, "upgrade", extra);
     }
 
     pub fn namespace(&self, namespace: &str) {
@@ -257,6 +245,29 @@ spec:
         pods["items"].as_array().map_or(0, Vec::len)
     }
 
+    /// The Pod IPs of the release's running Pods of `component`.
+    pub fn pod_ips(&self, component: &str) -> Vec<String> {
+        let pods = get_json(
+            &self.node,
+            &[
+                "get",
+                "pods",
+                "-n",
+                NAMESPACE,
+                "-l",
+                &format!("app.kubernetes.io/component={component}"),
+                "--field-selector=status.phase=Running",
+            ],
+        );
+        pods["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+            .filter_map(|p| p["status"]["podIP"].as_str().map(str::to_owned))
+            .collect()
+    }
+
     /// Whether the release's Pods of `component` (`gateway`, `operator`) are
     /// as many as their Deployment wants, none of them terminating.
     pub fn only_current_pods(&self, component: &str) -> bool {
@@ -341,217 +352,6 @@ spec:
         );
     }
 
-    /// Runs the standard-library client (`kubetest/node/client.py`) in a Pod
-    /// of `namespace` as ServiceAccount `sa`, with a projected token of
-    /// `audience` and the Run's published CA bundle; its results by step name.
-    pub async fn client_pod(
-        &self,
-        namespace: &str,
-        sa: &str,
-        audience: &str,
-        steps: Value,
-    ) -> Value {
-        let n = self.client_pods.fetch_add(1, Ordering::Relaxed);
-        let name = format!("client-{n}");
-        let plan = json!({
-            "base": format!("https://{GATEWAY_HOST}"),
-            "ca": "/client/ca.crt",
-            "token": "/token/token",
-            "steps": steps,
-        });
-        let script = std::fs::read_to_string(client_script()).unwrap();
-        let configmap = json!({
-            "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": name, "namespace": namespace},
-            "data": {"client.py": script, "plan.json": plan.to_string(), "ca.crt": self.ca_bundle()},
-        });
-        let image = self.image(CLIENT_IMAGE);
-        let pod = json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {
-                "serviceAccountName": sa,
-                "automountServiceAccountToken": false,
-                "restartPolicy": "Never",
-                "securityContext": {"runAsNonRoot": true, "runAsUser": 65533, "seccompProfile": {"type": "RuntimeDefault"}},
-                "containers": [{
-                    "name": "client", "image": image, "imagePullPolicy": "Never",
-                    "command": ["python3", "/client/client.py", "/client/plan.json"],
-                    "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
-                                        "capabilities": {"drop": ["ALL"]}},
-                    "volumeMounts": [{"name": "client", "mountPath": "/client"},
-                                     {"name": "token", "mountPath": "/token"}],
-                }],
-                "volumes": [
-                    {"name": "client", "configMap": {"name": name}},
-                    {"name": "token", "projected": {"sources": [{"serviceAccountToken": {
-                        "audience": audience, "expirationSeconds": 3600, "path": "token"}}]}},
-                ],
-            },
-        });
-        self.node.apply(&configmap.to_string()).unwrap();
-        self.node.apply(&pod.to_string()).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(180);
-        loop {
-            let phase =
-                get_json(&self.node, &["get", "pod", "-n", namespace, &name])["status"]["phase"]
-                    .clone();
-            if phase == "Succeeded" || phase == "Failed" {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "client Pod {namespace}/{name} is still {phase}\n{}",
-                diagnose(&self.node)
-            );
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-        let logs = self
-            .node
-            .kubectl(&["logs", "-n", namespace, &name])
-            .unwrap();
-        let mut results = serde_json::Map::new();
-        let mut done = false;
-        for line in logs.lines() {
-            let v: Value = serde_json::from_str(line)
-                .unwrap_or_else(|_| panic!("client Pod printed {line:?}"));
-            if v["done"] == true {
-                done = true;
-            } else {
-                let step = v["name"].as_str().unwrap().to_owned();
-                assert!(v.get("error").is_none(), "client Pod step {step}: {v}");
-                results.insert(step, v);
-            }
-        }
-        assert!(done, "client Pod {name} did not finish:\n{logs}");
-        Value::Object(results)
-    }
-
-    /// The reference of one of the project's images (as imported into the node).
-    pub fn image(&self, name: &str) -> String {
-        let images: Value = serde_json::from_str(
-            &std::fs::read_to_string(self.node.env("IMAGES_JSON").unwrap()).unwrap(),
-        )
-        .unwrap();
-        images
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|i| i["name"] == name)
-            .unwrap_or_else(|| panic!("no image {name}"))["ref"]
-            .as_str()
-            .unwrap()
-            .to_owned()
-    }
-
-    /// A client for a runtimed's dataplane at `pod_ip:7443` with the gateway's
-    /// internal identity (the Secret the operator keeps), as the gateway calls it.
-    pub fn runtimed_client(&self, pod_ip: &str) -> reqwest::Client {
-        let (ca, cert, key) = self.internal_gateway_identity();
-        let mut pem = cert.into_bytes();
-        pem.extend(key.into_bytes());
-        reqwest::Client::builder()
-            .add_root_certificate(reqwest::Certificate::from_pem(ca.as_bytes()).unwrap())
-            .tls_built_in_root_certs(false)
-            .identity(reqwest::Identity::from_pem(&pem).unwrap())
-            .resolve(
-                RUNTIMED_HOST,
-                SocketAddr::new(pod_ip.parse().unwrap(), 7443),
-            )
-            .timeout(Duration::from_secs(30))
-            .build()
-            .unwrap()
-    }
-
-    fn internal_gateway_identity(&self) -> (String, String, String) {
-        let s = get_json(
-            &self.node,
-            &[
-                "get",
-                "secret",
-                "-n",
-                NAMESPACE,
-                &format!("{FULLNAME}-internal-gateway"),
-            ],
-        );
-        let field = |k: &str| {
-            String::from_utf8(
-                base64::engine::general_purpose::STANDARD
-                    .decode(s["data"][k].as_str().unwrap_or_else(|| panic!("no {k}")))
-                    .unwrap(),
-            )
-            .unwrap()
-        };
-        (field("ca.crt"), field("tls.crt"), field("tls.key"))
-    }
-
-    /// The serial number of `tls.crt` in a Secret of the release namespace
-    /// (empty while the Secret is missing).
-    pub fn secret_serial(&self, name: &str) -> String {
-        let Ok(pem) = self.node.kubectl(&[
-            "get",
-            "secret",
-            "-n",
-            NAMESPACE,
-            name,
-            "-o",
-            "jsonpath={.data.tls\\.crt}",
-        ]) else {
-            return String::new();
-        };
-        let pem = base64::engine::general_purpose::STANDARD
-            .decode(pem.trim())
-            .unwrap_or_default();
-        openssl_serial(&pem)
-    }
-
-    pub async fn wait_secret_serial_changes(&self, name: &str, old: &str) -> String {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let serial = self.secret_serial(name);
-            if !serial.is_empty() && serial != old {
-                return serial;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the operator did not reissue {name}\n{}",
-                diagnose(&self.node)
-            );
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-    }
-
-    /// The serial number of the certificate served at `ip:port` for `sni`
-    /// (`openssl s_client`, with the gateway's internal identity so runtimed
-    /// completes the handshake too).
-    pub fn served_serial(&self, ip: &str, port: u16, sni: &str) -> String {
-        let (_, cert, key) = self.internal_gateway_identity();
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("c.pem"), cert).unwrap();
-        std::fs::write(dir.path().join("k.pem"), key).unwrap();
-        let out = Command::new("openssl")
-            .args([
-                "s_client",
-                "-connect",
-                &format!("{ip}:{port}"),
-                "-servername",
-                sni,
-                "-showcerts",
-            ])
-            .arg("-cert")
-            .arg(dir.path().join("c.pem"))
-            .arg("-key")
-            .arg(dir.path().join("k.pem"))
-            .stdin(std::process::Stdio::null())
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        let Some(start) = text.find("-----BEGIN CERTIFICATE-----") else {
-            return String::new();
-        };
-        openssl_serial(text[start..].as_bytes())
-    }
-
     /// Objects of the release left in the cluster (CRDs, events, the
     /// namespace's own defaults and what the tests created aside).
     pub fn leftovers(&self) -> Vec<String> {
@@ -589,26 +389,25 @@ spec:
     }
 }
 
+/// `helm VERB` (install, upgrade) of the chart as the release, with the base
+/// values and `extra`, waiting for it.
+fn release(node: &NodeCluster, helm: &Helm, verb: &str, extra: &[&str]) {
+    let chart = chart_dir();
+    let mut args = vec![verb, RELEASE, chart.to_str().unwrap(), "-n", NAMESPACE];
+    args.extend(BASE_VALUES);
+    args.extend(extra);
+    args.extend(["--wait", "--timeout", "5m"]);
+    if let Err(e) = node.helm(helm, &args) {
+        panic!("{e:#}\n{}", diagnose(node));
+    }
+}
+
 /// `kubectl get … -o json`, parsed.
 pub fn get_json(node: &NodeCluster, args: &[&str]) -> Value {
     let mut all = args.to_vec();
     all.extend(["-o", "json"]);
     let text = node.kubectl(&all).unwrap_or_else(|e| panic!("{e:#}"));
     serde_json::from_str(&text).unwrap()
-}
-
-fn openssl_serial(pem: &[u8]) -> String {
-    use std::io::Write as _;
-    let mut child = Command::new("openssl")
-        .args(["x509", "-noout", "-serial"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(pem).ok();
-    let out = child.wait_with_output().unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
 /// What a failing wait prints: the Pods, recent events and the operator's log.
@@ -647,110 +446,4 @@ pub async fn wait_until(within: Duration, what: &str, mut f: impl FnMut() -> boo
 
 pub fn b64(bytes: impl AsRef<[u8]>) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
-}
-
-/// Invokes a Run through the NodePort every 50 ms on a thread of its own
-/// (its own runtime), a new connection each time, until stopped.
-pub struct Load {
-    stop: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<Report>,
-}
-
-/// What a [`Load`] saw.
-#[derive(Debug, Default)]
-pub struct Report {
-    pub ok: u64,
-    /// Failures by kind: `HTTP 503 NotReady`, `connect`, …
-    pub failures: BTreeMap<String, u64>,
-    /// Answers that were neither a 200 with the right body nor a typed error.
-    pub unexpected: Vec<String>,
-    pub elapsed: Duration,
-}
-
-impl Report {
-    pub fn failed(&self) -> u64 {
-        self.failures.values().sum()
-    }
-}
-
-impl std::fmt::Display for Report {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} ok, {} failed {:?} over {:?}",
-            self.ok,
-            self.failed(),
-            self.failures,
-            self.elapsed
-        )
-    }
-}
-
-impl Load {
-    pub fn start(k: &Installed, path: &str, token: &str) -> Self {
-        let client = k
-            .host_client_builder()
-            .pool_max_idle_per_host(0)
-            .build()
-            .unwrap();
-        let url = format!("https://{GATEWAY_HOST}:{NODE_PORT}{path}");
-        let token = token.to_owned();
-        let stop = Arc::new(AtomicBool::new(false));
-        let stopped = stop.clone();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let started = Instant::now();
-                let mut report = Report::default();
-                while !stopped.load(Ordering::Relaxed) {
-                    let r = client
-                        .post(&url)
-                        .bearer_auth(&token)
-                        .json(&json!({"name": "load"}))
-                        .send()
-                        .await;
-                    match r {
-                        Ok(r) => {
-                            let status = r.status().as_u16();
-                            let body: Value = r.json().await.unwrap_or_default();
-                            if status == 200 && body["message"] == "hello load" {
-                                report.ok += 1;
-                            } else if let Some(code) = body["error"]["code"].as_str() {
-                                *report
-                                    .failures
-                                    .entry(format!("HTTP {status} {code}"))
-                                    .or_default() += 1;
-                            } else {
-                                report.unexpected.push(format!("{status} {body}"));
-                            }
-                        }
-                        Err(e) => {
-                            let kind = if e.is_connect() {
-                                "connect"
-                            } else if e.is_timeout() {
-                                "timeout"
-                            } else {
-                                "transport"
-                            };
-                            *report.failures.entry(kind.to_owned()).or_default() += 1;
-                        }
-                    }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                report.elapsed = started.elapsed();
-                report
-            })
-        });
-        Self { stop, thread }
-    }
-
-    pub async fn stop(self) -> Report {
-        self.stop.store(true, Ordering::Relaxed);
-        tokio::task::spawn_blocking(move || self.thread.join().unwrap())
-            .await
-            .unwrap()
-    }
 }
