@@ -28,11 +28,16 @@ bench="$target/release/kruntimes-bench"
 
 dir="$(mktemp -d /tmp/krt-bench-node-XXXXXX)"
 cleanup() {
-  if [[ -z "${KRT_KEEP_NODE:-}" ]]; then
-    bash "$ROOT/kubetest/node/cluster.sh" down "$dir" >&2 || true
+  local status=$?
+  if [[ -n "${KRT_KEEP_NODE:-}" ]]; then
+    echo "bench: cluster kept: KUBECONFIG=$dir/kubeconfig (stop: kubetest/node/cluster.sh down $dir)" >&2
+  elif [[ ! -f "$dir/cluster.env" ]]; then
+    # `up` failed (and tore itself down): its logs are kept.
+    [[ $status -eq 0 ]] || echo "bench: logs in $dir/logs" >&2
+  elif bash "$ROOT/kubetest/node/cluster.sh" down "$dir" >&2 && [[ $status -eq 0 ]]; then
     rm -rf "$dir"
   else
-    echo "bench: cluster kept: KUBECONFIG=$dir/kubeconfig (stop: kubetest/node/cluster.sh down $dir)" >&2
+    echo "bench: logs kept in $dir/logs" >&2
   fi
 }
 trap cleanup EXIT
@@ -77,10 +82,12 @@ for key in ca.crt tls.crt tls.key; do
   k get secret -n "$NS" kruntimes-internal-gateway -o jsonpath="{.data.${key//./\\.}}" | base64 -d >"$dir/internal/$key"
 done
 chmod 600 "$dir/internal/tls.key"
-token="$(k create token caller -n bench --audience kruntimes-gateway --duration 2h)"
+# The token goes to the bench through its environment, never its command line (ps shows that).
+KRUNTIMES_BENCH_TOKEN="$(k create token caller -n bench --audience kruntimes-gateway --duration 2h)"
+export KRUNTIMES_BENCH_TOKEN
 
 echo "bench: node $NODE_IP, gateway https://$HOST:$PORT (NodePort), owner $pod ($pod_ip)" >&2
 "$bench" --gateway "https://$HOST:$PORT" --resolve "$HOST:$PORT:$NODE_IP" --ca "$dir/public-ca.crt" \
-  --token "$token" --endpoint "/v1/namespaces/bench/runtimes/python/runs/$uid:invoke" \
+  --endpoint "/v1/namespaces/bench/runtimes/python/runs/$uid:invoke" \
   --direct "$pod_ip:7443" --internal-pki "$dir/internal" --owner-pod-uid "$pod_uid" --attempt "$attempt" \
   "$@"

@@ -36,8 +36,9 @@ pub struct Args {
     /// CA bundle of an existing gateway.
     #[arg(long)]
     pub ca: Option<PathBuf>,
-    /// Bearer token for an existing gateway.
-    #[arg(long)]
+    /// Bearer token for an existing gateway (or `KRUNTIMES_BENCH_TOKEN`,
+    /// which keeps it off the command line).
+    #[arg(long, env = "KRUNTIMES_BENCH_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
     /// Invoke path of an echo Run on an existing gateway (`/v1/namespaces/…:invoke`).
     #[arg(long)]

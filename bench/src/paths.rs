@@ -159,25 +159,16 @@ pub fn direct(
     fence: &Fence,
     body: &[u8],
 ) -> anyhow::Result<HttpTarget> {
-    let pairs = direct_headers(fence);
-    Ok(HttpTarget {
-        client: client(
-            &pki.file("internal-ca.crt"),
-            Some((
-                &pki.file("gateway-client.crt"),
-                &pki.file("gateway-client.key"),
-            )),
-            Some(owner),
-        )?,
-        url: format!(
-            "https://runtimed.kruntimes.internal:{}{}",
-            owner.port(),
-            fence.path()
-        )
-        .into(),
-        headers: Arc::new(headers(&pairs)?),
-        body: body.into(),
-    })
+    direct_with(
+        &pki.file("internal-ca.crt"),
+        (
+            &pki.file("gateway-client.crt"),
+            &pki.file("gateway-client.key"),
+        ),
+        owner,
+        fence,
+        body,
+    )
 }
 
 /// Straight to a runtimed with an identity from any files (a cluster's
