@@ -25,9 +25,7 @@ use std::path::Path;
 
 use anyhow::Context as _;
 use k8s_openapi::ByteString;
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kruntimes_api::Runtime;
 use kruntimes_certs::install::{CONTROL_PLANE_NAME, GATEWAY_CLIENT_NAME, RUNTIMED_SERVER_NAME};
 use kruntimes_certs::managed::{self, CaStep, Decision, Held, Lifetimes};
@@ -35,6 +33,11 @@ use kruntimes_certs::{Ca, LeafSpec};
 use kube::ResourceExt as _;
 use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 use time::OffsetDateTime;
+
+mod owners;
+
+pub use owners::Owners;
+use owners::adopt;
 
 /// The label on every object this module writes.
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "kruntimes-operator");
@@ -125,72 +128,6 @@ fn text(s: &Secret, key: &str) -> String {
         .unwrap_or_default()
 }
 
-/// The owners the operator's objects should have: `add` (kept once, after
-/// the owners already there) and none of those `drop` matches; every other
-/// owner is kept, in order.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Owners {
-    /// Owners every object should carry.
-    pub add: Vec<OwnerReference>,
-    /// `(kind, name)` of owners to remove; a `None` name: every one of that kind.
-    pub drop: Vec<(String, Option<String>)>,
-}
-
-impl Owners {
-    /// `held` as it should be, or `None` when it is already.
-    pub fn apply(&self, held: &[OwnerReference]) -> Option<Vec<OwnerReference>> {
-        let mut all: Vec<OwnerReference> =
-            held.iter().filter(|o| !self.drops(o)).cloned().collect();
-        for o in &self.add {
-            if !all.iter().any(|h| h.uid == o.uid) {
-                all.push(o.clone());
-            }
-        }
-        (all != held).then_some(all)
-    }
-
-    fn drops(&self, o: &OwnerReference) -> bool {
-        self.drop
-            .iter()
-            .any(|(kind, name)| o.kind == *kind && name.as_ref().is_none_or(|n| *n == o.name))
-    }
-}
-
-/// A reference to `kind` `name` (`uid`) that the garbage collector follows
-/// and nothing else (no controller, no blocking of its deletion).
-fn owner_ref(api_version: &str, kind: &str, name: &str, uid: &str) -> OwnerReference {
-    OwnerReference {
-        api_version: api_version.into(),
-        kind: kind.into(),
-        name: name.into(),
-        uid: uid.into(),
-        ..Default::default()
-    }
-}
-
-/// Makes the owners of `held` what `owners` says (a Secret or ConfigMap
-/// written before they were known, by an older operator, or before
-/// `keep_after_uninstall` changed): the object read, replaced at its
-/// `resourceVersion` (the chart grants `update` by name, never `patch`).
-async fn adopt<K>(api: &Api<K>, held: &K, owners: &Owners) -> anyhow::Result<()>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    let Some(all) = owners.apply(held.meta().owner_references.as_deref().unwrap_or_default())
-    else {
-        return Ok(());
-    };
-    let name = held.name_any();
-    let mut object = held.clone();
-    let count = all.len();
-    object.meta_mut().owner_references = (!all.is_empty()).then_some(all);
-    api.replace(&name, &PostParams::default(), &object)
-        .await
-        .with_context(|| format!("set the owners of {name}"))?;
-    tracing::info!(object = %name, owners = count, "owners set");
-    Ok(())
-}
-
 fn secret(
     namespace: &str,
     name: &str,
@@ -200,16 +137,15 @@ fn secret(
     owners: &Owners,
 ) -> Secret {
     let held_owners = held
-        .and_then(|s| s.metadata.owner_references.clone())
+        .and_then(|s| s.metadata.owner_references.as_deref())
         .unwrap_or_default();
-    let owner_references = owners.apply(&held_owners).unwrap_or(held_owners);
     Secret {
         metadata: ObjectMeta {
             name: Some(name.into()),
             namespace: Some(namespace.into()),
             labels: Some(BTreeMap::from([(MANAGED_BY.0.into(), MANAGED_BY.1.into())])),
             resource_version: held.and_then(|s| s.metadata.resource_version.clone()),
-            owner_references: (!owner_references.is_empty()).then_some(owner_references),
+            owner_references: owners.resolved(held_owners),
             ..Default::default()
         },
         type_: Some(
@@ -431,7 +367,7 @@ pub async fn ensure_at(
     let mut out = Ensured::default();
     let api: Api<Secret> = Api::namespaced(client.clone(), &cfg.namespace);
     let days = cfg.lifetimes.leaf_days;
-    let owners = own_owners(client, cfg, &mut out).await?;
+    let owners = owners::release_owners(client, cfg, &mut out).await?;
 
     let public_bundle = match cfg.public {
         PublicTls::Managed => {
@@ -530,31 +466,8 @@ pub async fn ensure_at(
         // Elsewhere, the Runtimes that need it own it: it goes with the last.
         let ns_owners = if *ns == cfg.namespace {
             owners.clone()
-        } else if cfg.owner_deployment.is_none() {
-            Owners::default()
-        } else if cfg.keep_after_uninstall {
-            Owners {
-                add: Vec::new(),
-                drop: vec![("Runtime".into(), None)],
-            }
         } else {
-            Owners {
-                add: runtimes
-                    .items
-                    .iter()
-                    .filter(|r| r.namespace().as_deref() == Some(ns.as_str()))
-                    .filter_map(|r| {
-                        let uid = r.uid()?;
-                        Some(owner_ref(
-                            "kruntimes.io/v1alpha1",
-                            "Runtime",
-                            &r.name_any(),
-                            &uid,
-                        ))
-                    })
-                    .collect(),
-                drop: Vec::new(),
-            }
+            owners::namespace_owners(cfg, &runtimes.items, ns)
         };
         let done = ensure_leaf(
             client,
@@ -587,45 +500,6 @@ pub async fn ensure_at(
     }
     out.public_bundle = public_bundle;
     Ok(out)
-}
-
-/// The owners of what is written in the operator's namespace: its
-/// Deployment, when one is named and found (a warning otherwise: the pass
-/// goes on, and what it writes outlives the installation until a later pass
-/// finds the Deployment).
-async fn own_owners(
-    client: &kube::Client,
-    cfg: &ManagedTls,
-    out: &mut Ensured,
-) -> anyhow::Result<Owners> {
-    let Some(name) = &cfg.owner_deployment else {
-        return Ok(Owners::default());
-    };
-    if cfg.keep_after_uninstall {
-        return Ok(Owners {
-            add: Vec::new(),
-            drop: vec![("Deployment".into(), Some(name.clone()))],
-        });
-    }
-    let found = Api::<Deployment>::namespaced(client.clone(), &cfg.namespace)
-        .get_opt(name)
-        .await
-        .with_context(|| format!("read Deployment {name}"))?;
-    match found.and_then(|d| d.uid()) {
-        Some(uid) => Ok(Owners {
-            add: vec![owner_ref("apps/v1", "Deployment", name, &uid)],
-            drop: Vec::new(),
-        }),
-        None => {
-            let why = format!(
-                "the owner Deployment {}/{name} was not found: what the operator writes is not removed with it",
-                cfg.namespace
-            );
-            tracing::warn!(deployment = %name, "{why}");
-            out.warnings.push(why);
-            Ok(Owners::default())
-        }
-    }
 }
 
 /// The `ca.crt` of the provided gateway Secret, or why there is none.
@@ -677,10 +551,8 @@ async fn publish_bundle(
     cm.data
         .get_or_insert_with(BTreeMap::new)
         .insert("ca.crt".into(), bundle.to_owned());
-    let held_owners = cm.metadata.owner_references.clone().unwrap_or_default();
-    if let Some(all) = owners.apply(&held_owners) {
-        cm.metadata.owner_references = Some(all);
-    }
+    cm.metadata.owner_references =
+        owners.resolved(cm.metadata.owner_references.as_deref().unwrap_or_default());
     if cm.metadata.resource_version.is_some() {
         api.replace(name, &PostParams::default(), &cm).await?;
     } else {
@@ -710,68 +582,4 @@ pub async fn write_own(client: &kube::Client, cfg: &ManagedTls, dir: &Path) -> a
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn r(uid: &str) -> OwnerReference {
-        owner_ref("apps/v1", "Deployment", "op", uid)
-    }
-
-    fn add(refs: &[OwnerReference]) -> Owners {
-        Owners {
-            add: refs.to_vec(),
-            drop: Vec::new(),
-        }
-    }
-
-    fn uids(refs: &[OwnerReference]) -> Vec<&str> {
-        refs.iter().map(|o| o.uid.as_str()).collect()
-    }
-
-    #[test]
-    fn owners_already_held_need_nothing() {
-        assert_eq!(add(&[r("a")]).apply(&[r("a")]), None);
-        assert_eq!(add(&[r("a")]).apply(&[r("x"), r("a")]), None);
-        assert_eq!(add(&[]).apply(&[]), None);
-        assert_eq!(add(&[]).apply(&[r("x")]), None);
-    }
-
-    #[test]
-    fn missing_owners_are_added_after_the_held_ones_in_order() {
-        let all = add(&[r("a"), r("x"), r("b")]).apply(&[r("x")]).unwrap();
-        assert_eq!(uids(&all), ["x", "a", "b"]);
-        assert_eq!(add(&[r("a")]).apply(&[]).unwrap(), [r("a")]);
-    }
-
-    #[test]
-    fn dropped_owners_go_and_every_other_stays() {
-        let runtime = owner_ref("kruntimes.io/v1alpha1", "Runtime", "python", "rt");
-        let other = owner_ref("apps/v1", "Deployment", "someone-else", "other");
-        let held = [r("a"), runtime.clone(), other.clone()];
-        let by_name = Owners {
-            add: Vec::new(),
-            drop: vec![("Deployment".into(), Some("op".into()))],
-        };
-        assert_eq!(uids(&by_name.apply(&held).unwrap()), ["rt", "other"]);
-        let every_runtime = Owners {
-            add: Vec::new(),
-            drop: vec![("Runtime".into(), None)],
-        };
-        assert_eq!(uids(&every_runtime.apply(&held).unwrap()), ["a", "other"]);
-        // Nothing to drop: unchanged.
-        assert_eq!(by_name.apply(&[runtime, other]), None);
-    }
-
-    #[test]
-    fn an_owner_reference_neither_controls_nor_blocks_deletion() {
-        let o = r("a");
-        assert_eq!((o.controller, o.block_owner_deletion), (None, None));
-        assert_eq!(
-            (o.api_version.as_str(), o.kind.as_str()),
-            ("apps/v1", "Deployment")
-        );
-    }
 }
