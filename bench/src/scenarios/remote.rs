@@ -33,19 +33,7 @@ pub(super) async fn run(args: &Args, sizes: &Sizes, gateway: &str) -> anyhow::Re
     let token = token.clone();
     let call = move || invoke(client.clone(), url.clone(), token.clone());
     let mut report = Report::default();
-    let (rec, el) = load::sequential(sizes.warmup, sizes.requests, &call, || {}).await;
-    report.scenarios.insert("gateway".into(), rec.summary(el));
-    let (rec, el) = load::open_loop(
-        sizes.rate,
-        sizes.open_requests,
-        MAX_OUTSTANDING,
-        call,
-        || {},
-    )
-    .await;
-    report
-        .scenarios
-        .insert("open-gateway".into(), rec.summary(el));
+    measure(&mut report, "gateway", sizes, call).await;
     if let Some(owner) = args.direct {
         let fence = fence(endpoint, args)?;
         let pki = args.internal_pki.as_ref().context("--internal-pki")?;
@@ -60,24 +48,33 @@ pub(super) async fn run(args: &Args, sizes: &Sizes, gateway: &str) -> anyhow::Re
             let t = target.clone();
             async move { t.call().await }
         };
-        let (rec, el) = load::sequential(sizes.warmup, sizes.requests, &call, || {}).await;
-        report.scenarios.insert("direct".into(), rec.summary(el));
-        let (rec, el) = load::open_loop(
-            sizes.rate,
-            sizes.open_requests,
-            MAX_OUTSTANDING,
-            call,
-            || {},
-        )
-        .await;
-        report
-            .scenarios
-            .insert("open-direct".into(), rec.summary(el));
+        measure(&mut report, "direct", sizes, call).await;
     }
     super::summary::derive(&report.scenarios, &mut report.summary);
     // Only what a cluster run measures (no baselines, no interpreter paths).
     report.summary.retain(|_, v| !v.is_null());
     Ok(report)
+}
+
+/// Records `name` (sequential) and `open-name` (open loop) of `call`.
+async fn measure<F, Fut>(report: &mut Report, name: &str, sizes: &Sizes, call: F)
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Outcome> + Send + 'static,
+{
+    let (rec, el) = load::sequential(sizes.warmup, sizes.requests, &call, || {}).await;
+    report.scenarios.insert(name.into(), rec.summary(el));
+    let (rec, el) = load::open_loop(
+        sizes.rate,
+        sizes.open_requests,
+        MAX_OUTSTANDING,
+        call,
+        || {},
+    )
+    .await;
+    report
+        .scenarios
+        .insert(format!("open-{name}"), rec.summary(el));
 }
 
 /// `HOST:PORT:ADDR` → (`HOST`, `ADDR:PORT`).
