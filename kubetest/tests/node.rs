@@ -27,9 +27,7 @@ static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 async fn a_function_run_is_invoked_from_a_client_pod_and_through_a_node_port() {
     let _turn = TURN.lock().await;
     let k = Installed::new(&[]).await;
-    k.namespace("team-a");
-    let uid = k.function_run("team-a", "hello").await;
-    k.service_account("team-a", "bot", Some("run-invoker"));
+    let Invoker { path, token, .. } = k.invoker("hello").await;
     k.service_account("team-a", "stranger", None);
 
     // The Run's own status names the endpoint and the CA bundle, as callers in
@@ -39,7 +37,6 @@ async fn a_function_run_is_invoked_from_a_client_pod_and_through_a_node_port() {
         .as_str()
         .unwrap()
         .to_owned();
-    let path = format!("/v1/namespaces/team-a/runtimes/python/runs/{uid}:invoke");
     assert_eq!(url, format!("https://{GATEWAY_HOST}{path}"));
     assert_eq!(run["status"]["endpoint"]["caBundle"], b64(k.ca_bundle()));
 
@@ -69,7 +66,6 @@ async fn a_function_run_is_invoked_from_a_client_pod_and_through_a_node_port() {
     assert_eq!(out["invoke"]["json"]["error"]["code"], "Unauthenticated");
 
     // The host, through the NodePort on the node's address.
-    let token = k.token("team-a", "bot");
     let host = k.host_client();
     let (status, body) = k
         .host_invoke(&host, &path, &token, json!({"name": "host"}))
@@ -191,11 +187,7 @@ spec:
 async fn an_owner_pod_deleted_is_replaced_and_the_run_moves_at_the_next_attempt() {
     let _turn = TURN.lock().await;
     let k = Installed::new(&[]).await;
-    k.namespace("team-a");
-    let uid = k.function_run("team-a", "mover").await;
-    k.service_account("team-a", "bot", Some("run-invoker"));
-    let path = format!("/v1/namespaces/team-a/runtimes/python/runs/{uid}:invoke");
-    let token = k.token("team-a", "bot");
+    let Invoker { uid, path, token } = k.invoker("mover").await;
     let host = k.host_client();
     assert_eq!(k.host_invoke(&host, &path, &token, json!({})).await.0, 200);
 
@@ -277,11 +269,7 @@ async fn an_owner_pod_deleted_is_replaced_and_the_run_moves_at_the_next_attempt(
 async fn rollout_restarts_of_the_gateway_and_the_operator_lose_no_ready_run() {
     let _turn = TURN.lock().await;
     let k = Installed::new(&[]).await;
-    k.namespace("team-a");
-    let uid = k.function_run("team-a", "steady").await;
-    k.service_account("team-a", "bot", Some("run-invoker"));
-    let path = format!("/v1/namespaces/team-a/runtimes/python/runs/{uid}:invoke");
-    let token = k.token("team-a", "bot");
+    let Invoker { path, token, .. } = k.invoker("steady").await;
     let before = k.run("team-a", "steady");
 
     for deployment in [GATEWAY, OPERATOR] {
@@ -350,11 +338,7 @@ async fn chart_managed_certificates_rotated_early_keep_callers_working() {
     // The operator checks every 10 s (the least the chart allows), so a removed
     // leaf is reissued within seconds.
     let k = Installed::new(&["--set", "tls.certificateCheckSeconds=10"]).await;
-    k.namespace("team-a");
-    let uid = k.function_run("team-a", "steady").await;
-    k.service_account("team-a", "bot", Some("run-invoker"));
-    let path = format!("/v1/namespaces/team-a/runtimes/python/runs/{uid}:invoke");
-    let token = k.token("team-a", "bot");
+    let Invoker { path, token, .. } = k.invoker("steady").await;
     let before = k.run("team-a", "steady");
     let bundle = k.ca_bundle();
     let serving = k.secret_serial(&format!("{FULLNAME}-gateway-tls"));
@@ -432,11 +416,7 @@ async fn chart_managed_certificates_rotated_early_keep_callers_working() {
 async fn network_policies_upgrade_and_uninstall() {
     let _turn = TURN.lock().await;
     let k = Installed::new(&[]).await;
-    k.namespace("team-a");
-    let uid = k.function_run("team-a", "hello").await;
-    k.service_account("team-a", "bot", Some("run-invoker"));
-    let path = format!("/v1/namespaces/team-a/runtimes/python/runs/{uid}:invoke");
-    let token = k.token("team-a", "bot");
+    let Invoker { path, token, .. } = k.invoker("hello").await;
 
     // helm upgrade with changed values: one gateway, two warm Python Pods,
     // network policies on (the API server's endpoint is the node's address).

@@ -39,6 +39,15 @@ pub struct Installed {
     client_pods: std::sync::atomic::AtomicUsize,
 }
 
+/// A Run in `team-a` and a caller allowed to invoke it ([`Installed::invoker`]).
+pub struct Invoker {
+    pub uid: String,
+    /// Its invoke path.
+    pub path: String,
+    /// A token of `team-a:bot` for the gateway's audience.
+    pub token: String,
+}
+
 /// The values every install and upgrade passes.
 const BASE_VALUES: [&str; 4] = [
     "--set",
@@ -150,6 +159,19 @@ spec:
             .unwrap();
         let run = self.wait_ready(namespace, name).await;
         run["metadata"]["uid"].as_str().unwrap().to_owned()
+    }
+
+    /// Namespace `team-a`, the Python function Run `name` there (Ready), and
+    /// ServiceAccount `bot` allowed to invoke it: what most tests start from.
+    pub async fn invoker(&self, name: &str) -> Invoker {
+        self.namespace("team-a");
+        let uid = self.function_run("team-a", name).await;
+        self.service_account("team-a", "bot", Some("run-invoker"));
+        Invoker {
+            path: format!("/v1/namespaces/team-a/runtimes/python/runs/{uid}:invoke"),
+            uid,
+            token: self.token("team-a", "bot"),
+        }
     }
 
     pub fn run(&self, namespace: &str, name: &str) -> Value {
