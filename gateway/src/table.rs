@@ -225,6 +225,11 @@ impl Table {
                 "owner registration attempt does not match",
             ));
         }
+        if r.phase == Phase::Scheduled as i32 || r.phase == Phase::Running as i32 {
+            // The control plane already says Ready; the owner's own word
+            // is on its way (or the owner is between two states): settle.
+            return Err(RouteError::Settling("owner registration is not ready yet"));
+        }
         if r.phase != Phase::Ready as i32 {
             return Err(RouteError::NotReady("owner registration is not ready"));
         }

@@ -78,6 +78,22 @@ fn runs_on_their_way_settle_and_draining_registrations_are_not_ready() {
         t.route("default", "python", "u1", now),
         Err(RouteError::Settling(_))
     ));
+    // The owner's registration still on its way to Ready while the
+    // control plane already says Ready: settling, not 503 at once.
+    for phase in [Phase::Scheduled, Phase::Running] {
+        t.apply_runtimed(
+            "a:1",
+            snap("pod-a", vec![assignment("u1", "pod-a", "a:1", 1, phase)]),
+            now,
+        );
+        assert!(
+            matches!(
+                t.route("default", "python", "u1", now),
+                Err(RouteError::Settling(_))
+            ),
+            "{phase:?}"
+        );
+    }
     t.apply_runtimed(
         "a:1",
         snap(
