@@ -40,6 +40,7 @@ const SH: &str = r#"
 greet() { printf '{"got": %s}\n' "$1"; }
 fail() { echo "boom" >&2; return 4; }
 nap() { sleep 2999 & echo $! >> pids; echo $$ >> pids; wait; }
+bytes() { LC_ALL=C; printf '{"len": %d, "tail": "%s"}' "${#1}" "$(printf '%s' "${1: -3}" | od -An -tx1 | tr -d ' \n')"; }
 "#;
 
 struct Fixture {
@@ -329,6 +330,29 @@ async fn bash_gets_the_payload_as_one_argument_never_as_source() {
         matches!(missing, Err(Error::Load(ref m)) if m.contains("does not define")),
         "{missing:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bash_gets_the_exact_payload_bytes_whatever_the_locale() {
+    let fx = fixture();
+    // The file sets a multibyte locale: the payload is still read by bytes.
+    let sh = format!("export LC_ALL=C.UTF-8\n{SH}");
+    let h = fx.register("bash", "hello.bytes", &sh).await;
+    for input in [
+        // Multibyte text, backslashes, trailing newlines (JSON whitespace).
+        "{\"n\": \"h\u{e9}llo \\\\ \\n\"}\n\n".to_owned(),
+        // Larger than any pipe buffer or bash read chunk.
+        format!("\"{}\"", "x".repeat(300_000)),
+        "[1]".to_owned(),
+    ] {
+        let out = fx.call(&h, &input, T).await.unwrap();
+        assert_eq!(out["len"], input.len(), "{}", &input[..input.len().min(40)]);
+        let tail: String = input.as_bytes()[input.len() - 3..]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(out["tail"], tail);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
