@@ -206,7 +206,8 @@ fn upstream(args: &Args) -> anyhow::Result<Upstream> {
 /// exits the process on shutdown).
 pub fn run(args: Args) -> anyhow::Result<()> {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    init_logging();
+    // The access log is written on the request path: buffered, off it.
+    let log_drops = kruntimes_support::init_buffered_logging();
     // Its memory holds the TLS keys and callers' tokens.
     kruntimes_support::confine::forbid_inspection()?;
     if args.https_listen.is_none() && args.http_listen.is_none() {
@@ -222,6 +223,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         kruntimes_support::listen::raise_open_file_limit(),
     );
     let metrics = Arc::new(Metrics::new()?);
+    metrics.watch_log_drops(log_drops);
     let table = Arc::new(RwLock::new(Table::new(Duration::from_secs(
         args.staleness_secs,
     ))));

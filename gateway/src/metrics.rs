@@ -5,7 +5,8 @@ use std::sync::atomic::Ordering;
 
 use kruntimes_support::listen::Stats;
 use prometheus::{
-    HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry,
 };
 
 /// The gateway's metrics.
@@ -33,7 +34,48 @@ pub struct Metrics {
     pub connections: IntCounterVec,
     /// Connections open now, by `listener`.
     pub open_connections: IntGaugeVec,
+    /// Log lines dropped because the log writer was behind.
+    pub log_lines_dropped: IntCounter,
+    /// The hot series, resolved once: an invoke's latency and its 200s.
+    pub invoke: HotSeries,
     listeners: std::sync::Mutex<Vec<(&'static str, Arc<Stats>)>>,
+    log_drops: std::sync::OnceLock<kruntimes_support::logbuf::Dropped>,
+}
+
+/// Series of the `invoke` route resolved at start, so the request path does
+/// not hash label values for them on every request.
+#[derive(Clone)]
+pub struct HotSeries {
+    /// `request_duration_seconds{route="invoke"}`.
+    pub latency: Histogram,
+    /// `requests_total{route="invoke",code="200"}`.
+    pub ok: IntCounter,
+}
+
+impl Metrics {
+    /// Counts one finished request of `route` with status `code` taking
+    /// `elapsed`.
+    pub fn observe(&self, route: &'static str, code: u16, elapsed: std::time::Duration) {
+        let secs = elapsed.as_secs_f64();
+        if route == "invoke" {
+            self.invoke.latency.observe(secs);
+            if code == 200 {
+                self.invoke.ok.inc();
+                return;
+            }
+        } else {
+            self.latency.with_label_values(&[route]).observe(secs);
+        }
+        self.requests
+            .with_label_values(&[route, code.to_string().as_str()])
+            .inc();
+    }
+
+    /// Reports `counter` (the log writer's dropped lines) as
+    /// `log_lines_dropped_total`.
+    pub fn watch_log_drops(&self, counter: kruntimes_support::logbuf::Dropped) {
+        let _ = self.log_drops.set(counter);
+    }
 }
 
 impl Metrics {
@@ -100,6 +142,15 @@ impl Metrics {
             Opts::new("open_connections", "Connections open now, by listener."),
             &["listener"],
         )?;
+        let log_lines_dropped = IntCounter::new(
+            "log_lines_dropped_total",
+            "Log lines dropped because the log writer was behind.",
+        )?;
+        let invoke = HotSeries {
+            latency: latency.with_label_values(&["invoke"]),
+            ok: requests.with_label_values(&["invoke", "200"]),
+        };
+        registry.register(Box::new(log_lines_dropped.clone()))?;
         registry.register(Box::new(connections.clone()))?;
         registry.register(Box::new(open_connections.clone()))?;
         registry.register(Box::new(auth_decisions.clone()))?;
@@ -122,7 +173,10 @@ impl Metrics {
             auth_api_latency,
             connections,
             open_connections,
+            log_lines_dropped,
+            invoke,
             listeners: std::sync::Mutex::default(),
+            log_drops: std::sync::OnceLock::new(),
         })
     }
 
@@ -153,6 +207,10 @@ impl Metrics {
     /// Text exposition format.
     pub fn render(&self) -> Vec<u8> {
         self.sync_listeners();
+        if let Some(drops) = self.log_drops.get() {
+            let c = &self.log_lines_dropped;
+            c.inc_by(drops.get().saturating_sub(c.get()));
+        }
         kruntimes_support::metrics::text(&self.registry)
     }
 }
@@ -166,8 +224,22 @@ mod tests {
         let m = Metrics::new().unwrap();
         m.requests.with_label_values(&["invoke", "200"]).inc();
         m.auth_cache.with_label_values(&["authn", "hit"]).inc();
+        m.observe("invoke", 200, std::time::Duration::from_millis(1));
+        m.observe("invoke", 503, std::time::Duration::from_millis(1));
+        m.observe("healthz", 200, std::time::Duration::from_millis(1));
         let text = String::from_utf8(m.render()).unwrap();
-        assert!(text.contains("kruntimes_gateway_requests_total{code=\"200\",route=\"invoke\"} 1"));
+        assert!(text.contains("kruntimes_gateway_requests_total{code=\"200\",route=\"invoke\"} 2"));
+        assert!(text.contains("kruntimes_gateway_requests_total{code=\"503\",route=\"invoke\"} 1"));
+        assert!(
+            text.contains("kruntimes_gateway_requests_total{code=\"200\",route=\"healthz\"} 1")
+        );
+        assert!(
+            text.contains("kruntimes_gateway_request_duration_seconds_count{route=\"invoke\"} 2")
+        );
+        assert!(
+            text.contains("kruntimes_gateway_request_duration_seconds_count{route=\"healthz\"} 1")
+        );
+        assert!(text.contains("kruntimes_gateway_log_lines_dropped_total 0"));
         assert!(text.contains("kruntimes_gateway_auth_cache_total"));
     }
 }

@@ -10,6 +10,7 @@
 pub mod confine;
 pub mod kube;
 pub mod listen;
+pub mod logbuf;
 pub mod metrics;
 
 /// JSON logs to stderr, filtered by `RUST_LOG` (default `info`). Calling it
@@ -22,6 +23,32 @@ pub fn init_logging() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .try_init();
+}
+
+/// [`init_logging`] for a process that logs on its request path (the
+/// gateway's access log): lines go through a [`logbuf::LogBuffer`],
+/// written to stderr in batches by a thread of their own, so a request
+/// never waits on a write nor wakes a thread. Returns the counter of lines
+/// dropped when the buffer was full.
+pub fn init_buffered_logging() -> logbuf::Dropped {
+    let buf = logbuf::LogBuffer::new(logbuf::MAX_PENDING);
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let installed = tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(filter)
+        .with_writer(buf.clone())
+        .try_init()
+        .is_ok();
+    if installed
+        && buf
+            .drain_to(std::io::stderr(), logbuf::FLUSH_EVERY)
+            .is_err()
+    {
+        // No thread to write with: nothing will be logged. Say so once.
+        eprintln!("kruntimes: cannot start the log writer thread; logs are lost");
+    }
+    buf.dropped()
 }
 
 /// Resolves on SIGTERM or Ctrl-C.

@@ -353,14 +353,7 @@ impl ProxyHttp for Gateway {
     async fn logging(&self, session: &mut Session, _e: Option<&Error>, ctx: &mut Self::CTX) {
         let code = session.response_written().map_or(0, |r| r.status.as_u16());
         let elapsed = ctx.started.elapsed();
-        self.metrics
-            .requests
-            .with_label_values(&[ctx.route_label, &code.to_string()])
-            .inc();
-        self.metrics
-            .latency
-            .with_label_values(&[ctx.route_label])
-            .observe(elapsed.as_secs_f64());
+        self.metrics.observe(ctx.route_label, code, elapsed);
         if self.access_log && ctx.route_label == "invoke" {
             let facts = &ctx.facts;
             tracing::info!(

@@ -1,0 +1,168 @@
+//! A log writer for processes that log on their request path (the
+//! gateway's access log): a line is copied into a shared buffer where it is
+//! logged, and a thread of its own writes the buffer out every
+//! [`FLUSH_EVERY`] — one write for many lines, and no wake-up per line.
+//!
+//! Bounded: past [`MAX_PENDING`] bytes waiting, new lines are dropped (a
+//! flood must neither grow memory nor stall requests on a slow disk) and
+//! counted ([`Dropped`]). A line reaches the output within about
+//! [`FLUSH_EVERY`]; what is still pending when the process exits is lost.
+//! Lines are never split: each `write` of the formatter is one whole line.
+
+use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How often pending lines are written out.
+pub const FLUSH_EVERY: Duration = Duration::from_millis(20);
+/// Bytes that may wait for the writer thread.
+pub const MAX_PENDING: usize = 4 << 20;
+
+/// Lines dropped because the buffer was full, for a metric.
+#[derive(Debug, Clone, Default)]
+pub struct Dropped(Arc<AtomicU64>);
+
+impl Dropped {
+    /// Lines dropped so far.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// The shared buffer; cloned into every event's writer.
+#[derive(Debug, Clone)]
+pub struct LogBuffer {
+    pending: Arc<Mutex<Vec<u8>>>,
+    max: usize,
+    dropped: Dropped,
+}
+
+impl LogBuffer {
+    /// A buffer holding at most `max` pending bytes, not yet drained.
+    pub fn new(max: usize) -> Self {
+        Self {
+            pending: Arc::default(),
+            max,
+            dropped: Dropped::default(),
+        }
+    }
+
+    /// The dropped-lines counter.
+    pub fn dropped(&self) -> Dropped {
+        self.dropped.clone()
+    }
+
+    /// Appends one line, or drops it when the buffer is full.
+    fn push(&self, line: &[u8]) {
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        if p.len() + line.len() > self.max {
+            self.dropped.0.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        p.extend_from_slice(line);
+    }
+
+    /// Takes what is pending, leaving `spare` (emptied) in its place.
+    fn take(&self, spare: &mut Vec<u8>) {
+        spare.clear();
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        std::mem::swap(&mut *p, spare);
+    }
+
+    /// Writes pending lines to `out` every `every`, forever, on a thread of
+    /// its own.
+    pub fn drain_to(
+        &self,
+        mut out: impl Write + Send + 'static,
+        every: Duration,
+    ) -> std::io::Result<()> {
+        let buf = self.clone();
+        std::thread::Builder::new()
+            .name("log-writer".into())
+            .spawn(move || {
+                let mut batch = Vec::new();
+                loop {
+                    std::thread::sleep(every);
+                    buf.take(&mut batch);
+                    if !batch.is_empty() {
+                        // Nowhere to report a failing stderr: the lines go.
+                        let _ = out.write_all(&batch).and_then(|()| out.flush());
+                    }
+                }
+            })
+            .map(drop)
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogBuffer {
+    type Writer = LineWriter<'a>;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        LineWriter { buf: self }
+    }
+}
+
+/// The writer of one event: the formatter writes the whole line at once.
+pub struct LineWriter<'a> {
+    buf: &'a LogBuffer,
+}
+
+impl Write for LineWriter<'_> {
+    fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
+        self.buf.push(line);
+        Ok(line.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_kept_whole_in_order_and_dropped_past_the_bound() {
+        let buf = LogBuffer::new(10);
+        buf.push(b"one\n");
+        buf.push(b"two\n");
+        buf.push(b"three\n"); // 8 + 6 > 10: dropped whole
+        buf.push(b"x\n");
+        assert_eq!(buf.dropped().get(), 1);
+        let mut out = Vec::new();
+        buf.take(&mut out);
+        assert_eq!(out, b"one\ntwo\nx\n");
+        // Room again once drained.
+        buf.push(b"three\n");
+        buf.take(&mut out);
+        assert_eq!(out, b"three\n");
+        assert_eq!(buf.dropped().get(), 1);
+    }
+
+    #[test]
+    fn the_writer_thread_writes_what_was_logged() {
+        #[derive(Clone, Default)]
+        struct Shared(Arc<Mutex<Vec<u8>>>);
+        impl Write for Shared {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buf = LogBuffer::new(MAX_PENDING);
+        let out = Shared::default();
+        buf.drain_to(out.clone(), Duration::from_millis(1)).unwrap();
+        let mut w = tracing_subscriber::fmt::MakeWriter::make_writer(&buf);
+        w.write_all(b"{\"a\":1}\n").unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while out.0.lock().unwrap().is_empty() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(*out.0.lock().unwrap(), b"{\"a\":1}\n");
+    }
+}
