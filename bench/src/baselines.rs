@@ -1,7 +1,9 @@
-//! nginx and HAProxy as TLS reverse proxies in front of the same runtimed,
-//! with the same certificates and keep-alive to the upstream, adding the same
-//! fencing headers (statically: they do no routing). The harness finds the
-//! binaries (or installs them with apt-get when asked) and writes configs.
+//! nginx, HAProxy and bare Pingora as TLS reverse proxies in front of the
+//! same runtimed, with the same certificates and keep-alive to the upstream,
+//! adding the same fencing headers (statically: they do no routing). The
+//! harness finds the binaries (or installs nginx and HAProxy with apt-get
+//! when asked; bare Pingora is `kruntimes-pingora-baseline`, built with the
+//! bench) and writes configs.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -14,7 +16,7 @@ use crate::paths::{Fence, Pki, direct_headers};
 
 /// A running baseline proxy.
 pub struct Baseline {
-    /// `nginx` or `haproxy`.
+    /// `nginx`, `haproxy` or `pingora`.
     pub name: &'static str,
     /// Base URL.
     pub url: String,
@@ -230,4 +232,42 @@ backend be
     let mut cmd = Command::new(bin);
     cmd.arg("-f").arg(&path).arg("-db");
     launch("haproxy", cmd, port)
+}
+
+/// Starts bare Pingora (`kruntimes-pingora-baseline`: the gateway's Pingora
+/// and TLS, HTTP/2 downstream, `upstream_protocol` with mTLS upstream, no
+/// auth, routing, limits or metrics).
+pub fn pingora(
+    bin: &Path,
+    pki: &Pki,
+    port: u16,
+    owner: SocketAddr,
+    fence: &Fence,
+    upstream_protocol: &str,
+) -> anyhow::Result<Baseline> {
+    let mut cmd = Command::new(bin);
+    cmd.arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--cert")
+        .arg(pki.file("gateway.crt"))
+        .arg("--key")
+        .arg(pki.file("gateway.key"))
+        .arg("--upstream")
+        .arg(owner.to_string())
+        .arg("--upstream-ca")
+        .arg(pki.file("internal-ca.crt"))
+        .arg("--client-cert")
+        .arg(pki.file("gateway-client.crt"))
+        .arg("--client-key")
+        .arg(pki.file("gateway-client.key"))
+        .arg("--server-name")
+        .arg("runtimed.kruntimes.internal")
+        .arg("--upstream-protocol")
+        .arg(upstream_protocol);
+    for (k, v) in direct_headers(fence) {
+        if k != "content-type" {
+            cmd.arg("--header").arg(format!("{k}={v}"));
+        }
+    }
+    launch("pingora", cmd, port)
 }

@@ -89,6 +89,14 @@ pub struct Args {
     /// No progress bar.
     #[arg(long)]
     pub no_progress: bool,
+    /// Closed-loop seconds per path (default 10; `--quick` 3).
+    #[arg(long)]
+    pub closed_secs: Option<u64>,
+    /// Run only these scenario groups (comma-separated): `sequential`,
+    /// `open-loop`, `closed-loop`, `sessions`, `interpreter`, `auth`,
+    /// `kube-auth`, `propagation`, `table`. Default: all of them.
+    #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(GROUPS))]
+    pub only: Vec<String>,
     /// Run the soak instead of the comparison: constant open-loop load on a
     /// function and a session Run with faults injected (see docs/benchmarks.md).
     #[arg(long)]
@@ -96,6 +104,26 @@ pub struct Args {
     /// How long the soak runs (`10m`, `90s`, …).
     #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
     pub duration: std::time::Duration,
+}
+
+/// The scenario groups `--only` selects from, in the order they run.
+pub const GROUPS: [&str; 9] = [
+    "sequential",
+    "open-loop",
+    "closed-loop",
+    "sessions",
+    "interpreter",
+    "auth",
+    "kube-auth",
+    "propagation",
+    "table",
+];
+
+impl Args {
+    /// Whether scenario group `group` runs.
+    pub fn runs(&self, group: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|g| g == group)
+    }
 }
 
 /// Sizes derived from the flags.
@@ -123,6 +151,10 @@ pub struct Sizes {
     pub table_entries: u64,
     /// Session operations per small scenario.
     pub session: u64,
+    /// Closed-loop time per path, after `closed_warmup`.
+    pub closed: std::time::Duration,
+    /// Closed-loop warm-up per path (not recorded).
+    pub closed_warmup: std::time::Duration,
 }
 
 impl Sizes {
@@ -141,6 +173,8 @@ impl Sizes {
             propagation: if q { 5 } else { 20 },
             table_entries: a.table_entries.unwrap_or(if q { 20_000 } else { 100_000 }),
             session: if q { 50 } else { 300 },
+            closed: std::time::Duration::from_secs(a.closed_secs.unwrap_or(if q { 3 } else { 10 })),
+            closed_warmup: std::time::Duration::from_secs(if q { 1 } else { 2 }),
         }
     }
 }

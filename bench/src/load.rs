@@ -209,27 +209,28 @@ where
     (rec, elapsed)
 }
 
-/// Closed loop: `workers` send back to back for `duration`.
+/// Closed loop: `workers` send back to back for `duration`; worker `i`
+/// calls `call(i)` (its own connection, say).
 pub async fn closed_loop<F, Fut>(
     workers: usize,
     duration: Duration,
     call: F,
 ) -> (Recorder, Duration)
 where
-    F: Fn() -> Fut + Send + Sync + 'static,
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Outcome> + Send + 'static,
 {
     let call = Arc::new(call);
     let start = Instant::now();
     let deadline = start + duration;
     let mut tasks = Vec::new();
-    for _ in 0..workers.max(1) {
+    for i in 0..workers.max(1) {
         let call = call.clone();
         tasks.push(tokio::spawn(async move {
             let mut rec = Recorder::new();
             while Instant::now() < deadline {
                 let t0 = Instant::now();
-                let out = call().await;
+                let out = call(i).await;
                 rec.record(t0.elapsed(), &out);
             }
             rec

@@ -34,15 +34,28 @@ impl Fence {
             self.namespace, self.runtime, self.uid
         )
     }
+
+    /// The status path of a session Run (a read its owner answers
+    /// concurrently, outside the session's operation queue).
+    pub fn session_path(&self) -> String {
+        format!(
+            "/v1/namespaces/{}/runtimes/{}/sessions/{}",
+            self.namespace, self.runtime, self.uid
+        )
+    }
 }
 
 /// A prepared HTTPS target: client, URL and the headers to send.
 #[derive(Clone)]
 pub struct HttpTarget {
     client: reqwest::Client,
+    /// How `client` was built, for [`HttpTarget::own_connection`].
+    spec: Arc<ClientSpec>,
     url: Arc<str>,
     headers: Arc<reqwest::header::HeaderMap>,
     body: Arc<[u8]>,
+    /// POST with `body`, or GET without one.
+    get: bool,
 }
 
 impl HttpTarget {
@@ -54,13 +67,12 @@ impl HttpTarget {
         {
             headers.insert(api::HEADER_INVOCATION_ID, v);
         }
-        send(
-            self.client
-                .post(&*self.url)
-                .headers(headers)
-                .body(self.body.to_vec()),
-        )
-        .await
+        let request = if self.get {
+            self.client.get(&*self.url)
+        } else {
+            self.client.post(&*self.url).body(self.body.to_vec())
+        };
+        send(request.headers(headers)).await
     }
 
     /// The same target with another bearer token.
@@ -78,6 +90,63 @@ impl HttpTarget {
 
 /// Sends `request` and reads the whole response body: its status, or the
 /// transport error.
+/// What a path's client is built from.
+#[derive(Debug)]
+struct ClientSpec {
+    ca: PathBuf,
+    identity: Option<(PathBuf, PathBuf)>,
+    resolve: Option<SocketAddr>,
+}
+
+impl ClientSpec {
+    fn build(&self) -> anyhow::Result<reqwest::Client> {
+        let identity = self
+            .identity
+            .as_ref()
+            .map(|(c, k)| (c.as_path(), k.as_path()));
+        client(&self.ca, identity, self.resolve)
+    }
+}
+
+impl HttpTarget {
+    fn new(
+        spec: ClientSpec,
+        url: String,
+        headers: reqwest::header::HeaderMap,
+        body: &[u8],
+    ) -> anyhow::Result<Self> {
+        Ok(Self {
+            client: spec.build()?,
+            spec: Arc::new(spec),
+            url: url.into(),
+            headers: Arc::new(headers),
+            body: body.into(),
+            get: false,
+        })
+    }
+
+    /// The session status read of `fence`'s Run on the same base (gateway,
+    /// proxy or owner): a GET.
+    pub fn session_status(&self, fence: &Fence) -> Self {
+        let base = self.url.split("/v1/").next().unwrap_or_default();
+        Self {
+            url: format!("{base}{}", fence.session_path()).into(),
+            body: Arc::from(&b""[..]),
+            get: true,
+            ..self.clone()
+        }
+    }
+
+    /// The same path over a client of its own: its own connection (clones
+    /// share one, multiplexed over HTTP/2).
+    pub fn own_connection(&self) -> anyhow::Result<Self> {
+        Ok(Self {
+            client: self.spec.build()?,
+            ..self.clone()
+        })
+    }
+}
+
 pub async fn send(request: reqwest::RequestBuilder) -> Outcome {
     let resp = request.send().await.map_err(|e| e.to_string())?;
     let status = resp.status().as_u16();
@@ -143,12 +212,17 @@ pub fn via_proxy(
     if let Some(t) = token {
         pairs.push(("authorization", format!("Bearer {t}")));
     }
-    Ok(HttpTarget {
-        client: client(&pki.file("public-ca.crt"), None, None)?,
-        url: format!("{base}{}", fence.path()).into(),
-        headers: Arc::new(headers(&pairs)?),
-        body: body.into(),
-    })
+    let spec = ClientSpec {
+        ca: pki.file("public-ca.crt"),
+        identity: None,
+        resolve: None,
+    };
+    HttpTarget::new(
+        spec,
+        format!("{base}{}", fence.path()),
+        headers(&pairs)?,
+        body,
+    )
 }
 
 /// Straight to the owner runtimed, presenting the gateway's client
@@ -180,17 +254,17 @@ pub fn direct_with(
     fence: &Fence,
     body: &[u8],
 ) -> anyhow::Result<HttpTarget> {
-    Ok(HttpTarget {
-        client: client(ca, Some(identity), Some(owner))?,
-        url: format!(
-            "https://runtimed.kruntimes.internal:{}{}",
-            owner.port(),
-            fence.path()
-        )
-        .into(),
-        headers: Arc::new(headers(&direct_headers(fence))?),
-        body: body.into(),
-    })
+    let spec = ClientSpec {
+        ca: ca.to_owned(),
+        identity: Some((identity.0.to_owned(), identity.1.to_owned())),
+        resolve: Some(owner),
+    };
+    let url = format!(
+        "https://runtimed.kruntimes.internal:{}{}",
+        owner.port(),
+        fence.path()
+    );
+    HttpTarget::new(spec, url, headers(&direct_headers(fence))?, body)
 }
 
 /// The fencing headers the gateway would add.

@@ -18,6 +18,8 @@ pub(super) struct Ctx {
     pub(super) report: Report,
     /// Progress over every recorded request of every scenario.
     pub(super) bar: ProgressBar,
+    /// Whether the baselines run (not `--no-baselines`).
+    pub(super) baselines: bool,
 }
 
 impl Ctx {
@@ -37,6 +39,7 @@ impl Ctx {
         let mut ctx = Self {
             report: Report::default(),
             bar,
+            baselines: !args.no_baselines,
         };
         let cfg = &mut ctx.report.config;
         cfg.insert("quick".into(), json!(args.quick));

@@ -77,11 +77,9 @@ impl Local {
                 Options {
                     runtimed: 2,
                     runs,
-                    // nginx and HAProxy run without access logs too.
-                    extra_args: ["--gateway-access-log".to_owned(), "false".to_owned()]
-                        .into_iter()
-                        .chain(extra)
-                        .collect(),
+                    // The gateway as `krt up` configures it (access log on);
+                    // nginx and HAProxy run without access logs.
+                    extra_args: extra,
                 },
             )
         })

@@ -2,7 +2,7 @@
 //! measured side by side on the same machine at the same time.
 //!
 //! One scenario a module, run in this order: `sequential`, `open_loop`
-//! (with the proxies' cost), `sessions`, `interpreter_per_call`,
+//! (with the proxies' cost), `closed_loop` (throughput), `sessions`, `interpreter_per_call`,
 //! `auth`, `kube_auth`, `propagation`, `table_scale`; then
 //! `summary` derives the headline figures. `remote` is the cluster mode.
 //! The rest is shared: the stack (`local`), the baselines in front of it
@@ -11,6 +11,7 @@
 //! (`support`).
 
 mod auth;
+mod closed_loop;
 mod context;
 mod extra_gateway;
 mod interpreter_per_call;
@@ -59,14 +60,33 @@ pub async fn run(args: &Args, sizes: &Sizes) -> anyhow::Result<Report> {
         proxies::start(&mut ctx, &local, args.install_baselines).await
     };
 
-    sequential::run(&mut ctx, &local, &proxies, sizes).await;
-    open_loop::run(&mut ctx, &local, &proxies, sizes).await;
-    sessions::run(&mut ctx, &local, sizes).await?;
-    interpreter_per_call::run(&mut ctx, &local, sizes).await?;
-    auth::run(&mut ctx, &local, sizes).await?;
-    kube_auth::run(&mut ctx, &local, sizes).await;
-    propagation::run(&mut ctx, &local, sizes).await?;
-    table_scale::run(&mut ctx, &local, sizes).await;
+    if args.runs("sequential") {
+        sequential::run(&mut ctx, &local, &proxies, sizes).await;
+    }
+    if args.runs("open-loop") {
+        open_loop::run(&mut ctx, &local, &proxies, sizes).await;
+    }
+    if args.runs("closed-loop") {
+        closed_loop::run(&mut ctx, &local, args.install_baselines, sizes).await;
+    }
+    if args.runs("sessions") {
+        sessions::run(&mut ctx, &local, sizes).await?;
+    }
+    if args.runs("interpreter") {
+        interpreter_per_call::run(&mut ctx, &local, sizes).await?;
+    }
+    if args.runs("auth") {
+        auth::run(&mut ctx, &local, sizes).await?;
+    }
+    if args.runs("kube-auth") {
+        kube_auth::run(&mut ctx, &local, sizes).await;
+    }
+    if args.runs("propagation") {
+        propagation::run(&mut ctx, &local, sizes).await?;
+    }
+    if args.runs("table") {
+        table_scale::run(&mut ctx, &local, sizes).await;
+    }
     ctx.bar.finish_and_clear();
 
     summary::derive(&ctx.report.scenarios, &mut ctx.report.summary);

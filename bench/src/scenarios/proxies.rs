@@ -1,19 +1,29 @@
-//! The nginx and HAProxy baselines in front of the owner runtimed, started
-//! and probed once; a proxy that is missing or does not answer 200 is
+//! The nginx, HAProxy and bare Pingora baselines in front of the owner
+//! runtimed, started and probed once; a proxy that is missing or does not answer 200 is
 //! reported as skipped.
+
+use std::net::SocketAddr;
 
 use super::BODY;
 use super::context::Ctx;
 use super::local::Local;
 use crate::baselines::{self, Baseline};
-use crate::paths::{self, HttpTarget};
+use crate::paths::{self, Fence, HttpTarget};
 
-/// Workers / threads of each baseline.
+/// Workers / threads of nginx and HAProxy (bare Pingora runs one thread,
+/// like the gateway of `krt up`).
 const THREADS: usize = 2;
+
+/// The upstream protocol of bare Pingora: the gateway's (HTTP/1.1 over
+/// pooled mTLS connections, docs/benchmarks.md).
+const UPSTREAM_PROTOCOL: &str = "h1";
+
+/// The baselines, in the order they are reported.
+pub(super) const NAMES: [&str; 3] = ["nginx", "haproxy", "pingora"];
 
 /// A baseline that answered its probe.
 pub(super) struct Proxy {
-    /// `nginx` or `haproxy`.
+    /// `nginx`, `haproxy` or `pingora`.
     pub(super) name: &'static str,
     /// The Python echo through it.
     pub(super) target: HttpTarget,
@@ -21,14 +31,28 @@ pub(super) struct Proxy {
     pub(super) baseline: Baseline,
 }
 
-/// Starts both baselines, keeping those that answer.
+/// Starts the baselines in front of the Python echo Run's owner, keeping
+/// those that answer.
 pub(super) async fn start(ctx: &mut Ctx, local: &Local, install: bool) -> Vec<Proxy> {
-    let started = ["nginx", "haproxy"].map(|name| (name, launch(local, name, install)));
+    start_for(ctx, local, local.owner, &local.py, install, |t| t).await
+}
+
+/// Starts the baselines in front of `owner`, adding `fence`'s headers; each
+/// proxy's target is `path` of its invoke path (the probe calls it).
+pub(super) async fn start_for(
+    ctx: &mut Ctx,
+    local: &Local,
+    owner: SocketAddr,
+    fence: &Fence,
+    install: bool,
+    path: impl Fn(HttpTarget) -> HttpTarget,
+) -> Vec<Proxy> {
+    let started = NAMES.map(|name| (name, launch(local, name, owner, fence, install)));
     let mut proxies = Vec::new();
     for (name, b) in started {
         let probed = b.and_then(|b| {
             Ok((
-                paths::via_proxy(&local.pki, &b.url, &local.py, None, BODY)?,
+                path(paths::via_proxy(&local.pki, &b.url, fence, None, BODY)?),
                 b,
             ))
         });
@@ -48,10 +72,25 @@ pub(super) async fn start(ctx: &mut Ctx, local: &Local, install: bool) -> Vec<Pr
 }
 
 /// Finds (or installs) and starts baseline `name` on a free port.
-fn launch(local: &Local, name: &str, install: bool) -> anyhow::Result<Baseline> {
+fn launch(
+    local: &Local,
+    name: &str,
+    owner: SocketAddr,
+    py: &Fence,
+    install: bool,
+) -> anyhow::Result<Baseline> {
     let port = kruntimes_testkit::free_port();
-    let dir = local.tmp.path().join(name);
-    let (pki, owner, py) = (&local.pki, local.owner, &local.py);
+    let dir = local.tmp.path().join(format!("{name}-{port}"));
+    let pki = &local.pki;
+    if name == "pingora" {
+        let bin = super::sibling("kruntimes-pingora-baseline");
+        anyhow::ensure!(
+            bin.exists(),
+            "{} not found: build it with `cargo build --release -p kruntimes-bench`",
+            bin.display()
+        );
+        return baselines::pingora(&bin, pki, port, owner, py, UPSTREAM_PROTOCOL);
+    }
     let b = baselines::ensure(name, name, install)?;
     match name {
         "nginx" => baselines::nginx(&b, &dir, pki, port, owner, py, THREADS),

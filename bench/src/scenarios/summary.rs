@@ -43,6 +43,7 @@ fn ratio(a: Option<u64>, b: Option<u64>) -> Value {
 /// Inserts every derived figure into `sum` (null where an input is missing).
 pub(super) fn derive(sc: &Scenarios, sum: &mut Figures) {
     proxies(sc, sum);
+    cpu(sum);
     python(sc, sum);
     auth(sc, sum);
 }
@@ -54,6 +55,7 @@ fn proxies(sc: &Scenarios, sum: &mut Figures) {
     let (g50, g99) = (open("open-gateway", p50), open("open-gateway", p99));
     let (n50, n99) = (open("open-nginx", p50), open("open-nginx", p99));
     let (h50, h99) = (open("open-haproxy", p50), open("open-haproxy", p99));
+    let (b50, b99) = (open("open-pingora", p50), open("open-pingora", p99));
     for (key, v) in [
         ("gateway_added_p50_us", g50),
         ("gateway_added_p99_us", g99),
@@ -61,9 +63,19 @@ fn proxies(sc: &Scenarios, sum: &mut Figures) {
         ("nginx_added_p99_us", n99),
         ("haproxy_added_p50_us", h50),
         ("haproxy_added_p99_us", h99),
+        ("pingora_added_p50_us", b50),
+        ("pingora_added_p99_us", b99),
     ] {
         sum.insert(key.into(), json!(v));
     }
+    // The best of the proxies one would put there instead (bare Pingora is
+    // a reference for Pingora's own cost, not one of them).
+    let best50 = [n50, h50].into_iter().flatten().min();
+    sum.insert(
+        "gateway_vs_best_baseline_added_p50_ratio".into(),
+        ratio(g50, best50),
+    );
+    sum.insert("gateway_vs_pingora_added_p50_ratio".into(), ratio(g50, b50));
     for (key, a, b) in [
         ("gateway_vs_nginx_added_p50_ratio", g50, n50),
         ("gateway_vs_nginx_added_p99_ratio", g99, n99),
@@ -79,6 +91,17 @@ fn proxies(sc: &Scenarios, sum: &mut Figures) {
     ] {
         sum.insert(key.into(), json!(added(sc, proxy, "direct-python", p50)));
     }
+}
+
+/// The gateway's CPU per request over nginx's, from the open-loop figures
+/// already in `sum`.
+fn cpu(sum: &mut Figures) {
+    let get = |k: &str| sum.get(k).and_then(Value::as_f64);
+    let r = match (get("gateway_cpu_ms_per_10k"), get("nginx_cpu_ms_per_10k")) {
+        (Some(g), Some(n)) if n > 0.0 => json!((g / n * 100.0).round() / 100.0),
+        _ => json!(null),
+    };
+    sum.insert("gateway_cpu_vs_nginx_ratio".into(), r);
 }
 
 /// The warm Python worker (through the gateway and direct) versus an

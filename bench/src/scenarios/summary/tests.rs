@@ -28,6 +28,7 @@ fn every_figure_is_derived_from_the_scenarios() {
         ("open-gateway", 300, 500),
         ("open-nginx", 200, 400),
         ("open-haproxy", 150, 100),
+        ("open-pingora", 140, 260),
         ("direct-python", 90, 150),
         ("gateway-python", 250, 400),
         ("nginx-python", 80, 100),
@@ -38,8 +39,16 @@ fn every_figure_is_derived_from_the_scenarios() {
         ("kube-auth-hit", 190, 320),
     ]);
     let mut sum = Figures::new();
+    sum.insert("gateway_cpu_ms_per_10k".into(), json!(1500.0));
+    sum.insert("nginx_cpu_ms_per_10k".into(), json!(1200.0));
     derive(&sc, &mut sum);
     let want = json!({
+        "gateway_cpu_ms_per_10k": 1500.0, "nginx_cpu_ms_per_10k": 1200.0,
+        "gateway_cpu_vs_nginx_ratio": 1.25,
+        "pingora_added_p50_us": 40, "pingora_added_p99_us": 60,
+        // The lower of nginx's and HAProxy's: HAProxy's 50.
+        "gateway_vs_best_baseline_added_p50_ratio": 4.0,
+        "gateway_vs_pingora_added_p50_ratio": 5.0,
         "gateway_added_p50_us": 200, "gateway_added_p99_us": 300,
         "nginx_added_p50_us": 100, "nginx_added_p99_us": 200,
         // Faster than direct counts as nothing added.
@@ -63,6 +72,6 @@ fn every_figure_is_derived_from_the_scenarios() {
 fn figures_of_scenarios_that_did_not_run_are_null() {
     let mut sum = Figures::new();
     derive(&Scenarios::new(), &mut sum);
-    assert_eq!(sum.len(), 28);
+    assert_eq!(sum.len(), 33);
     assert!(sum.values().all(Value::is_null), "{sum:?}");
 }

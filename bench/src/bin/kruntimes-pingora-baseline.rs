@@ -1,0 +1,144 @@
+//! `kruntimes-pingora-baseline`: bare Pingora in front of one runtimed —
+//! the same Pingora version and TLS stack as the gateway (rustls, HTTP/2
+//! downstream, mTLS to the owner), a static upstream and static fencing
+//! headers, and nothing else: no authentication, no routing table, no
+//! limits, no metrics, no access log. The bench runs it beside the gateway
+//! so the figures separate Pingora's own cost from the gateway's.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use clap::Parser;
+use pingora::http::RequestHeader;
+use pingora::listeners::tls::TlsSettings;
+use pingora::prelude::HttpPeer;
+use pingora::protocols::ALPN;
+use pingora::protocols::tls::CaType;
+use pingora::proxy::{ProxyHttp, Session};
+use pingora::server::Server;
+use pingora::server::configuration::ServerConf;
+use pingora::utils::tls::{CertKey, WrappedX509, parse_x509};
+
+/// Flags.
+#[derive(Debug, Parser)]
+struct Args {
+    /// Address of the HTTPS listener.
+    #[arg(long)]
+    listen: String,
+    /// Server certificate (PEM).
+    #[arg(long)]
+    cert: PathBuf,
+    /// Server key (PEM).
+    #[arg(long)]
+    key: PathBuf,
+    /// The owner runtimed.
+    #[arg(long)]
+    upstream: SocketAddr,
+    /// CA of the upstream's certificate.
+    #[arg(long)]
+    upstream_ca: PathBuf,
+    /// Client certificate presented upstream.
+    #[arg(long)]
+    client_cert: PathBuf,
+    /// Client key.
+    #[arg(long)]
+    client_key: PathBuf,
+    /// TLS server name of the upstream.
+    #[arg(long)]
+    server_name: String,
+    /// `NAME=VALUE` headers set on every forwarded request.
+    #[arg(long = "header")]
+    headers: Vec<String>,
+    /// Upstream protocol: `h1` or `h2`.
+    #[arg(long, default_value = "h1")]
+    upstream_protocol: String,
+    /// Worker threads.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+}
+
+/// The proxy: one static peer, static headers.
+struct Bare {
+    peer: HttpPeer,
+    headers: Vec<(String, String)>,
+}
+
+#[async_trait]
+impl ProxyHttp for Bare {
+    type CTX = ();
+
+    fn new_ctx(&self) {}
+
+    async fn upstream_peer(&self, _s: &mut Session, _c: &mut ()) -> pingora::Result<Box<HttpPeer>> {
+        Ok(Box::new(self.peer.clone()))
+    }
+
+    async fn upstream_request_filter(
+        &self,
+        _s: &mut Session,
+        upstream: &mut RequestHeader,
+        _c: &mut (),
+    ) -> pingora::Result<()> {
+        upstream.remove_header(&http::header::AUTHORIZATION);
+        for (k, v) in &self.headers {
+            upstream.insert_header(k.clone(), v.as_str())?;
+        }
+        Ok(())
+    }
+}
+
+fn pem_certs(path: &std::path::Path) -> anyhow::Result<Vec<Vec<u8>>> {
+    Ok(kruntimes_certs::load_certs(path)?
+        .iter()
+        .map(|c| c.as_ref().to_vec())
+        .collect())
+}
+
+fn main() -> anyhow::Result<()> {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let args = Args::parse();
+    let ca: Vec<WrappedX509> = kruntimes_certs::load_certs(&args.upstream_ca)?
+        .into_iter()
+        .map(|c| WrappedX509::new(c.as_ref().to_vec(), parse_x509))
+        .collect();
+    let key = kruntimes_certs::load_key(&args.client_key)?;
+    let mut peer = HttpPeer::new(args.upstream, true, args.server_name.clone());
+    peer.client_cert_key = Some(Arc::new(CertKey::new(
+        pem_certs(&args.client_cert)?,
+        key.secret_der().to_vec(),
+    )));
+    let o = &mut peer.options;
+    o.alpn = match args.upstream_protocol.as_str() {
+        "h2" => ALPN::H2,
+        _ => ALPN::H1,
+    };
+    o.ca = Some(Arc::<CaType>::from(ca));
+    o.connection_timeout = Some(Duration::from_secs(1));
+    o.idle_timeout = Some(Duration::from_secs(90));
+    o.max_h2_streams = 128;
+    let headers = args
+        .headers
+        .iter()
+        .filter_map(|h| h.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    let conf = ServerConf {
+        threads: args.threads,
+        ..ServerConf::default()
+    };
+    let mut server = Server::new_with_opt_and_conf(None, conf);
+    let mut proxy =
+        pingora::proxy::http_proxy_service(&server.configuration, Bare { peer, headers });
+    let mut tls = TlsSettings::intermediate(
+        &args.cert.display().to_string(),
+        &args.key.display().to_string(),
+    )?;
+    tls.enable_h2();
+    proxy.add_tls_with_settings(&args.listen, None, tls);
+    server.add_service(proxy);
+    server.bootstrap();
+    server.run_forever()
+}
