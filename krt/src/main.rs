@@ -18,11 +18,6 @@ mod up;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// mimalloc for every mode (the gateway allocates per request; glibc's
-/// allocator was a sixth of its CPU time, docs/benchmarks.md).
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use kruntimes_api::Phase;
