@@ -267,24 +267,19 @@ spec:
         pods["items"].as_array().map_or(0, Vec::len)
     }
 
+    /// The release's Pods of `component`, listed with `extra` kubectl flags.
+    fn component_pods(&self, component: &str, extra: &[&str]) -> Vec<serde_json::Value> {
+        let selector = format!("app.kubernetes.io/component={component}");
+        let mut args = vec!["get", "pods", "-n", NAMESPACE, "-l", &selector];
+        args.extend_from_slice(extra);
+        let pods = get_json(&self.node, &args);
+        pods["items"].as_array().cloned().unwrap_or_default()
+    }
+
     /// The Pod IPs of the release's running Pods of `component`.
     pub fn pod_ips(&self, component: &str) -> Vec<String> {
-        let pods = get_json(
-            &self.node,
-            &[
-                "get",
-                "pods",
-                "-n",
-                NAMESPACE,
-                "-l",
-                &format!("app.kubernetes.io/component={component}"),
-                "--field-selector=status.phase=Running",
-            ],
-        );
-        pods["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
+        self.component_pods(component, &["--field-selector=status.phase=Running"])
+            .iter()
             .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
             .filter_map(|p| p["status"]["podIP"].as_str().map(str::to_owned))
             .collect()
@@ -293,18 +288,7 @@ spec:
     /// Whether the release's Pods of `component` (`gateway`, `operator`) are
     /// as many as their Deployment wants, none of them terminating.
     pub fn only_current_pods(&self, component: &str) -> bool {
-        let pods = get_json(
-            &self.node,
-            &[
-                "get",
-                "pods",
-                "-n",
-                NAMESPACE,
-                "-l",
-                &format!("app.kubernetes.io/component={component}"),
-            ],
-        );
-        let pods = pods["items"].as_array().cloned().unwrap_or_default();
+        let pods = self.component_pods(component, &[]);
         let wanted = self.ready_replicas(&format!("{FULLNAME}-{component}")).0 as usize;
         pods.len() == wanted
             && pods
