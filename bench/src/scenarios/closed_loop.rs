@@ -8,11 +8,10 @@
 
 use std::sync::Arc;
 
-use anyhow::Context as _;
 use serde_json::json;
 
 use super::context::Ctx;
-use super::local::{Local, fence};
+use super::local::{Local, fence, owner_address};
 use super::proxies;
 use crate::Sizes;
 use crate::load;
@@ -34,11 +33,7 @@ async fn measure(ctx: &mut Ctx, local: &Local, install: bool, sizes: &Sizes) -> 
     ctx.bar.set_message("closed-loop");
     let sandbox = local.stack.wait_phase("sandbox", "Ready").await?;
     let sb = fence(&sandbox)?;
-    let pod = sandbox["assignedPod"].as_str().context("sandbox owner")?;
-    let owner = local.stack.processes()?[pod]["address"]
-        .as_str()
-        .context("sandbox owner address")?
-        .parse()?;
+    let owner = owner_address(&local.stack, &sandbox)?;
     let status = |t: HttpTarget| t.session_status(&sb);
     let mut paths: Vec<(String, HttpTarget)> = vec![
         (

@@ -90,14 +90,7 @@ impl Local {
             dir: stack.state_dir().join("pki"),
         };
         let procs = stack.processes()?;
-        let py_pod = stack.run("echo-py").context("echo-py status")?["assignedPod"]
-            .as_str()
-            .context("echo-py owner")?
-            .to_owned();
-        let owner: SocketAddr = procs[&py_pod]["address"]
-            .as_str()
-            .context("runtimed address")?
-            .parse()?;
+        let owner = owner_address(&stack, &stack.run("echo-py").context("echo-py status")?)?;
         let gateway_pid = procs["gateway"]["pid"].as_u64().context("gateway pid")? as u32;
         let control_plane = control_plane(&stack.state_dir())?;
         let gateway = paths::via_proxy(&pki, &stack.gateway, &py, Some(&stack.token), BODY)?;
@@ -131,6 +124,15 @@ pub(super) fn fence(run: &serde_json::Value) -> anyhow::Result<Fence> {
         namespace: run["namespace"].as_str().context("namespace")?.to_owned(),
         runtime: run["runtime"].as_str().context("runtime")?.to_owned(),
     })
+}
+
+/// The dataplane address of the runtimed that owns `run` (its status).
+pub(super) fn owner_address(stack: &Stack, run: &serde_json::Value) -> anyhow::Result<SocketAddr> {
+    let pod = run["assignedPod"].as_str().context("owner of the Run")?;
+    Ok(stack.processes()?[pod]["address"]
+        .as_str()
+        .context("runtimed address")?
+        .parse()?)
 }
 
 /// The control plane's address from the stack's `client.json`.
