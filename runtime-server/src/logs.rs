@@ -97,12 +97,12 @@ pub const TAIL_BYTES: usize = 512;
 pub struct Tail(Arc<Mutex<VecDeque<u8>>>);
 
 impl Tail {
-    fn push(&self, line: &[u8]) {
+    /// Appends bytes, keeping the last [`TAIL_BYTES`].
+    pub fn push(&self, line: &[u8]) {
         let mut t = self.0.lock().unwrap_or_else(|p| p.into_inner());
         t.extend(line);
-        while t.len() > TAIL_BYTES {
-            t.pop_front();
-        }
+        let excess = t.len().saturating_sub(TAIL_BYTES);
+        t.drain(..excess);
     }
 
     /// The tail as (lossy) text, trimmed.

@@ -205,6 +205,10 @@ pub fn invoke(req: pb::InvokeFunctionRequest) -> Result<Invoke> {
     if req.handle.is_empty() {
         return Err(invalid("handle is required"));
     }
+    // JSON never holds a raw NUL; a Bash variable cannot hold one at all.
+    if req.input.contains(&0) {
+        return Err(invalid("input holds a NUL byte, so it is not JSON"));
+    }
     Ok(Invoke {
         run_uid: run_uid(&req.run_uid)?,
         handle: req.handle,

@@ -85,8 +85,19 @@ fn request(runtime: &str, attempt: u64, handler: &str, source: &str) -> validate
 
 impl Fixture {
     async fn register(&self, runtime: &str, handler: &str, source: &str) -> String {
+        self.register_at(1, runtime, handler, source).await
+    }
+
+    /// Registers `attempt`, replacing a lower one.
+    async fn register_at(
+        &self,
+        attempt: u64,
+        runtime: &str,
+        handler: &str,
+        source: &str,
+    ) -> String {
         self.functions
-            .register(request(runtime, 1, handler, source))
+            .register(request(runtime, attempt, handler, source))
             .await
             .unwrap()
     }
@@ -408,4 +419,228 @@ async fn unregistering_stops_a_call_in_flight_and_its_tree() {
         "{err:?}"
     );
     assert_eq!(wait_gone(&pids, WITHIN).await, Vec::<i32>::new());
+}
+
+/// A file that sets strict options and state at its top level; the payload
+/// (a JSON string) names what a call does.
+const WARM: &str = r#"
+set -euo pipefail
+counter=0
+state() {
+    local before=$PWD opts=$-
+    counter=$((counter + 1))
+    cd /
+    set +e
+    trap 'echo "$BASHPID" >> "$OLDPWD/trapped"' EXIT
+    printf '{"counter": %d, "shell": %d, "pwd": "%s", "opts": "%s"}' "$counter" "$$" "$before" "$opts"
+}
+strict() { false; echo unreachable; }
+leave() {
+    sleep 3001 &
+    echo $! >> pids
+    setsid sleep 3002 &
+    echo $! >> pids
+    echo $$ >> pids
+}
+# Past the span a pid window is trusted for: the whole table is read.
+late_leave() { sleep 0.2; leave; }
+suicide() { kill $$; }
+slow() { sleep 0.5; printf '{"shell": %d}' "$$"; }
+main() { "${1//\"/}"; }
+"#;
+
+impl Fixture {
+    async fn register_warm(&self) -> String {
+        let h = self.register("bash", "warm.main", WARM).await;
+        assert!(self.functions.get(UID).unwrap().worker_running());
+        h
+    }
+}
+
+fn shell_of(out: &serde_json::Value) -> i32 {
+    out["shell"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("no shell in {out}")) as i32
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_bash_shell_keeps_globals_and_resets_directory_and_options() {
+    let fx = fixture();
+    let h = fx.register_warm().await;
+    let workdir = fx.dir.path().canonicalize().unwrap().join(UID);
+    let first = fx.call(&h, r#""state""#, T).await.unwrap();
+    let second = fx.call(&h, r#""state""#, T).await.unwrap();
+    assert_eq!(shell_of(&first), shell_of(&second), "one warm shell");
+    // Globals live as long as the warm shell, like a Python module's...
+    assert_eq!(
+        (&first["counter"], &second["counter"]),
+        (&1.into(), &2.into())
+    );
+    for out in [&first, &second] {
+        // ...but each call starts in the directory the file left, with the
+        // options the file set (`set +e` in one call does not reach the next).
+        assert_eq!(out["pwd"], workdir.to_str().unwrap(), "{out}");
+        assert!(out["opts"].as_str().unwrap().contains('e'), "{out}");
+    }
+    // An EXIT trap set in a call does not run as the call ends.
+    assert!(!workdir.join("trapped").exists());
+    // `set -e` from the file holds inside a call: the failure ends the shell
+    // with its status, and the next call gets a fresh shell.
+    let strict = fx.call(&h, r#""strict""#, T).await;
+    assert!(
+        matches!(strict, Err(Error::Invoke(InvokeError::Function { ref message, .. }))
+            if message.contains("exit status 1")),
+        "{strict:?}"
+    );
+    let third = fx.call(&h, r#""state""#, T).await.unwrap();
+    assert_eq!(third["counter"], 1);
+    assert_ne!(shell_of(&third), shell_of(&first));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn whatever_a_bash_call_leaves_running_dies_with_its_shell() {
+    let fx = fixture();
+    let h = fx.register_warm().await;
+    for (round, call) in [r#""leave""#, r#""late_leave""#].into_iter().enumerate() {
+        let before = shell_of(&fx.call(&h, r#""state""#, T).await.unwrap());
+        assert_eq!(fx.call(&h, call, T).await.unwrap(), "");
+        // A background job, a `setsid` escapee and the shell that ran them.
+        let pids = read_pids(&fx.pids(), 3 * (round + 1), WITHIN)
+            .await
+            .unwrap();
+        let pids = &pids[3 * round..];
+        assert!(pids.contains(&before), "{pids:?}");
+        assert_eq!(wait_gone(pids, WITHIN).await, Vec::<i32>::new());
+        // The next call gets a fresh shell.
+        let next = fx.call(&h, r#""state""#, T).await.unwrap();
+        assert!(!pids.contains(&shell_of(&next)), "{pids:?} {next}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bash_function_that_kills_its_shell_fails_and_the_next_call_is_served() {
+    let fx = fixture();
+    let h = fx.register_warm().await;
+    let err = fx.call(&h, r#""suicide""#, T).await.unwrap_err();
+    assert!(
+        matches!(err, Error::Invoke(InvokeError::Function { ref message, .. })
+            if message.contains("exit status 143")),
+        "{err:?}"
+    );
+    assert_eq!(fx.call(&h, r#""state""#, T).await.unwrap()["counter"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_bash_calls_each_get_a_shell_and_a_deadline_kills_only_its_own() {
+    let fx = fixture();
+    let h = fx.register_warm().await;
+    let slow = r#""slow""#;
+    let (a, b) = tokio::join!(fx.call(&h, slow, T), fx.call(&h, slow, T));
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_ne!(shell_of(&a), shell_of(&b), "two calls at once, two shells");
+    let late = fx.call(&h, slow, Duration::from_millis(100)).await;
+    assert!(
+        matches!(late, Err(Error::Invoke(InvokeError::Timeout(_)))),
+        "{late:?}"
+    );
+    let alive: Vec<i32> = wait_gone(&[shell_of(&a), shell_of(&b)], Duration::ZERO).await;
+    assert!(
+        !alive.is_empty(),
+        "the shells that served in time stay warm"
+    );
+    fx.call(&h, slow, T).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bash_file_that_shadows_builtins_and_sets_ifs_still_gets_its_payload() {
+    let fx = fixture();
+    let sh = r#"
+IFS=$'\n\t'
+set -u
+read() { return 7; }
+cd() { return 7; }
+echoarg() { builtin printf '%s' "$1"; }
+early() { printf '{"early": true}'; exit 0; }
+"#;
+    let h = fx.register("bash", "odd.echoarg", sh).await;
+    // Many calls: output written just before the answer is never lost.
+    for _ in 0..50 {
+        let out = fx.call(&h, r#"{"a": "b c", "d": [1]}"#, T).await.unwrap();
+        assert_eq!(out, serde_json::json!({"a": "b c", "d": [1]}));
+    }
+    // `exit 0` ends the shell, not the call's success.
+    let h = fx.register_at(2, "bash", "odd.early", sh).await;
+    for _ in 0..2 {
+        assert_eq!(fx.call(&h, "{}", T).await.unwrap()["early"], true);
+    }
+}
+
+/// The FIFO directories of Bash registrations beside the working directories.
+fn fifo_dirs(fx: &Fixture) -> Vec<String> {
+    let mut dirs: Vec<String> = std::fs::read_dir(fx.dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with(&format!(".{UID}.bash")))
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_bash_registration_never_takes_its_successors_fifos() {
+    let fx = fixture();
+    let old = fx.register_warm().await;
+    // The old registration's shell goes in the background (a call that left
+    // something behind), while its successor starts.
+    assert_eq!(fx.call(&old, r#""leave""#, T).await.unwrap(), "");
+    let new = fx.register_at(2, "bash", "warm.main", WARM).await;
+    for _ in 0..20 {
+        fx.call(&new, r#""state""#, T).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let dirs = fifo_dirs(&fx);
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    assert!(fx.functions.unregister(UID, &new).await);
+    assert_eq!(fifo_dirs(&fx), Vec::<String>::new());
+}
+
+/// A file whose top level keeps a process, exports everything and sets an
+/// idle timeout and an EXIT trap.
+const LIVELY: &str = r#"
+set -a
+TMOUT=1
+sleep 3003 &
+echo $! > "$PWD/../lively-top"
+trap 'echo exited >> "$PWD/../lively-exit"' EXIT
+shell() { sleep "${1//[^0-9.]/}"; printf '{"shell": %d}' "$$"; }
+big() { /bin/true; printf '{"len": %d, "shell": %d}' "${#1}" "$$"; }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_shell_outlives_idle_timeouts_and_keeps_what_its_file_started() {
+    let fx = fixture();
+    let h = fx.register("bash", "lively.shell", LIVELY).await;
+    let first = shell_of(&fx.call(&h, "0", T).await.unwrap());
+    // Longer than the file's TMOUT: the idle shell does not time out.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Longer than a trusted pid window: the whole table is read, and the
+    // top level's `sleep` is the shell's, not the call's.
+    let second = shell_of(&fx.call(&h, "0.2", T).await.unwrap());
+    assert_eq!(first, second, "one warm shell served both");
+    let top: i32 = std::fs::read_to_string(fx.dir.path().join("lively-top"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(wait_gone(&[top], Duration::ZERO).await, vec![top]);
+    // `set -a` does not export the payload: a large one still reaches a
+    // function that runs a program.
+    let h = fx.register_at(2, "bash", "lively.big", LIVELY).await;
+    let input = format!("\"{}\"", "x".repeat(200_000));
+    assert_eq!(fx.call(&h, &input, T).await.unwrap()["len"], input.len());
+    // Retiring the shells kills what the top level started, and never runs
+    // the file's EXIT trap.
+    assert!(fx.functions.unregister(UID, &h).await);
+    assert_eq!(wait_gone(&[top], WITHIN).await, Vec::<i32>::new());
+    assert!(!fx.dir.path().join("lively-exit").exists());
 }

@@ -20,6 +20,7 @@ fn escaping_tree(rest: &str) -> String {
          setsid bash -c 'sleep 301 & echo $! >> pids; exec sleep 302' & echo $! >> pids; \
          (sleep 303 & echo $! >> pids); \
          (setsid sleep 304 & echo $! >> pids) ; \
+         until [ \"$(wc -l < pids)\" -ge 5 ]; do sleep 0.01; done; \
          echo $$ >> pids; {rest}"
     )
 }

@@ -8,6 +8,7 @@
 //! descendant: an orphan is re-parented to the shim, not to init.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
@@ -23,6 +24,9 @@ pub struct Proc {
     pub ppid: i32,
     /// Exited, not yet reaped (`Z`) or dead (`X`): nothing to kill.
     pub dead: bool,
+    /// When it started, in clock ticks since boot: with the pid, it names
+    /// one process even across pid reuse.
+    pub start: u64,
 }
 
 /// Parses `/proc/PID/stat`. The command name may hold spaces and
@@ -30,13 +34,16 @@ pub struct Proc {
 pub fn parse_stat(text: &str) -> Option<Proc> {
     let (head, rest) = text.rsplit_once(')')?;
     let pid = head.split_once(" (")?.0.trim().parse().ok()?;
-    let mut fields = rest.split_whitespace();
-    let state = fields.next()?;
-    let ppid = fields.next()?.parse().ok()?;
+    let fields: Vec<&str> = rest.split_whitespace().take(20).collect();
+    let state = *fields.first()?;
+    let ppid = fields.get(1)?.parse().ok()?;
+    // Field 22 of the line, the 20th after the name.
+    let start = fields.get(19).and_then(|f| f.parse().ok()).unwrap_or(0);
     Some(Proc {
         pid,
         ppid,
         dead: state == "Z" || state == "X",
+        start,
     })
 }
 
@@ -71,14 +78,76 @@ pub fn snapshot() -> Vec<Proc> {
         return Vec::new();
     };
     dir.filter_map(Result::ok)
-        .filter(|e| {
-            e.file_name()
-                .to_str()
-                .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
-        })
-        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
-        .filter_map(|s| parse_stat(&s))
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .filter_map(stat)
         .collect()
+}
+
+/// One process, if it exists.
+pub fn stat(pid: i32) -> Option<Proc> {
+    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// The pids the kernel handed out between two readings of the last pid it
+/// gave ([`last_pid`]): every process created in between has one of them.
+/// Pids wrap around after `pid_max - 1`, so the window may wrap too; a
+/// window read across a full wrap cannot be told from an empty one, which
+/// is why callers only trust a window that spans a short time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PidWindow {
+    /// The last pid handed out before.
+    pub after: i32,
+    /// The last pid handed out after.
+    pub through: i32,
+    /// Pids are below this (`/proc/sys/kernel/pid_max`).
+    pub pid_max: i32,
+}
+
+impl PidWindow {
+    /// How many pids the window holds.
+    pub fn len(&self) -> usize {
+        let n = if self.through >= self.after {
+            self.through - self.after
+        } else {
+            self.pid_max - 1 - self.after + self.through
+        };
+        usize::try_from(n).unwrap_or(0)
+    }
+
+    /// Whether no pid was handed out.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The window's pids, in the order they were handed out.
+    pub fn pids(&self) -> impl Iterator<Item = i32> + use<> {
+        let (after, through, max) = (self.after, self.through, self.pid_max);
+        let (first, second) = if through >= after {
+            (after + 1..through + 1, 0..0)
+        } else {
+            (after + 1..max, 1..through + 1)
+        };
+        first.chain(second)
+    }
+}
+
+/// The last pid the kernel handed out in this pid namespace, and the
+/// namespace's bound on pids. `ns_last_pid` stays open (a call reads it
+/// twice); `pid_max` is read once.
+pub fn last_pid() -> Option<(i32, i32)> {
+    use std::os::unix::fs::FileExt as _;
+    static SOURCES: OnceLock<Option<(std::fs::File, i32)>> = OnceLock::new();
+    let (file, pid_max) = SOURCES
+        .get_or_init(|| {
+            let max = std::fs::read_to_string("/proc/sys/kernel/pid_max").ok()?;
+            let file = std::fs::File::open("/proc/sys/kernel/ns_last_pid").ok()?;
+            Some((file, max.trim().parse().ok()?))
+        })
+        .as_ref()?;
+    let mut buf = [0u8; 16];
+    let n = file.read_at(&mut buf, 0).ok()?;
+    let last = std::str::from_utf8(&buf[..n]).ok()?.trim().parse().ok()?;
+    Some((last, *pid_max))
 }
 
 /// The live descendants of `root` that can still run.
@@ -110,18 +179,26 @@ pub fn signal_descendants(root: i32, signal: Signal) {
 
 /// SIGKILLs every descendant of `root` (this process: only its own tree can
 /// be reaped here) and reaps them, again and again until none is left — a
-/// process forking while the tree is killed only adds one more round.
+/// process forking while the tree is killed only adds one more round. The
+/// table is not read atomically, so "none is left" takes two empty readings
+/// in a row.
 /// Returns whether the tree is gone (a process stuck in the kernel past
 /// `within` is given up on).
 pub fn kill_descendants(root: i32, within: Duration) -> bool {
     let deadline = Instant::now() + within;
+    let mut empty = 0;
     loop {
         reap_children();
         let live = live_descendants(root);
         if live.is_empty() {
-            reap_children();
-            return true;
+            empty += 1;
+            if empty == 2 {
+                reap_children();
+                return true;
+            }
+            continue;
         }
+        empty = 0;
         if Instant::now() > deadline {
             return false;
         }
@@ -141,6 +218,7 @@ mod tests {
             pid,
             ppid,
             dead: false,
+            start: 0,
         }
     }
 
@@ -148,6 +226,8 @@ mod tests {
     fn stat_lines_parse_even_with_parentheses_in_the_name() {
         let line = "4242 (we(ird) name)) S 17 4242 4242 0 -1 4194560 100 0 0 0";
         assert_eq!(parse_stat(line), Some(p(4242, 17)));
+        let full = "99 (bash) S 1 99 99 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 123456 8192";
+        assert_eq!(parse_stat(full).unwrap().start, 123456);
         let zombie = "7 (sleep) Z 1 7 7 0 -1";
         assert!(parse_stat(zombie).unwrap().dead);
         assert_eq!(parse_stat("garbage"), None);
@@ -179,6 +259,39 @@ mod tests {
         let mut pids: Vec<i32> = descendants(&procs, 2).iter().map(|p| p.pid).collect();
         pids.sort();
         assert_eq!(pids, [3, 4]);
+    }
+
+    #[test]
+    fn pid_windows_count_and_list_their_pids_across_a_wrap() {
+        let w = |after, through| PidWindow {
+            after,
+            through,
+            pid_max: 100,
+        };
+        assert_eq!(w(10, 13).pids().collect::<Vec<_>>(), [11, 12, 13]);
+        assert_eq!(w(10, 13).len(), 3);
+        assert!(w(42, 42).is_empty());
+        assert_eq!(w(42, 42).pids().count(), 0);
+        // 99 is the last pid below pid_max; the kernel starts over above 0.
+        assert_eq!(w(97, 2).pids().collect::<Vec<_>>(), [98, 99, 1, 2]);
+        assert_eq!(w(97, 2).len(), 4);
+        assert_eq!(w(99, 1).pids().collect::<Vec<_>>(), [1]);
+        assert_eq!(w(99, 1).len(), 1);
+    }
+
+    #[test]
+    fn a_child_started_between_two_readings_is_in_the_window() {
+        let (after, pid_max) = last_pid().unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let (through, _) = last_pid().unwrap();
+        let w = PidWindow {
+            after,
+            through,
+            pid_max,
+        };
+        assert!(w.pids().any(|p| p == child.id() as i32), "{w:?}");
+        assert_eq!(w.pids().count(), w.len());
+        child.wait().unwrap();
     }
 
     #[test]

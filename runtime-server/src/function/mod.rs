@@ -1,10 +1,11 @@
 //! Function mode: the built-in backends (a persistent Python worker per
-//! registration, Bash functions run per call) behind one [`Backend`], and
-//! the table of registrations keyed by Run UID ([`registry`]).
+//! registration, warm Bash shells calling the function in themselves) behind one
+//! [`Backend`], and the table of registrations keyed by Run UID
+//! ([`registry`]).
 //!
 //! - [`handler`]: which backend, and the handler's name, validated.
 //! - [`python`]: the worker, its protocol and its warm spares.
-//! - [`bash`]: `file.function`, payload as one argument.
+//! - [`bash`]: `file.function`, payload as one argument, warm shells.
 
 pub mod bash;
 pub mod handler;
@@ -109,11 +110,11 @@ impl Backend {
         }
     }
 
-    /// Whether a process serves it now (Bash starts one per call).
+    /// Whether a process waits for its calls now.
     pub fn worker_running(&self) -> bool {
         match self {
             Self::Python(w) => w.worker_running(),
-            Self::Bash(_) => false,
+            Self::Bash(b) => b.worker_running(),
         }
     }
 
@@ -131,7 +132,7 @@ impl Backend {
     pub async fn stop(&self) {
         match self {
             Self::Python(w) => w.stop().await,
-            Self::Bash(_) => {}
+            Self::Bash(b) => b.stop(),
         }
     }
 }

@@ -110,6 +110,13 @@ fn invocations_need_a_handle_and_a_deadline() {
     );
     assert!(
         invoke(pb::InvokeFunctionRequest {
+            input: b"{\"a\": \"\0\"}".to_vec(),
+            ..req.clone()
+        })
+        .is_err()
+    );
+    assert!(
+        invoke(pb::InvokeFunctionRequest {
             handle: String::new(),
             ..req.clone()
         })
