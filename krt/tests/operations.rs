@@ -33,10 +33,27 @@ async fn probes_and_metrics_report_the_gateway_state() {
         "kruntimes_gateway_request_duration_seconds_bucket{route=\"invoke\"",
         "kruntimes_gateway_in_flight_requests 0",
         "kruntimes_gateway_ownership_table_entries{source=\"control-plane\"} 1",
-        "kruntimes_gateway_auth_cache_total{layer=\"authn\",result=\"hit\"} ",
-        "kruntimes_gateway_auth_cache_total{layer=\"authn\",result=\"miss\"} 1",
+        // One token throughout: one miss in each layer, hits after it.
+        "kruntimes_gateway_auth_cache_total{layer=\"authn\",result=\"miss\"} 1\n",
+        "kruntimes_gateway_auth_cache_total{layer=\"authz\",result=\"miss\"} 1\n",
+        "kruntimes_gateway_auth_decisions_total{outcome=\"denied\"} 0\n",
     ] {
         assert!(text.contains(needle), "metrics lack {needle}:\n{text}");
+    }
+    let value = |series: &str| {
+        series_value(&text, series).unwrap_or_else(|| panic!("no {series}:\n{text}"))
+    };
+    let allowed = value("kruntimes_gateway_auth_decisions_total{outcome=\"allowed\"}");
+    assert!(allowed >= 2.0, "{text}");
+    for layer in ["authn", "authz"] {
+        let hits = value(&format!(
+            "kruntimes_gateway_auth_cache_total{{layer=\"{layer}\",result=\"hit\"}}"
+        ));
+        assert_eq!(
+            hits,
+            allowed - 1.0,
+            "every allowed call but the first hit {layer}"
+        );
     }
     assert!(!text.contains(&stack.token), "no token in metrics");
 }

@@ -18,7 +18,7 @@ use std::time::{Duration, SystemTime};
 
 use moka::Expiry;
 use moka::future::Cache;
-use prometheus::IntCounterVec;
+use prometheus::{IntCounter, IntCounterVec};
 use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
 
@@ -127,6 +127,44 @@ pub struct CacheMetrics {
     pub decisions: IntCounterVec,
 }
 
+/// A lookup layer of the cache, as the `layer` label names it.
+#[derive(Debug, Clone, Copy)]
+enum Layer {
+    Authn,
+    Authz,
+    Stale,
+}
+
+/// [`CacheMetrics`]' series, resolved once: a request counts its hits
+/// without hashing label values.
+struct Counters {
+    /// Hits and misses of each [`Layer`], in its order.
+    lookups: [(IntCounter, IntCounter); 3],
+    allowed: IntCounter,
+    denied: IntCounter,
+    unauthenticated: IntCounter,
+    unavailable: IntCounter,
+}
+
+impl Counters {
+    fn new(m: &CacheMetrics) -> Self {
+        let layer = |name: &str| {
+            (
+                m.lookups.with_label_values(&[name, "hit"]),
+                m.lookups.with_label_values(&[name, "miss"]),
+            )
+        };
+        let decided = |outcome: &str| m.decisions.with_label_values(&[outcome]);
+        Self {
+            lookups: [layer("authn"), layer("authz"), layer("stale")],
+            allowed: decided("allowed"),
+            denied: decided("denied"),
+            unauthenticated: decided("unauthenticated"),
+            unavailable: decided("unavailable"),
+        }
+    }
+}
+
 /// The final answer for a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -159,7 +197,7 @@ pub struct DecisionCache {
     stale: Cache<DecisionKey, StaleAllow>,
     calls: Arc<Semaphore>,
     cfg: CacheConfig,
-    metrics: Option<CacheMetrics>,
+    counters: Option<Counters>,
 }
 
 impl DecisionCache {
@@ -188,29 +226,28 @@ impl DecisionCache {
                 .build(),
             calls: Arc::new(Semaphore::new(cfg.max_concurrent_calls.max(1))),
             cfg,
-            metrics,
+            counters: metrics.as_ref().map(Counters::new),
         }
     }
 
-    fn count(&self, layer: &str, hit: bool) {
-        if let Some(m) = &self.metrics {
-            m.lookups
-                .with_label_values(&[layer, if hit { "hit" } else { "miss" }])
-                .inc();
+    fn count(&self, layer: Layer, hit: bool) {
+        if let Some(c) = &self.counters {
+            let (hits, misses) = &c.lookups[layer as usize];
+            if hit { hits } else { misses }.inc();
         }
     }
 
     fn count_decision(&self, outcome: &Result<Outcome, AuthError>) {
-        if let Some(m) = &self.metrics {
-            let label = match outcome {
-                Ok(Outcome::Allowed(_)) => "allowed",
-                Ok(Outcome::Denied(_)) => "denied",
+        if let Some(c) = &self.counters {
+            match outcome {
+                Ok(Outcome::Allowed(_)) => &c.allowed,
+                Ok(Outcome::Denied(_)) => &c.denied,
                 Ok(Outcome::Unauthenticated(_)) | Err(AuthError::Unauthenticated(_)) => {
-                    "unauthenticated"
+                    &c.unauthenticated
                 }
-                Err(AuthError::Unavailable(_)) => "unavailable",
-            };
-            m.decisions.with_label_values(&[label]).inc();
+                Err(AuthError::Unavailable(_)) => &c.unavailable,
+            }
+            .inc();
         }
     }
 
@@ -225,20 +262,27 @@ impl DecisionCache {
     /// Looks `key` up in `cache`; on a miss runs `load` once for all
     /// concurrent callers (bounded by the backend-call semaphore) and counts
     /// the hit or miss under `layer`. Errors of `load` are not cached.
+    ///
+    /// A hit is a plain read: the coalescing machinery (and an owned key)
+    /// is only set up on a miss.
     async fn cached<K, V>(
         &self,
-        layer: &str,
+        layer: Layer,
         cache: &Cache<K, V>,
-        key: K,
+        key: &K,
         load: impl std::future::Future<Output = Result<V, AuthError>>,
     ) -> Result<V, AuthError>
     where
-        K: std::hash::Hash + Eq + Send + Sync + 'static,
+        K: std::hash::Hash + Eq + Clone + Send + Sync + 'static,
         V: Clone + Send + Sync + 'static,
     {
+        if let Some(hit) = cache.get(key).await {
+            self.count(layer, true);
+            return Ok(hit);
+        }
         let missed = AtomicBool::new(false);
         let value = cache
-            .try_get_with(key, async {
+            .try_get_with(key.clone(), async {
                 missed.store(true, Ordering::Relaxed);
                 let _permit = match tokio::time::timeout(
                     self.cfg.max_call_wait,
@@ -268,7 +312,7 @@ impl DecisionCache {
         digest: TokenDigest,
     ) -> Result<Result<Arc<Identity>, Arc<str>>, AuthError> {
         let authn = self
-            .cached("authn", &self.tokens, digest, async {
+            .cached(Layer::Authn, &self.tokens, &digest, async {
                 match self.authn.authenticate(token).await {
                     Ok(id) => {
                         let ttl =
@@ -318,7 +362,7 @@ impl DecisionCache {
             && !self.cfg.stale_if_error.is_zero()
         {
             let stale = self.stale.get(&key).await;
-            self.count("stale", stale.is_some());
+            self.count(Layer::Stale, stale.is_some());
             if let Some(s) = stale
                 && s.identity
                     .expires_at
@@ -342,7 +386,7 @@ impl DecisionCache {
             Err(reason) => return Ok(Outcome::Unauthenticated(reason)),
         };
         let decision = self
-            .cached("authz", &self.decisions, key.clone(), async {
+            .cached(Layer::Authz, &self.decisions, key, async {
                 let allowed = self.authz.authorize(&identity, target).await?;
                 // Only an answer of the backend (a miss) starts or ends a
                 // stale allowance; cache hits never extend it.

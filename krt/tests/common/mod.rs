@@ -117,3 +117,12 @@ pub fn ws_send(op: serde_json::Value) -> tokio_tungstenite::tungstenite::Message
             .into(),
     )
 }
+
+/// The value of the series `series` (its name and labels, as exposed) in
+/// the Prometheus text `metrics`, if it is there. Series resolved at start
+/// are exposed at 0 before any use: read the value, not the presence.
+pub fn series_value(metrics: &str, series: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+}

@@ -268,3 +268,51 @@ async fn a_miss_waits_for_a_backend_call_only_so_long() {
         Ok(Outcome::Allowed(_))
     ));
 }
+
+#[tokio::test]
+async fn lookups_and_decisions_are_counted_by_layer_and_outcome() {
+    let lookups =
+        IntCounterVec::new(prometheus::Opts::new("l", "l"), &["layer", "result"]).unwrap();
+    let decisions = IntCounterVec::new(prometheus::Opts::new("d", "d"), &["outcome"]).unwrap();
+    let authn = Arc::new(CountingAuthn {
+        calls: AtomicUsize::new(0),
+        down: false.into(),
+        revoked: false.into(),
+        exp: None,
+    });
+    let authz = Arc::new(CountingAuthz(AtomicUsize::new(0)));
+    let metrics = CacheMetrics {
+        lookups: lookups.clone(),
+        decisions: decisions.clone(),
+    };
+    let cache = DecisionCache::new(authn, authz, CacheConfig::default(), Some(metrics));
+    let lookup = |layer: &str, result: &str| lookups.with_label_values(&[layer, result]).get();
+    let decided = |outcome: &str| decisions.with_label_values(&[outcome]).get();
+    // Every series exists before the first request, at zero.
+    let series = |v: &IntCounterVec| {
+        use prometheus::core::Collector as _;
+        v.collect()[0].get_metric().len()
+    };
+    assert_eq!(series(&lookups), 6);
+    assert_eq!(series(&decisions), 4);
+
+    for _ in 0..3 {
+        cache.check("good", &target("a")).await.unwrap();
+    }
+    cache.check("good", &target("b")).await.unwrap();
+    cache.check("bad", &target("a")).await.unwrap();
+    cache.check("bad", &target("a")).await.unwrap();
+    // authn: good (miss, 3 hits), bad (miss, hit); authz: a (miss, 2 hits), b (miss).
+    assert_eq!((lookup("authn", "miss"), lookup("authn", "hit")), (2, 4));
+    assert_eq!((lookup("authz", "miss"), lookup("authz", "hit")), (2, 2));
+    assert_eq!((lookup("stale", "miss"), lookup("stale", "hit")), (0, 0));
+    assert_eq!(
+        (
+            decided("allowed"),
+            decided("denied"),
+            decided("unauthenticated"),
+            decided("unavailable")
+        ),
+        (3, 1, 2, 0)
+    );
+}
