@@ -118,20 +118,30 @@ impl Fencing<'_> {
     /// headers.
     pub fn apply(&self, upstream: &mut RequestHeader) -> Result<()> {
         upstream.remove_header(&http::header::AUTHORIZATION);
-        let spoofable: Vec<_> = upstream
-            .headers
-            .keys()
-            .filter(|k| k.as_str().starts_with("x-kruntimes-"))
-            .cloned()
-            .collect();
-        for k in spoofable {
-            upstream.remove_header(&k);
+        let forged = |k: &http::HeaderName| k.as_str().starts_with("x-kruntimes-");
+        // Callers rarely send any: the list is only made when one is there.
+        if upstream.headers.keys().any(forged) {
+            let spoofable: Vec<_> = upstream
+                .headers
+                .keys()
+                .filter(|k| forged(k))
+                .cloned()
+                .collect();
+            for k in spoofable {
+                upstream.remove_header(&k);
+            }
         }
         upstream.insert_header(api::HEADER_INVOCATION_ID, self.invocation_id)?;
         upstream.insert_header(api::HEADER_RUN_UID, self.uid)?;
         upstream.insert_header(api::HEADER_OWNER_POD_UID, self.route.pod_uid.as_str())?;
-        upstream.insert_header(api::HEADER_ATTEMPT, self.route.attempt.to_string())?;
-        upstream.insert_header(api::HEADER_HOP, api::HOP_GATEWAY)?;
+        upstream.insert_header(
+            api::HEADER_ATTEMPT,
+            http::HeaderValue::from(self.route.attempt),
+        )?;
+        upstream.insert_header(
+            api::HEADER_HOP,
+            http::HeaderValue::from_static(api::HOP_GATEWAY),
+        )?;
         if let Some(s) = self.subject {
             upstream.insert_header(api::HEADER_SUBJECT, s)?;
         }
