@@ -236,7 +236,7 @@ backend be
 
 /// Starts bare Pingora (`kruntimes-pingora-baseline`: the gateway's Pingora
 /// and TLS, HTTP/2 downstream, `upstream_protocol` with mTLS upstream, no
-/// auth, routing, limits or metrics).
+/// auth, routing, limits or metrics) on `threads` worker threads.
 pub fn pingora(
     bin: &Path,
     pki: &Pki,
@@ -244,6 +244,7 @@ pub fn pingora(
     owner: SocketAddr,
     fence: &Fence,
     upstream_protocol: &str,
+    threads: u16,
 ) -> anyhow::Result<Baseline> {
     let mut cmd = Command::new(bin);
     cmd.arg("--listen")
@@ -263,7 +264,9 @@ pub fn pingora(
         .arg("--server-name")
         .arg("runtimed.kruntimes.internal")
         .arg("--upstream-protocol")
-        .arg(upstream_protocol);
+        .arg(upstream_protocol)
+        .arg("--threads")
+        .arg(threads.to_string());
     for (k, v) in direct_headers(fence) {
         if k != "content-type" {
             cmd.arg("--header").arg(format!("{k}={v}"));

@@ -30,6 +30,13 @@ pub struct Args {
     /// The `krt` binary (default: next to this executable).
     #[arg(long)]
     pub krt: Option<PathBuf>,
+    /// Worker threads of the stack's gateway (`krt up --gateway-threads`)
+    /// and of bare Pingora. One, `krt up`'s default, measured cheaper per
+    /// request on 2 cores than 2 (the chart's default, and what nginx and
+    /// HAProxy get), with no gain in closed-loop throughput
+    /// (docs/benchmarks.md).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub gateway_threads: u16,
     /// Existing gateway URL (cluster mode; needs --ca and --token and an --endpoint path).
     #[arg(long, requires_all = ["ca", "token", "endpoint"])]
     pub gateway: Option<String>,

@@ -38,6 +38,7 @@ async fn disabled(ctx: &mut Ctx, local: &Local, sizes: &Sizes) -> anyhow::Result
         &local.control_plane,
         GatewayAuth::None,
         &local.tmp.path().join("gateway-noauth.log"),
+        local.gateway_threads,
     );
     let g = match started {
         Ok(g) => g,

@@ -47,6 +47,7 @@ impl Ctx {
         cfg.insert("reps".into(), json!(sizes.reps));
         cfg.insert("open_loop_rate".into(), json!(sizes.rate));
         cfg.insert("open_loop_requests".into(), json!(sizes.open_requests));
+        cfg.insert("gateway_threads".into(), json!(args.gateway_threads));
         cfg.insert(
             "cpus".into(),
             json!(

@@ -1,6 +1,6 @@
 //! Gateway processes the harness starts beside the stack's own, on the same
-//! PKI and one worker thread without an access log like the stack's: one
-//! with authentication disabled, one with Kubernetes authentication, and one
+//! PKI and with as many worker threads as the stack's, without an access
+//! log: one with authentication disabled, one with Kubernetes authentication, and one
 //! watching a synthetic control plane.
 
 use std::path::Path;
@@ -42,13 +42,14 @@ pub(super) enum GatewayAuth<'a> {
 }
 
 /// Starts `krt gateway` on a free port, watching `control_plane`, logging
-/// to `log`.
+/// to `log`, on `threads` worker threads (the stack's gateway's).
 pub(super) fn start(
     krt: &Path,
     pki: &Pki,
     control_plane: &str,
     auth: GatewayAuth<'_>,
     log: &Path,
+    threads: u16,
 ) -> anyhow::Result<ExtraGateway> {
     let port = kruntimes_testkit::free_port();
     let metrics_port = kruntimes_testkit::free_port();
@@ -79,8 +80,10 @@ pub(super) fn start(
                 .arg(kubeconfig);
         }
     }
-    // Like the stack's own gateway in the bench: one thread, no access log.
-    cmd.args(["--threads", "1", "--access-log", "false"])
+    // As many threads as the stack's own gateway; no access log.
+    cmd.arg("--threads")
+        .arg(threads.to_string())
+        .args(["--access-log", "false"])
         .arg("--metrics-listen")
         .arg(format!("127.0.0.1:{metrics_port}"));
     let out = std::fs::File::create(log)?;

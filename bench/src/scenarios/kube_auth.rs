@@ -39,6 +39,7 @@ async fn measure(ctx: &mut Ctx, local: &Local, sizes: &Sizes) -> anyhow::Result<
         &local.control_plane,
         GatewayAuth::Kubernetes(&kubeconfig),
         &local.tmp.path().join("gateway-kube.log"),
+        local.gateway_threads,
     )?;
     let alice = paths::via_proxy(
         &local.pki,

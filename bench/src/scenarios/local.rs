@@ -40,19 +40,27 @@ pub(super) struct Local {
     pub(super) gateway_sh: HttpTarget,
     /// Python echo straight to the owner runtimed.
     pub(super) direct: HttpTarget,
+    /// Worker threads of the gateway; bare Pingora gets as many.
+    pub(super) gateway_threads: u16,
     /// Scratch space: baseline configs, logs, the spawn handler. Declared
     /// after the stack, so removed after it stopped.
     pub(super) tmp: tempfile::TempDir,
 }
 
 impl Local {
-    /// Starts the stack with `krt` and waits for the echo Runs.
-    pub(super) async fn start(krt: PathBuf) -> anyhow::Result<Self> {
-        Self::start_with(krt, Vec::new()).await
+    /// Starts the stack with `krt`, its gateway on `gateway_threads`
+    /// worker threads, and waits for the echo Runs.
+    pub(super) async fn start(krt: PathBuf, gateway_threads: u16) -> anyhow::Result<Self> {
+        Self::start_with(krt, gateway_threads, Vec::new()).await
     }
 
     /// [`Self::start`] with more `krt up` flags.
-    pub(super) async fn start_with(krt: PathBuf, extra: Vec<String>) -> anyhow::Result<Self> {
+    pub(super) async fn start_with(
+        krt: PathBuf,
+        gateway_threads: u16,
+        mut extra: Vec<String>,
+    ) -> anyhow::Result<Self> {
+        extra.extend(["--gateway-threads".into(), gateway_threads.to_string()]);
         if !krt.exists() {
             bail!(
                 "{} not found: build it with `cargo build --release -p krt` or pass --krt",
@@ -107,6 +115,7 @@ impl Local {
             gateway,
             gateway_sh,
             direct,
+            gateway_threads,
             tmp: tempfile::tempdir()?,
         })
     }

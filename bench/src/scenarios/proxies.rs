@@ -10,8 +10,8 @@ use super::local::Local;
 use crate::baselines::{self, Baseline};
 use crate::paths::{self, Fence, HttpTarget};
 
-/// Workers / threads of nginx and HAProxy (bare Pingora runs one thread,
-/// like the gateway of `krt up`).
+/// Workers / threads of nginx and HAProxy (bare Pingora runs as many as
+/// the gateway, `--gateway-threads`, 1 by default).
 const THREADS: usize = 2;
 
 /// The upstream protocol of bare Pingora: the gateway's (HTTP/1.1 over
@@ -89,7 +89,15 @@ fn launch(
             "{} not found: build it with `cargo build --release -p kruntimes-bench`",
             bin.display()
         );
-        return baselines::pingora(&bin, pki, port, owner, py, UPSTREAM_PROTOCOL);
+        return baselines::pingora(
+            &bin,
+            pki,
+            port,
+            owner,
+            py,
+            UPSTREAM_PROTOCOL,
+            local.gateway_threads,
+        );
     }
     let b = baselines::ensure(name, name, install)?;
     match name {

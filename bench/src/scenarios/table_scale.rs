@@ -61,6 +61,7 @@ async fn measure(local: &Local, n: u64) -> anyhow::Result<TableMemory> {
         &addr.to_string(),
         GatewayAuth::None,
         &local.tmp.path().join("gateway-table.log"),
+        local.gateway_threads,
     )?;
     let client = https_client(&pki.file("public-ca.crt"))?;
     let ready = format!("{}/readyz", g.url);
