@@ -34,11 +34,11 @@ pub struct Proc {
 pub fn parse_stat(text: &str) -> Option<Proc> {
     let (head, rest) = text.rsplit_once(')')?;
     let pid = head.split_once(" (")?.0.trim().parse().ok()?;
-    let fields: Vec<&str> = rest.split_whitespace().take(20).collect();
-    let state = *fields.first()?;
-    let ppid = fields.get(1)?.parse().ok()?;
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?;
+    let ppid = fields.next()?.parse().ok()?;
     // Field 22 of the line, the 20th after the name.
-    let start = fields.get(19).and_then(|f| f.parse().ok()).unwrap_or(0);
+    let start = fields.nth(17).and_then(|f| f.parse().ok()).unwrap_or(0);
     Some(Proc {
         pid,
         ppid,
