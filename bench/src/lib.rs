@@ -37,6 +37,11 @@ pub struct Args {
     /// (docs/benchmarks.md).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub gateway_threads: u16,
+    /// Hold the harness's HTTPS clients to HTTP/1.1 (default: HTTP/2 where
+    /// the server offers it, as curl and the Go SDK do; the Python SDK
+    /// speaks HTTP/1.1). Recorded in the report's config.
+    #[arg(long)]
+    pub client_http1: bool,
     /// Existing gateway URL (cluster mode; needs --ca and --token and an --endpoint path).
     #[arg(long, requires_all = ["ca", "token", "endpoint"])]
     pub gateway: Option<String>,

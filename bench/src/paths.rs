@@ -96,6 +96,7 @@ struct ClientSpec {
     ca: PathBuf,
     identity: Option<(PathBuf, PathBuf)>,
     resolve: Option<SocketAddr>,
+    http1_only: bool,
 }
 
 impl ClientSpec {
@@ -104,7 +105,7 @@ impl ClientSpec {
             .identity
             .as_ref()
             .map(|(c, k)| (c.as_path(), k.as_path()));
-        client(&self.ca, identity, self.resolve)
+        client(&self.ca, identity, self.resolve, self.http1_only)
     }
 }
 
@@ -158,11 +159,15 @@ fn client(
     ca: &Path,
     identity: Option<(&Path, &Path)>,
     resolve: Option<SocketAddr>,
+    http1_only: bool,
 ) -> anyhow::Result<reqwest::Client> {
     let mut b = reqwest::Client::builder()
         .add_root_certificate(reqwest::Certificate::from_pem(&std::fs::read(ca)?)?)
         .pool_max_idle_per_host(64)
         .tcp_nodelay(true);
+    if http1_only {
+        b = b.http1_only();
+    }
     if let Some((cert, key)) = identity {
         let mut pem = std::fs::read(cert)?;
         pem.extend(std::fs::read(key)?);
@@ -185,11 +190,15 @@ fn headers(pairs: &[(&str, String)]) -> anyhow::Result<reqwest::header::HeaderMa
     Ok(h)
 }
 
-/// PKI files of an embedded stack.
+/// PKI files of an embedded stack, and the protocol the paths' clients
+/// speak with them.
 #[derive(Debug, Clone)]
 pub struct Pki {
     /// Directory.
     pub dir: PathBuf,
+    /// Hold the clients to HTTP/1.1 instead of negotiating HTTP/2
+    /// (`--client-http1`).
+    pub http1_only: bool,
 }
 
 impl Pki {
@@ -216,6 +225,7 @@ pub fn via_proxy(
         ca: pki.file("public-ca.crt"),
         identity: None,
         resolve: None,
+        http1_only: pki.http1_only,
     };
     HttpTarget::new(
         spec,
@@ -242,6 +252,7 @@ pub fn direct(
         owner,
         fence,
         body,
+        pki.http1_only,
     )
 }
 
@@ -253,11 +264,13 @@ pub fn direct_with(
     owner: SocketAddr,
     fence: &Fence,
     body: &[u8],
+    http1_only: bool,
 ) -> anyhow::Result<HttpTarget> {
     let spec = ClientSpec {
         ca: ca.to_owned(),
         identity: Some((identity.0.to_owned(), identity.1.to_owned())),
         resolve: Some(owner),
+        http1_only,
     };
     let url = format!(
         "https://runtimed.kruntimes.internal:{}{}",

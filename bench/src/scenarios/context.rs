@@ -49,6 +49,14 @@ impl Ctx {
         cfg.insert("open_loop_requests".into(), json!(sizes.open_requests));
         cfg.insert("gateway_threads".into(), json!(args.gateway_threads));
         cfg.insert(
+            "client_protocol".into(),
+            json!(if args.client_http1 {
+                "http/1.1"
+            } else {
+                "h2 where negotiated"
+            }),
+        );
+        cfg.insert(
             "cpus".into(),
             json!(
                 std::thread::available_parallelism()

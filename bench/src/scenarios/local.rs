@@ -49,15 +49,21 @@ pub(super) struct Local {
 
 impl Local {
     /// Starts the stack with `krt`, its gateway on `gateway_threads`
-    /// worker threads, and waits for the echo Runs.
-    pub(super) async fn start(krt: PathBuf, gateway_threads: u16) -> anyhow::Result<Self> {
-        Self::start_with(krt, gateway_threads, Vec::new()).await
+    /// worker threads, and waits for the echo Runs; the paths' clients are
+    /// held to HTTP/1.1 with `http1_only`.
+    pub(super) async fn start(
+        krt: PathBuf,
+        gateway_threads: u16,
+        http1_only: bool,
+    ) -> anyhow::Result<Self> {
+        Self::start_with(krt, gateway_threads, http1_only, Vec::new()).await
     }
 
     /// [`Self::start`] with more `krt up` flags.
     pub(super) async fn start_with(
         krt: PathBuf,
         gateway_threads: u16,
+        http1_only: bool,
         mut extra: Vec<String>,
     ) -> anyhow::Result<Self> {
         extra.extend(["--gateway-threads".into(), gateway_threads.to_string()]);
@@ -96,6 +102,7 @@ impl Local {
         let sh = fence(&stack.wait_phase("echo-sh", "Ready").await?)?;
         let pki = Pki {
             dir: stack.state_dir().join("pki"),
+            http1_only,
         };
         let procs = stack.processes()?;
         let owner = owner_address(&stack, &stack.run("echo-py").context("echo-py status")?)?;

@@ -52,7 +52,7 @@ pub async fn run(args: &Args, sizes: &Sizes) -> anyhow::Result<Report> {
     if args.soak {
         return soak::run(krt, args.duration, args.rate.unwrap_or(100.0)).await;
     }
-    let local = local::Local::start(krt, args.gateway_threads).await?;
+    let local = local::Local::start(krt, args.gateway_threads, args.client_http1).await?;
     let mut ctx = context::Ctx::new(args, sizes);
     let proxies = if args.no_baselines {
         Vec::new()

@@ -24,6 +24,9 @@ pub(super) async fn run(args: &Args, sizes: &Sizes, gateway: &str) -> anyhow::Re
     let mut builder = reqwest::Client::builder()
         .add_root_certificate(reqwest::Certificate::from_pem(&std::fs::read(ca)?)?)
         .tcp_nodelay(true);
+    if args.client_http1 {
+        builder = builder.http1_only();
+    }
     if let Some(spec) = &args.resolve {
         let (host, addr) = resolve(spec)?;
         builder = builder.resolve(&host, addr);
@@ -43,6 +46,7 @@ pub(super) async fn run(args: &Args, sizes: &Sizes, gateway: &str) -> anyhow::Re
             owner,
             &fence,
             BODY,
+            args.client_http1,
         )?;
         let call = move || {
             let t = target.clone();

@@ -52,7 +52,7 @@ pub(super) async fn run(
 ) -> anyhow::Result<Report> {
     // Room for the function Runs beside the echo Runs on one runtimed; the
     // gateway on one thread, as `krt up` runs it.
-    let local = Local::start_with(krt, 1, vec!["--capacity".into(), "16".into()]).await?;
+    let local = Local::start_with(krt, 1, false, vec!["--capacity".into(), "16".into()]).await?;
     let sandbox = local.stack.wait_phase("sandbox", "Ready").await?;
     let rotation_ca = kruntimes_certs::Ca::generate("kruntimes soak rotation CA", 2)?;
     let bundle = {
