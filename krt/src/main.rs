@@ -25,6 +25,11 @@ use kruntimes_api::Phase;
 use cmd::Output;
 use target::{Selector, Target};
 
+/// The allocator of the production build (docs/benchmarks.md: measured
+/// cheaper per request than glibc's on the request path).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "krt",

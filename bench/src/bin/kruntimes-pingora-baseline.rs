@@ -22,6 +22,11 @@ use pingora::server::Server;
 use pingora::server::configuration::ServerConf;
 use pingora::utils::tls::{CertKey, WrappedX509, parse_x509};
 
+/// The allocator of the gateway, for a like-for-like baseline (docs/benchmarks.md: measured
+/// cheaper per request than glibc's on the request path).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Flags.
 #[derive(Debug, Parser)]
 struct Args {
