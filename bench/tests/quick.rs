@@ -84,6 +84,11 @@ fn quick_run_produces_every_scenario_and_summary_figure() {
             assert_eq!(s["count"], s["ok"], "{scenario} had errors: {s}");
         }
     }
+    assert_eq!(
+        report["config"]["client_protocol"], "h2 where negotiated",
+        "{}",
+        report["config"]
+    );
     let summary = &report["summary"];
     for key in [
         "gateway_added_p50_us",
@@ -127,4 +132,42 @@ fn quick_run_produces_every_scenario_and_summary_figure() {
     }
     let svg = std::fs::read_to_string(&svg).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("gateway-python"));
+}
+
+/// `--client-http1`: the sequential paths, gateway and direct, answered over
+/// HTTP/1.1 clients without an error, and the report says which protocol.
+#[test]
+fn client_http1_runs_the_paths_over_http1_and_records_it() {
+    let krt = krt();
+    let out_dir = tempfile::tempdir().unwrap();
+    let json = out_dir.path().join("bench.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_kruntimes-bench"))
+        .args([
+            "--quick",
+            "--no-progress",
+            "--no-baselines",
+            "--client-http1",
+        ])
+        .args(["--only", "sequential", "--requests", "50", "--reps", "1"])
+        .arg("--krt")
+        .arg(&krt)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .expect("run kruntimes-bench");
+    assert!(
+        out.status.success(),
+        "bench failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(report["config"]["client_protocol"], "http/1.1");
+    for scenario in ["direct-python", "gateway-python", "gateway-bash"] {
+        let s = &report["scenarios"][scenario];
+        assert!(s["count"].as_u64().unwrap_or(0) > 0, "{scenario} ran: {s}");
+        assert_eq!(s["count"], s["ok"], "{scenario} had errors: {s}");
+    }
+    // Only the selected group ran.
+    assert!(report["scenarios"].get("open-gateway").is_none());
 }
