@@ -28,7 +28,8 @@ pub fn init_logging() {
 /// [`init_logging`] for a process that logs on its request path (the
 /// gateway's access log): lines go through a [`logbuf::LogBuffer`],
 /// written to stderr in batches by a thread of their own, so a request
-/// never waits on a write nor wakes a thread. Returns the counter of lines
+/// never waits on a write and wakes that thread at most once per batch
+/// (an idle process not at all). Returns the counter of lines
 /// dropped when the buffer was full.
 pub fn init_buffered_logging() -> logbuf::Dropped {
     let buf = logbuf::LogBuffer::new(logbuf::MAX_PENDING);

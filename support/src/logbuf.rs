@@ -1,7 +1,9 @@
 //! A log writer for processes that log on their request path (the
 //! gateway's access log): a line is copied into a shared buffer where it is
-//! logged, and a thread of its own writes the buffer out every
-//! [`FLUSH_EVERY`] — one write for many lines, and no wake-up per line.
+//! logged, and a thread of its own writes the buffer out [`FLUSH_EVERY`]
+//! after the first line of a batch — one write for many lines, and no
+//! wake-up per line. With nothing logged the writer sleeps until a line
+//! comes: an idle process is not woken to find the buffer empty.
 //!
 //! Bounded: past [`MAX_PENDING`] bytes waiting, new lines are dropped (a
 //! flood must neither grow memory nor stall requests on a slow disk) and
@@ -11,7 +13,7 @@
 
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 /// How often pending lines are written out.
@@ -33,16 +35,31 @@ impl Dropped {
 /// The shared buffer; cloned into every event's writer.
 #[derive(Debug, Clone)]
 pub struct LogBuffer {
-    pending: Arc<Mutex<Vec<u8>>>,
+    shared: Arc<Shared>,
     max: usize,
     dropped: Dropped,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    state: Mutex<State>,
+    /// Signalled when a line lands in an empty buffer while the writer
+    /// sleeps.
+    arrived: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    pending: Vec<u8>,
+    /// The writer waits for a line (not on a batch's timer).
+    writer_waiting: bool,
 }
 
 impl LogBuffer {
     /// A buffer holding at most `max` pending bytes, not yet drained.
     pub fn new(max: usize) -> Self {
         Self {
-            pending: Arc::default(),
+            shared: Arc::default(),
             max,
             dropped: Dropped::default(),
         }
@@ -53,25 +70,49 @@ impl LogBuffer {
         self.dropped.clone()
     }
 
-    /// Appends one line, or drops it when the buffer is full.
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.shared.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Appends one line, or drops it when the buffer is full. Wakes the
+    /// writer only for the first line of a batch.
     fn push(&self, line: &[u8]) {
-        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        if p.len() + line.len() > self.max {
+        let mut s = self.lock();
+        if s.pending.len() + line.len() > self.max {
             self.dropped.0.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        p.extend_from_slice(line);
+        s.pending.extend_from_slice(line);
+        let wake = std::mem::take(&mut s.writer_waiting);
+        drop(s);
+        if wake {
+            self.shared.arrived.notify_one();
+        }
     }
 
     /// Takes what is pending, leaving `spare` (emptied) in its place.
     fn take(&self, spare: &mut Vec<u8>) {
         spare.clear();
-        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        std::mem::swap(&mut *p, spare);
+        std::mem::swap(&mut self.lock().pending, spare);
     }
 
-    /// Writes pending lines to `out` every `every`, forever, on a thread of
-    /// its own.
+    /// Blocks until a line is pending.
+    fn wait_for_line(&self) {
+        let mut s = self.lock();
+        while s.pending.is_empty() {
+            s.writer_waiting = true;
+            s = self
+                .shared
+                .arrived
+                .wait(s)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+        s.writer_waiting = false;
+    }
+
+    /// Writes pending lines to `out` on a thread of its own, forever: each
+    /// batch `every` after its first line, so lines wait at most about
+    /// `every`; with nothing pending the thread sleeps until a line comes.
     pub fn drain_to(
         &self,
         mut out: impl Write + Send + 'static,
@@ -83,12 +124,12 @@ impl LogBuffer {
             .spawn(move || {
                 let mut batch = Vec::new();
                 loop {
+                    buf.wait_for_line();
+                    // Let the batch fill: one write for every line of it.
                     std::thread::sleep(every);
                     buf.take(&mut batch);
-                    if !batch.is_empty() {
-                        // Nowhere to report a failing stderr: the lines go.
-                        let _ = out.write_all(&batch).and_then(|()| out.flush());
-                    }
+                    // Nowhere to report a failing stderr: the lines go.
+                    let _ = out.write_all(&batch).and_then(|()| out.flush());
                 }
             })
             .map(drop)
@@ -144,8 +185,8 @@ mod tests {
     #[test]
     fn the_writer_thread_writes_what_was_logged() {
         #[derive(Clone, Default)]
-        struct Shared(Arc<Mutex<Vec<u8>>>);
-        impl Write for Shared {
+        struct Out(Arc<Mutex<Vec<u8>>>);
+        impl Write for Out {
             fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
                 self.0.lock().unwrap().extend_from_slice(b);
                 Ok(b.len())
@@ -155,7 +196,7 @@ mod tests {
             }
         }
         let buf = LogBuffer::new(MAX_PENDING);
-        let out = Shared::default();
+        let out = Out::default();
         buf.drain_to(out.clone(), Duration::from_millis(1)).unwrap();
         let mut w = tracing_subscriber::fmt::MakeWriter::make_writer(&buf);
         w.write_all(b"{\"a\":1}\n").unwrap();
@@ -164,5 +205,37 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
         assert_eq!(*out.0.lock().unwrap(), b"{\"a\":1}\n");
+    }
+
+    #[test]
+    fn the_writer_sleeps_until_a_line_comes() {
+        let buf = LogBuffer::new(MAX_PENDING);
+        // A line already pending: no waiting at all.
+        buf.push(b"early\n");
+        buf.wait_for_line();
+        let mut out = Vec::new();
+        buf.take(&mut out);
+        assert_eq!(out, b"early\n");
+
+        // Nothing pending: the writer blocks (it is not polling) ...
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let waiter = buf.clone();
+        let writer = std::thread::spawn(move || {
+            waiter.wait_for_line();
+            done_tx.send(()).unwrap();
+        });
+        assert!(
+            done_rx.recv_timeout(Duration::from_millis(50)).is_err(),
+            "the writer returned with nothing pending"
+        );
+        // ... until a line lands, which wakes it.
+        buf.push(b"late\n");
+        done_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("a pushed line wakes the writer");
+        writer.join().unwrap();
+        assert!(!buf.lock().writer_waiting);
+        buf.take(&mut out);
+        assert_eq!(out, b"late\n");
     }
 }
