@@ -302,7 +302,10 @@ impl ProxyHttp for Gateway {
         resp: &mut ResponseHeader,
         ctx: &mut Self::CTX,
     ) -> Result<()> {
-        resp.insert_header(api::HEADER_INVOCATION_ID, ctx.invocation_id.as_str())?;
+        resp.insert_header(
+            api::HEADER_INVOCATION_ID,
+            respond::invocation_id_value(&ctx.invocation_id)?,
+        )?;
         Ok(())
     }
 

@@ -9,6 +9,22 @@ use pingora::proxy::Session;
 
 use crate::rejection::Rejection;
 
+/// The `x-kruntimes-invocation-id` value of an answer. Marked sensitive, so
+/// HTTP/2 sends it as a literal that is never indexed: every answer's id is
+/// new, and indexing each one would only churn the connection's HPACK table
+/// (an insertion and evictions per response, pushing out the entries that
+/// repeat, such as `content-type`).
+pub fn invocation_id_value(invocation_id: &str) -> Result<http::HeaderValue> {
+    let mut v = http::HeaderValue::from_str(invocation_id).map_err(|_| {
+        pingora::Error::explain(
+            pingora::ErrorType::InvalidHTTPHeader,
+            "invocation id is not a header value",
+        )
+    })?;
+    v.set_sensitive(true);
+    Ok(v)
+}
+
 /// The typed JSON error answering `rejection`, carrying `invocation_id`,
 /// with `Retry-After` where the code calls for it.
 pub fn error_response(
@@ -20,7 +36,10 @@ pub fn error_response(
     let mut resp = ResponseHeader::build(code.status(), Some(5))?;
     resp.insert_header(http::header::CONTENT_TYPE, "application/json")?;
     resp.insert_header(http::header::CONTENT_LENGTH, body.len().to_string())?;
-    resp.insert_header(api::HEADER_INVOCATION_ID, invocation_id)?;
+    resp.insert_header(
+        api::HEADER_INVOCATION_ID,
+        invocation_id_value(invocation_id)?,
+    )?;
     if let Some(secs) = code.retry_after_secs() {
         resp.insert_header(http::header::RETRY_AFTER, secs.to_string())?;
     }
@@ -85,6 +104,16 @@ mod tests {
         assert_eq!(json["error"]["code"], "Forbidden");
         assert_eq!(json["error"]["message"], "eve may not");
         assert_eq!(json["error"]["invocationId"], "inv-1");
+        // Never HPACK-indexed: each answer's id is new.
+        assert!(resp.headers["x-kruntimes-invocation-id"].is_sensitive());
+    }
+
+    #[test]
+    fn invocation_ids_are_sent_unindexed_and_bad_ones_refused() {
+        let v = invocation_id_value("0190-abc").unwrap();
+        assert!(v.is_sensitive());
+        assert_eq!(v, "0190-abc");
+        assert!(invocation_id_value("a\nb").is_err());
     }
 
     #[test]
