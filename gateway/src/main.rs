@@ -2,11 +2,11 @@
 
 use clap::Parser;
 
-/// The allocator of the production build (docs/benchmarks.md: measured
-/// cheaper per request than glibc's on the request path).
+/// The allocator of the production build ([`kruntimes_alloc`]).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: kruntimes_alloc::Allocator = kruntimes_alloc::Allocator;
 
 fn main() -> anyhow::Result<()> {
+    kruntimes_alloc::tune();
     kruntimes_gateway::run(kruntimes_gateway::Args::parse())
 }

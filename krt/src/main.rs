@@ -25,10 +25,9 @@ use kruntimes_api::Phase;
 use cmd::Output;
 use target::{Selector, Target};
 
-/// The allocator of the production build (docs/benchmarks.md: measured
-/// cheaper per request than glibc's on the request path).
+/// The allocator of the production build ([`kruntimes_alloc`]).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: kruntimes_alloc::Allocator = kruntimes_alloc::Allocator;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -293,6 +292,7 @@ fn read_data(data: Option<String>, file: Option<PathBuf>) -> anyhow::Result<Vec<
 }
 
 fn main() -> anyhow::Result<()> {
+    kruntimes_alloc::tune();
     let cli = Cli::parse();
     // Every mode but the Runtime Server's holds keys or tokens in memory
     // (`krt up` the signing key and the control plane's): out of reach of

@@ -22,10 +22,9 @@ use pingora::server::Server;
 use pingora::server::configuration::ServerConf;
 use pingora::utils::tls::{CertKey, WrappedX509, parse_x509};
 
-/// The allocator of the gateway, for a like-for-like baseline (docs/benchmarks.md: measured
-/// cheaper per request than glibc's on the request path).
+/// The allocator of the gateway, for a like-for-like baseline ([`kruntimes_alloc`]).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: kruntimes_alloc::Allocator = kruntimes_alloc::Allocator;
 
 /// Flags.
 #[derive(Debug, Parser)]
@@ -103,6 +102,7 @@ fn pem_certs(path: &std::path::Path) -> anyhow::Result<Vec<Vec<u8>>> {
 }
 
 fn main() -> anyhow::Result<()> {
+    kruntimes_alloc::tune();
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let args = Args::parse();
     let ca: Vec<WrappedX509> = kruntimes_certs::load_certs(&args.upstream_ca)?
