@@ -42,17 +42,10 @@ pub struct LogBuffer {
 
 #[derive(Debug, Default)]
 struct Shared {
-    state: Mutex<State>,
-    /// Signalled when a line lands in an empty buffer while the writer
-    /// sleeps.
+    pending: Mutex<Vec<u8>>,
+    /// Signalled when a line lands in an empty buffer: the first line of a
+    /// batch, the only one the writer can be waiting for.
     arrived: Condvar,
-}
-
-#[derive(Debug, Default)]
-struct State {
-    pending: Vec<u8>,
-    /// The writer waits for a line (not on a batch's timer).
-    writer_waiting: bool,
 }
 
 impl LogBuffer {
@@ -70,22 +63,25 @@ impl LogBuffer {
         self.dropped.clone()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.shared.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<u8>> {
+        self.shared
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// Appends one line, or drops it when the buffer is full. Wakes the
     /// writer only for the first line of a batch.
     fn push(&self, line: &[u8]) {
-        let mut s = self.lock();
-        if s.pending.len() + line.len() > self.max {
+        let mut p = self.lock();
+        if p.len() + line.len() > self.max {
             self.dropped.0.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        s.pending.extend_from_slice(line);
-        let wake = std::mem::take(&mut s.writer_waiting);
-        drop(s);
-        if wake {
+        let first = p.is_empty();
+        p.extend_from_slice(line);
+        drop(p);
+        if first {
             self.shared.arrived.notify_one();
         }
     }
@@ -93,21 +89,19 @@ impl LogBuffer {
     /// Takes what is pending, leaving `spare` (emptied) in its place.
     fn take(&self, spare: &mut Vec<u8>) {
         spare.clear();
-        std::mem::swap(&mut self.lock().pending, spare);
+        std::mem::swap(&mut *self.lock(), spare);
     }
 
     /// Blocks until a line is pending.
     fn wait_for_line(&self) {
-        let mut s = self.lock();
-        while s.pending.is_empty() {
-            s.writer_waiting = true;
-            s = self
+        let mut p = self.lock();
+        while p.is_empty() {
+            p = self
                 .shared
                 .arrived
-                .wait(s)
+                .wait(p)
                 .unwrap_or_else(|e| e.into_inner());
         }
-        s.writer_waiting = false;
     }
 
     /// Writes pending lines to `out` on a thread of its own, forever: each
@@ -234,7 +228,6 @@ mod tests {
             .recv_timeout(Duration::from_secs(10))
             .expect("a pushed line wakes the writer");
         writer.join().unwrap();
-        assert!(!buf.lock().writer_waiting);
         buf.take(&mut out);
         assert_eq!(out, b"late\n");
     }
