@@ -47,17 +47,17 @@ pub fn tune() {
     }
 }
 
-/// The purge delay mimalloc runs with now.
-pub fn purge_delay_ms() -> i64 {
-    // SAFETY: reads an integer option; no memory of ours is involved.
-    #[allow(unsafe_code)]
-    let v = unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) };
-    v as i64
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The purge delay mimalloc runs with now.
+    fn purge_delay_ms() -> i64 {
+        // SAFETY: reads an integer option; no memory of ours is involved.
+        #[allow(unsafe_code)]
+        let v = unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) };
+        v as i64
+    }
 
     /// The option index is mimalloc's purge delay: a child started with
     /// `MIMALLOC_PURGE_DELAY` set reads that value back through it.
