@@ -28,28 +28,29 @@ pub fn init_logging() {
 /// [`init_logging`] for a process that logs on its request path (the
 /// gateway's access log): lines go through a [`logbuf::LogBuffer`],
 /// written to stderr in batches by a thread of their own, so a request
-/// never waits on a write and wakes that thread at most once per batch
-/// (an idle process not at all). Returns the counter of lines
-/// dropped when the buffer was full.
-pub fn init_buffered_logging() -> logbuf::Dropped {
+/// never waits on a write or makes a system call to log (an idle process
+/// does not wake that thread at all). Returns the buffer: lines formatted
+/// elsewhere ([`logbuf::LogBuffer::push`]) join the same stream, and its
+/// counter of lines dropped when full feeds a metric.
+pub fn init_buffered_logging() -> logbuf::LogBuffer {
     let buf = logbuf::LogBuffer::new(logbuf::MAX_PENDING);
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let installed = tracing_subscriber::fmt()
+    // Already installed (a second call): the lines pushed directly still
+    // need a writer, so the buffer is drained either way.
+    let _ = tracing_subscriber::fmt()
         .json()
         .with_env_filter(filter)
         .with_writer(buf.clone())
-        .try_init()
-        .is_ok();
-    if installed
-        && buf
-            .drain_to(std::io::stderr(), logbuf::FLUSH_EVERY)
-            .is_err()
+        .try_init();
+    if buf
+        .drain_to(std::io::stderr(), logbuf::FLUSH_EVERY)
+        .is_err()
     {
         // No thread to write with: nothing will be logged. Say so once.
         eprintln!("kruntimes: cannot start the log writer thread; logs are lost");
     }
-    buf.dropped()
+    buf
 }
 
 /// Resolves on SIGTERM or Ctrl-C.

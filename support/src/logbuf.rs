@@ -1,9 +1,11 @@
 //! A log writer for processes that log on their request path (the
 //! gateway's access log): a line is copied into a shared buffer where it is
-//! logged, and a thread of its own writes the buffer out [`FLUSH_EVERY`]
-//! after the first line of a batch — one write for many lines, and no
-//! wake-up per line. With nothing logged the writer sleeps until a line
-//! comes: an idle process is not woken to find the buffer empty.
+//! logged, and a thread of its own writes the buffer out every
+//! [`FLUSH_EVERY`] while lines keep coming — one write for many lines, no
+//! wake-up per line, and no system call on the logging thread. With
+//! nothing logged for a whole period the writer blocks until a line comes:
+//! an idle process is not woken to find the buffer empty, and only the line
+//! that ends such a pause wakes it.
 //!
 //! Bounded: past [`MAX_PENDING`] bytes waiting, new lines are dropped (a
 //! flood must neither grow memory nor stall requests on a slow disk) and
@@ -42,10 +44,19 @@ pub struct LogBuffer {
 
 #[derive(Debug, Default)]
 struct Shared {
-    pending: Mutex<Vec<u8>>,
-    /// Signalled when a line lands in an empty buffer: the first line of a
-    /// batch, the only one the writer can be waiting for.
+    pending: Mutex<Pending>,
+    /// Signalled when a line lands while the writer is blocked.
     arrived: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct Pending {
+    bytes: Vec<u8>,
+    /// The writer is blocked on [`Shared::arrived`] (it found a whole
+    /// period without lines): the next line wakes it. While it sleeps
+    /// between batches nobody signals it, so logging a line costs no
+    /// system call.
+    writer_blocked: bool,
 }
 
 impl LogBuffer {
@@ -63,25 +74,25 @@ impl LogBuffer {
         self.dropped.clone()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<u8>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
         self.shared
             .pending
             .lock()
             .unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Appends one line, or drops it when the buffer is full. Wakes the
-    /// writer only for the first line of a batch.
-    fn push(&self, line: &[u8]) {
+    /// Appends one whole line (ending in a newline), or drops it when the
+    /// buffer is full. Wakes the writer only when it is blocked.
+    pub fn push(&self, line: &[u8]) {
         let mut p = self.lock();
-        if p.len() + line.len() > self.max {
+        if p.bytes.len() + line.len() > self.max {
             self.dropped.0.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let first = p.is_empty();
-        p.extend_from_slice(line);
+        p.bytes.extend_from_slice(line);
+        let wake = std::mem::take(&mut p.writer_blocked);
         drop(p);
-        if first {
+        if wake {
             self.shared.arrived.notify_one();
         }
     }
@@ -89,24 +100,27 @@ impl LogBuffer {
     /// Takes what is pending, leaving `spare` (emptied) in its place.
     fn take(&self, spare: &mut Vec<u8>) {
         spare.clear();
-        std::mem::swap(&mut *self.lock(), spare);
+        std::mem::swap(&mut self.lock().bytes, spare);
     }
 
     /// Blocks until a line is pending.
     fn wait_for_line(&self) {
         let mut p = self.lock();
-        while p.is_empty() {
+        while p.bytes.is_empty() {
+            p.writer_blocked = true;
             p = self
                 .shared
                 .arrived
                 .wait(p)
                 .unwrap_or_else(|e| e.into_inner());
         }
+        p.writer_blocked = false;
     }
 
-    /// Writes pending lines to `out` on a thread of its own, forever: each
-    /// batch `every` after its first line, so lines wait at most about
-    /// `every`; with nothing pending the thread sleeps until a line comes.
+    /// Writes pending lines to `out` on a thread of its own, forever: every
+    /// `every` while lines keep coming, so a line waits at most about
+    /// `every`; after a period without lines the thread blocks until one
+    /// comes.
     pub fn drain_to(
         &self,
         mut out: impl Write + Send + 'static,
@@ -119,11 +133,17 @@ impl LogBuffer {
                 let mut batch = Vec::new();
                 loop {
                     buf.wait_for_line();
-                    // Let the batch fill: one write for every line of it.
-                    std::thread::sleep(every);
-                    buf.take(&mut batch);
-                    // Nowhere to report a failing stderr: the lines go.
-                    let _ = out.write_all(&batch).and_then(|()| out.flush());
+                    // Under load: one wake-up per period, whatever the rate.
+                    loop {
+                        // Let the batch fill: one write for every line of it.
+                        std::thread::sleep(every);
+                        buf.take(&mut batch);
+                        if batch.is_empty() {
+                            break;
+                        }
+                        // Nowhere to report a failing stderr: the lines go.
+                        let _ = out.write_all(&batch).and_then(|()| out.flush());
+                    }
                 }
             })
             .map(drop)
@@ -199,6 +219,75 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
         assert_eq!(*out.0.lock().unwrap(), b"{\"a\":1}\n");
+    }
+
+    #[test]
+    fn only_a_blocked_writer_is_signalled() {
+        let buf = LogBuffer::new(MAX_PENDING);
+        // The writer is between batches (sleeping, not blocked): a line
+        // owes it no signal.
+        buf.push(b"one\n");
+        assert!(!buf.lock().writer_blocked);
+        let mut out = Vec::new();
+        buf.take(&mut out);
+
+        // Blocked on an empty buffer: the next line is flagged to wake it,
+        // once.
+        let waiter = buf.clone();
+        let writer = std::thread::spawn(move || waiter.wait_for_line());
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !buf.lock().writer_blocked {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the writer never blocked"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        buf.push(b"two\n");
+        assert!(!buf.lock().writer_blocked, "the signal is sent once");
+        writer.join().unwrap();
+        buf.push(b"three\n");
+        buf.take(&mut out);
+        assert_eq!(out, b"two\nthree\n");
+    }
+
+    #[test]
+    fn the_writer_writes_batch_after_batch_under_load() {
+        #[derive(Clone, Default)]
+        struct Writes(Arc<Mutex<Vec<Vec<u8>>>>);
+        impl Write for Writes {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().push(b.to_vec());
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buf = LogBuffer::new(MAX_PENDING);
+        let out = Writes::default();
+        buf.drain_to(out.clone(), Duration::from_millis(5)).unwrap();
+        for i in 0..40 {
+            buf.push(format!("{i}\n").as_bytes());
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let expected: Vec<u8> = (0..40)
+            .flat_map(|i| format!("{i}\n").into_bytes())
+            .collect();
+        loop {
+            let written: Vec<u8> = out.0.lock().unwrap().concat();
+            if written == expected {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "lines lost or reordered"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // Each write is a batch of whole lines.
+        assert!(out.0.lock().unwrap().iter().all(|w| w.ends_with(b"\n")));
     }
 
     #[test]
