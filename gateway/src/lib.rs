@@ -5,6 +5,7 @@
 //! ownership table it watches.
 #![forbid(unsafe_code)]
 
+pub mod access_log;
 pub mod admission;
 pub mod auth;
 pub mod config;
@@ -207,7 +208,7 @@ fn upstream(args: &Args) -> anyhow::Result<Upstream> {
 pub fn run(args: Args) -> anyhow::Result<()> {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     // The access log is written on the request path: buffered, off it.
-    let log_drops = kruntimes_support::init_buffered_logging();
+    let log = kruntimes_support::init_buffered_logging();
     // Its memory holds the TLS keys and callers' tokens.
     kruntimes_support::confine::forbid_inspection()?;
     if args.https_listen.is_none() && args.http_listen.is_none() {
@@ -223,7 +224,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         kruntimes_support::listen::raise_open_file_limit(),
     );
     let metrics = Arc::new(Metrics::new()?);
-    metrics.watch_log_drops(log_drops);
+    metrics.watch_log_drops(log.dropped());
     let table = Arc::new(RwLock::new(Table::new(Duration::from_secs(
         args.staleness_secs,
     ))));
@@ -252,7 +253,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         },
         upstream(&args)?,
     );
-    gateway.access_log = args.access_log;
+    gateway.access_log = args.access_log.then(|| access_log::AccessLog::new(log));
     let first_requests = Arc::new(listener::FirstRequests::default());
     gateway.first_requests = Some(first_requests.clone());
     let conf = ServerConf {

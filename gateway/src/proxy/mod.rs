@@ -26,6 +26,7 @@ use pingora::prelude::HttpPeer;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::{Error, Result};
 
+use crate::access_log::{self, AccessLog};
 use crate::admission::{self, Admission, Facts, Limits};
 use crate::auth::cache::DecisionCache;
 use crate::listener::FirstRequests;
@@ -42,8 +43,8 @@ pub struct Gateway {
     pub metrics: Arc<Metrics>,
     /// Upstream settings.
     pub upstream: Upstream,
-    /// Whether every invoke is logged.
-    pub access_log: bool,
+    /// Where every invoke is logged (`None`: not logged).
+    pub access_log: Option<AccessLog>,
     /// Connections of the public listeners still waiting for their first
     /// request (`None` when Pingora's own listeners serve).
     pub first_requests: Option<Arc<FirstRequests>>,
@@ -63,7 +64,7 @@ impl Gateway {
             admission: Admission::new(table, auth, limits, metrics.in_flight.clone()),
             metrics,
             upstream,
-            access_log: true,
+            access_log: None,
             first_requests: None,
         }
     }
@@ -357,17 +358,18 @@ impl ProxyHttp for Gateway {
         let code = session.response_written().map_or(0, |r| r.status.as_u16());
         let elapsed = ctx.started.elapsed();
         self.metrics.observe(ctx.route_label, code, elapsed);
-        if self.access_log && ctx.route_label == "invoke" {
+        if let Some(log) = &self.access_log
+            && ctx.route_label == "invoke"
+        {
             let facts = &ctx.facts;
-            tracing::info!(
-                run_uid = %facts.uid,
-                invocation_id = %ctx.invocation_id,
-                subject = facts.subject.as_deref().unwrap_or(""),
-                owner = facts.route.as_ref().map_or("", |r| r.pod_name.as_str()),
-                status = code,
-                duration_us = elapsed.as_micros() as u64,
-                "invoke"
-            );
+            log.record(&access_log::Entry {
+                run_uid: &facts.uid,
+                invocation_id: &ctx.invocation_id,
+                subject: facts.subject.as_deref().unwrap_or(""),
+                owner: facts.route.as_ref().map_or("", |r| r.pod_name.as_str()),
+                status: code,
+                duration: elapsed,
+            });
         }
     }
 }
