@@ -168,7 +168,8 @@ impl Admission {
         let slot = facts.in_flight.insert(self.in_flight.acquire());
         slot.admitted()?;
         if lookup.is_settling() {
-            lookup = self.settle(&target, lookup, changes).await;
+            // Boxed: rare, and its timer would size every admission.
+            lookup = Box::pin(self.settle(&target, lookup, changes)).await;
         }
         facts.route = Some(lookup.into_route(&target)?);
         Ok(())

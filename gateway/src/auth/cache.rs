@@ -259,27 +259,48 @@ impl DecisionCache {
         self.authenticate_digest(token, digest(token)).await
     }
 
-    /// Looks `key` up in `cache`; on a miss runs `load` once for all
+    /// Looks `key` up in `cache`; on a miss runs `load()` once for all
     /// concurrent callers (bounded by the backend-call semaphore) and counts
     /// the hit or miss under `layer`. Errors of `load` are not cached.
+    /// `load` makes its future only on a miss, so a hit carries none of
+    /// its state.
     ///
     /// A hit is a plain read: the coalescing machinery (and an owned key)
     /// is only set up on a miss.
-    async fn cached<K, V>(
+    async fn cached<K, V, F>(
         &self,
         layer: Layer,
         cache: &Cache<K, V>,
         key: &K,
-        load: impl std::future::Future<Output = Result<V, AuthError>>,
+        load: impl FnOnce() -> F,
     ) -> Result<V, AuthError>
     where
         K: std::hash::Hash + Eq + Clone + Send + Sync + 'static,
         V: Clone + Send + Sync + 'static,
+        F: std::future::Future<Output = Result<V, AuthError>>,
     {
         if let Some(hit) = cache.get(key).await {
             self.count(layer, true);
             return Ok(hit);
         }
+        // Boxed: the coalescing future is several KiB, which would size
+        // (and be copied with) every lookup's future, hits included.
+        Box::pin(self.miss(layer, cache, key, load)).await
+    }
+
+    /// [`Self::cached`] on a miss.
+    async fn miss<K, V, F>(
+        &self,
+        layer: Layer,
+        cache: &Cache<K, V>,
+        key: &K,
+        load: impl FnOnce() -> F,
+    ) -> Result<V, AuthError>
+    where
+        K: std::hash::Hash + Eq + Clone + Send + Sync + 'static,
+        V: Clone + Send + Sync + 'static,
+        F: std::future::Future<Output = Result<V, AuthError>>,
+    {
         let missed = AtomicBool::new(false);
         let value = cache
             .try_get_with(key.clone(), async {
@@ -298,7 +319,7 @@ impl DecisionCache {
                         ));
                     }
                 };
-                load.await
+                load().await
             })
             .await
             .map_err(|e: Arc<AuthError>| (*e).clone())?;
@@ -312,7 +333,7 @@ impl DecisionCache {
         digest: TokenDigest,
     ) -> Result<Result<Arc<Identity>, Arc<str>>, AuthError> {
         let authn = self
-            .cached(Layer::Authn, &self.tokens, &digest, async {
+            .cached(Layer::Authn, &self.tokens, &digest, || async {
                 match self.authn.authenticate(token).await {
                     Ok(id) => {
                         let ttl =
@@ -386,7 +407,7 @@ impl DecisionCache {
             Err(reason) => return Ok(Outcome::Unauthenticated(reason)),
         };
         let decision = self
-            .cached(Layer::Authz, &self.decisions, key, async {
+            .cached(Layer::Authz, &self.decisions, key, || async {
                 let allowed = self.authz.authorize(&identity, target).await?;
                 // Only an answer of the backend (a miss) starts or ends a
                 // stale allowance; cache hits never extend it.

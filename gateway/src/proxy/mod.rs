@@ -278,7 +278,9 @@ impl ProxyHttp for Gateway {
         ctx: &mut Self::CTX,
     ) -> Result<()> {
         if ctx.facts.session == Some(SessionOp::WebSocket) {
-            return self.websocket_body(body, ctx).await;
+            // Boxed: its state (a decision-cache check per message) would
+            // otherwise size, and be copied into, every body filter call.
+            return Box::pin(self.websocket_body(body, ctx)).await;
         }
         if let Some(b) = body {
             ctx.body_bytes += b.len() as u64;
