@@ -14,9 +14,9 @@ use crate::contain::Shim;
 use crate::contain::shim::{self, ShimArgs};
 use crate::function::python::spare::SparePool;
 use crate::function::{Functions, Interpreter};
-use crate::lease;
-use crate::service::Service;
+use crate::service::{Service, Sockets};
 use crate::session::Sessions;
+use crate::{direct, lease};
 
 /// `runtime-server` flags.
 #[derive(Debug, Clone, Parser)]
@@ -186,12 +186,16 @@ pub async fn serve(
     std::fs::create_dir_all(&run_logs).with_context(|| format!("create {}", run_logs.display()))?;
     crate::logs::set_run_logs(run_logs);
     let listener = bind(&socket, args.socket_mode)?;
-    let worker_name = socket
+    let socket_name = socket
         .file_name()
-        .map(|n| lease::socket_name(&n.to_string_lossy()))
+        .map(|n| n.to_string_lossy().into_owned())
         .context("--socket names no file")?;
+    let worker_name = lease::socket_name(&socket_name);
     let worker_socket = socket.with_file_name(&worker_name);
     let workers = bind(&worker_socket, args.socket_mode)?;
+    let invoke_name = direct::socket_name(&socket_name);
+    let invoke_socket = socket.with_file_name(&invoke_name);
+    let invokes = bind(&invoke_socket, args.socket_mode)?;
     let spares = (args.python_spares > 0).then(|| {
         SparePool::new(
             shim.clone(),
@@ -209,24 +213,32 @@ pub async fn serve(
     let service = Service::new(
         functions.clone(),
         Sessions::new(work_root.clone(), shim),
-        worker_name,
+        Sockets {
+            workers: worker_name,
+            invoke: invoke_name,
+        },
     );
     tracing::info!(socket = %socket.display(), work_root = %work_root.display(), "runtime server serving");
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let leases = tokio::spawn(lease::serve(workers, functions, {
-        let mut stopped = stopped.clone();
-        async move {
-            let _ = stopped.wait_for(|s| *s).await;
-        }
-    }));
+    let until_stopped = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = stopped.wait_for(|s| *s).await;
+    };
+    let leases = tokio::spawn(lease::serve(
+        workers,
+        functions.clone(),
+        until_stopped(stopped.clone()),
+    ));
+    let direct_calls = tokio::spawn(direct::serve(
+        invokes,
+        functions,
+        until_stopped(stopped.clone()),
+    ));
     let serving = tonic::transport::Server::builder()
         .add_service(service.server())
-        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), {
-            let mut stopped = stopped.clone();
-            async move {
-                let _ = stopped.wait_for(|s| *s).await;
-            }
-        });
+        .serve_with_incoming_shutdown(
+            UnixListenerStream::new(listener),
+            until_stopped(stopped.clone()),
+        );
     tokio::pin!(serving);
     let ended = tokio::select! {
         r = &mut serving => Some(r),
@@ -241,8 +253,10 @@ pub async fn serve(
         None => serving.await,
     };
     let _ = leases.await;
+    let _ = direct_calls.await;
     let _ = std::fs::remove_file(&socket);
     let _ = std::fs::remove_file(&worker_socket);
+    let _ = std::fs::remove_file(&invoke_socket);
     tracing::info!("runtime server stopped");
     Ok(served?)
 }

@@ -14,7 +14,8 @@
 //! - [`cli`]: flags and the main loop; [`service`]: the gRPC service over
 //!   [`validate`]d requests; [`error`]: the one error and its status codes;
 //!   [`lease`]: the worker fast path, Python workers' pipes handed to
-//!   runtimed with SCM_RIGHTS.
+//!   runtimed with SCM_RIGHTS; [`direct`]: the direct invoke path,
+//!   `InvokeFunction` without HTTP/2 (Bash functions' hot path).
 //! - [`function`]: registrations and their backends; [`session`]:
 //!   workspaces, commands and files.
 //! - [`confine`]: what of the file system the server and its user code
@@ -27,6 +28,7 @@
 pub mod cli;
 pub mod confine;
 pub mod contain;
+pub mod direct;
 pub mod env;
 pub mod error;
 pub mod function;

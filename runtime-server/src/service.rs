@@ -19,18 +19,28 @@ pub struct Service {
     functions: Arc<Functions>,
     sessions: Sessions,
     instance_id: String,
-    worker_socket: String,
+    sockets: Sockets,
+}
+
+/// The file names of the optional sockets beside the gRPC one (empty: not
+/// offered), as `Info` announces them.
+#[derive(Debug, Clone, Default)]
+pub struct Sockets {
+    /// The worker fast path's ([`crate::lease`]).
+    pub workers: String,
+    /// The direct invoke path's ([`crate::direct`]).
+    pub invoke: String,
 }
 
 impl Service {
-    /// A service over `functions` and `sessions`, with a fresh instance id;
-    /// `worker_socket` names the fast path's socket (empty: none).
-    pub fn new(functions: Arc<Functions>, sessions: Sessions, worker_socket: String) -> Arc<Self> {
+    /// A service over `functions` and `sessions`, with a fresh instance id,
+    /// announcing `sockets`.
+    pub fn new(functions: Arc<Functions>, sessions: Sessions, sockets: Sockets) -> Arc<Self> {
         Arc::new(Self {
             functions,
             sessions,
             instance_id: uuid::Uuid::new_v4().to_string(),
-            worker_socket,
+            sockets,
         })
     }
 
@@ -60,6 +70,35 @@ fn entry(e: files::Entry) -> pb::FileEntry {
     }
 }
 
+/// `InvokeFunction`, as gRPC and the direct invoke path
+/// ([`crate::direct`]) serve it.
+pub async fn invoke_function(
+    functions: &Functions,
+    req: pb::InvokeFunctionRequest,
+) -> Result<pb::InvokeFunctionResponse, Status> {
+    use pb::invoke_function_response::Outcome;
+    let call = validate::invoke(req)?;
+    let outcome = functions
+        .invoke(
+            &call.run_uid,
+            &call.handle,
+            call.input,
+            call.timeout,
+            call.max_output,
+        )
+        .await;
+    let outcome = match outcome {
+        Ok(output) => Outcome::Output(output),
+        Err(Error::Invoke(InvokeError::Function { kind, message })) => {
+            Outcome::Error(pb::FunctionError { kind, message })
+        }
+        Err(e) => return Err(e.into()),
+    };
+    Ok(pb::InvokeFunctionResponse {
+        outcome: Some(outcome),
+    })
+}
+
 #[tonic::async_trait]
 impl RuntimeServer for Handle {
     async fn info(
@@ -72,7 +111,8 @@ impl RuntimeServer for Handle {
             runtimes: vec!["python".into(), "bash".into()],
             sessions: true,
             instance_id: self.0.instance_id.clone(),
-            worker_socket: self.0.worker_socket.clone(),
+            worker_socket: self.0.sockets.workers.clone(),
+            invoke_socket: self.0.sockets.invoke.clone(),
         }))
     }
 
@@ -100,29 +140,9 @@ impl RuntimeServer for Handle {
         &self,
         req: Request<pb::InvokeFunctionRequest>,
     ) -> Result<Response<pb::InvokeFunctionResponse>, Status> {
-        use pb::invoke_function_response::Outcome;
-        let call = validate::invoke(req.into_inner())?;
-        let outcome = self
-            .0
-            .functions
-            .invoke(
-                &call.run_uid,
-                &call.handle,
-                call.input,
-                call.timeout,
-                call.max_output,
-            )
-            .await;
-        let outcome = match outcome {
-            Ok(output) => Outcome::Output(output),
-            Err(Error::Invoke(InvokeError::Function { kind, message })) => {
-                Outcome::Error(pb::FunctionError { kind, message })
-            }
-            Err(e) => return Err(e.into()),
-        };
-        Ok(Response::new(pb::InvokeFunctionResponse {
-            outcome: Some(outcome),
-        }))
+        invoke_function(&self.0.functions, req.into_inner())
+            .await
+            .map(Response::new)
     }
 
     async fn unregister_function(

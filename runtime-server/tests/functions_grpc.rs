@@ -1,7 +1,7 @@
 //! The function calls of the contract over the Unix socket, as runtimed
-//! makes them: Info, a function registered and invoked, and the worker fast
+//! makes them: Info, a function registered and invoked, the worker fast
 //! path — a leased worker answering on its own pipes and dying with its
-//! lease.
+//! lease — and the direct invoke path, answering as InvokeFunction does.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -154,5 +154,107 @@ async fn a_leased_worker_answers_on_its_own_pipes_and_dies_with_its_lease() {
         .invoke_function(Server::call(&handle, b"{}", 10_000))
         .await;
     assert!(after.is_ok(), "served through the server again: {after:?}");
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_direct_path_answers_as_invoke_function_and_a_hang_up_cancels_the_call() {
+    use kruntimes_proto::runtime::lease::{recv_bounded, send};
+    use pb::invoke_function_response::Outcome;
+    let mut s = start().await;
+    let sh = r#"run() {
+  case "$1" in
+    '{"fail": 1}') echo "no luck" >&2; return 3 ;;
+    '{"nap": 1}') sleep 30 & echo "$!" > nap.pid; wait ;;
+    *) printf '{"got": %s}' "$1" ;;
+  esac
+}
+"#;
+    let handle = s.register_as("bash", "main.run", sh).await;
+    let info = s
+        .client
+        .info(pb::InfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(info.invoke_socket, "rs.sock.invoke");
+    let socket = s.dir.path().join(&info.invoke_socket);
+    let conn = tokio::net::UnixStream::connect(&socket).await.unwrap();
+    let ask = async |req: pb::InvokeFunctionRequest| {
+        send(&conn, &req, &[]).await.unwrap();
+        recv_bounded::<pb::DirectInvokeResponse>(&conn, 1 << 20)
+            .await
+            .unwrap()
+    };
+
+    // Call after call on one connection: output, a handler error, refusals.
+    for input in [r#"{"a": 1}"#, r#"{"b": [2]}"#] {
+        let answer = ask(Server::call(&handle, input.as_bytes(), 10_000)).await;
+        let expected = format!(r#"{{"got": {input}}}"#).into_bytes();
+        assert_eq!(
+            (answer.code, answer.response),
+            (
+                0,
+                Some(pb::InvokeFunctionResponse {
+                    outcome: Some(Outcome::Output(expected))
+                })
+            )
+        );
+    }
+    let failed = ask(Server::call(&handle, br#"{"fail": 1}"#, 10_000)).await;
+    match failed.response.and_then(|r| r.outcome) {
+        Some(Outcome::Error(e)) => {
+            assert_eq!(e.kind, "ExitStatus");
+            assert!(e.message.contains("no luck"), "{e:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let stale = ask(pb::InvokeFunctionRequest {
+        handle: "fn-other".into(),
+        ..Server::call(&handle, b"{}", 10_000)
+    })
+    .await;
+    assert_eq!(
+        (stale.code, stale.response),
+        (tonic::Code::NotFound as i32, None)
+    );
+    let invalid = ask(Server::call(&handle, b"{}", 0)).await;
+    assert_eq!(
+        invalid.code,
+        tonic::Code::InvalidArgument as i32,
+        "{invalid:?}"
+    );
+
+    // A caller that hangs up mid-call cancels it: the tree is killed.
+    send(&conn, &Server::call(&handle, br#"{"nap": 1}"#, 60_000), &[])
+        .await
+        .unwrap();
+    let pid_file = s.workspace().join("nap.pid");
+    let deadline = std::time::Instant::now() + WITHIN;
+    let pid = loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the call never started"
+        );
+        if let Some(pid) = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|t| t.trim().parse::<i32>().ok())
+        {
+            break pid;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
+    drop(conn);
+    assert_eq!(wait_gone(&[pid], WITHIN).await, Vec::<i32>::new());
+
+    // A new connection is served as before.
+    let conn = tokio::net::UnixStream::connect(&socket).await.unwrap();
+    send(&conn, &Server::call(&handle, b"[]", 10_000), &[])
+        .await
+        .unwrap();
+    let again = recv_bounded::<pb::DirectInvokeResponse>(&conn, 1 << 20)
+        .await
+        .unwrap();
+    assert_eq!(again.code, 0, "{again:?}");
     s.stop().await;
 }

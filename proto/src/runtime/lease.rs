@@ -1,7 +1,8 @@
 //! The wire of the worker fast path (`WorkerLeaseRequest` in
-//! `runtime.proto`): length-prefixed protobuf messages on a Unix stream
-//! socket, the lease carrying the worker's pipe ends as SCM_RIGHTS
-//! ancillary data. Both ends use these two calls.
+//! `runtime.proto`) and of the direct invoke path (`DirectInvokeResponse`):
+//! length-prefixed protobuf messages on a Unix stream socket, a lease
+//! carrying the worker's pipe ends as SCM_RIGHTS ancillary data. Both ends
+//! use these calls.
 
 use std::io::{IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
@@ -14,7 +15,7 @@ use rustix::net::{
 use tokio::io::Interest;
 use tokio::net::UnixStream;
 
-/// Largest message of the fast path's wire.
+/// Largest message of the worker fast path's wire ([`recv`]).
 const MAX_MESSAGE: usize = 64 * 1024;
 /// Descriptors one message may carry.
 const MAX_FDS: usize = 2;
@@ -61,6 +62,24 @@ pub async fn send<M: prost::Message>(
 pub async fn recv<M: prost::Message + Default>(
     conn: &UnixStream,
 ) -> std::io::Result<(M, Vec<OwnedFd>)> {
+    recv_up_to(conn, MAX_MESSAGE).await
+}
+
+/// Receives one message of at most `max` bytes (a longer one is
+/// `InvalidData`, read no further), closing any descriptors attached: the
+/// direct invoke path's wire, whose messages carry a call's input or
+/// output and never descriptors.
+pub async fn recv_bounded<M: prost::Message + Default>(
+    conn: &UnixStream,
+    max: usize,
+) -> std::io::Result<M> {
+    recv_up_to(conn, max).await.map(|(msg, _)| msg)
+}
+
+async fn recv_up_to<M: prost::Message + Default>(
+    conn: &UnixStream,
+    max: usize,
+) -> std::io::Result<(M, Vec<OwnedFd>)> {
     let mut buf = vec![0u8; 4];
     let mut have = 0;
     let mut fds = Vec::new();
@@ -93,7 +112,7 @@ pub async fn recv<M: prost::Message + Default>(
         have += n;
         if have == 4 && want == 4 {
             let len = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
-            if len > MAX_MESSAGE {
+            if len > max {
                 return Err(invalid("message too large"));
             }
             want = 4 + len;
@@ -131,6 +150,29 @@ mod tests {
         let mut text = String::new();
         reader.read_to_string(&mut text).unwrap();
         assert_eq!(text, "through the socket");
+    }
+
+    #[tokio::test]
+    async fn a_bounded_receive_takes_large_messages_up_to_its_bound_only() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let big = pb::InvokeFunctionRequest {
+            input: vec![b'x'; 3 * MAX_MESSAGE],
+            ..Default::default()
+        };
+        let len = prost::Message::encoded_len(&big);
+        let sending = tokio::spawn(async move {
+            send(&a, &big, &[]).await.unwrap();
+            // Refused unread: this send ends when the reader goes.
+            let _ = send(&a, &big, &[]).await;
+        });
+        let got: pb::InvokeFunctionRequest = recv_bounded(&b, len).await.unwrap();
+        assert_eq!(got.input.len(), 3 * MAX_MESSAGE);
+        let refused = recv_bounded::<pb::InvokeFunctionRequest>(&b, len - 1)
+            .await
+            .unwrap_err();
+        assert_eq!(refused.kind(), std::io::ErrorKind::InvalidData);
+        drop(b);
+        let _ = sending.await;
     }
 
     #[tokio::test]

@@ -81,16 +81,22 @@ impl Server {
 
     /// Registers a Python function with `source` as `main.py`; its handle.
     pub async fn register(&mut self, source: &str) -> String {
+        self.register_as("python", "main.invoke", source).await
+    }
+
+    /// Registers `handler` of `runtime` with `source` as its file; its
+    /// handle.
+    pub async fn register_as(&mut self, runtime: &str, handler: &str, source: &str) -> String {
         self.client
             .register_function(pb::RegisterFunctionRequest {
                 run: Some(pb::RunRef {
                     namespace: "default".into(),
                     name: "f".into(),
                     uid: UID.into(),
-                    runtime: "python".into(),
+                    runtime: runtime.into(),
                 }),
                 attempt: 1,
-                handler: "main.invoke".into(),
+                handler: handler.into(),
                 source: Some(pb::Source {
                     inline: source.into(),
                     path: String::new(),

@@ -8,8 +8,11 @@
 //! deadline), and the next caller gets 429 `Busy` meanwhile — never the
 //! abandoned call's answer. A Python function is called over the worker
 //! fast path ([`super::fast`]) when the server offers it, anything else
-//! with `InvokeFunction`.
+//! with `InvokeFunction`: on the direct invoke path
+//! ([`crate::runtime::direct`]) when the server offers it, over gRPC
+//! otherwise.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,7 +24,7 @@ use super::engine::Engine;
 use super::error::{EngineError, InvokeError};
 use super::registered::{Registered, State};
 use crate::registration::{Fence, IdCheck, check_id};
-use crate::runtime::{self, Client};
+use crate::runtime::{self, Client, Direct};
 
 /// How much longer than the invocation's deadline runtimed waits for the
 /// Runtime Server's answer (the server kills the call at the deadline; this
@@ -114,17 +117,46 @@ pub(super) fn failure(s: &tonic::Status, timeout: Duration) -> EngineError {
     }
 }
 
+/// How an invocation reaches its function.
+enum Route {
+    /// The leased worker's pipes, from the server's worker socket.
+    Worker(PathBuf),
+    /// `InvokeFunction` on the direct invoke path.
+    Direct(Arc<Direct>),
+    /// `InvokeFunction` over gRPC.
+    Grpc(Client),
+}
+
+impl Route {
+    /// Its name in logs.
+    fn name(&self) -> &'static str {
+        match self {
+            Self::Worker(_) => "worker",
+            Self::Direct(_) => "direct",
+            Self::Grpc(_) => "grpc",
+        }
+    }
+}
+
 /// The exchange with the Runtime Server, owning what it needs: it runs to
 /// the server's answer (or the slack past the deadline) even when the
 /// caller has left.
 async fn call_server(
-    mut client: Client,
+    route: Route,
+    f: &Registered,
     req: rt::InvokeFunctionRequest,
     timeout: Duration,
 ) -> Result<Vec<u8>, EngineError> {
-    match tokio::time::timeout(timeout + ANSWER_SLACK, client.invoke_function(req)).await {
-        Ok(answer) => classify(answer.map(tonic::Response::into_inner), timeout),
-        Err(_) => Err(InvokeError::Timeout(timeout).into()),
+    let wait = timeout + ANSWER_SLACK;
+    match route {
+        Route::Worker(socket) => super::fast::call(f, &socket, &req.input, timeout).await,
+        Route::Direct(direct) => classify(direct.invoke(&req, wait).await, timeout),
+        Route::Grpc(mut client) => {
+            match tokio::time::timeout(wait, client.invoke_function(req)).await {
+                Ok(answer) => classify(answer.map(tonic::Response::into_inner), timeout),
+                Err(_) => Err(InvokeError::Timeout(timeout).into()),
+            }
+        }
     }
 }
 
@@ -169,28 +201,32 @@ impl Engine {
             timeout_ms: u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX),
             max_output_bytes: f.bounds.max_output as u64,
         };
-        let client = self.link().client();
         // Only the built-in Python backend leases its workers; everything
         // else goes through InvokeFunction.
-        let fast = match f.kind {
-            Some(Kind::Python) => self.link().worker_socket(),
+        let link = self.link();
+        let leased = match f.kind {
+            Some(Kind::Python) => link.worker_socket(),
             Some(Kind::Bash) | None => None,
+        };
+        let route = match (leased, link.direct()) {
+            (Some(socket), _) => Route::Worker(socket),
+            (None, Some(direct)) => Route::Direct(direct),
+            (None, None) => Route::Grpc(link.client()),
         };
         let mut cancelled = f.cancel.subscribe();
         let registered: Arc<Registered> = f.clone();
         let started = Instant::now();
         let invocation_id = call.invocation_id.to_owned();
         let exchange = tokio::spawn(async move {
-            let result = match fast {
-                Some(socket) => super::fast::call(&registered, &socket, &req.input, timeout).await,
-                None => call_server(client, req, timeout).await,
-            };
+            let path = route.name();
+            let result = call_server(route, &registered, req, timeout).await;
             registered.touch();
             crate::metrics::invocation(outcome_label(&result), started.elapsed().as_secs_f64());
             tracing::info!(
                 run_uid = %registered.run.uid,
                 invocation_id = %invocation_id,
                 backend = ?registered.kind,
+                path,
                 outcome = outcome_label(&result),
                 duration_ms = started.elapsed().as_millis() as u64,
                 "invocation finished"

@@ -9,6 +9,7 @@
 //! [`Change`], and function and session mode react to it (republish their
 //! readiness, register again, or give up a lost session).
 
+pub mod direct;
 #[cfg(test)]
 pub mod fake;
 pub mod lease;
@@ -23,6 +24,7 @@ use kruntimes_proto::runtime::v1 as pb;
 use kruntimes_proto::runtime::v1::runtime_server_client::RuntimeServerClient;
 use tonic::transport::Channel;
 
+pub use self::direct::Direct;
 use crate::registration::RegisterError;
 
 /// A client of the Runtime Server.
@@ -56,6 +58,9 @@ pub struct Link {
     socket: PathBuf,
     /// The worker fast path's socket, when the server offers one.
     workers: std::sync::Mutex<Option<PathBuf>>,
+    /// The direct invoke path, when the server offers one; replaced (its
+    /// connections closed) when the server restarts.
+    direct: std::sync::Mutex<Option<Arc<Direct>>>,
     up: AtomicBool,
     /// The instance in step with this runtimed (reset on first contact).
     instance: tokio::sync::Mutex<Option<String>>,
@@ -109,6 +114,7 @@ impl Link {
             client: kruntimes_proto::runtime::client(socket),
             socket: socket.to_path_buf(),
             workers: std::sync::Mutex::new(None),
+            direct: std::sync::Mutex::new(None),
             up: AtomicBool::new(false),
             instance: tokio::sync::Mutex::new(None),
         })
@@ -122,6 +128,14 @@ impl Link {
     /// The worker fast path's socket, when the server offers one.
     pub fn worker_socket(&self) -> Option<PathBuf> {
         self.workers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The direct invoke path, when the server offers one.
+    pub fn direct(&self) -> Option<Arc<Direct>> {
+        self.direct
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
@@ -169,15 +183,29 @@ impl Link {
                 Change::Back
             }
         };
-        // A file name beside the socket dialled (the directory may be
-        // mounted elsewhere in the server's container).
-        let name = Path::new(&info.worker_socket);
-        let workers = (name.components().count() == 1 && name.file_name().is_some())
-            .then(|| self.socket.with_file_name(name));
-        *self.workers.lock().unwrap_or_else(|p| p.into_inner()) = workers;
+        *self.workers.lock().unwrap_or_else(|p| p.into_inner()) = self.beside(&info.worker_socket);
+        let invoke = self.beside(&info.invoke_socket);
+        let mut direct = self.direct.lock().unwrap_or_else(|p| p.into_inner());
+        let same = match (direct.as_deref(), &invoke) {
+            (Some(d), Some(path)) => change != Change::Restarted && d.socket() == path,
+            _ => false,
+        };
+        if !same {
+            *direct = invoke.map(|path| Arc::new(Direct::new(path)));
+        }
+        drop(direct);
         *instance = Some(info.instance_id);
         self.up.store(true, Ordering::Release);
         change
+    }
+
+    /// A socket the server announced by `name`: a file name beside the
+    /// socket dialled (the directory may be mounted elsewhere in the
+    /// server's container); `None` when it announced none or something else.
+    fn beside(&self, name: &str) -> Option<PathBuf> {
+        let name = Path::new(name);
+        (name.components().count() == 1 && name.file_name().is_some())
+            .then(|| self.socket.with_file_name(name))
     }
 
     fn lost(&self) -> Change {
@@ -233,4 +261,21 @@ where
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_announced_socket_is_a_file_name_beside_the_one_dialled() {
+        let link = Link::new(Path::new("/run/kruntimes/runtime.sock"));
+        assert_eq!(
+            link.beside("runtime.sock.invoke"),
+            Some(PathBuf::from("/run/kruntimes/runtime.sock.invoke"))
+        );
+        for refused in ["", "..", ".", "/tmp/x.sock", "sub/x.sock", "../x.sock"] {
+            assert_eq!(link.beside(refused), None, "{refused:?}");
+        }
+    }
 }
