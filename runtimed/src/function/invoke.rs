@@ -121,43 +121,46 @@ pub(super) fn failure(s: &tonic::Status, timeout: Duration) -> EngineError {
 enum Route {
     /// The leased worker's pipes, from the server's worker socket.
     Worker(PathBuf),
-    /// `InvokeFunction` on the direct invoke path.
-    Direct(Arc<Direct>),
+    /// `InvokeFunction` on the direct invoke path, or over gRPC when its
+    /// socket cannot be reached (nothing sent yet).
+    Direct(Arc<Direct>, Client),
     /// `InvokeFunction` over gRPC.
     Grpc(Client),
 }
 
-impl Route {
-    /// Its name in logs.
-    fn name(&self) -> &'static str {
-        match self {
-            Self::Worker(_) => "worker",
-            Self::Direct(_) => "direct",
-            Self::Grpc(_) => "grpc",
-        }
-    }
-}
-
 /// The exchange with the Runtime Server, owning what it needs: it runs to
 /// the server's answer (or the slack past the deadline) even when the
-/// caller has left.
+/// caller has left. Also the way it went, for the log.
 async fn call_server(
     route: Route,
     f: &Registered,
     req: rt::InvokeFunctionRequest,
     timeout: Duration,
-) -> Result<Vec<u8>, EngineError> {
+) -> (Result<Vec<u8>, EngineError>, &'static str) {
     let wait = timeout + ANSWER_SLACK;
-    match route {
-        Route::Worker(socket) => super::fast::call(f, &socket, &req.input, timeout).await,
-        Route::Direct(direct) => classify(direct.invoke(&req, wait).await, timeout),
-        Route::Grpc(mut client) => {
-            match tokio::time::timeout(wait, client.invoke_function(req)).await {
-                Ok(answer) => classify(answer.map(tonic::Response::into_inner), timeout),
-                Err(_) => Err(InvokeError::Timeout(timeout).into()),
-            }
+    let client = match route {
+        Route::Worker(socket) => {
+            let result = super::fast::call(f, &socket, &req.input, timeout).await;
+            return (result, "worker");
         }
-    }
+        Route::Direct(direct, client) => match direct.connect().await {
+            Ok(conn) => {
+                let answer = direct.call(conn, &req, wait).await;
+                return (classify(answer, timeout), "direct");
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "direct invoke socket unreachable; calling over gRPC");
+                client
+            }
+        },
+        Route::Grpc(client) => client,
+    };
+    let mut client = client;
+    let result = match tokio::time::timeout(wait, client.invoke_function(req)).await {
+        Ok(answer) => classify(answer.map(tonic::Response::into_inner), timeout),
+        Err(_) => Err(InvokeError::Timeout(timeout).into()),
+    };
+    (result, "grpc")
 }
 
 fn outcome_label(result: &Result<Vec<u8>, EngineError>) -> &'static str {
@@ -210,7 +213,7 @@ impl Engine {
         };
         let route = match (leased, link.direct()) {
             (Some(socket), _) => Route::Worker(socket),
-            (None, Some(direct)) => Route::Direct(direct),
+            (None, Some(direct)) => Route::Direct(direct, link.client()),
             (None, None) => Route::Grpc(link.client()),
         };
         let mut cancelled = f.cancel.subscribe();
@@ -218,8 +221,7 @@ impl Engine {
         let started = Instant::now();
         let invocation_id = call.invocation_id.to_owned();
         let exchange = tokio::spawn(async move {
-            let path = route.name();
-            let result = call_server(route, &registered, req, timeout).await;
+            let (result, path) = call_server(route, &registered, req, timeout).await;
             registered.touch();
             crate::metrics::invocation(outcome_label(&result), started.elapsed().as_secs_f64());
             tracing::info!(

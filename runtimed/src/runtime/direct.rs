@@ -4,7 +4,9 @@
 //! and reused, one call at a time each; a call that fails in any way —
 //! the deadline plus slack passed, the server closed, a malformed answer —
 //! takes its connection with it (closing it cancels the call in the
-//! server), so a kept connection is always between calls.
+//! server), so a kept connection is always between calls. A socket that
+//! cannot be connected to has been sent nothing: the caller may go over
+//! gRPC instead ([`crate::function`] does).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -57,31 +59,46 @@ impl Direct {
         }
     }
 
-    /// One `InvokeFunction` call, answered within `wait` (past it the
-    /// connection is closed, which cancels the call, and the answer is
-    /// `DEADLINE_EXCEEDED`). Failures of the socket itself are
-    /// `UNAVAILABLE`, as on the gRPC channel.
+    /// A connection kept between calls, or a new one. Nothing has been
+    /// sent when this fails, so the call may still go another way.
+    pub async fn connect(&self) -> std::io::Result<UnixStream> {
+        match self.take() {
+            Some(conn) => Ok(conn),
+            None => UnixStream::connect(&self.socket).await,
+        }
+    }
+
+    /// One `InvokeFunction` call on a new or kept connection (see
+    /// [`Self::call`]); a socket that cannot be reached is `UNAVAILABLE`.
     pub async fn invoke(
         &self,
         req: &pb::InvokeFunctionRequest,
         wait: Duration,
     ) -> Result<pb::InvokeFunctionResponse, tonic::Status> {
+        match self.connect().await {
+            Ok(conn) => self.call(conn, req, wait).await,
+            Err(e) => Err(unavailable(&e)),
+        }
+    }
+
+    /// One `InvokeFunction` call on `conn` (from [`Self::connect`]),
+    /// answered within `wait` (past it the connection is closed, which
+    /// cancels the call, and the answer is `DEADLINE_EXCEEDED`). Failures
+    /// of the socket itself are `UNAVAILABLE`, as on the gRPC channel.
+    pub async fn call(
+        &self,
+        conn: UnixStream,
+        req: &pb::InvokeFunctionRequest,
+        wait: Duration,
+    ) -> Result<pb::InvokeFunctionResponse, tonic::Status> {
         let call = async {
-            let conn = match self.take() {
-                Some(conn) => conn,
-                None => UnixStream::connect(&self.socket).await?,
-            };
             send(&conn, req, &[]).await?;
             let answer = recv_bounded::<pb::DirectInvokeResponse>(&conn, MAX_MESSAGE_BYTES).await?;
-            Ok::<_, std::io::Error>((conn, answer))
+            Ok::<_, std::io::Error>(answer)
         };
-        let (conn, answer) = match tokio::time::timeout(wait, call).await {
-            Ok(Ok(done)) => done,
-            Ok(Err(e)) => {
-                return Err(tonic::Status::unavailable(format!(
-                    "runtime server invoke socket: {e}"
-                )));
-            }
+        let answer = match tokio::time::timeout(wait, call).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(e)) => return Err(unavailable(&e)),
             Err(_) => {
                 return Err(tonic::Status::deadline_exceeded(
                     "the runtime server did not answer in time",
@@ -94,6 +111,10 @@ impl Direct {
         }
         answer_of(answer)
     }
+}
+
+fn unavailable(e: &std::io::Error) -> tonic::Status {
+    tonic::Status::unavailable(format!("runtime server invoke socket: {e}"))
 }
 
 /// A wire answer as the gRPC call would have ended. An answer that is

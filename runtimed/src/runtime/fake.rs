@@ -35,6 +35,8 @@ pub struct State {
     pub log: Vec<String>,
     /// Invocations that ran to their end.
     pub completed: Vec<String>,
+    /// The direct invoke socket Info announces (nothing listens on it).
+    pub invoke_socket: String,
     next: u64,
 }
 
@@ -163,6 +165,7 @@ impl RuntimeServer for Handle {
         Ok(Response::new(pb::InfoResponse {
             name: "fake".into(),
             instance_id: self.0.with(|s| s.instance.clone()),
+            invoke_socket: self.0.with(|s| s.invoke_socket.clone()),
             ..Default::default()
         }))
     }

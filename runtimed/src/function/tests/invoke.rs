@@ -10,6 +10,26 @@ async fn the_servers_answer_is_the_output() {
 }
 
 #[tokio::test]
+async fn a_bash_call_goes_over_grpc_when_the_direct_socket_cannot_be_reached() {
+    let fx = fixture().await;
+    fx.server.fake.state.lock().unwrap().invoke_socket = "runtime.sock.invoke".into();
+    fx.server.link.check().await;
+    let direct = fx
+        .server
+        .link
+        .direct()
+        .expect("the announced socket is known");
+    assert!(!direct.socket().exists());
+    fx.engine
+        .register(request("bash", 1, "d", "main.run"))
+        .await
+        .unwrap();
+    let out = json(&fx.engine.invoke(call(br#"{"name":"X"}"#)).await.unwrap());
+    assert_eq!(out["name"], "X");
+    assert_eq!(direct.idle(), 0);
+}
+
+#[tokio::test]
 async fn the_servers_failures_land_in_the_public_error_table() {
     let (fx, _) = python().await;
     let err = fx
