@@ -26,19 +26,10 @@ pub async fn serve(
     functions: Arc<Functions>,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
-    tokio::pin!(shutdown);
-    loop {
-        let conn = tokio::select! {
-            c = listener.accept() => c,
-            _ = &mut shutdown => return,
-        };
-        match conn {
-            Ok((conn, _)) => {
-                tokio::spawn(connection(conn, functions.clone()));
-            }
-            Err(e) => tracing::warn!(error = %e, "invoke socket accept failed"),
-        }
-    }
+    crate::accept::each(listener, "invoke", shutdown, |conn| {
+        connection(conn, functions.clone())
+    })
+    .await;
 }
 
 /// The answer to one call as the wire carries it.

@@ -25,19 +25,10 @@ pub async fn serve(
     functions: Arc<Functions>,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
-    tokio::pin!(shutdown);
-    loop {
-        let conn = tokio::select! {
-            c = listener.accept() => c,
-            _ = &mut shutdown => return,
-        };
-        match conn {
-            Ok((conn, _)) => {
-                tokio::spawn(lease(conn, functions.clone()));
-            }
-            Err(e) => tracing::warn!(error = %e, "worker socket accept failed"),
-        }
-    }
+    crate::accept::each(listener, "worker", shutdown, |conn| {
+        lease(conn, functions.clone())
+    })
+    .await;
 }
 
 /// One lease, from request to the connection's end.

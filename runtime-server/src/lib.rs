@@ -25,6 +25,7 @@
 //!   held per Run UID.
 #![forbid(unsafe_code)]
 
+pub mod accept;
 pub mod cli;
 pub mod confine;
 pub mod contain;
