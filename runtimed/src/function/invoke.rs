@@ -138,7 +138,7 @@ async fn call_server(
     timeout: Duration,
 ) -> (Result<Vec<u8>, EngineError>, &'static str) {
     let wait = timeout + ANSWER_SLACK;
-    let client = match route {
+    let mut client = match route {
         Route::Worker(socket) => {
             let result = super::fast::call(f, &socket, &req.input, timeout).await;
             return (result, "worker");
@@ -155,7 +155,6 @@ async fn call_server(
         },
         Route::Grpc(client) => client,
     };
-    let mut client = client;
     let result = match tokio::time::timeout(wait, client.invoke_function(req)).await {
         Ok(answer) => classify(answer.map(tonic::Response::into_inner), timeout),
         Err(_) => Err(InvokeError::Timeout(timeout).into()),

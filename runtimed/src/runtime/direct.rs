@@ -70,6 +70,9 @@ impl Direct {
 
     /// One `InvokeFunction` call on a new or kept connection (see
     /// [`Self::call`]); a socket that cannot be reached is `UNAVAILABLE`.
+    /// runtimed itself connects first ([`Self::connect`]) so that it can go
+    /// over gRPC instead.
+    #[cfg(test)]
     pub async fn invoke(
         &self,
         req: &pb::InvokeFunctionRequest,

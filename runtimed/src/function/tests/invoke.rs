@@ -27,6 +27,8 @@ async fn a_bash_call_goes_over_grpc_when_the_direct_socket_cannot_be_reached() {
     let out = json(&fx.engine.invoke(call(br#"{"name":"X"}"#)).await.unwrap());
     assert_eq!(out["name"], "X");
     assert_eq!(direct.idle(), 0);
+    // The fake's gRPC InvokeFunction served it.
+    assert_eq!(fx.server.fake.state.lock().unwrap().completed.len(), 1);
 }
 
 #[tokio::test]
