@@ -798,14 +798,24 @@ fn every_rendered_flag_is_one_the_binaries_parse() {
         assert_eq!(parsed.https_listen.is_some(), parsed.tls_cert.is_some());
         // The Pod outlives the gateway's shutdown grace by 10 s.
         assert_eq!(parsed.shutdown_grace_secs, 5, "{}", r.what);
+        // A Ready Run is routable: the settle window is on by default.
+        assert_eq!(parsed.route_settle_ms, 250, "{}", r.what);
         let grace = r.find("Deployment", &name("gateway")).unwrap()["spec"]["template"]["spec"]
             ["terminationGracePeriodSeconds"]
             .as_u64();
         assert_eq!(grace, Some(15), "{}", r.what);
     }
-    let r = Rendered::new(&helm, &[], &["gateway.shutdownGraceSeconds=30"]);
+    let r = Rendered::new(
+        &helm,
+        &[],
+        &[
+            "gateway.shutdownGraceSeconds=30",
+            "gateway.limits.routeSettleMilliseconds=0",
+        ],
+    );
     let gw = args(&r.gateway());
     assert_eq!(flag(&gw, "--shutdown-grace-secs"), Some("30"));
+    assert_eq!(flag(&gw, "--route-settle-ms"), Some("0"));
     let d = r.find("Deployment", &name("gateway")).unwrap();
     assert_eq!(
         d["spec"]["template"]["spec"]["terminationGracePeriodSeconds"],

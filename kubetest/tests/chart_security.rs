@@ -538,6 +538,14 @@ fn the_schema_rejects_bad_values_naming_the_key() {
             "/tls/certificateCheckSeconds",
         ),
         ("tls.leafValidityDays=0", "/tls/leafValidityDays"),
+        (
+            "gateway.limits.routeSettleMilliseconds=10001",
+            "/gateway/limits/routeSettleMilliseconds",
+        ),
+        (
+            "gateway.limits.routeSettleMilliseconds=-1",
+            "/gateway/limits/routeSettleMilliseconds",
+        ),
         ("tls.caValidityDays=1.5", "/tls/caValidityDays"),
         (
             "operator.extraSecretNamespaces={Team_A}",
