@@ -358,20 +358,34 @@ async fn function_runs_live_their_whole_lifecycle_on_the_api_server() {
     }
 
     // Capacity is released: four more Runs fit on the two Pods (4 each).
-    for i in 0..4 {
-        api.create(
-            &PostParams::default(),
-            &function_run(&format!("more-{i}"), json!({})),
-        )
-        .await
-        .unwrap();
-    }
-    for i in 0..4 {
-        cluster
-            .wait_phase("a", &format!("more-{i}"), "Ready")
-            .await
-            .unwrap();
-    }
+    // Ready means routable here too: a client that watches its Run until
+    // Ready (as `kubectl wait` and the SDKs do) and calls at once gets 200
+    // from its first call, never 503 `NotReady` because the owner's word
+    // reached the gateway a moment after the control plane's.
+    let names: Vec<String> = (0..4).map(|i| format!("more-{i}")).collect();
+    let first_calls = names.iter().map(|name| {
+        let (api, cluster, alice) = (api.clone(), &cluster, alice.clone());
+        async move {
+            api.create(&PostParams::default(), &function_run(name, json!({})))
+                .await
+                .unwrap();
+            let ready = kube::runtime::wait::await_condition(api, name, |r: Option<&Run>| {
+                r.and_then(|r| r.status.as_ref())
+                    .is_some_and(|s| s.phase == Some(kruntimes_api::Phase::Ready))
+            });
+            let run = tokio::time::timeout(Duration::from_secs(60), ready)
+                .await
+                .unwrap_or_else(|_| panic!("{name} not Ready:\n{}", cluster.logs()))
+                .unwrap()
+                .expect("a Ready Run exists");
+            let url = run.status.unwrap().endpoint.unwrap().url;
+            let r = invoke(cluster, &url, &alice).await;
+            let status = r.status();
+            let body = r.text().await.unwrap_or_default();
+            assert_eq!(status, 200, "first call to {name} after Ready: {body}");
+        }
+    });
+    futures::future::join_all(first_calls).await;
     for token in server.tokens() {
         assert!(
             !cluster.logs().contains(token),

@@ -260,7 +260,19 @@ impl Operator {
                 }
             }
             match result {
-                Ok(run) => written.push(run),
+                Ok(run) => {
+                    // A new assignment reaches the gateways now, not after
+                    // the pass: its owner may register and go Ready before
+                    // the last write of a burst, and a Run a client saw
+                    // Ready must be settling in their tables (Scheduled
+                    // with its owner), not Pending without one.
+                    if kind == "status" {
+                        for entry in views::ownership_entries(&[views::run_view(&run)], &pods) {
+                            self.publisher.upsert(entry);
+                        }
+                    }
+                    written.push(run)
+                }
                 // A conflict means a newer version exists (or the Run is
                 // gone): the next pass decides again on it.
                 Err(e) if writes::is_stale(&e) => {
@@ -282,8 +294,13 @@ impl Operator {
                 }
             }
         }
+        // The table as this pass left it: what it decided on, with its own
+        // writes applied (publishing the views from before them would take
+        // the assignments just upserted back to Pending until the next
+        // pass).
+        let after = views::with_written(views, written.iter().map(views::run_view));
         self.publisher
-            .replace_all(views::ownership_entries(&views, &pods));
+            .replace_all(views::ownership_entries(&after, &pods));
         match failed.as_slice() {
             [] => Ok(()),
             [first, ..] => anyhow::bail!("{} writes failed, first {first}", failed.len()),

@@ -88,6 +88,23 @@ pub fn runtime_info(rt: &Runtime) -> RuntimeInfo {
     }
 }
 
+/// `views` with each of `written` (the objects a pass's writes returned)
+/// in place of the view of the same Run (by UID); a written Run that is
+/// no longer in `views` stays out.
+pub fn with_written(
+    mut views: Vec<RunView>,
+    written: impl IntoIterator<Item = RunView>,
+) -> Vec<RunView> {
+    let mut by_uid: BTreeMap<String, RunView> =
+        written.into_iter().map(|v| (v.uid.clone(), v)).collect();
+    for v in &mut views {
+        if let Some(w) = by_uid.remove(&v.uid) {
+            *v = w;
+        }
+    }
+    views
+}
+
 /// The control plane's ownership table: every function and session Run that
 /// is not being deleted, with its assignment (owner absent while pending).
 /// Ended Runs stay, as `FAILED`, so their URL answers 503 `NotReady` until
@@ -133,6 +150,62 @@ pub fn ownership_entries(runs: &[RunView], pods: &[PodInfo]) -> Vec<own::Ownersh
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn run(name: &str, uid: &str, status: serde_json::Value) -> RunView {
+        run_view(
+            &serde_json::from_value(serde_json::json!({
+                "apiVersion": "kruntimes.io/v1alpha1",
+                "kind": "Run",
+                "metadata": {"name": name, "namespace": "ns", "uid": uid},
+                "spec": {
+                    "runtime": "python",
+                    "source": {"inlinePath": "main.py", "inline": "def f(x): return x"},
+                    "mode": {"function": {"handler": "main.f"}},
+                },
+                "status": status,
+            }))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn a_pass_publishes_its_own_writes_not_the_views_from_before_them() {
+        let pod = PodInfo {
+            name: "python-0".into(),
+            uid: "pod-uid".into(),
+            runtime: "python".into(),
+            namespace: "ns".into(),
+            address: Some("10.0.0.1:7443".into()),
+            ready: true,
+            terminating: false,
+        };
+        let before = vec![
+            run("a", "uid-a", serde_json::json!({})),
+            run("b", "uid-b", serde_json::json!({})),
+        ];
+        let scheduled = serde_json::json!({
+            "phase": "Scheduled", "assignedPod": "python-0",
+            "assignedPodUID": "pod-uid", "attempt": 1,
+        });
+        let after = with_written(
+            before,
+            [
+                run("a", "uid-a", scheduled),
+                // Deleted meanwhile: not brought back.
+                run("gone", "uid-gone", serde_json::json!({})),
+            ],
+        );
+        let entries = ownership_entries(&after, std::slice::from_ref(&pod));
+        let uids: Vec<&str> = entries.iter().map(|e| e.run_uid.as_str()).collect();
+        assert_eq!(uids, ["uid-a", "uid-b"]);
+        assert_eq!(entries[0].phase, own::Phase::Scheduled as i32);
+        assert_eq!(entries[0].attempt, 1);
+        let owner = entries[0].owner.as_ref().expect("the assignment's owner");
+        assert_eq!(owner.pod_uid, "pod-uid");
+        assert_eq!(owner.dataplane_address, "10.0.0.1:7443");
+        assert_eq!(entries[1].phase, own::Phase::Pending as i32);
+        assert!(entries[1].owner.is_none());
+    }
 
     #[test]
     fn pod_info_needs_ready_ip_and_dataplane_port() {
