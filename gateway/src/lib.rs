@@ -214,6 +214,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.https_listen.is_none() && args.http_listen.is_none() {
         anyhow::bail!("at least one of --https-listen and --http-listen is required");
     }
+    if let Some(addr) = &args.metrics_listen {
+        // Pingora binds this listener later, on a thread of its own, where a
+        // failure only stops that thread: the gateway would serve without
+        // metrics. A taken or bad address fails the start instead.
+        std::net::TcpListener::bind(addr.as_str())
+            .with_context(|| format!("cannot listen for metrics on {addr}"))?;
+    }
     let listeners =
         usize::from(args.https_listen.is_some()) + usize::from(args.http_listen.is_some());
     kruntimes_support::listen::check_bound_against_limit(

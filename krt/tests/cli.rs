@@ -369,3 +369,36 @@ async fn every_verb_works_against_a_cluster_with_the_callers_kubeconfig() {
     .unwrap();
     drop(cluster);
 }
+
+/// A gateway whose metrics address is taken fails at start, naming it,
+/// instead of serving without metrics (Pingora binds that listener on a
+/// thread of its own, where a failure stops only the thread).
+#[test]
+fn a_gateway_whose_metrics_address_is_taken_fails_at_start() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.pem");
+    let missing = missing.to_str().unwrap();
+    let out = krt(
+        &[],
+        &[
+            "gateway",
+            "--http-listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            &addr,
+            "--control-plane",
+            "https://127.0.0.1:9",
+            "--internal-ca",
+            missing,
+            "--client-cert",
+            missing,
+            "--client-key",
+            missing,
+            "--auth",
+            "none",
+        ],
+    );
+    fails_with(out, 1, &format!("cannot listen for metrics on {addr}"));
+}
