@@ -21,8 +21,21 @@
 //! ~650 with 10 ms, mimalloc 2's default, at no CPU cost measurable per
 //! request.
 
+//!
+//! **Heap profiling.** Valgrind's DHAT and heaptrack see only the system
+//! allocator's calls; mimalloc takes its memory from the OS directly. Built
+//! with the feature `system` (`cargo build -p krt --features
+//! kruntimes-alloc/system`), the binaries allocate with the system
+//! allocator instead and [`tune`] does nothing, for counting allocations per
+//! request (docs/benchmarks.md, "Allocations per request"); never for
+//! figures of time or memory.
+
 /// The global allocator (type and value).
+#[cfg(not(feature = "system"))]
 pub use mimalloc::MiMalloc as Allocator;
+/// The global allocator (type and value): the system's, for heap profilers.
+#[cfg(feature = "system")]
+pub use std::alloc::System as Allocator;
 
 /// The delay, in milliseconds, before emptied pages go back to the OS.
 pub const PURGE_DELAY_MS: i64 = 10;
@@ -32,6 +45,7 @@ pub const PURGE_DELAY_MS: i64 = 10;
 /// just before `mi_option_use_numa_nodes` in mimalloc 2 and 3. A test checks
 /// it is the one mimalloc reads from `MIMALLOC_PURGE_DELAY`, so an upgrade
 /// that reorders the enum fails the tests instead of setting another option.
+#[cfg_attr(feature = "system", allow(dead_code))] // only the tests read it then
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t =
     libmimalloc_sys::mi_option_use_numa_nodes - 1;
 
@@ -41,6 +55,7 @@ pub fn tune() {
     // SAFETY: `mi_option_set` takes plain integers and touches no memory of
     // ours; the only hazard, a concurrent option write, is excluded by the
     // contract above (called once, before any thread is started).
+    #[cfg(not(feature = "system"))]
     #[allow(unsafe_code)]
     unsafe {
         libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS as _);
@@ -85,6 +100,7 @@ mod tests {
         );
     }
 
+    #[cfg(not(feature = "system"))]
     #[test]
     fn tune_sets_the_purge_delay() {
         tune();
