@@ -213,6 +213,9 @@ impl Operator {
             .collect();
 
         let mut written: Vec<Run> = Vec::new();
+        // Views of `written`, made once: published as each status lands and
+        // again at the end of the pass.
+        let mut written_views: Vec<decide::RunView> = Vec::new();
         let mut failed: Vec<String> = Vec::new();
         for op in decide::reconcile(&views, &pods, &infos, &settings, SystemTime::now()) {
             let (Op::AddFinalizer { namespace, name }
@@ -261,17 +264,19 @@ impl Operator {
             }
             match result {
                 Ok(run) => {
+                    let view = views::run_view(&run);
                     // A new assignment reaches the gateways now, not after
                     // the pass: its owner may register and go Ready before
                     // the last write of a burst, and a Run a client saw
                     // Ready must be settling in their tables (Scheduled
                     // with its owner), not Pending without one.
-                    if kind == "status" {
-                        for entry in views::ownership_entries(&[views::run_view(&run)], &pods) {
+                    if matches!(op, Op::Status { .. }) {
+                        for entry in views::ownership_entries(std::slice::from_ref(&view), &pods) {
                             self.publisher.upsert(entry);
                         }
                     }
-                    written.push(run)
+                    written_views.push(view);
+                    written.push(run);
                 }
                 // A conflict means a newer version exists (or the Run is
                 // gone): the next pass decides again on it.
@@ -298,7 +303,7 @@ impl Operator {
         // writes applied (publishing the views from before them would take
         // the assignments just upserted back to Pending until the next
         // pass).
-        let after = views::with_written(views, written.iter().map(views::run_view));
+        let after = views::with_written(views, written_views);
         self.publisher
             .replace_all(views::ownership_entries(&after, &pods));
         match failed.as_slice() {

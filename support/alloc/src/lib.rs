@@ -20,7 +20,6 @@
 //! burst's threads went quiet: 790–1,021 bytes of RSS per Run instead of
 //! ~650 with 10 ms, mimalloc 2's default, at no CPU cost measurable per
 //! request.
-
 //!
 //! **Heap profiling.** Valgrind's DHAT and heaptrack see only the system
 //! allocator's calls; mimalloc takes its memory from the OS directly. Built
