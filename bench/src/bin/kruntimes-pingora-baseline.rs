@@ -130,8 +130,12 @@ fn main() -> anyhow::Result<()> {
         .filter_map(|h| h.split_once('='))
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect();
+    // The gateway's runtime (`kruntimes_gateway::run`), so that the
+    // difference between the two is the gateway's own work: one
+    // current-thread runtime per worker, no work stealing.
     let conf = ServerConf {
         threads: args.threads,
+        work_stealing: false,
         ..ServerConf::default()
     };
     let mut server = Server::new_with_opt_and_conf(None, conf);
