@@ -34,7 +34,7 @@ pub fn require_bearer(headers: &HeaderMap) -> Result<&str, Rejection> {
 pub async fn authorize(
     cache: &DecisionCache,
     token: &str,
-    target: &RunTarget,
+    target: &RunTarget<'_>,
     run_name: Option<&str>,
 ) -> Result<Arc<Identity>, Rejection> {
     let Some(name) = run_name else {
@@ -48,13 +48,13 @@ pub async fn authorize(
 }
 
 /// The identity of an allowed outcome, or the rejection of any other.
-pub fn decide(outcome: Outcome, target: &RunTarget) -> Result<Arc<Identity>, Rejection> {
+pub fn decide(outcome: Outcome, target: &RunTarget<'_>) -> Result<Arc<Identity>, Rejection> {
     match outcome {
         Outcome::Allowed(id) => Ok(id),
         Outcome::Denied(id) => Err(Rejection::forbidden(
             &id.subject,
             target.verb(),
-            &target.namespace,
+            target.namespace,
         )),
         Outcome::Unauthenticated(why) => Err(Rejection::unauthenticated(&why)),
     }

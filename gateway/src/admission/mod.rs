@@ -55,8 +55,8 @@ pub struct Facts {
     pub session: Option<SessionOp>,
     /// Body limit of the route.
     pub max_body: u64,
-    /// The authenticated subject, once authorized.
-    pub subject: Option<String>,
+    /// The authenticated caller, once authorized.
+    pub identity: Option<Arc<crate::auth::Identity>>,
     /// Where to forward, once admitted.
     pub route: Option<Route>,
     /// For a session WebSocket with authentication on: what each of its
@@ -73,8 +73,12 @@ pub struct WebSocketAuth {
     pub cache: Arc<DecisionCache>,
     /// The caller's bearer token.
     pub token: String,
-    /// The Run, as authorization names it.
-    pub target: crate::auth::Target,
+    /// The Run's namespace.
+    pub namespace: String,
+    /// The Run's name.
+    pub name: String,
+    /// The Run's UID.
+    pub uid: String,
     /// When the token expires, if it says.
     pub expires_at: Option<std::time::SystemTime>,
 }
@@ -82,13 +86,30 @@ pub struct WebSocketAuth {
 impl std::fmt::Debug for WebSocketAuth {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WebSocketAuth")
-            .field("target", &self.target)
+            .field("target", &self.target())
             .field("expires_at", &self.expires_at)
             .finish_non_exhaustive()
     }
 }
 
+impl Facts {
+    /// The authenticated subject, once authorized.
+    pub fn subject(&self) -> Option<&str> {
+        self.identity.as_deref().map(|id| id.subject.as_str())
+    }
+}
+
 impl WebSocketAuth {
+    /// The Run, as authorization names it.
+    pub fn target(&self) -> crate::auth::Target<'_> {
+        crate::auth::Target {
+            namespace: &self.namespace,
+            name: &self.name,
+            uid: &self.uid,
+            verb: crate::auth::Verb::Session,
+        }
+    }
+
     /// Authorizes one more operation: `Ok` to let it through, else why the
     /// socket ends.
     pub async fn recheck(&self) -> Result<(), crate::proxy::websocket::CloseReason> {
@@ -99,7 +120,7 @@ impl WebSocketAuth {
         {
             return Err(CloseReason::TokenExpired);
         }
-        match self.cache.check(&self.token, &self.target).await {
+        match self.cache.check(&self.token, &self.target()).await {
             Ok(Outcome::Allowed(_)) => Ok(()),
             Ok(Outcome::Denied(_)) => Err(CloseReason::Forbidden),
             Ok(Outcome::Unauthenticated(why)) if why.contains("expired") => {
@@ -138,7 +159,7 @@ impl Admission {
     pub async fn admit(&self, req: &RequestHeader, facts: &mut Facts) -> Result<(), Rejection> {
         limits::check_header_bytes(&req.headers, &req.uri, self.limits.max_header_bytes)?;
         let target = RunTarget::parse(req.uri.path())?;
-        facts.uid = target.uid.clone();
+        facts.uid = target.uid.to_owned();
         facts.session = target.session;
         target.check_method(&req.method)?;
         facts.max_body = self.limits.max_body(target.is_session());
@@ -153,15 +174,17 @@ impl Admission {
         };
         if let (Some(cache), Some(token)) = (&self.auth, token) {
             let id = authorize::authorize(cache, token, &target, lookup.run_name()).await?;
-            facts.subject = Some(id.subject.clone());
             if let (Some(SessionOp::WebSocket), Some(name)) = (facts.session, lookup.run_name()) {
                 facts.websocket = Some(WebSocketAuth {
                     cache: cache.clone(),
                     token: token.to_owned(),
-                    target: target.authz_target(name),
+                    namespace: target.namespace.to_owned(),
+                    name: name.to_owned(),
+                    uid: target.uid.to_owned(),
                     expires_at: id.expires_at,
                 });
             }
+            facts.identity = Some(id);
         }
         // The slot is taken once the caller is known to be allowed: a flood
         // of made-up tokens is answered 401 without filling the gateway.
@@ -181,7 +204,7 @@ impl Admission {
     /// owner's readiness reached this gateway a few milliseconds later.
     async fn settle(
         &self,
-        target: &RunTarget,
+        target: &RunTarget<'_>,
         mut lookup: route::Lookup,
         mut changes: tokio::sync::watch::Receiver<u64>,
     ) -> route::Lookup {

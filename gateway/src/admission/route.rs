@@ -18,11 +18,11 @@ pub struct Lookup {
 }
 
 /// Looks `target` up in `table` at `now`.
-pub fn lookup(table: &Table, target: &RunTarget, now: Instant) -> Lookup {
-    let route = table.route(&target.namespace, &target.runtime, &target.uid, now);
+pub fn lookup(table: &Table, target: &RunTarget<'_>, now: Instant) -> Lookup {
+    let route = table.route(target.namespace, target.runtime, target.uid, now);
     let unroutable_name = match &route {
         Ok(_) => None,
-        Err(_) => table.run_name(&target.namespace, &target.runtime, &target.uid),
+        Err(_) => table.run_name(target.namespace, target.runtime, target.uid),
     };
     Lookup {
         route,
@@ -49,10 +49,10 @@ impl Lookup {
     /// The route, if the Run is routable and of the mode `target` expects:
     /// 404 for an unknown UID or a Run of the other mode, 503 when not
     /// ready or stale.
-    pub fn into_route(self, target: &RunTarget) -> Result<Route, Rejection> {
+    pub fn into_route(self, target: &RunTarget<'_>) -> Result<Route, Rejection> {
         let route = self.route?;
         if route.mode != target.mode() as i32 {
-            return Err(Rejection::wrong_mode(&target.uid, target.is_session()));
+            return Err(Rejection::wrong_mode(target.uid, target.is_session()));
         }
         Ok(route)
     }

@@ -8,23 +8,23 @@ use kruntimes_proto::ownership::v1::Mode;
 use crate::auth::{Target, Verb};
 use crate::rejection::Rejection;
 
-/// The Run a request addresses.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunTarget {
+/// The Run a request addresses, borrowed from its path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunTarget<'a> {
     /// Namespace.
-    pub namespace: String,
+    pub namespace: &'a str,
     /// Runtime name.
-    pub runtime: String,
+    pub runtime: &'a str,
     /// Run UID.
-    pub uid: String,
+    pub uid: &'a str,
     /// The session route, or `None` for a function invoke.
     pub session: Option<SessionOp>,
 }
 
-impl RunTarget {
+impl<'a> RunTarget<'a> {
     /// Parses a request path (without query string); `400 InvalidPath` for
     /// anything but a Run route.
-    pub fn parse(path: &str) -> Result<Self, Rejection> {
+    pub fn parse(path: &'a str) -> Result<Self, Rejection> {
         let (namespace, runtime, uid, session) = match api::parse_path(path)? {
             ApiPath::Invoke {
                 namespace,
@@ -42,9 +42,9 @@ impl RunTarget {
             }
         };
         Ok(Self {
-            namespace: namespace.to_owned(),
-            runtime: runtime.to_owned(),
-            uid: uid.to_owned(),
+            namespace,
+            runtime,
+            uid,
             session,
         })
     }
@@ -90,11 +90,11 @@ impl RunTarget {
     }
 
     /// What authorization is asked about, once the table named the Run.
-    pub fn authz_target(&self, run_name: &str) -> Target {
+    pub fn authz_target(&self, run_name: &'a str) -> Target<'a> {
         Target {
-            namespace: self.namespace.clone(),
-            name: run_name.to_owned(),
-            uid: self.uid.clone(),
+            namespace: self.namespace,
+            name: run_name,
+            uid: self.uid,
             verb: self.verb(),
         }
     }

@@ -89,7 +89,7 @@ async fn an_allowed_invoke_is_routed_with_its_subject_and_body_limit() {
     assert_eq!(facts.uid, "f1");
     assert_eq!(facts.session, None);
     assert_eq!(facts.max_body, 100);
-    assert_eq!(facts.subject.as_deref(), Some("alice"));
+    assert_eq!(facts.subject(), Some("alice"));
     assert_eq!(
         facts.route.as_ref().map(|r| r.pod_uid.as_str()),
         Some("pod-a")
@@ -181,7 +181,7 @@ async fn a_missing_token_is_401_before_an_unknown_uid_is_revealed() {
     let f = fixture(true, 10);
     let (result, facts) = admit(&f, &request("POST", UNKNOWN, &[])).await;
     assert_eq!(result, Err(Rejection::missing_token()));
-    assert_eq!(facts.subject, None);
+    assert_eq!(facts.subject(), None);
 }
 
 #[tokio::test]
@@ -206,7 +206,7 @@ async fn an_allowed_caller_learns_that_the_run_is_not_ready_and_is_logged() {
     let f = fixture(true, 10);
     let (result, facts) = admit(&f, &post(PENDING, "alice")).await;
     assert_eq!(result.unwrap_err().code, ErrorCode::NotReady);
-    assert_eq!(facts.subject.as_deref(), Some("alice"));
+    assert_eq!(facts.subject(), Some("alice"));
     assert!(facts.route.is_none());
 }
 
@@ -216,7 +216,7 @@ async fn a_run_of_the_other_mode_is_404_after_authorization() {
     let path = "/v1/namespaces/default/runtimes/python/runs/5e55:invoke";
     let (result, facts) = admit(&f, &post(path, "alice")).await;
     assert_eq!(result, Err(Rejection::wrong_mode("5e55", false)));
-    assert_eq!(facts.subject.as_deref(), Some("alice"));
+    assert_eq!(facts.subject(), Some("alice"));
 }
 
 #[tokio::test]
@@ -224,7 +224,7 @@ async fn without_authentication_no_token_is_needed_and_no_subject_recorded() {
     let f = fixture(false, 10);
     let (result, facts) = admit(&f, &request("POST", INVOKE, &[])).await;
     assert_eq!(result, Ok(()));
-    assert_eq!(facts.subject, None);
+    assert_eq!(facts.subject(), None);
     assert_eq!(
         code(&f, &request("POST", UNKNOWN, &[])).await,
         ErrorCode::NotFound

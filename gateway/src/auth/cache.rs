@@ -12,10 +12,12 @@
 //! recently keeps being allowed for a bounded window while the backend is
 //! unreachable — never beyond the credential's expiry.
 
+use std::hash::Hash;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
+use moka::Equivalent;
 use moka::Expiry;
 use moka::future::Cache;
 use prometheus::{IntCounter, IntCounterVec};
@@ -83,6 +85,7 @@ struct StaleAllow {
     ttl: Duration,
 }
 
+/// A decision's key, as the cache stores it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct DecisionKey {
     token: TokenDigest,
@@ -90,6 +93,65 @@ struct DecisionKey {
     name: String,
     uid: String,
     verb: Verb,
+}
+
+/// A decision's key as a request has it, borrowed: what a hit is looked
+/// up with, so a hit copies nothing. It hashes as the [`DecisionKey`] it
+/// is equivalent to (the same fields in the same order; a `str` hashes as
+/// its `String`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct DecisionKeyRef<'a> {
+    token: TokenDigest,
+    namespace: &'a str,
+    name: &'a str,
+    uid: &'a str,
+    verb: Verb,
+}
+
+impl<'a> DecisionKeyRef<'a> {
+    fn new(token: TokenDigest, target: &Target<'a>) -> Self {
+        Self {
+            token,
+            namespace: target.namespace,
+            name: target.name,
+            uid: target.uid,
+            verb: target.verb,
+        }
+    }
+}
+
+impl Equivalent<DecisionKey> for DecisionKeyRef<'_> {
+    fn equivalent(&self, key: &DecisionKey) -> bool {
+        self.token == key.token
+            && self.namespace == key.namespace
+            && self.name == key.name
+            && self.uid == key.uid
+            && self.verb == key.verb
+    }
+}
+
+/// What a layer is looked up with: equivalent to the stored key `K`, and
+/// made into one only on a miss.
+trait LookupKey<K>: Equivalent<K> + Hash {
+    fn to_key(&self) -> K;
+}
+
+impl LookupKey<TokenDigest> for TokenDigest {
+    fn to_key(&self) -> TokenDigest {
+        *self
+    }
+}
+
+impl LookupKey<DecisionKey> for DecisionKeyRef<'_> {
+    fn to_key(&self) -> DecisionKey {
+        DecisionKey {
+            token: self.token,
+            namespace: self.namespace.to_owned(),
+            name: self.name.to_owned(),
+            uid: self.uid.to_owned(),
+            verb: self.verb,
+        }
+    }
 }
 
 struct TtlFromValue;
@@ -265,17 +327,18 @@ impl DecisionCache {
     /// `load` makes its future only on a miss, so a hit carries none of
     /// its state.
     ///
-    /// A hit is a plain read: the coalescing machinery (and an owned key)
-    /// is only set up on a miss.
-    async fn cached<K, V, F>(
+    /// A hit is a plain read with the borrowed key: the coalescing
+    /// machinery and the stored key are only made on a miss.
+    async fn cached<K, Q, V, F>(
         &self,
         layer: Layer,
         cache: &Cache<K, V>,
-        key: &K,
+        key: &Q,
         load: impl FnOnce() -> F,
     ) -> Result<V, AuthError>
     where
-        K: std::hash::Hash + Eq + Clone + Send + Sync + 'static,
+        K: Hash + Eq + Send + Sync + 'static,
+        Q: LookupKey<K>,
         V: Clone + Send + Sync + 'static,
         F: std::future::Future<Output = Result<V, AuthError>>,
     {
@@ -285,7 +348,7 @@ impl DecisionCache {
         }
         // Boxed: the coalescing future is several KiB, which would size
         // (and be copied with) every lookup's future, hits included.
-        Box::pin(self.miss(layer, cache, key, load)).await
+        Box::pin(self.miss(layer, cache, key.to_key(), load)).await
     }
 
     /// [`Self::cached`] on a miss.
@@ -293,17 +356,17 @@ impl DecisionCache {
         &self,
         layer: Layer,
         cache: &Cache<K, V>,
-        key: &K,
+        key: K,
         load: impl FnOnce() -> F,
     ) -> Result<V, AuthError>
     where
-        K: std::hash::Hash + Eq + Clone + Send + Sync + 'static,
+        K: Hash + Eq + Send + Sync + 'static,
         V: Clone + Send + Sync + 'static,
         F: std::future::Future<Output = Result<V, AuthError>>,
     {
         let missed = AtomicBool::new(false);
         let value = cache
-            .try_get_with(key.clone(), async {
+            .try_get_with(key, async {
                 missed.store(true, Ordering::Relaxed);
                 let _permit = match tokio::time::timeout(
                     self.cfg.max_call_wait,
@@ -370,14 +433,8 @@ impl DecisionCache {
     }
 
     /// Authenticates and authorizes `token` for `target`.
-    pub async fn check(&self, token: &str, target: &Target) -> Result<Outcome, AuthError> {
-        let key = DecisionKey {
-            token: digest(token),
-            namespace: target.namespace.clone(),
-            name: target.name.clone(),
-            uid: target.uid.clone(),
-            verb: target.verb,
-        };
+    pub async fn check(&self, token: &str, target: &Target<'_>) -> Result<Outcome, AuthError> {
+        let key = DecisionKeyRef::new(digest(token), target);
         let mut outcome = self.check_key(token, target, &key).await;
         if let Err(AuthError::Unavailable(_)) = &outcome
             && !self.cfg.stale_if_error.is_zero()
@@ -399,8 +456,8 @@ impl DecisionCache {
     async fn check_key(
         &self,
         token: &str,
-        target: &Target,
-        key: &DecisionKey,
+        target: &Target<'_>,
+        key: &DecisionKeyRef<'_>,
     ) -> Result<Outcome, AuthError> {
         let identity = match self.authenticate_digest(token, key.token).await? {
             Ok(id) => id,
@@ -422,7 +479,7 @@ impl DecisionCache {
                             identity: identity.clone(),
                             ttl,
                         };
-                        self.stale.insert(key.clone(), stale).await;
+                        self.stale.insert(key.to_key(), stale).await;
                     } else {
                         self.stale.invalidate(key).await;
                     }

@@ -65,15 +65,16 @@ impl Verb {
     }
 }
 
-/// What is being accessed.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Target {
+/// What is being accessed. Borrowed from the request and the table: a
+/// decision-cache hit copies none of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Target<'a> {
     /// Namespace.
-    pub namespace: String,
+    pub namespace: &'a str,
     /// Run name.
-    pub name: String,
+    pub name: &'a str,
     /// Run UID.
-    pub uid: String,
+    pub uid: &'a str,
     /// Subresource.
     pub verb: Verb,
 }
@@ -100,5 +101,5 @@ pub trait Authenticator: Send + Sync {
 #[async_trait]
 pub trait Authorizer: Send + Sync {
     /// `Ok(true)` when allowed.
-    async fn authorize(&self, identity: &Identity, target: &Target) -> Result<bool, AuthError>;
+    async fn authorize(&self, identity: &Identity, target: &Target<'_>) -> Result<bool, AuthError>;
 }

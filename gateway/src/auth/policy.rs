@@ -39,14 +39,14 @@ pub struct Policy {
 
 impl Policy {
     /// Whether `identity` may use `target`. Pure.
-    pub fn allows(&self, identity: &Identity, target: &Target) -> bool {
+    pub fn allows(&self, identity: &Identity, target: &Target<'_>) -> bool {
         self.rules.iter().any(|r| {
             let who = r.subjects.contains(&identity.subject)
                 || r.groups.iter().any(|g| identity.groups.contains(g));
             let ns = r
                 .namespaces
                 .iter()
-                .any(|n| n == "*" || *n == target.namespace);
+                .any(|n| n == "*" || n == target.namespace);
             let verb = r.verbs.iter().any(|v| v == target.verb.as_str());
             who && ns && verb
         })
@@ -58,7 +58,7 @@ pub struct PolicyAuthorizer(pub Policy);
 
 #[async_trait]
 impl Authorizer for PolicyAuthorizer {
-    async fn authorize(&self, identity: &Identity, target: &Target) -> Result<bool, AuthError> {
+    async fn authorize(&self, identity: &Identity, target: &Target<'_>) -> Result<bool, AuthError> {
         Ok(self.0.allows(identity, target))
     }
 }
@@ -72,11 +72,11 @@ mod tests {
         Identity::new(sub, groups.iter().map(|g| g.to_string()).collect())
     }
 
-    fn target(ns: &str, verb: Verb) -> Target {
+    fn target(ns: &str, verb: Verb) -> Target<'_> {
         Target {
-            namespace: ns.into(),
-            name: "r".into(),
-            uid: "u".into(),
+            namespace: ns,
+            name: "r",
+            uid: "u",
             verb,
         }
     }

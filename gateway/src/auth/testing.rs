@@ -26,7 +26,7 @@ impl Authenticator for Backend {
 
 #[async_trait]
 impl Authorizer for Backend {
-    async fn authorize(&self, id: &Identity, _: &Target) -> Result<bool, AuthError> {
+    async fn authorize(&self, id: &Identity, _: &Target<'_>) -> Result<bool, AuthError> {
         Ok(id.subject == "alice")
     }
 }

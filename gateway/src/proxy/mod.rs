@@ -264,7 +264,7 @@ impl ProxyHttp for Gateway {
             invocation_id: &ctx.invocation_id,
             uid: &ctx.facts.uid,
             route: ctx.route()?,
-            subject: ctx.facts.subject.as_deref(),
+            subject: ctx.facts.subject(),
             token_expires: ctx.facts.websocket.as_ref().and_then(|w| w.expires_at),
         }
         .apply(upstream)
@@ -367,7 +367,7 @@ impl ProxyHttp for Gateway {
             log.record(&access_log::Entry {
                 run_uid: &facts.uid,
                 invocation_id: &ctx.invocation_id,
-                subject: facts.subject.as_deref().unwrap_or(""),
+                subject: facts.subject().unwrap_or(""),
                 owner: facts.route.as_ref().map_or("", |r| r.pod_name.as_str()),
                 status: code,
                 duration: elapsed,

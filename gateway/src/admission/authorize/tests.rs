@@ -7,11 +7,11 @@ use super::*;
 use crate::auth::testing::cache;
 use crate::auth::{Identity, Verb};
 
-fn target(namespace: &str) -> RunTarget {
+fn target(namespace: &str) -> RunTarget<'_> {
     RunTarget {
-        namespace: namespace.into(),
-        runtime: "python".into(),
-        uid: "u1".into(),
+        namespace,
+        runtime: "python",
+        uid: "u1",
         session: None,
     }
 }

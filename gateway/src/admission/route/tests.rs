@@ -7,16 +7,21 @@ use kruntimes_proto::watch::SourceUpdate;
 use super::*;
 use crate::table::fixtures::{W, owned_table};
 
-fn target(namespace: &str, runtime: &str, uid: &str, session: Option<SessionOp>) -> RunTarget {
+fn target<'a>(
+    namespace: &'a str,
+    runtime: &'a str,
+    uid: &'a str,
+    session: Option<SessionOp>,
+) -> RunTarget<'a> {
     RunTarget {
-        namespace: namespace.into(),
-        runtime: runtime.into(),
-        uid: uid.into(),
+        namespace,
+        runtime,
+        uid,
         session,
     }
 }
 
-fn invoke(uid: &str) -> RunTarget {
+fn invoke(uid: &str) -> RunTarget<'_> {
     target("default", "python", uid, None)
 }
 
@@ -32,7 +37,7 @@ fn table(now: Instant) -> Table {
 }
 
 /// The route of `t`, looked up in `table` at `now`.
-fn route(table: &Table, t: &RunTarget, now: Instant) -> Result<Route, Rejection> {
+fn route(table: &Table, t: &RunTarget<'_>, now: Instant) -> Result<Route, Rejection> {
     lookup(table, t, now).into_route(t)
 }
 

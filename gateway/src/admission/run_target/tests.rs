@@ -14,13 +14,14 @@ fn session_path(rest: &str) -> String {
 
 #[test]
 fn an_invoke_path_names_a_function_run() {
-    let t = RunTarget::parse(&invoke_path()).unwrap();
+    let path = invoke_path();
+    let t = RunTarget::parse(&path).unwrap();
     assert_eq!(
         t,
         RunTarget {
-            namespace: "team-a".into(),
-            runtime: "python".into(),
-            uid: UID.into(),
+            namespace: "team-a",
+            runtime: "python",
+            uid: UID,
             session: None,
         }
     );
@@ -41,8 +42,9 @@ fn session_paths_name_a_session_run_and_its_route() {
         ("/files:content", SessionOp::ReadFile, Method::GET),
     ];
     for (rest, op, method) in cases {
-        let t = RunTarget::parse(&session_path(rest)).unwrap();
-        assert_eq!((t.runtime.as_str(), t.uid.as_str()), ("shell", UID));
+        let path = session_path(rest);
+        let t = RunTarget::parse(&path).unwrap();
+        assert_eq!((t.runtime, t.uid), ("shell", UID));
         assert_eq!(t.session, Some(op), "{rest}");
         assert_eq!(t.method(), method, "{rest}");
         assert_eq!((t.verb(), t.mode()), (Verb::Session, Mode::Session));
@@ -77,14 +79,15 @@ fn health_and_metrics_paths_are_not_run_routes() {
 
 #[test]
 fn each_route_takes_one_method_and_answers_405_to_others() {
-    let invoke = RunTarget::parse(&invoke_path()).unwrap();
+    let (invoke_path, status_path) = (invoke_path(), session_path(""));
+    let invoke = RunTarget::parse(&invoke_path).unwrap();
     assert_eq!(invoke.check_method(&Method::POST), Ok(()));
     let r = invoke.check_method(&Method::GET).unwrap_err();
     assert_eq!(
         (r.status(), r.message.as_ref()),
         (405, "this route takes POST")
     );
-    let status = RunTarget::parse(&session_path("")).unwrap();
+    let status = RunTarget::parse(&status_path).unwrap();
     assert_eq!(status.check_method(&Method::GET), Ok(()));
     let r = status.check_method(&Method::DELETE).unwrap_err();
     assert_eq!(r.message, "this route takes GET");
@@ -92,13 +95,14 @@ fn each_route_takes_one_method_and_answers_405_to_others() {
 
 #[test]
 fn authorization_is_asked_about_the_named_run_and_the_routes_subresource() {
-    let t = RunTarget::parse(&session_path("/files")).unwrap();
+    let path = session_path("/files");
+    let t = RunTarget::parse(&path).unwrap();
     assert_eq!(
         t.authz_target("sandbox"),
         Target {
-            namespace: "team-a".into(),
-            name: "sandbox".into(),
-            uid: UID.into(),
+            namespace: "team-a",
+            name: "sandbox",
+            uid: UID,
             verb: Verb::Session,
         }
     );

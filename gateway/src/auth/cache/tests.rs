@@ -36,17 +36,17 @@ struct CountingAuthz(AtomicUsize);
 
 #[async_trait]
 impl Authorizer for CountingAuthz {
-    async fn authorize(&self, _: &Identity, t: &Target) -> Result<bool, AuthError> {
+    async fn authorize(&self, _: &Identity, t: &Target<'_>) -> Result<bool, AuthError> {
         self.0.fetch_add(1, Ordering::SeqCst);
         Ok(t.namespace == "a")
     }
 }
 
-fn target(ns: &str) -> Target {
+fn target(ns: &str) -> Target<'_> {
     Target {
-        namespace: ns.into(),
-        name: "r".into(),
-        uid: "u".into(),
+        namespace: ns,
+        name: "r",
+        uid: "u",
         verb: Verb::Invoke,
     }
 }
@@ -315,4 +315,33 @@ async fn lookups_and_decisions_are_counted_by_layer_and_outcome() {
         ),
         (3, 1, 2, 0)
     );
+}
+
+#[test]
+fn a_borrowed_decision_key_finds_the_stored_one_and_only_it() {
+    use std::hash::BuildHasher;
+    let t = target("a");
+    let borrowed = DecisionKeyRef::new(digest("good"), &t);
+    let stored = borrowed.to_key();
+    // A hit is looked up by the borrowed key: it must hash as the stored
+    // one, under any hasher.
+    let s = std::collections::hash_map::RandomState::new();
+    assert_eq!(s.hash_one(borrowed), s.hash_one(&stored));
+    assert!(borrowed.equivalent(&stored));
+    let others = [
+        Target {
+            namespace: "b",
+            ..t
+        },
+        Target { name: "s", ..t },
+        Target { uid: "v", ..t },
+        Target {
+            verb: Verb::Session,
+            ..t
+        },
+    ];
+    for other in others {
+        assert!(!DecisionKeyRef::new(digest("good"), &other).equivalent(&stored));
+    }
+    assert!(!DecisionKeyRef::new(digest("good2"), &t).equivalent(&stored));
 }

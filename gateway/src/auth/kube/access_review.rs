@@ -24,7 +24,7 @@ impl SubjectAccessReviewAuthorizer {
 }
 
 /// The review sent for `identity` and `target` (pure; unit tested).
-pub fn access_review(identity: &Identity, target: &Target) -> SubjectAccessReview {
+pub fn access_review(identity: &Identity, target: &Target<'_>) -> SubjectAccessReview {
     SubjectAccessReview {
         spec: SubjectAccessReviewSpec {
             user: Some(identity.subject.clone()),
@@ -36,8 +36,8 @@ pub fn access_review(identity: &Identity, target: &Target) -> SubjectAccessRevie
                 resource: Some(RUNS_RESOURCE.into()),
                 subresource: Some(target.verb.as_str().into()),
                 verb: Some("create".into()),
-                namespace: Some(target.namespace.clone()),
-                name: Some(target.name.clone()),
+                namespace: Some(target.namespace.to_owned()),
+                name: Some(target.name.to_owned()),
                 ..ResourceAttributes::default()
             }),
             ..SubjectAccessReviewSpec::default()
@@ -48,7 +48,7 @@ pub fn access_review(identity: &Identity, target: &Target) -> SubjectAccessRevie
 
 #[async_trait]
 impl Authorizer for SubjectAccessReviewAuthorizer {
-    async fn authorize(&self, identity: &Identity, target: &Target) -> Result<bool, AuthError> {
+    async fn authorize(&self, identity: &Identity, target: &Target<'_>) -> Result<bool, AuthError> {
         let review = access_review(identity, target);
         let result = self.calls.create("subjectaccessreview", review).await?;
         let status = result.status.unwrap_or_default();
@@ -68,9 +68,9 @@ mod tests {
         id.extra.insert("k".into(), vec!["v".into()]);
         for (verb, sub) in [(Verb::Invoke, "invoke"), (Verb::Session, "session")] {
             let t = Target {
-                namespace: "a".into(),
-                name: "hello".into(),
-                uid: "0e0c".into(),
+                namespace: "a",
+                name: "hello",
+                uid: "0e0c",
                 verb,
             };
             let r = access_review(&id, &t).spec;
