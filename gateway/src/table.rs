@@ -7,10 +7,10 @@
 //! sources are live or within the staleness window.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
-use kruntimes_proto::ownership::v1::{OwnershipEntry, Phase};
+use kruntimes_proto::ownership::v1::{Owner, OwnershipEntry, Phase};
 use kruntimes_proto::watch::SourceUpdate;
 
 #[derive(Debug, Default)]
@@ -18,7 +18,8 @@ struct Source {
     instance: Option<String>,
     connected: bool,
     lost_at: Option<Instant>,
-    entries: HashMap<String, OwnershipEntry>,
+    /// Shared with the routes handed out, which copy none of it.
+    entries: HashMap<String, Arc<OwnershipEntry>>,
 }
 
 impl Source {
@@ -33,11 +34,11 @@ impl Source {
                 self.lost_at = None;
                 self.entries = entries
                     .into_iter()
-                    .map(|e| (e.run_uid.clone(), e))
+                    .map(|e| (e.run_uid.clone(), Arc::new(e)))
                     .collect();
             }
             SourceUpdate::Upsert(e) => {
-                self.entries.insert(e.run_uid.clone(), e);
+                self.entries.insert(e.run_uid.clone(), Arc::new(e));
             }
             SourceUpdate::Delete(uid) => {
                 self.entries.remove(&uid);
@@ -58,23 +59,67 @@ impl Source {
     }
 }
 
-/// Where to send a Run's request, with the fencing values to attach.
+/// Where to send a Run's request, with the fencing values to attach: the
+/// control plane's assignment, shared with the table (a route copies none
+/// of its text), and the owner's invocation timeout.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Route {
-    /// Owner dataplane address.
-    pub address: String,
-    /// Owner Pod name.
-    pub pod_name: String,
-    /// Owner Pod UID.
-    pub pod_uid: String,
-    /// Registration attempt.
-    pub attempt: u64,
-    /// Run name (for authorization).
-    pub run_name: String,
+    /// Names an owner: [`Route::new`] refuses an assignment without one.
+    assignment: Arc<OwnershipEntry>,
     /// Invocation timeout of the registration, when known.
     pub timeout: Option<Duration>,
+}
+
+impl Route {
+    /// The route to the owner `assignment` names; `None` if it names none.
+    pub(crate) fn new(assignment: Arc<OwnershipEntry>, timeout: Option<Duration>) -> Option<Self> {
+        assignment.owner.as_ref()?;
+        Some(Self {
+            assignment,
+            timeout,
+        })
+    }
+
+    fn owner(&self) -> &Owner {
+        /// Never used: `new`, the only constructor, refuses an assignment
+        /// without an owner, and the shared assignment is never mutated.
+        static NO_OWNER: Owner = Owner {
+            pod_name: String::new(),
+            pod_uid: String::new(),
+            dataplane_address: String::new(),
+        };
+        self.assignment.owner.as_ref().unwrap_or(&NO_OWNER)
+    }
+
+    /// Owner dataplane address.
+    pub fn address(&self) -> &str {
+        &self.owner().dataplane_address
+    }
+
+    /// Owner Pod name.
+    pub fn pod_name(&self) -> &str {
+        &self.owner().pod_name
+    }
+
+    /// Owner Pod UID.
+    pub fn pod_uid(&self) -> &str {
+        &self.owner().pod_uid
+    }
+
+    /// Registration attempt.
+    pub fn attempt(&self) -> u64 {
+        self.assignment.attempt
+    }
+
+    /// Run name (for authorization).
+    pub fn run_name(&self) -> &str {
+        &self.assignment.run_name
+    }
+
     /// Mode of the Run (`kruntimes.ownership.v1.Mode`).
-    pub mode: i32,
+    pub fn mode(&self) -> i32 {
+        self.assignment.mode
+    }
 }
 
 /// Why a Run cannot be routed.
@@ -233,19 +278,12 @@ impl Table {
         if r.phase != Phase::Ready as i32 {
             return Err(RouteError::NotReady("owner registration is not ready"));
         }
-        Ok(Route {
-            address: owner.dataplane_address.clone(),
-            pod_name: owner.pod_name.clone(),
-            pod_uid: owner.pod_uid.clone(),
-            attempt: a.attempt,
-            run_name: a.run_name.clone(),
-            mode: a.mode,
-            timeout: r
-                .limits
-                .as_ref()
-                .filter(|l| l.timeout_ms > 0)
-                .map(|l| Duration::from_millis(l.timeout_ms.into())),
-        })
+        let timeout = r
+            .limits
+            .as_ref()
+            .filter(|l| l.timeout_ms > 0)
+            .map(|l| Duration::from_millis(l.timeout_ms.into()));
+        Route::new(a.clone(), timeout).ok_or(RouteError::NotReady("run has no owner"))
     }
 }
 

@@ -41,7 +41,7 @@ impl Lookup {
     /// namespace and Runtime (routable or not).
     pub fn run_name(&self) -> Option<&str> {
         match &self.route {
-            Ok(r) => Some(&r.run_name),
+            Ok(r) => Some(r.run_name()),
             Err(_) => self.unroutable_name.as_deref(),
         }
     }
@@ -51,7 +51,7 @@ impl Lookup {
     /// ready or stale.
     pub fn into_route(self, target: &RunTarget<'_>) -> Result<Route, Rejection> {
         let route = self.route?;
-        if route.mode != target.mode() as i32 {
+        if route.mode() != target.mode() as i32 {
             return Err(Rejection::wrong_mode(target.uid, target.is_session()));
         }
         Ok(route)

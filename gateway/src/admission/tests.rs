@@ -90,10 +90,7 @@ async fn an_allowed_invoke_is_routed_with_its_subject_and_body_limit() {
     assert_eq!(facts.session, None);
     assert_eq!(facts.max_body, 100);
     assert_eq!(facts.subject(), Some("alice"));
-    assert_eq!(
-        facts.route.as_ref().map(|r| r.pod_uid.as_str()),
-        Some("pod-a")
-    );
+    assert_eq!(facts.route.as_ref().map(|r| r.pod_uid()), Some("pod-a"));
     assert_eq!(f.gauge.get(), 1, "the slot is held while the request runs");
     drop(facts);
     assert_eq!(f.gauge.get(), 0);
@@ -250,7 +247,7 @@ async fn a_run_on_its_way_to_ready_is_routed_once_the_table_converges() {
     let (result, facts) = admit(&f, &post(RUNNING, "alice")).await;
     ready.await.unwrap();
     assert_eq!(result, Ok(()));
-    assert_eq!(facts.route.map(|r| r.run_name).as_deref(), Some("run-b2"));
+    assert_eq!(facts.route.as_ref().map(|r| r.run_name()), Some("run-b2"));
 }
 
 #[tokio::test]

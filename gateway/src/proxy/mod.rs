@@ -368,7 +368,7 @@ impl ProxyHttp for Gateway {
                 run_uid: &facts.uid,
                 invocation_id: &ctx.invocation_id,
                 subject: facts.subject().unwrap_or(""),
-                owner: facts.route.as_ref().map_or("", |r| r.pod_name.as_str()),
+                owner: facts.route.as_ref().map_or("", |r| r.pod_name()),
                 status: code,
                 duration: elapsed,
             });

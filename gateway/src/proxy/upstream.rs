@@ -34,7 +34,7 @@ pub struct Upstream {
 impl Upstream {
     /// The peer of `route`'s owner; `websocket` for a session socket.
     pub fn peer(&self, route: &Route, websocket: bool) -> Result<HttpPeer> {
-        let addr: SocketAddr = route.address.parse().map_err(|_| {
+        let addr: SocketAddr = route.address().parse().map_err(|_| {
             Error::explain(
                 ErrorType::ConnectError,
                 "owner address is not a socket address",
@@ -133,10 +133,10 @@ impl Fencing<'_> {
         }
         upstream.insert_header(api::HEADER_INVOCATION_ID, self.invocation_id)?;
         upstream.insert_header(api::HEADER_RUN_UID, self.uid)?;
-        upstream.insert_header(api::HEADER_OWNER_POD_UID, self.route.pod_uid.as_str())?;
+        upstream.insert_header(api::HEADER_OWNER_POD_UID, self.route.pod_uid())?;
         upstream.insert_header(
             api::HEADER_ATTEMPT,
-            http::HeaderValue::from(self.route.attempt),
+            http::HeaderValue::from(self.route.attempt()),
         )?;
         upstream.insert_header(
             api::HEADER_HOP,
@@ -160,15 +160,15 @@ mod tests {
     use super::*;
 
     fn route() -> Route {
-        Route {
-            address: "10.0.0.1:7443".into(),
-            pod_name: "runtimed-0".into(),
-            pod_uid: "pod-a".into(),
-            attempt: 3,
-            run_name: "hello".into(),
-            timeout: None,
-            mode: 1,
-        }
+        let mut assignment = crate::table::fixtures::assignment(
+            "u1",
+            "pod-a",
+            "10.0.0.1:7443",
+            3,
+            kruntimes_proto::ownership::v1::Phase::Ready,
+        );
+        assignment.run_name = "hello".into();
+        Route::new(Arc::new(assignment), None).unwrap()
     }
 
     fn forwarded(subject: Option<&str>) -> RequestHeader {

@@ -7,7 +7,7 @@ fn routes_when_assignment_and_readiness_agree() {
     let t = ready_table(now);
     let r = t.route("default", "python", "u1", now).unwrap();
     assert_eq!(
-        (r.address.as_str(), r.pod_uid.as_str(), r.attempt),
+        (r.address(), r.pod_uid(), r.attempt()),
         ("10.0.0.1:1", "pod-a", 2)
     );
     assert_eq!(
@@ -197,4 +197,23 @@ fn every_change_wakes_subscribers() {
     rx.mark_unchanged();
     t.remove_runtimed("a:1");
     assert!(rx.has_changed().unwrap());
+}
+
+#[test]
+fn routes_share_the_tables_assignment_and_need_an_owner() {
+    let now = Instant::now();
+    let t = ready_table(now);
+    let (a, b) = (
+        t.route("default", "python", "u1", now).unwrap(),
+        t.route("default", "python", "u1", now).unwrap(),
+    );
+    // A route copies nothing out of the table: both share its entry.
+    assert!(Arc::ptr_eq(&a.assignment, &b.assignment));
+    assert_eq!(
+        (a.pod_name(), a.run_name(), a.mode()),
+        ("runtimed-0", "run-u1", 0)
+    );
+    let mut ownerless = assignment("u2", "pod-a", "10.0.0.1:1", 1, Phase::Ready);
+    ownerless.owner = None;
+    assert_eq!(Route::new(Arc::new(ownerless), None), None);
 }

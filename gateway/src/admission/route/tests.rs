@@ -47,10 +47,7 @@ fn a_ready_run_of_the_routes_mode_is_routed_to_its_owner() {
     let l = lookup(&table(now), &invoke("f1"), now);
     assert_eq!(l.run_name(), Some("run-f1"));
     let r = l.into_route(&invoke("f1")).unwrap();
-    assert_eq!(
-        (r.address.as_str(), r.pod_uid.as_str()),
-        ("10.0.0.1:1", "pod-a")
-    );
+    assert_eq!((r.address(), r.pod_uid()), ("10.0.0.1:1", "pod-a"));
     let s1 = target("default", "python", "s1", Some(SessionOp::Execute));
     assert!(route(&table(now), &s1, now).is_ok());
 }
