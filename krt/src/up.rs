@@ -291,6 +291,47 @@ fn gateway_args(pki: &Pki, args: &UpArgs, control: SocketAddr) -> Vec<String> {
     v
 }
 
+/// How `c` ended, once it has (never, if it was not started).
+async fn exited(c: &mut Supervised) -> String {
+    match c.child.as_mut() {
+        // Cancel-safe: the start-up `select!` drops it when ready.
+        Some(child) => match child.wait().await {
+            Ok(status) => status.to_string(),
+            Err(e) => format!("lost: {e}"),
+        },
+        None => std::future::pending().await,
+    }
+}
+
+/// Why a process failed, from its log: its last `Error: ` report (which is
+/// how a `main` returning an error ends), without the backtrace
+/// `RUST_BACKTRACE` adds; else the log's last 20 lines.
+fn failure_of(log: &str) -> &str {
+    let report = if log.starts_with("Error: ") {
+        Some(0)
+    } else {
+        log.rfind("\nError: ").map(|i| i + 1)
+    };
+    match report {
+        Some(at) => {
+            let report = &log[at..];
+            let end = report.find("\n\nStack backtrace:").unwrap_or(report.len());
+            report[..end].trim_end()
+        }
+        None => last_lines(log, 20),
+    }
+}
+
+/// The last `n` lines of `text`.
+fn last_lines(text: &str, n: usize) -> &str {
+    let text = text.trim_end_matches('\n');
+    match text.rmatch_indices('\n').nth(n.saturating_sub(1)) {
+        Some((i, _)) if n > 0 => &text[i + 1..],
+        _ if n == 0 => "",
+        _ => text,
+    }
+}
+
 async fn wait_ready(client: &reqwest::Client, url: &str, deadline: Duration) -> anyhow::Result<()> {
     let start = Instant::now();
     loop {
@@ -359,6 +400,7 @@ pub async fn up(state_dir: &Path, args: UpArgs) -> anyhow::Result<()> {
         .extend(["--metrics-listen".into(), metrics_addr.to_string()]);
     gateway.metrics = Some(metrics_addr.to_string());
     children.push(gateway);
+    let gateway_at = children.len() - 1;
     for c in &mut children {
         c.spawn(&exe)?;
     }
@@ -401,6 +443,17 @@ pub async fn up(state_dir: &Path, args: UpArgs) -> anyhow::Result<()> {
         r = wait_ready(&http, &readyz, Duration::from_secs(60)) => r?,
         r = &mut control => {
             anyhow::bail!("control plane stopped during start-up: {:?}", r);
+        }
+        // A gateway that cannot start (an address taken, a bad flag) is
+        // reported at once, in its own words, not after the wait.
+        status = exited(&mut children[gateway_at]) => {
+            let log = &children[gateway_at].log;
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            anyhow::bail!(
+                "the gateway exited during start-up ({status}); from {}:\n{}",
+                log.display(),
+                failure_of(&text)
+            );
         }
     }
     write_processes(&state_dir, &children)?;
@@ -494,4 +547,35 @@ fn write_processes(state_dir: &Path, children: &[Supervised]) -> anyhow::Result<
         })
         .collect();
     write_json(&state_dir.join("processes.json"), &map)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{failure_of, last_lines};
+
+    #[test]
+    fn a_failure_is_the_last_error_report_without_its_backtrace() {
+        let log = "{\"level\":\"INFO\"}\nError: first\nError: bind 127.0.0.1:1 (https): Address in use\n\nCaused by:\n    x\n\nStack backtrace:\n   0: main\n";
+        assert_eq!(
+            failure_of(log),
+            "Error: bind 127.0.0.1:1 (https): Address in use\n\nCaused by:\n    x"
+        );
+        assert_eq!(failure_of("Error: at once\n"), "Error: at once");
+        // A panic or a kill leaves no report: the end of the log.
+        let panicked = "line 1\nthread 'main' panicked at src/x.rs:1:1:\nboom\n";
+        assert_eq!(failure_of(panicked), panicked.trim_end());
+        assert_eq!(failure_of(""), "");
+    }
+
+    #[test]
+    fn last_lines_keeps_the_end_of_a_log() {
+        let log = "a\nb\nc\n";
+        assert_eq!(last_lines(log, 2), "b\nc");
+        assert_eq!(last_lines(log, 3), "a\nb\nc");
+        assert_eq!(last_lines(log, 10), "a\nb\nc");
+        assert_eq!(last_lines(log, 1), "c");
+        assert_eq!(last_lines(log, 0), "");
+        assert_eq!(last_lines("", 5), "");
+        assert_eq!(last_lines("only", 1), "only");
+    }
 }

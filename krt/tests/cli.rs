@@ -402,3 +402,20 @@ fn a_gateway_whose_metrics_address_is_taken_fails_at_start() {
     );
     fails_with(out, 1, &format!("cannot listen for metrics on {addr}"));
 }
+
+/// `krt up` whose gateway cannot start says so at once, with the gateway's
+/// own reason from its log, instead of waiting for a readiness that cannot
+/// come.
+#[test]
+fn krt_up_reports_a_gateway_that_cannot_start_in_its_own_words() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let out = krt(
+        &["--state-dir", state.to_str().unwrap()],
+        &["up", "--gateway-addr", &addr],
+    );
+    fails_with(out.clone(), 1, "the gateway exited during start-up");
+    fails_with(out, 1, &format!("bind {addr} (https)"));
+}
