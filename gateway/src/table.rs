@@ -245,10 +245,8 @@ impl Table {
         if a.phase != Phase::Ready as i32 {
             return Err(RouteError::NotReady("run is not ready"));
         }
-        let owner = a
-            .owner
-            .as_ref()
-            .ok_or(RouteError::NotReady("run has no owner"))?;
+        let route = Route::new(a.clone(), None).ok_or(RouteError::NotReady("run has no owner"))?;
+        let owner = route.owner();
         let source = self
             .runtimed
             .get(&owner.dataplane_address)
@@ -283,7 +281,7 @@ impl Table {
             .as_ref()
             .filter(|l| l.timeout_ms > 0)
             .map(|l| Duration::from_millis(l.timeout_ms.into()));
-        Route::new(a.clone(), timeout).ok_or(RouteError::NotReady("run has no owner"))
+        Ok(Route { timeout, ..route })
     }
 }
 

@@ -307,11 +307,10 @@ async fn exited(c: &mut Supervised) -> String {
 /// how a `main` returning an error ends), without the backtrace
 /// `RUST_BACKTRACE` adds; else the log's last 20 lines.
 fn failure_of(log: &str) -> &str {
-    let report = if log.starts_with("Error: ") {
-        Some(0)
-    } else {
-        log.rfind("\nError: ").map(|i| i + 1)
-    };
+    let report = log
+        .rfind("\nError: ")
+        .map(|i| i + 1)
+        .or_else(|| log.starts_with("Error: ").then_some(0));
     match report {
         Some(at) => {
             let report = &log[at..];
@@ -324,11 +323,13 @@ fn failure_of(log: &str) -> &str {
 
 /// The last `n` lines of `text`.
 fn last_lines(text: &str, n: usize) -> &str {
+    if n == 0 {
+        return "";
+    }
     let text = text.trim_end_matches('\n');
-    match text.rmatch_indices('\n').nth(n.saturating_sub(1)) {
-        Some((i, _)) if n > 0 => &text[i + 1..],
-        _ if n == 0 => "",
-        _ => text,
+    match text.rmatch_indices('\n').nth(n - 1) {
+        Some((i, _)) => &text[i + 1..],
+        None => text,
     }
 }
 

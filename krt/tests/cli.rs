@@ -370,13 +370,19 @@ async fn every_verb_works_against_a_cluster_with_the_callers_kubeconfig() {
     drop(cluster);
 }
 
+/// A loopback address held by the returned listener: taken while it lives.
+fn taken_address() -> (std::net::TcpListener, String) {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    (taken, addr)
+}
+
 /// A gateway whose metrics address is taken fails at start, naming it,
 /// instead of serving without metrics (Pingora binds that listener on a
 /// thread of its own, where a failure stops only the thread).
 #[test]
 fn a_gateway_whose_metrics_address_is_taken_fails_at_start() {
-    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = taken.local_addr().unwrap().to_string();
+    let (_taken, addr) = taken_address();
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("missing.pem");
     let missing = missing.to_str().unwrap();
@@ -408,8 +414,7 @@ fn a_gateway_whose_metrics_address_is_taken_fails_at_start() {
 /// come.
 #[test]
 fn krt_up_reports_a_gateway_that_cannot_start_in_its_own_words() {
-    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = taken.local_addr().unwrap().to_string();
+    let (_taken, addr) = taken_address();
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     let out = krt(
