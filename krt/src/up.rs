@@ -131,9 +131,28 @@ impl Supervised {
         Ok(())
     }
 
+    /// Serves its metrics on `addr` (the gateway), from its next start.
+    fn set_metrics(&mut self, addr: SocketAddr) {
+        let addr = addr.to_string();
+        match self.args.iter().position(|a| a == "--metrics-listen") {
+            Some(i) if i + 1 < self.args.len() => self.args[i + 1] = addr.clone(),
+            _ => self.args.extend(["--metrics-listen".into(), addr.clone()]),
+        }
+        self.metrics = Some(addr);
+    }
+
     fn pid(&self) -> Option<u32> {
         self.child.as_ref().and_then(Child::id)
     }
+}
+
+/// How many metrics ports `krt up` tries before giving up on a start.
+const METRICS_PICKS: u32 = 4;
+
+/// Whether a gateway's failure is its metrics address being taken (the
+/// gateway binds it first of all, to fail before serving without metrics).
+fn metrics_address_taken(failure: &str) -> bool {
+    failure.contains("cannot listen for metrics") && failure.contains("Address already in use")
 }
 
 fn free_port(ip: std::net::IpAddr) -> anyhow::Result<SocketAddr> {
@@ -396,10 +415,7 @@ pub async fn up(state_dir: &Path, args: UpArgs) -> anyhow::Result<()> {
         gateway_args(&pki, &args, control_addr),
         logs.join("gateway.log"),
     );
-    gateway
-        .args
-        .extend(["--metrics-listen".into(), metrics_addr.to_string()]);
-    gateway.metrics = Some(metrics_addr.to_string());
+    gateway.set_metrics(metrics_addr);
     children.push(gateway);
     let gateway_at = children.len() - 1;
     for c in &mut children {
@@ -440,21 +456,38 @@ pub async fn up(state_dir: &Path, args: UpArgs) -> anyhow::Result<()> {
 
     let http = crate::client::http_client(&client_cfg)?;
     let readyz = format!("{gateway_url}/readyz");
-    tokio::select! {
-        r = wait_ready(&http, &readyz, Duration::from_secs(60)) => r?,
-        r = &mut control => {
-            anyhow::bail!("control plane stopped during start-up: {:?}", r);
-        }
-        // A gateway that cannot start (an address taken, a bad flag) is
-        // reported at once, in its own words, not after the wait.
-        status = exited(&mut children[gateway_at]) => {
-            let log = &children[gateway_at].log;
-            let text = std::fs::read_to_string(log).unwrap_or_default();
-            anyhow::bail!(
-                "the gateway exited during start-up ({status}); from {}:\n{}",
-                log.display(),
-                failure_of(&text)
-            );
+    // The metrics port was free when picked, but another process may bind
+    // it before the gateway does: a port of krt's own choosing is picked
+    // again, a few times.
+    let mut metrics_picks = 1;
+    loop {
+        tokio::select! {
+            r = wait_ready(&http, &readyz, Duration::from_secs(60)) => {
+                r?;
+                break;
+            }
+            r = &mut control => {
+                anyhow::bail!("control plane stopped during start-up: {:?}", r);
+            }
+            // A gateway that cannot start (an address taken, a bad flag) is
+            // reported at once, in its own words, not after the wait.
+            status = exited(&mut children[gateway_at]) => {
+                let gateway = &mut children[gateway_at];
+                let text = std::fs::read_to_string(&gateway.log).unwrap_or_default();
+                let failure = failure_of(&text);
+                if metrics_picks < METRICS_PICKS && metrics_address_taken(failure) {
+                    metrics_picks += 1;
+                    tracing::warn!(taken = ?gateway.metrics, "the gateway's metrics port was taken; picking another");
+                    gateway.set_metrics(free_port(std::net::Ipv4Addr::LOCALHOST.into())?);
+                    gateway.spawn(&exe)?;
+                    continue;
+                }
+                anyhow::bail!(
+                    "the gateway exited during start-up ({status}); from {}:\n{}",
+                    gateway.log.display(),
+                    failure
+                );
+            }
         }
     }
     write_processes(&state_dir, &children)?;
@@ -552,7 +585,7 @@ fn write_processes(state_dir: &Path, children: &[Supervised]) -> anyhow::Result<
 
 #[cfg(test)]
 mod tests {
-    use super::{failure_of, last_lines};
+    use super::{Supervised, failure_of, last_lines, metrics_address_taken};
 
     #[test]
     fn a_failure_is_the_last_error_report_without_its_backtrace() {
@@ -566,6 +599,38 @@ mod tests {
         let panicked = "line 1\nthread 'main' panicked at src/x.rs:1:1:\nboom\n";
         assert_eq!(failure_of(panicked), panicked.trim_end());
         assert_eq!(failure_of(""), "");
+    }
+
+    #[test]
+    fn only_a_taken_metrics_address_is_picked_again() {
+        // As the gateway reports it (anyhow's context, then the cause).
+        let taken = "Error: cannot listen for metrics on 127.0.0.1:9091\n\nCaused by:\n    Address already in use (os error 98)";
+        assert!(metrics_address_taken(taken));
+        // The public address is the user's choice: reported, not replaced.
+        assert!(!metrics_address_taken(
+            "Error: bind 127.0.0.1:8443 (https): Address already in use (os error 98)"
+        ));
+        // A metrics address that is bad for another reason stays an error.
+        assert!(!metrics_address_taken(
+            "Error: cannot listen for metrics on 10.9.9.9:1\n\nCaused by:\n    Cannot assign requested address (os error 99)"
+        ));
+    }
+
+    #[test]
+    fn a_new_metrics_address_replaces_the_old_one() {
+        let mut g = Supervised::new(
+            "gateway".into(),
+            "127.0.0.1:8443".into(),
+            vec!["--threads".into(), "1".into()],
+            "gateway.log".into(),
+        );
+        g.set_metrics("127.0.0.1:1001".parse().unwrap());
+        g.set_metrics("127.0.0.1:1002".parse().unwrap());
+        assert_eq!(
+            g.args,
+            ["--threads", "1", "--metrics-listen", "127.0.0.1:1002"]
+        );
+        assert_eq!(g.metrics.as_deref(), Some("127.0.0.1:1002"));
     }
 
     #[test]

@@ -157,8 +157,24 @@ pub fn function_run(
 }
 
 impl Stack {
-    /// Starts `krt up` and waits for its ready line.
+    /// Starts `krt up` and waits for its ready line. The gateway's port was
+    /// free when picked, but tests run side by side and another may bind it
+    /// first: a start that fails on a taken address is tried again on
+    /// another port, a few times.
     pub fn start(krt: &Path, opts: Options) -> anyhow::Result<Self> {
+        let mut attempt = 1;
+        loop {
+            match Self::start_once(krt, &opts) {
+                Err(e) if attempt < 4 && format!("{e:#}").contains("Address already in use") => {
+                    eprintln!("krt up found an address taken (attempt {attempt}); starting again");
+                    attempt += 1;
+                }
+                r => return r,
+            }
+        }
+    }
+
+    fn start_once(krt: &Path, opts: &Options) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir()?;
         let runs = dir.path().join("runs");
         std::fs::create_dir_all(&runs)?;
