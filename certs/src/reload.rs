@@ -91,6 +91,13 @@ impl<T: Send + Sync + 'static> Reloading<T> {
         Ok(true)
     }
 
+    /// Whether the files on disk are still those the pair in service was
+    /// loaded from.
+    pub fn on_disk_is_current(&self) -> bool {
+        let now = read_pair(&self.cert_path, &self.key_path);
+        *self.seen.lock().unwrap_or_else(|p| p.into_inner()) == now
+    }
+
     /// Polls the files every `period` on a thread of its own.
     pub fn watch(self: &Arc<Self>, period: Duration) {
         let weak = Arc::downgrade(self);

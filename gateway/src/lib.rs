@@ -25,11 +25,11 @@ use std::time::Duration;
 use anyhow::Context as _;
 use async_trait::async_trait;
 use pingora::apps::HttpServerOptions;
+use pingora::connectors::ConnectorOptions;
 use pingora::listeners::tls::TlsSettings;
 use pingora::server::configuration::ServerConf;
 use pingora::server::{Server, ShutdownWatch};
 use pingora::services::background::{BackgroundService, background_service};
-use pingora::utils::tls::{WrappedX509, parse_x509};
 
 use crate::admission::Limits;
 use crate::auth::cache::{CacheConfig, CacheMetrics, DecisionCache};
@@ -187,16 +187,21 @@ fn build_auth(args: &Args, metrics: &Metrics) -> anyhow::Result<Option<Arc<Decis
 }
 
 fn upstream(args: &Args) -> anyhow::Result<Upstream> {
-    let ca: Vec<WrappedX509> = kruntimes_certs::load_certs(&args.internal_ca)?
-        .into_iter()
-        .map(|c| WrappedX509::new(c.as_ref().to_vec(), parse_x509))
-        .collect();
+    // Checked here for a clear error: Pingora's connector panics on a CA
+    // file it cannot load.
+    let ca = kruntimes_certs::load_certs(&args.internal_ca)
+        .with_context(|| format!("load {}", args.internal_ca.display()))?;
+    anyhow::ensure!(
+        !ca.is_empty(),
+        "{} holds no certificate",
+        args.internal_ca.display()
+    );
     let cert_key = proxy::upstream::client_cert(&args.client_cert, &args.client_key)
         .map_err(|e| anyhow::anyhow!("load {}: {e}", args.client_cert.display()))?;
     cert_key.watch(Duration::from_secs(args.tls_reload_secs.max(1)));
     Ok(Upstream {
-        ca: ca.into(),
         cert_key,
+        connector_pair: Arc::default(),
         server_name: args.runtimed_server_name.clone(),
         connect_timeout: Duration::from_millis(args.connect_timeout_ms),
         default_timeout: Duration::from_secs(args.default_timeout_secs),
@@ -247,6 +252,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         s.add_tcp(addr);
         s
     });
+    let upstream = upstream(&args)?;
     let mut gateway = Gateway::new(
         table.clone(),
         auth,
@@ -258,7 +264,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             max_in_flight: args.max_in_flight,
             route_settle: Duration::from_millis(args.route_settle_ms),
         },
-        upstream(&args)?,
+        upstream.clone(),
     );
     gateway.access_log = args.access_log.then(|| access_log::AccessLog::new(log));
     let first_requests = Arc::new(listener::FirstRequests::default());
@@ -270,15 +276,30 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         // listeners accept on through it), then gives requests in flight 2 s.
         grace_period_seconds: Some(args.shutdown_grace_secs),
         graceful_shutdown_timeout_seconds: Some(2),
+        // What every upstream connector Pingora builds trusts (instead of
+        // the platform's roots): runtimed certificates chain to it.
+        ca_file: Some(args.internal_ca.display().to_string()),
         ..ServerConf::default()
     };
     let mut server = Server::new_with_opt_and_conf(None, conf);
     let connection_metrics = gateway.metrics.clone();
-    let mut proxy = pingora::proxy::http_proxy(&server.configuration, gateway);
     let mut options = HttpServerOptions::default();
     options.h2_idle_timeout = Some(Duration::from_secs(args.idle_timeout_secs.max(1)));
-    proxy.server_options = Some(options);
-    let proxy = Arc::new(proxy);
+    let client = Upstream::connector_options(
+        ConnectorOptions::from_server_conf(&server.configuration),
+        &args.internal_ca,
+        &args.client_cert,
+        &args.client_key,
+    )
+    .map_err(|e| anyhow::anyhow!(e))?;
+    let loaded = upstream.cert_key.current();
+    let proxy = Arc::new(proxy::build(
+        &server.configuration,
+        gateway,
+        options,
+        client,
+    )?);
+    upstream.connector_loaded(loaded);
     let limits = kruntimes_support::listen::Limits {
         max_connections: args.max_connections,
         handshake: Duration::from_millis(args.handshake_timeout_ms),

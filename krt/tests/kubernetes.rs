@@ -618,6 +618,10 @@ async fn rotated_internal_certificates_are_picked_up_without_dropping_ready_runs
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // Its upstream connector holds the pair it started with; from now on
+    // the hop's connections present the rotated one, and runtimed takes it.
+    invoke_ok(&cluster, &url, &alice).await;
+    invoke_ok(&cluster, &fresh_url, &alice).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

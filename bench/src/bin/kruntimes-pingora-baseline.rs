@@ -7,20 +7,19 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context as _;
 use async_trait::async_trait;
 use clap::Parser;
+use pingora::connectors::ConnectorOptions;
 use pingora::http::RequestHeader;
 use pingora::listeners::tls::TlsSettings;
 use pingora::prelude::HttpPeer;
 use pingora::protocols::ALPN;
-use pingora::protocols::tls::CaType;
-use pingora::proxy::{ProxyHttp, Session};
+use pingora::proxy::{ProxyHttp, ProxyServiceBuilder, Session};
 use pingora::server::Server;
 use pingora::server::configuration::ServerConf;
-use pingora::utils::tls::{CertKey, WrappedX509, parse_x509};
 
 /// The allocator of the gateway, for a like-for-like baseline ([`kruntimes_alloc`]).
 #[global_allocator]
@@ -94,33 +93,26 @@ impl ProxyHttp for Bare {
     }
 }
 
-fn pem_certs(path: &std::path::Path) -> anyhow::Result<Vec<Vec<u8>>> {
-    Ok(kruntimes_certs::load_certs(path)?
-        .iter()
-        .map(|c| c.as_ref().to_vec())
-        .collect())
+fn path(p: &std::path::Path) -> anyhow::Result<String> {
+    p.to_str()
+        .map(str::to_owned)
+        .with_context(|| format!("{} is not a UTF-8 path", p.display()))
 }
 
 fn main() -> anyhow::Result<()> {
     kruntimes_alloc::tune();
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let args = Args::parse();
-    let ca: Vec<WrappedX509> = kruntimes_certs::load_certs(&args.upstream_ca)?
-        .into_iter()
-        .map(|c| WrappedX509::new(c.as_ref().to_vec(), parse_x509))
-        .collect();
-    let key = kruntimes_certs::load_key(&args.client_key)?;
+    // As the gateway connects upstream: the CA and the client certificate
+    // are the connector's, so the peer (Pingora's pool key) carries none.
+    kruntimes_certs::load_certs(&args.upstream_ca)?;
+    kruntimes_certs::load_key(&args.client_key)?;
     let mut peer = HttpPeer::new(args.upstream, true, args.server_name.clone());
-    peer.client_cert_key = Some(Arc::new(CertKey::new(
-        pem_certs(&args.client_cert)?,
-        key.secret_der().to_vec(),
-    )));
     let o = &mut peer.options;
     o.alpn = match args.upstream_protocol.as_str() {
         "h2" => ALPN::H2,
         _ => ALPN::H1,
     };
-    o.ca = Some(Arc::<CaType>::from(ca));
     o.connection_timeout = Some(Duration::from_secs(1));
     o.idle_timeout = Some(Duration::from_secs(90));
     o.max_h2_streams = 128;
@@ -136,11 +128,15 @@ fn main() -> anyhow::Result<()> {
     let conf = ServerConf {
         threads: args.threads,
         work_stealing: false,
+        ca_file: Some(path(&args.upstream_ca)?),
         ..ServerConf::default()
     };
     let mut server = Server::new_with_opt_and_conf(None, conf);
-    let mut proxy =
-        pingora::proxy::http_proxy_service(&server.configuration, Bare { peer, headers });
+    let mut client = ConnectorOptions::from_server_conf(&server.configuration);
+    client.cert_key_file = Some((path(&args.client_cert)?, path(&args.client_key)?));
+    let mut proxy = ProxyServiceBuilder::new(&server.configuration, Bare { peer, headers })
+        .client_options(client)
+        .build();
     let mut tls = TlsSettings::intermediate(
         &args.cert.display().to_string(),
         &args.key.display().to_string(),

@@ -115,7 +115,8 @@ pub fn check_content_length(headers: &HeaderMap, max: u64) -> Result<(), LimitEr
     }
 }
 
-/// The gateway-wide bound on requests in flight.
+/// The gateway-wide bound on requests in flight; clones share it.
+#[derive(Clone)]
 pub struct InFlightLimit {
     counter: Arc<AtomicUsize>,
     gauge: prometheus::IntGauge,

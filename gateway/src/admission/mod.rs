@@ -37,6 +37,7 @@ use crate::rejection::Rejection;
 use crate::table::{self, Route, Table};
 
 /// The state admission shares across requests.
+#[derive(Clone)]
 pub struct Admission {
     table: Arc<RwLock<Table>>,
     auth: Option<Arc<DecisionCache>>,

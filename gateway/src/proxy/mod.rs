@@ -21,9 +21,12 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use kruntimes_proto::api::{self, SessionOp};
 use pingora::ErrorType;
+use pingora::apps::HttpServerOptions;
+use pingora::connectors::ConnectorOptions;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::HttpPeer;
-use pingora::proxy::{FailToProxy, ProxyHttp, Session};
+use pingora::proxy::{FailToProxy, HttpProxy, ProxyHttp, ProxyServiceBuilder, Session};
+use pingora::server::configuration::ServerConf;
 use pingora::{Error, Result};
 
 use crate::access_log::{self, AccessLog};
@@ -35,7 +38,8 @@ use crate::rejection::Rejection;
 use crate::table::{self, Route, Table};
 use upstream::Fencing;
 
-/// The proxy.
+/// The proxy. Clones share its state (table, caches, limits, metrics).
+#[derive(Clone)]
 pub struct Gateway {
     /// Admission of requests: limits, authentication, authorization, routes.
     pub admission: Admission,
@@ -68,6 +72,33 @@ impl Gateway {
             first_requests: None,
         }
     }
+}
+
+/// Pingora's proxy for `gateway`, serving with `server` options and
+/// connecting upstream with `client` ones.
+///
+/// Pingora takes connector options only through its service builder, whose
+/// service owns the proxy and runs Pingora's own listeners; the gateway's
+/// listeners drive the proxy themselves (they bound handshakes and
+/// connections first). So the proxy is moved out of the built service, a
+/// proxy of the same gateway (sharing its state, with default options)
+/// left in its place and dropped with the service.
+pub fn build(
+    conf: &Arc<ServerConf>,
+    gateway: Gateway,
+    server: HttpServerOptions,
+    client: ConnectorOptions,
+) -> anyhow::Result<HttpProxy<Gateway>> {
+    let stand_in = pingora::proxy::http_proxy(conf, gateway.clone());
+    let mut service = ProxyServiceBuilder::new(conf, gateway)
+        .server_options(server)
+        .client_options(client)
+        .build();
+    let proxy = service
+        .app_logic_mut()
+        .map(|built| std::mem::replace(built, stand_in))
+        .ok_or_else(|| anyhow::anyhow!("Pingora built a proxy service without its proxy"))?;
+    Ok(proxy)
 }
 
 /// Per-request state.

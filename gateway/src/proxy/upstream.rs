@@ -4,25 +4,37 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use kruntimes_proto::api;
+use pingora::connectors::ConnectorOptions;
 use pingora::http::RequestHeader;
 use pingora::prelude::HttpPeer;
 use pingora::protocols::ALPN;
-use pingora::protocols::tls::CaType;
 use pingora::utils::tls::CertKey;
 use pingora::{Error, ErrorType, Result};
 
 use crate::table::Route;
 
 /// Upstream (gateway → runtimed) connection settings.
+///
+/// The internal CA and the gateway's client certificate are the upstream
+/// connector's own ([`Upstream::connector_options`]), not each peer's:
+/// Pingora keys its connection pool by a hash of the peer, and a peer that
+/// carries a client certificate hashes it by formatting its serial number,
+/// byte by byte, twice per request; it also builds a new TLS client
+/// configuration for each of that peer's connections, which then never
+/// resume a session. Once the certificate files are rotated, peers carry
+/// the new pair themselves: new connections present it, connections pooled
+/// with the old one are no longer picked.
+#[derive(Clone)]
 pub struct Upstream {
-    /// Internal CA that runtimed certificates chain to.
-    pub ca: Arc<CaType>,
     /// The gateway's client certificate and key (reloaded when rotated).
     pub cert_key: Arc<ClientCert>,
+    /// The pair the connector loaded at start, once the gateway knows it
+    /// is the one `cert_key` loaded (unset: peers always carry theirs).
+    pub connector_pair: Arc<OnceLock<Arc<CertKey>>>,
     /// TLS server name of runtimed certificates.
     pub server_name: String,
     /// Bound on connecting to an owner.
@@ -41,7 +53,7 @@ impl Upstream {
             )
         })?;
         let mut peer = HttpPeer::new(addr, true, self.server_name.clone());
-        peer.client_cert_key = Some(self.cert_key.current());
+        peer.client_cert_key = self.rotated_pair();
         let o = &mut peer.options;
         // Pooled HTTP/1.1 (one request per connection at a time, kept
         // alive between them; WebSockets upgrade one): measured cheaper and
@@ -50,7 +62,6 @@ impl Upstream {
         // (docs/benchmarks.md). Connections are bounded by the requests in
         // flight (`--max-in-flight`); idle ones by Pingora's pool.
         o.alpn = ALPN::H1;
-        o.ca = Some(self.ca.clone());
         o.connection_timeout = Some(self.connect_timeout);
         o.total_connection_timeout = Some(self.connect_timeout * 2);
         // runtimed enforces the invocation deadline and answers 504 itself;
@@ -66,6 +77,46 @@ impl Upstream {
         o.write_timeout = Some(Duration::from_secs(10));
         o.idle_timeout = Some(Duration::from_secs(90));
         Ok(peer)
+    }
+
+    /// The client certificate a peer must carry: none while the one in
+    /// service is the connector's own.
+    fn rotated_pair(&self) -> Option<Arc<CertKey>> {
+        let current = self.cert_key.current();
+        match self.connector_pair.get() {
+            Some(pair) if Arc::ptr_eq(pair, &current) => None,
+            _ => Some(current),
+        }
+    }
+
+    /// Pingora's upstream connector options: `base` (from the server's
+    /// configuration) with the internal CA runtimed certificates chain to
+    /// and the gateway's client certificate, as files Pingora loads.
+    pub fn connector_options(
+        base: ConnectorOptions,
+        ca: &Path,
+        cert: &Path,
+        key: &Path,
+    ) -> std::result::Result<ConnectorOptions, String> {
+        let path = |p: &Path| {
+            p.to_str()
+                .map(str::to_owned)
+                .ok_or_else(|| format!("{} is not a UTF-8 path", p.display()))
+        };
+        let mut options = base;
+        options.ca_file = Some(path(ca)?);
+        options.cert_key_file = Some((path(cert)?, path(key)?));
+        Ok(options)
+    }
+
+    /// Records that the connector built from [`Self::connector_options`]
+    /// loaded `pair`: the one in service when the connector was built, if
+    /// the files on disk are still the ones it was loaded from (a rotation
+    /// in between leaves every peer carrying its pair).
+    pub fn connector_loaded(&self, pair: Arc<CertKey>) {
+        if self.cert_key.on_disk_is_current() && Arc::ptr_eq(&pair, &self.cert_key.current()) {
+            let _ = self.connector_pair.set(pair);
+        }
     }
 }
 
@@ -232,6 +283,80 @@ mod tests {
 
     fn cn(c: &ClientCert) -> String {
         pingora::utils::tls::get_common_name(c.current().leaf()).unwrap_or_default()
+    }
+
+    fn upstream(cert_key: Arc<ClientCert>) -> Upstream {
+        Upstream {
+            cert_key,
+            connector_pair: Arc::default(),
+            server_name: "runtimed.kruntimes.internal".into(),
+            connect_timeout: Duration::from_secs(1),
+            default_timeout: Duration::from_secs(30),
+        }
+    }
+
+    fn carried(up: &Upstream) -> Option<String> {
+        let peer = up.peer(&route(), false).unwrap();
+        peer.client_cert_key
+            .map(|c| pingora::utils::tls::get_common_name(c.leaf()).unwrap_or_default())
+    }
+
+    #[test]
+    fn peers_carry_the_client_certificate_only_once_it_is_not_the_connectors() {
+        let dir = tempfile::tempdir().unwrap();
+        write_leaf(dir.path(), "first");
+        let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+        let up = upstream(client_cert(&crt, &key).unwrap());
+        // Before the connector is known to hold it, every peer carries it.
+        assert_eq!(carried(&up).as_deref(), Some("first"));
+        up.connector_loaded(up.cert_key.current());
+        // The connector's own: peers carry none, so the pool key hashes no
+        // certificate.
+        assert_eq!(carried(&up), None);
+        // Rotated on disk, not yet reloaded: the connector's is in service.
+        write_leaf(dir.path(), "second");
+        assert_eq!(carried(&up), None);
+        // Reloaded: peers carry the new pair (new connections present it).
+        assert_eq!(up.cert_key.reload(), Ok(true));
+        assert_eq!(carried(&up).as_deref(), Some("second"));
+        // Only the pair in service when the connector was built counts.
+        let stale = upstream(client_cert(&crt, &key).unwrap());
+        let old = stale.cert_key.current();
+        write_leaf(dir.path(), "third");
+        assert_eq!(stale.cert_key.reload(), Ok(true));
+        stale.connector_loaded(old);
+        assert_eq!(carried(&stale).as_deref(), Some("third"));
+    }
+
+    #[test]
+    fn a_connector_whose_files_changed_while_it_loaded_them_is_not_trusted_to_hold_the_pair() {
+        let dir = tempfile::tempdir().unwrap();
+        write_leaf(dir.path(), "first");
+        let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+        let up = upstream(client_cert(&crt, &key).unwrap());
+        let loaded = up.cert_key.current();
+        // The files changed after the pair in service was read: the
+        // connector may hold either, so peers keep carrying theirs.
+        write_leaf(dir.path(), "second");
+        up.connector_loaded(loaded);
+        assert_eq!(carried(&up).as_deref(), Some("first"));
+    }
+
+    #[test]
+    fn the_connector_trusts_the_internal_ca_and_presents_the_gateways_certificate() {
+        let o = Upstream::connector_options(
+            ConnectorOptions::new(7),
+            Path::new("/pki/ca.crt"),
+            Path::new("/pki/tls.crt"),
+            Path::new("/pki/tls.key"),
+        )
+        .unwrap();
+        assert_eq!(o.ca_file.as_deref(), Some("/pki/ca.crt"));
+        assert_eq!(
+            o.cert_key_file,
+            Some(("/pki/tls.crt".to_owned(), "/pki/tls.key".to_owned()))
+        );
+        assert_eq!(o.keepalive_pool_size, 7, "the rest is the base's");
     }
 
     #[test]
