@@ -12,8 +12,8 @@ mod tls;
 pub use issue::{Ca, Leaf, LeafSpec};
 pub use reload::{Reloading, ReloadingCert, load_certified_key};
 pub use tls::{
-    TlsFiles, client_config, load_certs, load_key, peer_common_name, server_config,
-    server_config_reloading, write_private,
+    TlsFiles, check_ca_bundle, client_config, load_certs, load_key, peer_common_name,
+    server_config, server_config_reloading, write_private,
 };
 
 /// Errors of certificate generation and loading.

@@ -59,6 +59,35 @@ pub fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>> {
         })
 }
 
+/// Checks a CA bundle the way strict readers take one (Pingora's upstream
+/// connector, which panics on a bundle it cannot load): every PEM section
+/// is a certificate and each one is a usable trust anchor. Returns how many
+/// certificates it holds.
+pub fn check_ca_bundle(path: &Path) -> Result<usize> {
+    let data = read(path)?;
+    let refused = |reason: String| Error::Read {
+        path: path.display().to_string(),
+        reason,
+    };
+    let mut store = RootCertStore::empty();
+    for item in rustls_pemfile::read_all(&mut data.as_slice()) {
+        match item.map_err(|e| refused(e.to_string()))? {
+            rustls_pemfile::Item::X509Certificate(c) => store
+                .add(c)
+                .map_err(|e| refused(format!("a certificate is not a usable CA: {e}")))?,
+            _ => {
+                return Err(refused(
+                    "a CA bundle holds certificates only (it has another PEM section)".into(),
+                ));
+            }
+        }
+    }
+    if store.is_empty() {
+        return Err(refused("no certificate found".into()));
+    }
+    Ok(store.len())
+}
+
 fn roots(ca: &Path) -> Result<RootCertStore> {
     let mut store = RootCertStore::empty();
     for c in load_certs(ca)? {
@@ -175,6 +204,32 @@ mod tests {
         let p = dir.join(name);
         std::fs::write(&p, data).unwrap();
         p
+    }
+
+    #[test]
+    fn a_ca_bundle_holds_usable_certificates_only() {
+        let dir = tempfile_dir();
+        let a = Ca::generate("a", 1).unwrap();
+        let b = Ca::generate("b", 1).unwrap();
+        let two = write(
+            &dir,
+            "two.crt",
+            &format!("# comment\n{}{}", a.cert_pem, b.cert_pem),
+        );
+        assert_eq!(check_ca_bundle(&two).unwrap(), 2);
+        let leaf = a
+            .issue(&LeafSpec {
+                common_name: "x".into(),
+                ..Default::default()
+            })
+            .unwrap();
+        let with_key = write(&dir, "key.crt", &format!("{}{}", a.cert_pem, leaf.key_pem));
+        let e = check_ca_bundle(&with_key).unwrap_err().to_string();
+        assert!(e.contains("certificates only"), "{e}");
+        let empty = write(&dir, "empty.crt", "nothing here\n");
+        let e = check_ca_bundle(&empty).unwrap_err().to_string();
+        assert!(e.contains("no certificate found"), "{e}");
+        assert!(check_ca_bundle(&dir.join("missing.crt")).is_err());
     }
 
     #[cfg(unix)]

@@ -188,14 +188,8 @@ fn build_auth(args: &Args, metrics: &Metrics) -> anyhow::Result<Option<Arc<Decis
 
 fn upstream(args: &Args) -> anyhow::Result<Upstream> {
     // Checked here for a clear error: Pingora's connector panics on a CA
-    // file it cannot load.
-    let ca = kruntimes_certs::load_certs(&args.internal_ca)
-        .with_context(|| format!("load {}", args.internal_ca.display()))?;
-    anyhow::ensure!(
-        !ca.is_empty(),
-        "{} holds no certificate",
-        args.internal_ca.display()
-    );
+    // bundle it cannot load.
+    kruntimes_certs::check_ca_bundle(&args.internal_ca)?;
     let cert_key = proxy::upstream::client_cert(&args.client_cert, &args.client_key)
         .map_err(|e| anyhow::anyhow!("load {}: {e}", args.client_cert.display()))?;
     cert_key.watch(Duration::from_secs(args.tls_reload_secs.max(1)));

@@ -105,8 +105,9 @@ fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     // As the gateway connects upstream: the CA and the client certificate
     // are the connector's, so the peer (Pingora's pool key) carries none.
-    kruntimes_certs::load_certs(&args.upstream_ca)?;
-    kruntimes_certs::load_key(&args.client_key)?;
+    kruntimes_certs::check_ca_bundle(&args.upstream_ca)?;
+    kruntimes_certs::load_certified_key(&args.client_cert, &args.client_key)
+        .map_err(anyhow::Error::msg)?;
     let mut peer = HttpPeer::new(args.upstream, true, args.server_name.clone());
     let o = &mut peer.options;
     o.alpn = match args.upstream_protocol.as_str() {

@@ -342,6 +342,131 @@ mod tests {
         assert_eq!(carried(&up).as_deref(), Some("first"));
     }
 
+    /// A runtimed stand-in: TLS with client certificates required (the
+    /// internal CA), sending the common name each handshake presented.
+    async fn mtls_server(
+        dir: &Path,
+        ca: &kruntimes_certs::Ca,
+    ) -> (
+        std::net::SocketAddr,
+        tokio::sync::mpsc::UnboundedReceiver<String>,
+    ) {
+        let server = ca
+            .issue(&kruntimes_certs::LeafSpec {
+                common_name: "runtimed".into(),
+                dns_names: vec!["runtimed.kruntimes.internal".into()],
+                server: true,
+                valid_days: 1,
+                ..Default::default()
+            })
+            .unwrap();
+        std::fs::write(dir.join("server.crt"), server.cert_pem).unwrap();
+        std::fs::write(dir.join("server.key"), server.key_pem).unwrap();
+        let config = kruntimes_certs::server_config(
+            &dir.join("server.crt"),
+            &dir.join("server.key"),
+            Some(&dir.join("ca.crt")),
+            &[b"http/1.1"],
+        )
+        .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    return;
+                };
+                let (acceptor, tx) = (acceptor.clone(), tx.clone());
+                tokio::spawn(async move {
+                    if let Ok(tls) = acceptor.accept(tcp).await {
+                        let presented = tls
+                            .get_ref()
+                            .1
+                            .peer_certificates()
+                            .and_then(|c| kruntimes_certs::peer_common_name(c[0].as_ref()));
+                        let _ = tx.send(presented.unwrap_or_default());
+                    }
+                });
+            }
+        });
+        (addr, rx)
+    }
+
+    fn client_leaf(dir: &Path, ca: &kruntimes_certs::Ca, cn: &str) {
+        let leaf = ca
+            .issue(&kruntimes_certs::LeafSpec {
+                common_name: cn.into(),
+                client: true,
+                valid_days: 1,
+                ..Default::default()
+            })
+            .unwrap();
+        std::fs::write(dir.join("tls.crt"), leaf.cert_pem).unwrap();
+        std::fs::write(dir.join("tls.key"), leaf.key_pem).unwrap();
+    }
+
+    /// The name the next accepted handshake presented (a refused one sends
+    /// none: bounded, so the test fails instead of hanging).
+    async fn next(presented: &mut tokio::sync::mpsc::UnboundedReceiver<String>) -> String {
+        tokio::time::timeout(Duration::from_secs(10), presented.recv())
+            .await
+            .expect("no handshake with a client certificate was accepted")
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_hop_presents_the_connectors_certificate_then_the_rotated_one() {
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        let dir = tempfile::tempdir().unwrap();
+        let ca = kruntimes_certs::Ca::generate("internal", 1).unwrap();
+        std::fs::write(dir.path().join("ca.crt"), &ca.cert_pem).unwrap();
+        client_leaf(dir.path(), &ca, "gateway-first");
+        let (addr, mut presented) = mtls_server(dir.path(), &ca).await;
+        let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+
+        let up = upstream(client_cert(&crt, &key).unwrap());
+        let loaded = up.cert_key.current();
+        let options = Upstream::connector_options(
+            ConnectorOptions::new(8),
+            &dir.path().join("ca.crt"),
+            &crt,
+            &key,
+        )
+        .unwrap();
+        let connector = pingora::connectors::TransportConnector::new(Some(options));
+        up.connector_loaded(loaded);
+        let mut assignment = crate::table::fixtures::assignment(
+            "u1",
+            "pod-a",
+            &addr.to_string(),
+            1,
+            kruntimes_proto::ownership::v1::Phase::Ready,
+        );
+        assignment.run_name = "hello".into();
+        let route = Route::new(Arc::new(assignment), None).unwrap();
+
+        // The peer carries no certificate: the connector presents its own
+        // (and verifies runtimed's against the internal CA).
+        let peer = up.peer(&route, false).unwrap();
+        assert!(peer.client_cert_key.is_none());
+        connector.new_stream(&peer).await.unwrap();
+        assert_eq!(next(&mut presented).await, "gateway-first");
+
+        // Rotated and reloaded: new connections present the new pair.
+        client_leaf(dir.path(), &ca, "gateway-second");
+        assert_eq!(up.cert_key.reload(), Ok(true));
+        let peer = up.peer(&route, false).unwrap();
+        connector.new_stream(&peer).await.unwrap();
+        assert_eq!(next(&mut presented).await, "gateway-second");
+
+        // A runtimed under another name is refused: verification is on.
+        let mut wrong = up.peer(&route, false).unwrap();
+        wrong.sni = "someone-else.kruntimes.internal".into();
+        assert!(connector.new_stream(&wrong).await.is_err());
+    }
+
     #[test]
     fn the_connector_trusts_the_internal_ca_and_presents_the_gateways_certificate() {
         let o = Upstream::connector_options(
