@@ -85,6 +85,9 @@ struct Supervised {
     /// Its metrics listener, if it has one (the gateway).
     metrics: Option<String>,
     log: PathBuf,
+    /// Where its log ended when it was last started: what it wrote since
+    /// is this run's.
+    log_start: u64,
     child: Option<Child>,
     restarts: u32,
     next_start: Option<Instant>,
@@ -100,6 +103,7 @@ impl Supervised {
             extra_env: Vec::new(),
             metrics: None,
             log,
+            log_start: 0,
             child: None,
             restarts: 0,
             next_start: None,
@@ -112,6 +116,7 @@ impl Supervised {
             .append(true)
             .open(&self.log)
             .with_context(|| format!("open {}", self.log.display()))?;
+        self.log_start = log.metadata().map(|m| m.len()).unwrap_or(0);
         let mut cmd = Command::new(exe);
         if let Some(env) = &self.env {
             cmd.env_clear().envs(env.iter().cloned());
@@ -139,6 +144,14 @@ impl Supervised {
             _ => self.args.extend(["--metrics-listen".into(), addr.clone()]),
         }
         self.metrics = Some(addr);
+    }
+
+    /// What it logged since it was last started (the log is appended to
+    /// across runs of `krt up` and restarts).
+    fn log_of_this_run(&self) -> String {
+        let text = std::fs::read(&self.log).unwrap_or_default();
+        let start = usize::try_from(self.log_start).unwrap_or(usize::MAX);
+        String::from_utf8_lossy(text.get(start..).unwrap_or_default()).into_owned()
     }
 
     fn pid(&self) -> Option<u32> {
@@ -473,7 +486,7 @@ pub async fn up(state_dir: &Path, args: UpArgs) -> anyhow::Result<()> {
             // reported at once, in its own words, not after the wait.
             status = exited(&mut children[gateway_at]) => {
                 let gateway = &mut children[gateway_at];
-                let text = std::fs::read_to_string(&gateway.log).unwrap_or_default();
+                let text = gateway.log_of_this_run();
                 let failure = failure_of(&text);
                 if metrics_picks < METRICS_PICKS && metrics_address_taken(failure) {
                     metrics_picks += 1;
@@ -585,6 +598,8 @@ fn write_processes(state_dir: &Path, children: &[Supervised]) -> anyhow::Result<
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::{Supervised, failure_of, last_lines, metrics_address_taken};
 
     #[test]
@@ -631,6 +646,39 @@ mod tests {
             ["--threads", "1", "--metrics-listen", "127.0.0.1:1002"]
         );
         assert_eq!(g.metrics.as_deref(), Some("127.0.0.1:1002"));
+    }
+
+    #[test]
+    fn a_failure_is_read_from_what_the_last_start_logged() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("gateway.log");
+        // An earlier run's report stays in the appended log ...
+        std::fs::write(
+            &log,
+            "Error: cannot listen for metrics on 127.0.0.1:1\n\nCaused by:\n    Address already in use (os error 98)\n",
+        )
+        .unwrap();
+        let mut g = Supervised::new(
+            "gateway".into(),
+            "127.0.0.1:8443".into(),
+            vec![
+                "-c".into(),
+                "echo \"thread 'main' panicked at x.rs:1:1\"".into(),
+            ],
+            log.clone(),
+        );
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            g.spawn(Path::new("/bin/sh")).unwrap();
+            g.child.as_mut().unwrap().wait().await.unwrap();
+        });
+        // ... but this start's failure is only what it wrote itself.
+        let this_run = g.log_of_this_run();
+        assert_eq!(this_run, "thread 'main' panicked at x.rs:1:1\n");
+        assert!(!metrics_address_taken(failure_of(&this_run)));
     }
 
     #[test]

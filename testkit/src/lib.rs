@@ -228,16 +228,34 @@ impl Stack {
                 }
             });
         }
+        // Only the readers hold senders: the channel ends with their pipes.
+        drop(tx);
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
             match rx.recv_timeout(Duration::from_millis(200)) {
                 Ok(line) if line.starts_with("kruntimes ready") => break,
                 Ok(_) | Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    bail!("krt up exited before it was ready")
+                    // Both pipes closed, so krt up has ended and all it
+                    // said has been read.
+                    let status = child.wait()?;
+                    bail!(
+                        "krt up exited ({status}) before it was ready:\n{}",
+                        output.lock().unwrap_or_else(|p| p.into_inner()).join("\n")
+                    );
                 }
             }
             if let Some(status) = child.try_wait()? {
+                // Its last lines may still be on their way through the
+                // readers: the report names the cause (a taken address is
+                // retried on it). Bounded: a child of krt's may hold a pipe.
+                let drained = Instant::now() + Duration::from_secs(2);
+                while Instant::now() < drained {
+                    match rx.recv_timeout(Duration::from_millis(50)) {
+                        Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                        Ok(_) | Err(mpsc::RecvTimeoutError::Timeout) => {}
+                    }
+                }
                 bail!(
                     "krt up exited ({status}) before it was ready:\n{}",
                     output.lock().unwrap_or_else(|p| p.into_inner()).join("\n")
