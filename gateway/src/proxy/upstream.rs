@@ -267,18 +267,9 @@ mod tests {
         assert_eq!(req.headers.get_all("x-kruntimes-attempt").iter().count(), 1);
     }
 
+    /// A client pair `cn` of a CA of its own in `dir`.
     fn write_leaf(dir: &Path, cn: &str) {
-        let ca = kruntimes_certs::Ca::generate("test", 1).unwrap();
-        let leaf = ca
-            .issue(&kruntimes_certs::LeafSpec {
-                common_name: cn.into(),
-                client: true,
-                valid_days: 1,
-                ..Default::default()
-            })
-            .unwrap();
-        std::fs::write(dir.join("tls.crt"), leaf.cert_pem).unwrap();
-        std::fs::write(dir.join("tls.key"), leaf.key_pem).unwrap();
+        client_leaf(dir, &kruntimes_certs::Ca::generate("test", 1).unwrap(), cn);
     }
 
     fn cn(c: &ClientCert) -> String {
@@ -394,6 +385,7 @@ mod tests {
         (addr, rx)
     }
 
+    /// A client pair `cn` issued by `ca`, as `tls.crt` and `tls.key` in `dir`.
     fn client_leaf(dir: &Path, ca: &kruntimes_certs::Ca, cn: &str) {
         let leaf = ca
             .issue(&kruntimes_certs::LeafSpec {
