@@ -424,3 +424,76 @@ fn krt_up_reports_a_gateway_that_cannot_start_in_its_own_words() {
     fails_with(out.clone(), 1, "the gateway exited during start-up");
     fails_with(out, 1, &format!("bind {addr} (https)"));
 }
+
+/// runtimed outside Kubernetes binds its port before it waits for its
+/// Runtime Server: the port `krt up` picked for it is held from the start,
+/// not left free while the server comes up (another process could take it).
+#[test]
+fn runtimed_holds_its_port_before_its_runtime_server_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = kruntimes_certs::Ca::generate("internal", 1).unwrap();
+    let leaf = ca
+        .issue(&kruntimes_certs::LeafSpec {
+            common_name: "runtimed".into(),
+            dns_names: vec!["runtimed.kruntimes.internal".into()],
+            server: true,
+            valid_days: 1,
+            ..Default::default()
+        })
+        .unwrap();
+    let file = |name: &str, data: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, data).unwrap();
+        p.to_str().unwrap().to_owned()
+    };
+    let (ca_file, cert, key) = (
+        file("ca.crt", &ca.cert_pem),
+        file("tls.crt", &leaf.cert_pem),
+        file("tls.key", &leaf.key_pem),
+    );
+    // A Runtime Server that takes the connection and never answers.
+    let socket = dir.path().join("runtime.sock");
+    let server = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    server.set_nonblocking(true).unwrap();
+    let addr = format!("127.0.0.1:{}", kruntimes_testkit::free_port());
+    let stderr = dir.path().join("stderr.log");
+    let mut runtimed = std::process::Command::new(KRT)
+        .args(["runtimed", "--exit-with-parent"])
+        .env("KRUNTIMES_RUNTIMED_NAME", "runtimed-0")
+        .env("KRUNTIMES_RUNTIMED_LISTEN", &addr)
+        .env("KRUNTIMES_RUNTIMED_TLS_CERT", cert)
+        .env("KRUNTIMES_RUNTIMED_TLS_KEY", key)
+        .env("KRUNTIMES_RUNTIMED_CLIENT_CA", ca_file)
+        .env("KRUNTIMES_RUNTIMED_RUNTIME_SERVER", &socket)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .spawn()
+        .unwrap();
+    // runtimed is waiting for its server now: its port already accepts.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let _waiting = loop {
+        match server.accept() {
+            Ok((conn, _)) => break conn,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                assert!(
+                    runtimed.try_wait().unwrap().is_none(),
+                    "runtimed exited:\n{}",
+                    std::fs::read_to_string(&stderr).unwrap_or_default()
+                );
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "runtimed never dialled its server"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(e) => panic!("accept: {e}"),
+        }
+    };
+    let held = std::net::TcpStream::connect(&addr);
+    let _ = runtimed.kill();
+    let _ = runtimed.wait();
+    assert!(
+        held.is_ok(),
+        "runtimed had not bound {addr} while it waited for its Runtime Server: {held:?}"
+    );
+}

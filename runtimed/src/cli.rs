@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use anyhow::Context as _;
 use clap::Parser;
 
 use crate::dataplane::{PeerPolicy, ServeConfig, serve};
@@ -108,6 +109,13 @@ pub struct Args {
 
 pub use kruntimes_support::{init_logging, shutdown_signal};
 
+/// The dataplane and gRPC listener on `addr`.
+async fn listen(addr: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))
+}
+
 /// Runs the daemon until SIGTERM or Ctrl-C.
 pub async fn run(args: Args) -> anyhow::Result<()> {
     // runtimed holds the keys and (in Kubernetes) the ServiceAccount token:
@@ -127,6 +135,17 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     if args.kubernetes && args.advertise.is_none() && args.listen.port() == 0 {
         anyhow::bail!("--kubernetes needs --advertise or a fixed --listen port");
     }
+    // In Kubernetes mode the port opens only once the Run watch has synced:
+    // the Pod's readiness probe (a TCP check) then means "can take Runs".
+    // Otherwise it is bound first of all: whoever picked the port for it
+    // (`krt up`) had it free a moment ago, and waiting for the runtime
+    // server first would leave it to others for that long. Connections
+    // wait in the backlog until it serves.
+    let mut listener = if args.kubernetes {
+        None
+    } else {
+        Some(listen(args.listen).await?)
+    };
     // The server answers before anything is registered on it (the first
     // contact resets whatever an earlier runtimed left there); if it is
     // late, the monitor below keeps trying and readiness says so.
@@ -134,13 +153,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     if !link.connect(Duration::from_secs(10)).await {
         tracing::warn!(socket = %args.runtime_server.display(), "the runtime server does not answer yet");
     }
-    // In Kubernetes mode the port opens only once the Run watch has synced:
-    // the Pod's readiness probe (a TCP check) then means "can take Runs".
-    let mut listener = if args.kubernetes {
-        None
-    } else {
-        Some(tokio::net::TcpListener::bind(args.listen).await?)
-    };
     let address = match (&args.advertise, &listener) {
         (Some(a), _) => advertised(a)?,
         (None, Some(l)) => l.local_addr()?.to_string(),
@@ -213,7 +225,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             }
             _ = shutdown_signal() => return Ok(()),
         }
-        listener = Some(tokio::net::TcpListener::bind(args.listen).await?);
+        listener = Some(listen(args.listen).await?);
         Some(task)
     } else {
         None
