@@ -42,6 +42,30 @@ pub struct LeafSpec {
     pub valid_days: i64,
 }
 
+impl LeafSpec {
+    /// A server's leaf: `name` as its common name and its one DNS name.
+    pub fn server(name: &str, valid_days: i64) -> Self {
+        Self {
+            common_name: name.into(),
+            dns_names: vec![name.into()],
+            server: true,
+            valid_days,
+            ..Self::default()
+        }
+    }
+
+    /// A client's leaf with common name `common_name` (what runtimed
+    /// authorizes its peers by).
+    pub fn client(common_name: &str, valid_days: i64) -> Self {
+        Self {
+            common_name: common_name.into(),
+            client: true,
+            valid_days,
+            ..Self::default()
+        }
+    }
+}
+
 /// A leaf certificate and its key, PEM encoded.
 #[derive(Clone)]
 pub struct Leaf {

@@ -433,13 +433,10 @@ fn runtimed_holds_its_port_before_its_runtime_server_answers() {
     let dir = tempfile::tempdir().unwrap();
     let ca = kruntimes_certs::Ca::generate("internal", 1).unwrap();
     let leaf = ca
-        .issue(&kruntimes_certs::LeafSpec {
-            common_name: "runtimed".into(),
-            dns_names: vec!["runtimed.kruntimes.internal".into()],
-            server: true,
-            valid_days: 1,
-            ..Default::default()
-        })
+        .issue(&kruntimes_certs::LeafSpec::server(
+            "runtimed.kruntimes.internal",
+            1,
+        ))
         .unwrap();
     let file = |name: &str, data: &str| {
         let p = dir.path().join(name);

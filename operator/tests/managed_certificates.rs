@@ -387,13 +387,10 @@ async fn a_provided_gateway_secret_is_published_and_never_overwritten() {
 
     let ca = kruntimes_certs::Ca::generate("their CA", 30).unwrap();
     let leaf = ca
-        .issue(&kruntimes_certs::LeafSpec {
-            common_name: "gateway.example.com".into(),
-            dns_names: vec!["gateway.example.com".into()],
-            server: true,
-            valid_days: 30,
-            ..Default::default()
-        })
+        .issue(&kruntimes_certs::LeafSpec::server(
+            "gateway.example.com",
+            30,
+        ))
         .unwrap();
     let theirs = Secret {
         metadata: ObjectMeta {

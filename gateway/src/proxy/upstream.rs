@@ -343,13 +343,10 @@ mod tests {
         tokio::sync::mpsc::UnboundedReceiver<String>,
     ) {
         let server = ca
-            .issue(&kruntimes_certs::LeafSpec {
-                common_name: "runtimed".into(),
-                dns_names: vec!["runtimed.kruntimes.internal".into()],
-                server: true,
-                valid_days: 1,
-                ..Default::default()
-            })
+            .issue(&kruntimes_certs::LeafSpec::server(
+                "runtimed.kruntimes.internal",
+                1,
+            ))
             .unwrap();
         std::fs::write(dir.join("server.crt"), server.cert_pem).unwrap();
         std::fs::write(dir.join("server.key"), server.key_pem).unwrap();
@@ -387,14 +384,7 @@ mod tests {
 
     /// A client pair `cn` issued by `ca`, as `tls.crt` and `tls.key` in `dir`.
     fn client_leaf(dir: &Path, ca: &kruntimes_certs::Ca, cn: &str) {
-        let leaf = ca
-            .issue(&kruntimes_certs::LeafSpec {
-                common_name: cn.into(),
-                client: true,
-                valid_days: 1,
-                ..Default::default()
-            })
-            .unwrap();
+        let leaf = ca.issue(&kruntimes_certs::LeafSpec::client(cn, 1)).unwrap();
         std::fs::write(dir.join("tls.crt"), leaf.cert_pem).unwrap();
         std::fs::write(dir.join("tls.key"), leaf.key_pem).unwrap();
     }
