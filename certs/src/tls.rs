@@ -217,12 +217,7 @@ mod tests {
             &format!("# comment\n{}{}", a.cert_pem, b.cert_pem),
         );
         assert_eq!(check_ca_bundle(&two).unwrap(), 2);
-        let leaf = a
-            .issue(&LeafSpec {
-                common_name: "x".into(),
-                ..Default::default()
-            })
-            .unwrap();
+        let leaf = a.issue(&LeafSpec::client("x", 1)).unwrap();
         let with_key = write(&dir, "key.crt", &format!("{}{}", a.cert_pem, leaf.key_pem));
         let e = check_ca_bundle(&with_key).unwrap_err().to_string();
         assert!(e.contains("certificates only"), "{e}");

@@ -246,7 +246,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         s.add_tcp(addr);
         s
     });
-    let upstream = upstream(&args)?;
     let mut gateway = Gateway::new(
         table.clone(),
         auth,
@@ -258,7 +257,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             max_in_flight: args.max_in_flight,
             route_settle: Duration::from_millis(args.route_settle_ms),
         },
-        upstream.clone(),
+        upstream(&args)?,
     );
     gateway.access_log = args.access_log.then(|| access_log::AccessLog::new(log));
     let first_requests = Arc::new(listener::FirstRequests::default());
@@ -286,14 +285,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         &args.client_key,
     )
     .map_err(|e| anyhow::anyhow!(e))?;
-    let loaded = upstream.cert_key.current();
     let proxy = Arc::new(proxy::build(
         &server.configuration,
         gateway,
         options,
         client,
     )?);
-    upstream.connector_loaded(loaded);
     let limits = kruntimes_support::listen::Limits {
         max_connections: args.max_connections,
         handshake: Duration::from_millis(args.handshake_timeout_ms),

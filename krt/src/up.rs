@@ -149,9 +149,14 @@ impl Supervised {
     /// What it logged since it was last started (the log is appended to
     /// across runs of `krt up` and restarts).
     fn log_of_this_run(&self) -> String {
-        let text = std::fs::read(&self.log).unwrap_or_default();
-        let start = usize::try_from(self.log_start).unwrap_or(usize::MAX);
-        String::from_utf8_lossy(text.get(start..).unwrap_or_default()).into_owned()
+        use std::io::{Read as _, Seek as _};
+        let mut text = Vec::new();
+        if let Ok(mut log) = std::fs::File::open(&self.log) {
+            let _ = log
+                .seek(std::io::SeekFrom::Start(self.log_start))
+                .and_then(|_| log.read_to_end(&mut text));
+        }
+        String::from_utf8_lossy(&text).into_owned()
     }
 
     fn pid(&self) -> Option<u32> {

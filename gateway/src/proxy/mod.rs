@@ -82,7 +82,8 @@ impl Gateway {
 /// listeners drive the proxy themselves (they bound handshakes and
 /// connections first). So the proxy is moved out of the built service, a
 /// proxy of the same gateway (sharing its state, with default options)
-/// left in its place and dropped with the service.
+/// left in its place and dropped with the service. The gateway's upstream
+/// then learns which client pair the connector loaded.
 pub fn build(
     conf: &Arc<ServerConf>,
     gateway: Gateway,
@@ -90,6 +91,9 @@ pub fn build(
     client: ConnectorOptions,
 ) -> anyhow::Result<HttpProxy<Gateway>> {
     let stand_in = pingora::proxy::http_proxy(conf, gateway.clone());
+    let upstream = gateway.upstream.clone();
+    // In service before the connector loads its files.
+    let loaded = upstream.cert_key.current();
     let mut service = ProxyServiceBuilder::new(conf, gateway)
         .server_options(server)
         .client_options(client)
@@ -98,6 +102,7 @@ pub fn build(
         .app_logic_mut()
         .map(|built| std::mem::replace(built, stand_in))
         .ok_or_else(|| anyhow::anyhow!("Pingora built a proxy service without its proxy"))?;
+    upstream.connector_loaded(loaded);
     Ok(proxy)
 }
 

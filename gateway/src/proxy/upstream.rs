@@ -272,8 +272,12 @@ mod tests {
         client_leaf(dir, &kruntimes_certs::Ca::generate("test", 1).unwrap(), cn);
     }
 
+    fn common_name(pair: &CertKey) -> String {
+        pingora::utils::tls::get_common_name(pair.leaf()).unwrap_or_default()
+    }
+
     fn cn(c: &ClientCert) -> String {
-        pingora::utils::tls::get_common_name(c.current().leaf()).unwrap_or_default()
+        common_name(&c.current())
     }
 
     fn upstream(cert_key: Arc<ClientCert>) -> Upstream {
@@ -288,8 +292,7 @@ mod tests {
 
     fn carried(up: &Upstream) -> Option<String> {
         let peer = up.peer(&route(), false).unwrap();
-        peer.client_cert_key
-            .map(|c| pingora::utils::tls::get_common_name(c.leaf()).unwrap_or_default())
+        peer.client_cert_key.map(|c| common_name(&c))
     }
 
     #[test]
