@@ -119,6 +119,23 @@ pub fn intended_offset(i: u64, rate: f64) -> Duration {
     Duration::from_secs_f64(i as f64 / rate.max(f64::MIN_POSITIVE))
 }
 
+/// How `total` requests split over `rounds` rounds: as even as can be, the
+/// first rounds taking the remainder, none empty (fewer rounds when
+/// `total < rounds`). Pure.
+pub fn split(total: u64, rounds: u64) -> Vec<u64> {
+    let rounds = rounds.clamp(1, total.max(1));
+    let (each, extra) = (total / rounds, total % rounds);
+    (0..rounds).map(|r| each + u64::from(r < extra)).collect()
+}
+
+/// The order `paths` paths take in round `round`: rotated by one each
+/// round, so over as many rounds as paths every path runs once in every
+/// position and after every neighbour's load, and drift on the machine
+/// during a scenario is shared between the paths. Pure.
+pub fn rotation(paths: usize, round: usize) -> impl Iterator<Item = usize> {
+    (0..paths).map(move |i| (i + round) % paths)
+}
+
 /// Sequential: `warmup` unrecorded requests, then `n` recorded ones.
 pub async fn sequential<F, Fut>(
     warmup: u64,
@@ -248,6 +265,40 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn requests_split_evenly_over_rounds_and_none_is_lost() {
+        assert_eq!(split(4000, 4), vec![1000; 4]);
+        assert_eq!(split(10, 4), vec![3, 3, 2, 2]);
+        assert_eq!(split(600, 1), vec![600]);
+        // Fewer requests than rounds: one per round, no empty round.
+        assert_eq!(split(2, 4), vec![1, 1]);
+        // Zero rounds is one round; zero requests one empty round.
+        assert_eq!(split(7, 0), vec![7]);
+        assert_eq!(split(0, 3), vec![0]);
+        for (total, rounds) in [(1, 1), (999, 7), (4001, 4), (5, 5)] {
+            let parts = split(total, rounds);
+            assert_eq!(parts.iter().sum::<u64>(), total);
+            let (lo, hi) = (parts.iter().min(), parts.iter().max());
+            assert!(hi.zip(lo).is_some_and(|(h, l)| h - l <= 1), "{parts:?}");
+        }
+    }
+
+    #[test]
+    fn rotation_puts_every_path_in_every_position_once() {
+        assert_eq!(rotation(3, 0).collect::<Vec<_>>(), [0, 1, 2]);
+        assert_eq!(rotation(3, 1).collect::<Vec<_>>(), [1, 2, 0]);
+        assert_eq!(rotation(3, 5).collect::<Vec<_>>(), [2, 0, 1]);
+        assert_eq!(rotation(0, 2).count(), 0);
+        let n = 5;
+        for position in 0..n {
+            let mut seen: Vec<usize> = (0..n)
+                .map(|round| rotation(n, round).nth(position).unwrap_or(usize::MAX))
+                .collect();
+            seen.sort_unstable();
+            assert_eq!(seen, (0..n).collect::<Vec<_>>(), "position {position}");
+        }
+    }
 
     #[test]
     fn intended_times_are_evenly_spaced() {

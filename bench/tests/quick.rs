@@ -80,9 +80,16 @@ fn quick_run_produces_every_scenario_and_summary_figure() {
             // How many overlap depends on this machine's speed at the
             // moment (a timing, not a property): only that calls succeed.
             assert!(s["ok"].as_u64().unwrap() > 0, "{s}");
+            // The path's rounds add up to every request of the quick run.
+            assert_eq!(s["count"], 600, "{scenario}: {s}");
         } else {
             assert_eq!(s["count"], s["ok"], "{scenario} had errors: {s}");
         }
+    }
+    for scenario in ["closed-direct", "closed-gateway"] {
+        let s = &report["scenarios"][scenario];
+        assert!(s["ok"].as_u64().unwrap_or(0) > 0, "{scenario}: {s}");
+        assert_eq!(s["count"], s["ok"], "{scenario} had errors: {s}");
     }
     assert_eq!(
         report["config"]["client_protocol"], "h2 where negotiated",
@@ -106,6 +113,8 @@ fn quick_run_produces_every_scenario_and_summary_figure() {
         "table_bytes_per_run",
         "gateway_cpu_ms_per_10k",
         "gateway_peak_rss_mb",
+        "closed_loop_rps_direct",
+        "closed_loop_rps_gateway",
     ] {
         assert!(
             !summary[key].is_null(),

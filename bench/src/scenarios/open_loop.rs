@@ -1,8 +1,15 @@
 //! The open-loop comparison at a fixed rate (coordinated-omission
 //! corrected) over the direct path, the gateway and each baseline, with the
 //! CPU and memory each proxy spent on it.
+//!
+//! The paths take turns: each path's requests are split over
+//! [`ROUNDS`] rounds, and every round runs every path once, in an order
+//! rotated from round to round ([`load::rotation`]). A path's figures are
+//! its rounds merged, so a quiet or a busy minute on the machine falls on
+//! every path instead of on whichever ran then.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::json;
 
@@ -12,61 +19,114 @@ use super::local::Local;
 use super::procfs::{proc_usage, tree_cpu};
 use super::proxies::Proxy;
 use crate::Sizes;
-use crate::load;
+use crate::load::{self, Recorder};
 use crate::paths::HttpTarget;
+
+/// Rounds each path's requests are split over (fewer when a path has
+/// fewer requests).
+pub(super) const ROUNDS: u64 = 4;
+
+/// One path of the comparison and what its rounds added up to.
+struct Path {
+    name: String,
+    target: HttpTarget,
+    /// Whose CPU the path is charged: the gateway process alone, or a
+    /// baseline's process tree (nginx's workers); none for the direct path.
+    cpu: Cpu,
+    rec: Recorder,
+    elapsed: Duration,
+    /// CPU spent during the path's rounds; `None` once a reading failed.
+    spent: Option<Duration>,
+}
+
+#[derive(Clone, Copy)]
+enum Cpu {
+    None,
+    Process(u32),
+    Tree(u32),
+}
+
+impl Cpu {
+    fn read(self) -> Option<Duration> {
+        match self {
+            Cpu::None => None,
+            Cpu::Process(pid) => proc_usage(pid).map(|u| u.0),
+            Cpu::Tree(pid) => tree_cpu(pid),
+        }
+    }
+}
 
 /// Records `open-direct`, `open-gateway` and `open-<proxy>`, and the figures
 /// `gateway_cpu_ms_per_10k`, `gateway_peak_rss_mb` and
 /// `<proxy>_cpu_ms_per_10k`.
 pub(super) async fn run(ctx: &mut Ctx, local: &Local, proxies: &[Proxy], sizes: &Sizes) {
-    let mut paths: Vec<(String, HttpTarget, Option<u32>)> = vec![
-        ("open-direct".into(), local.direct.clone(), None),
-        (
+    let path = |name: String, target: &HttpTarget, cpu| Path {
+        name,
+        target: target.clone(),
+        cpu,
+        rec: Recorder::new(),
+        elapsed: Duration::ZERO,
+        spent: Some(Duration::ZERO),
+    };
+    let mut paths = vec![
+        path("open-direct".into(), &local.direct, Cpu::None),
+        // The gateway alone: the stack's other processes are its children.
+        path(
             "open-gateway".into(),
-            local.gateway.clone(),
-            Some(local.gateway_pid),
+            &local.gateway,
+            Cpu::Process(local.gateway_pid),
         ),
     ];
     for p in proxies {
-        paths.push((
+        paths.push(path(
             format!("open-{}", p.name),
-            p.target.clone(),
-            Some(p.baseline.pid()),
+            &p.target,
+            Cpu::Tree(p.baseline.pid()),
         ));
     }
-    for (name, target, pid) in paths {
-        ctx.bar.set_message(name.clone());
-        let before = proc_usage(local.gateway_pid);
-        let cpu_before = pid.and_then(tree_cpu);
-        let (rec, el) = open_loop(ctx, target, sizes).await;
-        let per_10k = |cpu_ms: f64| cpu_ms * 10_000.0 / sizes.open_requests as f64;
-        if name == "open-gateway" {
-            // The gateway alone (no children), and its peak memory.
-            if let (Some(b), Some(a)) = (before, proc_usage(local.gateway_pid)) {
-                let cpu_ms = (a.0 - b.0).as_secs_f64() * 1000.0;
-                ctx.figure("gateway_cpu_ms_per_10k", round1(per_10k(cpu_ms)));
-                ctx.figure("gateway_peak_rss_mb", round1(a.2 as f64 / 1024.0));
-            }
-        } else if let (Some(pid), Some(b)) = (pid, cpu_before)
-            && let Some(a) = tree_cpu(pid)
-        {
-            let key = format!("{}_cpu_ms_per_10k", name.trim_start_matches("open-"));
-            ctx.figure(&key, round1(per_10k((a - b).as_secs_f64() * 1000.0)));
+    for (round, n) in load::split(sizes.open_requests, ROUNDS)
+        .into_iter()
+        .enumerate()
+    {
+        for i in load::rotation(paths.len(), round) {
+            let p = &mut paths[i];
+            ctx.bar
+                .set_message(format!("{} (round {})", p.name, round + 1));
+            let before = p.cpu.read();
+            let (rec, el) = open_loop(ctx, p.target.clone(), sizes.rate, n).await;
+            p.spent = p
+                .spent
+                .zip(before.zip(p.cpu.read()))
+                .map(|(sum, (b, a))| sum + a.saturating_sub(b));
+            p.rec.merge(&rec);
+            p.elapsed += el;
         }
-        ctx.put(&name, &rec, el);
+    }
+    let per_10k =
+        |cpu: Duration| cpu.as_secs_f64() * 1000.0 * 10_000.0 / sizes.open_requests as f64;
+    for p in &paths {
+        if let Some(spent) = p.spent.filter(|_| !matches!(p.cpu, Cpu::None)) {
+            let key = format!("{}_cpu_ms_per_10k", p.name.trim_start_matches("open-"));
+            ctx.figure(&key, round1(per_10k(spent)));
+        }
+        ctx.put(&p.name, &p.rec, p.elapsed);
+    }
+    if let Some(u) = proc_usage(local.gateway_pid) {
+        ctx.figure("gateway_peak_rss_mb", round1(u.2 as f64 / 1024.0));
     }
 }
 
-/// `sizes.open_requests` requests to `target` at `sizes.rate`.
+/// `n` requests to `target` at `rate` per second.
 async fn open_loop(
     ctx: &Ctx,
     target: HttpTarget,
-    sizes: &Sizes,
+    rate: f64,
+    n: u64,
 ) -> (load::Recorder, std::time::Duration) {
     let target = Arc::new(target);
     load::open_loop(
-        sizes.rate,
-        sizes.open_requests,
+        rate,
+        n,
         MAX_OUTSTANDING,
         move || {
             let t = target.clone();
