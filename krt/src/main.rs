@@ -318,8 +318,11 @@ fn main() -> anyhow::Result<()> {
             if e {
                 exit_with_parent();
             }
+            // Before the runtime's threads: it edits the environment.
+            let handed_over = kruntimes_runtimed::cli::handed_over_listener()?;
             kruntimes_runtimed::cli::init_logging();
-            tokio::runtime::Runtime::new()?.block_on(kruntimes_runtimed::cli::run(*args))
+            tokio::runtime::Runtime::new()?
+                .block_on(kruntimes_runtimed::cli::run(*args, handed_over))
         }
         Command::RuntimeServer {
             args,

@@ -10,6 +10,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use command_fds::{CommandFdExt as _, FdMapping};
 use kruntimes_operator::embedded::{self, EmbeddedConfig, PodConfig, TlsFiles};
 use tokio::process::{Child, Command};
 
@@ -84,6 +85,9 @@ struct Supervised {
     extra_env: Vec<(String, String)>,
     /// Its metrics listener, if it has one (the gateway).
     metrics: Option<String>,
+    /// A listener krt bound for it, handed over at its next start
+    /// ([`Supervised::hand_over`]).
+    handover: Option<std::net::TcpListener>,
     log: PathBuf,
     /// Where its log ended when it was last started: what it wrote since
     /// is this run's.
@@ -102,6 +106,7 @@ impl Supervised {
             env: None,
             extra_env: Vec::new(),
             metrics: None,
+            handover: None,
             log,
             log_start: 0,
             child: None,
@@ -122,6 +127,20 @@ impl Supervised {
             cmd.env_clear().envs(env.iter().cloned());
         }
         cmd.envs(self.extra_env.iter().cloned());
+        // No child takes krt's own socket-activation variables for its own.
+        for var in ["LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"] {
+            cmd.env_remove(var);
+        }
+        if let Some(listener) = self.handover.take() {
+            // Systemd's protocol: descriptor 3, `LISTEN_FDS=1`, no
+            // `LISTEN_PID` (the child's pid is not known before it starts).
+            cmd.fd_mappings(vec![FdMapping {
+                parent_fd: listener.into(),
+                child_fd: 3,
+            }])
+            .map_err(|_| anyhow::anyhow!("descriptor 3 handed over twice to {}", self.name))?;
+            cmd.env("LISTEN_FDS", "1");
+        }
         let child = cmd
             .args(&self.args)
             .stdin(Stdio::null())
@@ -134,6 +153,14 @@ impl Supervised {
         self.child = Some(child);
         self.next_start = None;
         Ok(())
+    }
+
+    /// Hands `listener` over at its next start (systemd's socket
+    /// activation, which runtimed takes): the port stays bound from krt's
+    /// pick to the child's first accept. krt keeps no copy once the child
+    /// started; a restart binds the address again.
+    fn hand_over(&mut self, listener: std::net::TcpListener) {
+        self.handover = Some(listener);
     }
 
     /// Serves its metrics on `addr` (the gateway), from its next start.
@@ -171,6 +198,13 @@ const METRICS_PICKS: u32 = 4;
 /// gateway binds it first of all, to fail before serving without metrics).
 fn metrics_address_taken(failure: &str) -> bool {
     failure.contains("cannot listen for metrics") && failure.contains("Address already in use")
+}
+
+/// A listener on a port of the kernel's choosing at `ip`, kept bound.
+fn bind_port(ip: std::net::IpAddr) -> anyhow::Result<(SocketAddr, std::net::TcpListener)> {
+    let l =
+        std::net::TcpListener::bind((ip, 0)).with_context(|| format!("cannot listen on {ip}"))?;
+    Ok((l.local_addr()?, l))
 }
 
 fn free_port(ip: std::net::IpAddr) -> anyhow::Result<SocketAddr> {
@@ -414,7 +448,9 @@ pub async fn up(state_dir: &Path, args: UpArgs) -> anyhow::Result<()> {
     let mut pods = Vec::new();
     for i in 0..args.runtimed {
         let name = format!("runtimed-{i}");
-        let addr = free_port(args.runtimed_ip)?;
+        // Bound here and handed over: never free for another process to
+        // take between this pick and runtimed's start.
+        let (addr, listener) = bind_port(args.runtimed_ip)?;
         pods.push(PodConfig {
             name: name.clone(),
             address: addr.to_string(),
@@ -424,6 +460,7 @@ pub async fn up(state_dir: &Path, args: UpArgs) -> anyhow::Result<()> {
         children.push(server);
         let mut d = runtimed(&pki, &name, addr, &socket, logs.join(format!("{name}.log")));
         d.args.extend(args.runtimed_flags.iter().cloned());
+        d.hand_over(listener);
         children.push(d);
     }
     let metrics_addr = free_port(std::net::Ipv4Addr::LOCALHOST.into())?;
@@ -684,6 +721,42 @@ mod tests {
         let this_run = g.log_of_this_run();
         assert_eq!(this_run, "thread 'main' panicked at x.rs:1:1\n");
         assert!(!metrics_address_taken(failure_of(&this_run)));
+    }
+
+    #[test]
+    fn a_listener_is_handed_over_at_the_next_start_only() {
+        use std::os::fd::AsFd as _;
+        let dir = tempfile::tempdir().unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let inode = nix::sys::stat::fstat(listener.as_fd()).unwrap().st_ino;
+        let addr = listener.local_addr().unwrap();
+        let mut d = Supervised::new(
+            "runtimed-0".into(),
+            listener.local_addr().unwrap().to_string(),
+            vec![
+                "-c".into(),
+                "echo \"fds=${LISTEN_FDS:-none} pid=${LISTEN_PID:-none} $(readlink /proc/self/fd/3)\"".into(),
+            ],
+            dir.path().join("runtimed.log"),
+        );
+        d.hand_over(listener);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut start = || {
+            rt.block_on(async {
+                d.spawn(Path::new("/bin/sh")).unwrap();
+                d.child.as_mut().unwrap().wait().await.unwrap();
+            });
+            d.log_of_this_run()
+        };
+        // Descriptor 3 is krt's listener, announced as systemd does.
+        assert_eq!(start(), format!("fds=1 pid=none socket:[{inode}]\n"));
+        // krt kept no copy: with the child gone, nothing listens there ...
+        assert!(std::net::TcpStream::connect(addr).is_err());
+        // ... and a restart binds the address itself.
+        assert_eq!(start(), "fds=none pid=none \n");
     }
 
     #[test]

@@ -425,12 +425,14 @@ fn krt_up_reports_a_gateway_that_cannot_start_in_its_own_words() {
     fails_with(out, 1, &format!("bind {addr} (https)"));
 }
 
-/// runtimed outside Kubernetes binds its port before it waits for its
-/// Runtime Server: the port `krt up` picked for it is held from the start,
-/// not left free while the server comes up (another process could take it).
-#[test]
-fn runtimed_holds_its_port_before_its_runtime_server_answers() {
-    let dir = tempfile::tempdir().unwrap();
+/// `krt runtimed` as `krt up` starts it (TLS files, a Runtime Server
+/// socket at `socket`), listening on `listen`, its stderr in `stderr`.
+fn runtimed_command(
+    dir: &Path,
+    listen: &str,
+    socket: &Path,
+    stderr: &Path,
+) -> std::process::Command {
     let ca = kruntimes_certs::Ca::generate("internal", 1).unwrap();
     let leaf = ca
         .issue(&kruntimes_certs::LeafSpec::server(
@@ -439,31 +441,69 @@ fn runtimed_holds_its_port_before_its_runtime_server_answers() {
         ))
         .unwrap();
     let file = |name: &str, data: &str| {
-        let p = dir.path().join(name);
+        let p = dir.join(name);
         std::fs::write(&p, data).unwrap();
-        p.to_str().unwrap().to_owned()
+        p
     };
-    let (ca_file, cert, key) = (
-        file("ca.crt", &ca.cert_pem),
-        file("tls.crt", &leaf.cert_pem),
-        file("tls.key", &leaf.key_pem),
-    );
+    let mut cmd = std::process::Command::new(KRT);
+    cmd.args(["runtimed", "--exit-with-parent"])
+        .env("KRUNTIMES_RUNTIMED_NAME", "runtimed-0")
+        .env("KRUNTIMES_RUNTIMED_LISTEN", listen)
+        .env(
+            "KRUNTIMES_RUNTIMED_TLS_CERT",
+            file("tls.crt", &leaf.cert_pem),
+        )
+        .env("KRUNTIMES_RUNTIMED_TLS_KEY", file("tls.key", &leaf.key_pem))
+        .env("KRUNTIMES_RUNTIMED_CLIENT_CA", file("ca.crt", &ca.cert_pem))
+        .env("KRUNTIMES_RUNTIMED_RUNTIME_SERVER", socket)
+        .env_remove("LISTEN_FDS")
+        .env_remove("LISTEN_PID")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(stderr).unwrap());
+    cmd
+}
+
+/// Hands `fd` to `cmd` as systemd's socket activation does (descriptor 3,
+/// `LISTEN_FDS=1`), as `krt up` hands runtimed its port.
+fn hand_over(cmd: &mut std::process::Command, fd: std::os::fd::OwnedFd) {
+    use command_fds::{CommandFdExt as _, FdMapping};
+    cmd.fd_mappings(vec![FdMapping {
+        parent_fd: fd,
+        child_fd: 3,
+    }])
+    .unwrap()
+    .env("LISTEN_FDS", "1");
+}
+
+/// Waits until `child` exits (at most a minute) and returns its stderr.
+fn stderr_at_exit(child: &mut std::process::Child, stderr: &Path) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!(
+                "still running:\n{}",
+                std::fs::read_to_string(stderr).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::fs::read_to_string(stderr).unwrap()
+}
+
+/// runtimed outside Kubernetes binds its port before it waits for its
+/// Runtime Server: the port `krt up` picked for it is held from the start,
+/// not left free while the server comes up (another process could take it).
+#[test]
+fn runtimed_holds_its_port_before_its_runtime_server_answers() {
+    let dir = tempfile::tempdir().unwrap();
     // A Runtime Server that takes the connection and never answers.
     let socket = dir.path().join("runtime.sock");
     let server = std::os::unix::net::UnixListener::bind(&socket).unwrap();
     server.set_nonblocking(true).unwrap();
     let addr = format!("127.0.0.1:{}", kruntimes_testkit::free_port());
     let stderr = dir.path().join("stderr.log");
-    let mut runtimed = std::process::Command::new(KRT)
-        .args(["runtimed", "--exit-with-parent"])
-        .env("KRUNTIMES_RUNTIMED_NAME", "runtimed-0")
-        .env("KRUNTIMES_RUNTIMED_LISTEN", &addr)
-        .env("KRUNTIMES_RUNTIMED_TLS_CERT", cert)
-        .env("KRUNTIMES_RUNTIMED_TLS_KEY", key)
-        .env("KRUNTIMES_RUNTIMED_CLIENT_CA", ca_file)
-        .env("KRUNTIMES_RUNTIMED_RUNTIME_SERVER", &socket)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&stderr).unwrap())
+    let mut runtimed = runtimed_command(dir.path(), &addr, &socket, &stderr)
         .spawn()
         .unwrap();
     // runtimed is waiting for its server now: its port already accepts.
@@ -492,5 +532,98 @@ fn runtimed_holds_its_port_before_its_runtime_server_answers() {
     assert!(
         held.is_ok(),
         "runtimed had not bound {addr} while it waited for its Runtime Server: {held:?}"
+    );
+}
+
+/// `krt up` binds runtimed's port itself and hands the listener over
+/// (systemd's socket activation): runtimed serves on that very socket, so
+/// the port is never free between krt's pick and runtimed's start.
+#[test]
+fn runtimed_serves_on_the_listener_it_is_handed() {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // No Runtime Server: runtimed waits for it (10 s), then serves anyway.
+    let socket = dir.path().join("absent.sock");
+    let stderr = dir.path().join("stderr.log");
+    // Port 0: whatever the handed-over listener is bound to.
+    let mut cmd = runtimed_command(dir.path(), "127.0.0.1:0", &socket, &stderr);
+    hand_over(&mut cmd, listener.into());
+    let mut runtimed = cmd.spawn().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let serving = loop {
+        let log = std::fs::read_to_string(&stderr).unwrap_or_default();
+        if let Some(line) = log.lines().find(|l| l.contains("runtimed serving")) {
+            break line.to_owned();
+        }
+        assert!(
+            runtimed.try_wait().unwrap().is_none(),
+            "runtimed exited:\n{log}"
+        );
+        assert!(std::time::Instant::now() < deadline, "never served:\n{log}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let _ = runtimed.kill();
+    let _ = runtimed.wait();
+    assert!(
+        serving.contains(&format!("127.0.0.1:{port}")),
+        "runtimed serves elsewhere than on the listener it was handed ({port}): {serving}"
+    );
+}
+
+/// What runtimed is handed must be the listener `--listen` names, a
+/// listening socket, and not in Kubernetes mode: each mistake is a clear
+/// error at start, never a runtimed serving somewhere else.
+#[test]
+fn runtimed_refuses_a_listener_it_cannot_serve_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("absent.sock");
+    let stderr = dir.path().join("stderr.log");
+    let run = |listen: &str, fd: std::os::fd::OwnedFd, extra: &[&str]| {
+        let mut cmd = runtimed_command(dir.path(), listen, &socket, &stderr);
+        cmd.args(extra);
+        hand_over(&mut cmd, fd);
+        let mut child = cmd.spawn().unwrap();
+        let text = stderr_at_exit(&mut child, &stderr);
+        assert!(!child.wait().unwrap().success(), "{text}");
+        text
+    };
+
+    // Bound elsewhere than --listen says.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let bound = listener.local_addr().unwrap();
+    let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let wanted = other.local_addr().unwrap();
+    let text = run(&wanted.to_string(), listener.into(), &[]);
+    assert!(
+        text.contains(&format!(
+            "the listener handed over (LISTEN_FDS) is bound to {bound}, not --listen {wanted}"
+        )),
+        "{text}"
+    );
+
+    // Not a TCP socket; a TCP socket that is not listening.
+    let idle = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let text = run("127.0.0.1:0", idle.into(), &[]);
+    assert!(text.contains("is not a TCP socket"), "{text}");
+    let peer = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let connected = std::net::TcpStream::connect(peer.local_addr().unwrap()).unwrap();
+    let text = run("127.0.0.1:0", connected.into(), &[]);
+    assert!(
+        text.contains("the socket handed over (LISTEN_FDS) is not listening"),
+        "{text}"
+    );
+
+    // Kubernetes mode opens its port only once it can take Runs.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let listen = listener.local_addr().unwrap().to_string();
+    let text = run(
+        &listen,
+        listener.into(),
+        &["--kubernetes", "--pod-uid", "u", "--pod-namespace", "ns"],
+    );
+    assert!(
+        text.contains("it takes no listener handed over (LISTEN_FDS)"),
+        "{text}"
     );
 }

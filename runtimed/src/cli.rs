@@ -24,7 +24,11 @@ pub struct Args {
     /// Instance UID; a new random one per process start when omitted.
     #[arg(long, env = "KRUNTIMES_RUNTIMED_POD_UID")]
     pub pod_uid: Option<String>,
-    /// Listen address for gRPC and the dataplane (one TLS port).
+    /// Listen address for gRPC and the dataplane (one TLS port). Outside
+    /// Kubernetes, a listening socket handed over by systemd's socket
+    /// activation (`LISTEN_FDS=1`, descriptor 3; `krt up` starts runtimed
+    /// so) is served instead, and must be bound to this address (any port
+    /// when it names port 0).
     #[arg(
         long,
         env = "KRUNTIMES_RUNTIMED_LISTEN",
@@ -109,15 +113,64 @@ pub struct Args {
 
 pub use kruntimes_support::{init_logging, shutdown_signal};
 
-/// The dataplane and gRPC listener on `addr`.
-async fn listen(addr: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
-    tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("cannot listen on {addr}"))
+/// The dataplane and gRPC listener on `addr`: the one handed over, or a
+/// new one.
+async fn listen(
+    addr: SocketAddr,
+    handed_over: Option<std::net::TcpListener>,
+) -> anyhow::Result<tokio::net::TcpListener> {
+    let Some(l) = handed_over else {
+        return tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen on {addr}"));
+    };
+    let bound = l.local_addr()?;
+    if !serves(addr, bound) {
+        anyhow::bail!(
+            "the listener handed over (LISTEN_FDS) is bound to {bound}, not --listen {addr}"
+        );
+    }
+    l.set_nonblocking(true)?;
+    Ok(tokio::net::TcpListener::from_std(l)?)
 }
 
-/// Runs the daemon until SIGTERM or Ctrl-C.
-pub async fn run(args: Args) -> anyhow::Result<()> {
+/// Whether a listener bound to `bound` is the one `--listen addr` asks for
+/// (any port when it names port 0). Pure.
+fn serves(addr: SocketAddr, bound: SocketAddr) -> bool {
+    addr.ip() == bound.ip() && (addr.port() == 0 || addr.port() == bound.port())
+}
+
+/// The listener whoever started runtimed bound for it, if any, by systemd's
+/// socket-activation protocol: `LISTEN_FDS=1` (and `LISTEN_PID`, when set,
+/// naming this process), the listening TCP socket as descriptor 3. `krt up`
+/// starts runtimed so: the port it picked is never free between its pick
+/// and runtimed's start.
+///
+/// Call it before any thread is started: it removes the protocol's
+/// variables from the environment (so a child started later does not
+/// take them for its own).
+pub fn handed_over_listener() -> anyhow::Result<Option<std::net::TcpListener>> {
+    let mut fds = listenfd::ListenFd::from_env();
+    match fds.len() {
+        0 => return Ok(None),
+        1 => {}
+        n => anyhow::bail!("runtimed takes one listener, but LISTEN_FDS={n}"),
+    }
+    let listener = fds
+        .take_tcp_listener(0)
+        .context("the descriptor handed over (LISTEN_FDS) is not a TCP socket")?
+        .context("LISTEN_FDS names no descriptor")?;
+    let listening = nix::sys::socket::getsockopt(&listener, nix::sys::socket::sockopt::AcceptConn)
+        .context("the descriptor handed over (LISTEN_FDS)")?;
+    if !listening {
+        anyhow::bail!("the socket handed over (LISTEN_FDS) is not listening");
+    }
+    Ok(Some(listener))
+}
+
+/// Runs the daemon until SIGTERM or Ctrl-C, on `handed_over` if given
+/// ([`handed_over_listener`]).
+pub async fn run(args: Args, handed_over: Option<std::net::TcpListener>) -> anyhow::Result<()> {
     // runtimed holds the keys and (in Kubernetes) the ServiceAccount token:
     // no process of its uid without CAP_SYS_PTRACE may read its memory or
     // environment.
@@ -141,10 +194,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     // (`krt up`) had it free a moment ago, and waiting for the runtime
     // server first would leave it to others for that long. Connections
     // wait in the backlog until it serves.
+    if args.kubernetes && handed_over.is_some() {
+        // An open port must keep meaning "can take Runs" to the probe.
+        anyhow::bail!(
+            "--kubernetes opens its port once the Run watch has synced: it takes no listener handed over (LISTEN_FDS)"
+        );
+    }
     let mut listener = if args.kubernetes {
         None
     } else {
-        Some(listen(args.listen).await?)
+        Some(listen(args.listen, handed_over).await?)
     };
     // The server answers before anything is registered on it (the first
     // contact resets whatever an earlier runtimed left there); if it is
@@ -225,7 +284,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             }
             _ = shutdown_signal() => return Ok(()),
         }
-        listener = Some(listen(args.listen).await?);
+        listener = Some(listen(args.listen, None).await?);
         Some(task)
     } else {
         None
@@ -318,7 +377,21 @@ pub fn advertised(raw: &str) -> anyhow::Result<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::advertised;
+    use super::{advertised, serves};
+
+    #[test]
+    fn a_handed_over_listener_must_be_where_listen_says() {
+        let at = |s: &str| s.parse::<std::net::SocketAddr>().unwrap();
+        assert!(serves(at("127.0.0.1:7443"), at("127.0.0.1:7443")));
+        // Port 0: whatever port the listener has.
+        assert!(serves(at("127.0.0.1:0"), at("127.0.0.1:40001")));
+        assert!(!serves(at("127.0.0.1:7443"), at("127.0.0.1:7444")));
+        // The address counts, whatever the port.
+        assert!(!serves(at("127.0.0.1:0"), at("127.0.0.2:40001")));
+        assert!(!serves(at("0.0.0.0:7443"), at("127.0.0.1:7443")));
+        assert!(!serves(at("[::1]:7443"), at("127.0.0.1:7443")));
+        assert!(serves(at("[::1]:0"), at("[::1]:7443")));
+    }
 
     #[test]
     fn advertised_addresses_get_brackets_when_ipv6_needs_them() {

@@ -2,9 +2,10 @@
 
 use clap::Parser;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     let args = kruntimes_runtimed::cli::Args::parse();
+    // Before the runtime's threads: it edits the environment.
+    let handed_over = kruntimes_runtimed::cli::handed_over_listener()?;
     kruntimes_runtimed::cli::init_logging();
-    kruntimes_runtimed::cli::run(args).await
+    tokio::runtime::Runtime::new()?.block_on(kruntimes_runtimed::cli::run(args, handed_over))
 }
