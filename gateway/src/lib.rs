@@ -213,15 +213,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.https_listen.is_none() && args.http_listen.is_none() {
         anyhow::bail!("at least one of --https-listen and --http-listen is required");
     }
-    if let Some(addr) = &args.metrics_listen {
-        // Pingora binds this listener later, on a thread of its own, where a
-        // failure only stops that thread: the gateway would serve without
-        // metrics. A taken or bad address fails the start instead.
-        std::net::TcpListener::bind(addr.as_str())
-            .with_context(|| format!("cannot listen for metrics on {addr}"))?;
-    }
-    let listeners =
-        usize::from(args.https_listen.is_some()) + usize::from(args.http_listen.is_some());
+    let listeners = usize::from(args.https_listen.is_some())
+        + usize::from(args.http_listen.is_some())
+        + usize::from(args.metrics_listen.is_some());
     kruntimes_support::listen::check_bound_against_limit(
         "gateway",
         args.max_connections,
@@ -234,18 +228,52 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let table = Arc::new(RwLock::new(Table::new(Duration::from_secs(
         args.staleness_secs,
     ))));
-    let auth = build_auth(&args, &metrics)?;
-    let metrics_app = args.metrics_listen.as_ref().map(|addr| {
-        let mut s = pingora::services::listening::Service::new(
-            "metrics".into(),
-            metrics_service::MetricsApp {
+    let first_requests = Arc::new(listener::FirstRequests::default());
+    let limits = kruntimes_support::listen::Limits {
+        max_connections: args.max_connections,
+        handshake: Duration::from_millis(args.handshake_timeout_ms),
+    };
+    // A listener's settings and counters. Each listener is bound here,
+    // once: a taken or bad address fails the start, never a listener's
+    // thread later.
+    let counters = metrics.clone();
+    let parts = |name: &'static str, addr: &str, tls| {
+        let stats = Arc::new(kruntimes_support::listen::Stats::default());
+        counters.watch_listener(name, stats.clone());
+        let counts = listener::ListenerMetrics {
+            open: counters.open_connections.with_label_values(&[name]),
+            header_timeouts: counters
+                .connections
+                .with_label_values(&[name, "header_timeout"]),
+        };
+        let config = listener::ListenerConfig {
+            name,
+            addr: addr.to_owned(),
+            tls,
+            limits,
+            header_timeout: Duration::from_millis(args.header_timeout_ms),
+            shutdown_grace: Duration::from_secs(args.shutdown_grace_secs),
+        };
+        (config, stats, counts)
+    };
+    // Metrics first: a gateway whose metrics port is taken fails before it
+    // binds its public ports (`krt up` then picks another).
+    let metrics_listener = match &args.metrics_listen {
+        Some(addr) => {
+            let (config, stats, counts) = parts("metrics", addr, None);
+            let app = Arc::new(metrics_service::MetricsApp {
                 metrics: metrics.clone(),
                 table: table.clone(),
-            },
-        );
-        s.add_tcp(addr);
-        s
-    });
+                first_requests: first_requests.clone(),
+            });
+            let l =
+                listener::PublicListener::bind(config, app, first_requests.clone(), stats, counts)
+                    .with_context(|| format!("cannot listen for metrics on {addr}"))?;
+            Some(l)
+        }
+        None => None,
+    };
+    let auth = build_auth(&args, &metrics)?;
     let mut gateway = Gateway::new(
         table.clone(),
         auth,
@@ -260,7 +288,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         upstream(&args)?,
     );
     gateway.access_log = args.access_log.then(|| access_log::AccessLog::new(log));
-    let first_requests = Arc::new(listener::FirstRequests::default());
     gateway.first_requests = Some(first_requests.clone());
     let conf = ServerConf {
         threads: args.threads,
@@ -275,7 +302,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ..ServerConf::default()
     };
     let mut server = Server::new_with_opt_and_conf(None, conf);
-    let connection_metrics = gateway.metrics.clone();
     let mut options = HttpServerOptions::default();
     options.h2_idle_timeout = Some(Duration::from_secs(args.idle_timeout_secs.max(1)));
     let client = Upstream::connector_options(
@@ -291,36 +317,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         options,
         client,
     )?);
-    let limits = kruntimes_support::listen::Limits {
-        max_connections: args.max_connections,
-        handshake: Duration::from_millis(args.handshake_timeout_ms),
-    };
     let mut listeners = Vec::new();
     let mut add = |name: &'static str, addr: &str, tls| -> anyhow::Result<()> {
-        let stats = Arc::new(kruntimes_support::listen::Stats::default());
-        connection_metrics.watch_listener(name, stats.clone());
-        let metrics = listener::ListenerMetrics {
-            open: connection_metrics
-                .open_connections
-                .with_label_values(&[name]),
-            header_timeouts: connection_metrics
-                .connections
-                .with_label_values(&[name, "header_timeout"]),
-        };
-        let config = listener::ListenerConfig {
-            name,
-            addr: addr.to_owned(),
-            tls,
-            limits,
-            header_timeout: Duration::from_millis(args.header_timeout_ms),
-            shutdown_grace: Duration::from_secs(args.shutdown_grace_secs),
-        };
+        let (config, stats, counts) = parts(name, addr, tls);
         listeners.push(listener::PublicListener::bind(
             config,
             proxy.clone(),
             first_requests.clone(),
             stats,
-            metrics,
+            counts,
         )?);
         Ok(())
     };
@@ -369,7 +374,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         server.add_service(l);
     }
     server.add_service(watch);
-    if let Some(m) = metrics_app {
+    if let Some(m) = metrics_listener {
         server.add_service(m);
     }
     server.bootstrap();

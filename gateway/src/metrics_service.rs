@@ -1,6 +1,7 @@
 //! The gateway's metrics on a listener of their own (`--metrics-listen`),
 //! plain HTTP: `GET /metrics` in the Prometheus text format, anything else
-//! 404. The public listeners never serve metrics, so callers of Run
+//! 404. The listener is bound at start and bounded like the public ones
+//! ([`crate::listener`]: connection bound, first-request deadline). The public listeners never serve metrics, so callers of Run
 //! endpoints see neither the gateway's counters nor its routing table size.
 
 use std::sync::{Arc, RwLock};
@@ -10,6 +11,7 @@ use http::Response;
 use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
 
+use crate::listener::FirstRequests;
 use crate::metrics::Metrics;
 use crate::table::{self, Table};
 
@@ -19,6 +21,9 @@ pub struct MetricsApp {
     pub metrics: Arc<Metrics>,
     /// The ownership table, whose size is sampled at each scrape.
     pub table: Arc<RwLock<Table>>,
+    /// Released from its first-request deadline by each request, as the
+    /// public listeners' connections are by the proxy.
+    pub first_requests: Arc<FirstRequests>,
 }
 
 fn reply(status: u16, content_type: &str, body: Vec<u8>) -> Response<Vec<u8>> {
@@ -36,6 +41,12 @@ fn reply(status: u16, content_type: &str, body: Vec<u8>) -> Response<Vec<u8>> {
 #[async_trait]
 impl ServeHttp for MetricsApp {
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
+        if let (Some(peer), Some(local)) = (
+            session.client_addr().and_then(|a| a.as_inet()),
+            session.server_addr().and_then(|a| a.as_inet()),
+        ) {
+            self.first_requests.spoke(*peer, *local);
+        }
         let req = session.req_header();
         if req.uri.path() != "/metrics" {
             return reply(404, "text/plain", b"not found\n".to_vec());

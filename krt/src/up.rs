@@ -195,7 +195,7 @@ impl Supervised {
 const METRICS_PICKS: u32 = 4;
 
 /// Whether a gateway's failure is its metrics address being taken (the
-/// gateway binds it first of all, to fail before serving without metrics).
+/// gateway binds it at start, first of its listeners).
 fn metrics_address_taken(failure: &str) -> bool {
     failure.contains("cannot listen for metrics") && failure.contains("Address already in use")
 }

@@ -378,8 +378,8 @@ fn taken_address() -> (std::net::TcpListener, String) {
 }
 
 /// A gateway whose metrics address is taken fails at start, naming it,
-/// instead of serving without metrics (Pingora binds that listener on a
-/// thread of its own, where a failure stops only the thread).
+/// instead of serving without metrics; it binds that listener before it
+/// reads any other file.
 #[test]
 fn a_gateway_whose_metrics_address_is_taken_fails_at_start() {
     let (_taken, addr) = taken_address();

@@ -37,6 +37,9 @@ async fn probes_and_metrics_report_the_gateway_state() {
         "kruntimes_gateway_auth_cache_total{layer=\"authn\",result=\"miss\"} 1\n",
         "kruntimes_gateway_auth_cache_total{layer=\"authz\",result=\"miss\"} 1\n",
         "kruntimes_gateway_auth_decisions_total{outcome=\"denied\"} 0\n",
+        // The metrics listener is bounded and counted like the public ones;
+        // this scrape is one of its open connections.
+        "kruntimes_gateway_open_connections{listener=\"metrics\"} 1\n",
     ] {
         assert!(text.contains(needle), "metrics lack {needle}:\n{text}");
     }
