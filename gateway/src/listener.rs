@@ -10,15 +10,16 @@
 //! 3. **First-request deadline**: the first request's headers (HTTP/1.1) or
 //!    the first stream's (HTTP/2) must arrive within `header_timeout` of the
 //!    handshake; otherwise the connection is closed. The proxy marks a
-//!    connection as having spoken in its request filter ([`FirstRequests`]).
-//!    Later requests are bounded by Pingora's keep-alive and read timeouts,
-//!    idle HTTP/2 connections by `--idle-timeout-secs`.
+//!    connection's requests in its request filter ([`Connections`]).
+//! 4. **Idle timeout**: a connection with no request in flight for
+//!    `idle_timeout` (`--idle-timeout-secs`) is closed. Later requests are
+//!    also bounded by Pingora's keep-alive and read timeouts.
 //!
 //! Accept errors (EMFILE included) never end the loop: they back off.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -32,56 +33,112 @@ use pingora::protocols::{GetSocketDigest as _, SocketDigest, Stream};
 use pingora::server::ListenFds;
 use pingora::server::ShutdownWatch;
 use prometheus::{IntCounter, IntGauge};
-use tokio::sync::oneshot;
+use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use kruntimes_support::listen::{self, Limits, Stats};
 
-/// Connections that have not yet sent their first request, by address.
+/// The open connections of the gateway's listeners, by their two ends: what
+/// the accept loop's deadlines need to know of their requests.
 ///
-/// The accept loop registers a connection after its handshake; the proxy's
-/// request filter calls [`FirstRequests::spoke`] for every request, which
-/// releases the connection from its deadline on the first one. Only
-/// connections still waiting are held, so the map is bounded by the
+/// The accept loop registers a connection after its handshake and removes
+/// it when it ends; the proxy's request filter calls
+/// [`Connections::request`] for every request and holds the returned
+/// [`InFlight`] until the request ends. The first request releases the
+/// connection from its first-request deadline; the count of requests in
+/// flight and the end of the last one are its idle clock. Bounded by the
 /// listeners' connection bounds.
 #[derive(Debug, Default)]
-pub struct FirstRequests {
-    waiting: Mutex<HashMap<ConnKey, oneshot::Sender<()>>>,
-    /// How many entries `waiting` holds, read without the lock: the
-    /// request path skips the lock when no connection is waiting.
-    len: AtomicUsize,
+pub struct Connections {
+    open: Mutex<HashMap<ConnKey, Arc<Connection>>>,
 }
 
 /// A connection's identity while it is open: its two ends.
 type ConnKey = (SocketAddr, SocketAddr);
 
-impl FirstRequests {
-    fn register(&self, key: ConnKey) -> oneshot::Receiver<()> {
-        let (tx, rx) = oneshot::channel();
-        let mut waiting = self.lock();
-        waiting.insert(key, tx);
-        self.len.store(waiting.len(), Ordering::Release);
-        rx
-    }
+/// What the accept loop and the requests of one connection share.
+#[derive(Debug)]
+struct Connection {
+    /// Signalled by the first request (a permit if nobody waits yet).
+    spoke: Notify,
+    /// Requests (HTTP/2 streams) in flight.
+    in_flight: AtomicUsize,
+    /// When the last request ended (or the connection was registered), in
+    /// milliseconds since `since`.
+    last_end_ms: AtomicU64,
+    since: Instant,
+}
 
-    fn forget(&self, key: &ConnKey) -> Option<oneshot::Sender<()>> {
-        let mut waiting = self.lock();
-        let removed = waiting.remove(key);
-        self.len.store(waiting.len(), Ordering::Release);
-        removed
-    }
-
-    /// A request arrived on the connection `peer` → `local`.
-    pub fn spoke(&self, peer: SocketAddr, local: SocketAddr) {
-        if self.len.load(Ordering::Acquire) == 0 {
-            return;
-        }
-        if let Some(tx) = self.forget(&(peer, local)) {
-            let _ = tx.send(());
+impl Connection {
+    fn new() -> Self {
+        Self {
+            spoke: Notify::new(),
+            in_flight: AtomicUsize::new(0),
+            last_end_ms: AtomicU64::new(0),
+            since: Instant::now(),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ConnKey, oneshot::Sender<()>>> {
-        self.waiting.lock().unwrap_or_else(|p| p.into_inner())
+    /// When the connection is idle from, if nothing is in flight.
+    fn idle_since(&self) -> Option<Instant> {
+        (self.in_flight.load(Ordering::Acquire) == 0)
+            .then(|| self.since + Duration::from_millis(self.last_end_ms.load(Ordering::Acquire)))
+    }
+}
+
+/// One request in flight on a registered connection; its end when dropped.
+#[derive(Debug)]
+pub struct InFlight(Arc<Connection>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let c = &self.0;
+        let ms = u64::try_from(c.since.elapsed().as_millis()).unwrap_or(u64::MAX);
+        c.last_end_ms.fetch_max(ms, Ordering::AcqRel);
+        c.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Connections {
+    fn register(&self, key: ConnKey) -> Arc<Connection> {
+        let c = Arc::new(Connection::new());
+        self.lock().insert(key, c.clone());
+        c
+    }
+
+    fn forget(&self, key: &ConnKey) {
+        self.lock().remove(key);
+    }
+
+    /// A request arrived on the connection `peer` → `local`: counted in
+    /// flight until the returned guard is dropped. `None` for a connection
+    /// no listener of this process registered.
+    pub fn request(&self, peer: SocketAddr, local: SocketAddr) -> Option<InFlight> {
+        let c = self.lock().get(&(peer, local))?.clone();
+        if c.in_flight.fetch_add(1, Ordering::AcqRel) == 0 {
+            c.spoke.notify_one();
+        }
+        Some(InFlight(c))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ConnKey, Arc<Connection>>> {
+        self.open.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Returns once `conn` has had no request in flight for `idle`, checking
+/// with tokio's timer at most once per `idle` (requests only touch
+/// atomics).
+async fn idle_for(conn: &Connection, idle: Duration) {
+    let mut deadline = Instant::now() + idle;
+    loop {
+        tokio::time::sleep_until(deadline).await;
+        let now = Instant::now();
+        match conn.idle_since() {
+            Some(since) if now.saturating_duration_since(since) >= idle => return,
+            Some(since) => deadline = since + idle,
+            None => deadline = now + idle,
+        }
     }
 }
 
@@ -103,9 +160,10 @@ pub struct PublicListener<A> {
     tls: Option<Arc<Acceptor>>,
     limits: Limits,
     header_timeout: Duration,
+    idle_timeout: Duration,
     shutdown_grace: Duration,
     app: Arc<A>,
-    first_requests: Arc<FirstRequests>,
+    connections: Arc<Connections>,
     stats: Arc<Stats>,
     metrics: ListenerMetrics,
 }
@@ -122,6 +180,9 @@ pub struct ListenerConfig {
     pub limits: Limits,
     /// Deadline for the first request after the handshake.
     pub header_timeout: Duration,
+    /// A connection with no request in flight for this long is closed
+    /// (HTTP/2 streams and HTTP/1.1 requests alike).
+    pub idle_timeout: Duration,
     /// How long the listener goes on accepting after a graceful shutdown
     /// began (SIGTERM), so a Pod being deleted refuses no connection while
     /// kube-proxy and load balancers stop sending it new ones.
@@ -134,7 +195,7 @@ impl<A> PublicListener<A> {
     pub fn bind(
         config: ListenerConfig,
         app: Arc<A>,
-        first_requests: Arc<FirstRequests>,
+        connections: Arc<Connections>,
         stats: Arc<Stats>,
         metrics: ListenerMetrics,
     ) -> anyhow::Result<Self> {
@@ -149,9 +210,10 @@ impl<A> PublicListener<A> {
             tls: config.tls,
             limits: config.limits,
             header_timeout: config.header_timeout,
+            idle_timeout: config.idle_timeout,
             shutdown_grace: config.shutdown_grace,
             app,
-            first_requests,
+            connections,
             stats,
             metrics,
         })
@@ -169,7 +231,8 @@ struct Conn<A> {
     tls: Option<Arc<Acceptor>>,
     limits: Limits,
     header_timeout: Duration,
-    first_requests: Arc<FirstRequests>,
+    idle_timeout: Duration,
+    connections: Arc<Connections>,
     stats: Arc<Stats>,
     metrics: ListenerMetrics,
     local: SocketAddr,
@@ -211,31 +274,37 @@ impl<A: ServerApp + Send + Sync + 'static> Conn<A> {
         // The connection's own local address (the listener may be bound to
         // a wildcard), as Pingora's session reports it.
         let key = (remote, local);
-        let spoke = self.first_requests.register(key);
-        let first = self.app.process_new(stream, &shutdown);
-        tokio::pin!(first);
-        let header_deadline = tokio::time::timeout(self.header_timeout, spoke);
-        tokio::pin!(header_deadline);
-        let mut reuse = tokio::select! {
-            reuse = &mut first => reuse,
-            waited = &mut header_deadline => {
-                // Only a request releases it: a dropped sender (its entry
-                // replaced or forgotten) is not one.
-                if !matches!(waited, Ok(Ok(()))) {
-                    // Silent past the deadline: dropping `first` closes it.
-                    let _ = self.first_requests.forget(&key);
-                    self.metrics.header_timeouts.inc();
-                    return;
+        let conn = self.connections.register(key);
+        let serving = async {
+            let first = self.app.process_new(stream, &shutdown);
+            tokio::pin!(first);
+            let header_deadline = tokio::time::timeout(self.header_timeout, conn.spoke.notified());
+            tokio::pin!(header_deadline);
+            let mut reuse = tokio::select! {
+                reuse = &mut first => reuse,
+                waited = &mut header_deadline => {
+                    if waited.is_err() {
+                        // Silent past the deadline: dropping `first` closes it.
+                        self.metrics.header_timeouts.inc();
+                        return;
+                    }
+                    // Spoke in time: only the request itself is awaited now.
+                    first.await
                 }
-                // Spoke in time: only the request itself is awaited now.
-                first.await
+            };
+            while let Some(stream) = reuse {
+                reuse = self.app.process_new(stream, &shutdown).await;
             }
         };
-        // Whatever happened, the connection is no longer waiting.
-        let _ = self.first_requests.forget(&key);
-        while let Some(stream) = reuse {
-            reuse = self.app.process_new(stream, &shutdown).await;
+        // Idle (no request in flight) for the idle timeout: dropping
+        // `serving` closes the connection at once, as Pingora's own HTTP/2
+        // idle timeout does. Kept on tokio's timer: Pingora's runs a clock
+        // thread that wakes every 10 ms for the life of the process.
+        tokio::select! {
+            () = serving => {}
+            () = idle_for(&conn, self.idle_timeout) => {}
         }
+        self.connections.forget(&key);
     }
 }
 
@@ -328,7 +397,8 @@ impl<A: ServerApp + Send + Sync + 'static> pingora::services::Service for Public
             tls: self.tls.clone(),
             limits: self.limits,
             header_timeout: self.header_timeout,
-            first_requests: self.first_requests.clone(),
+            connections: self.connections.clone(),
+            idle_timeout: self.idle_timeout,
             stats: self.stats.clone(),
             metrics: self.metrics.clone(),
             local: self.local,
@@ -388,22 +458,81 @@ mod tests {
     }
 
     #[test]
-    fn the_first_request_releases_its_connection_once() {
-        let f = FirstRequests::default();
-        let mut rx = f.register((addr(1000), addr(443)));
-        let _other = f.register((addr(1001), addr(443)));
-        f.spoke(addr(1000), addr(80));
-        assert!(rx.try_recv().is_err(), "another listener's connection");
-        f.spoke(addr(1000), addr(443));
-        assert!(rx.try_recv().is_ok());
-        assert_eq!(f.lock().len(), 1, "only the silent one still waits");
-        f.spoke(addr(1000), addr(443));
-        assert!(f.forget(&(addr(1001), addr(443))).is_some());
-        assert!(f.lock().is_empty());
-        assert_eq!(
-            f.len.load(Ordering::Acquire),
-            0,
-            "the request path skips the lock"
+    fn requests_are_counted_on_their_own_connection_until_they_end() {
+        let open = Connections::default();
+        let a = open.register((addr(1000), addr(443)));
+        let b = open.register((addr(1001), addr(443)));
+        // Another listener's address, or an unknown connection: nothing.
+        assert!(open.request(addr(1000), addr(80)).is_none());
+        assert!(a.idle_since().is_some());
+        let first = open.request(addr(1000), addr(443)).unwrap();
+        let second = open.request(addr(1000), addr(443)).unwrap();
+        assert_eq!(a.in_flight.load(Ordering::Acquire), 2);
+        assert!(
+            a.idle_since().is_none(),
+            "busy while a request is in flight"
         );
+        assert!(
+            b.idle_since().is_some(),
+            "the other connection is untouched"
+        );
+        drop(first);
+        assert!(a.idle_since().is_none());
+        std::thread::sleep(Duration::from_millis(5));
+        drop(second);
+        let since = a.idle_since().unwrap();
+        assert!(
+            since >= a.since + Duration::from_millis(5),
+            "idle from the last end"
+        );
+        open.forget(&(addr(1000), addr(443)));
+        assert!(open.request(addr(1000), addr(443)).is_none());
+        assert_eq!(open.lock().len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_first_request_releases_the_deadline_even_before_it_is_awaited() {
+        let open = Connections::default();
+        let c = open.register((addr(1000), addr(443)));
+        let _r = open.request(addr(1000), addr(443)).unwrap();
+        // The permit waits for the accept loop.
+        tokio::time::timeout(Duration::from_secs(1), c.spoke.notified())
+            .await
+            .unwrap();
+        let silent = open.register((addr(1001), addr(443)));
+        assert!(
+            tokio::time::timeout(Duration::from_secs(1), silent.spoke.notified())
+                .await
+                .is_err()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_means_nothing_in_flight_for_the_whole_timeout() {
+        let open = Connections::default();
+        let c = open.register((addr(1000), addr(443)));
+        let idle = Duration::from_secs(60);
+        let t0 = tokio::time::Instant::now();
+        // A request in flight across several timeouts keeps it open ...
+        let r = open.request(addr(1000), addr(443)).unwrap();
+        let watch = idle_for(&c, idle);
+        tokio::pin!(watch);
+        assert!(
+            tokio::time::timeout(Duration::from_secs(150), &mut watch)
+                .await
+                .is_err()
+        );
+        // ... and its end starts a whole idle period.
+        drop(r);
+        let ended = tokio::time::Instant::now();
+        watch.await;
+        let closed = tokio::time::Instant::now();
+        assert!(
+            closed - ended >= idle,
+            "closed {:?} after the end",
+            closed - ended
+        );
+        assert!(closed - ended < idle + Duration::from_secs(61));
+        assert!(closed - t0 >= Duration::from_secs(210));
     }
 }

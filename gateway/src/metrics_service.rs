@@ -11,7 +11,7 @@ use http::Response;
 use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
 
-use crate::listener::FirstRequests;
+use crate::listener::Connections;
 use crate::metrics::Metrics;
 use crate::table::{self, Table};
 
@@ -21,9 +21,9 @@ pub struct MetricsApp {
     pub metrics: Arc<Metrics>,
     /// The ownership table, whose size is sampled at each scrape.
     pub table: Arc<RwLock<Table>>,
-    /// Released from its first-request deadline by each request, as the
-    /// public listeners' connections are by the proxy.
-    pub first_requests: Arc<FirstRequests>,
+    /// Its connections' requests are counted (first-request deadline, idle
+    /// timeout), as the proxy counts the public listeners'.
+    pub connections: Arc<Connections>,
 }
 
 fn reply(status: u16, content_type: &str, body: Vec<u8>) -> Response<Vec<u8>> {
@@ -41,12 +41,14 @@ fn reply(status: u16, content_type: &str, body: Vec<u8>) -> Response<Vec<u8>> {
 #[async_trait]
 impl ServeHttp for MetricsApp {
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
-        if let (Some(peer), Some(local)) = (
+        // In flight until the answer is built (Pingora writes it after).
+        let _in_flight = match (
             session.client_addr().and_then(|a| a.as_inet()),
             session.server_addr().and_then(|a| a.as_inet()),
         ) {
-            self.first_requests.spoke(*peer, *local);
-        }
+            (Some(peer), Some(local)) => self.connections.request(*peer, *local),
+            _ => None,
+        };
         let req = session.req_header();
         if req.uri.path() != "/metrics" {
             return reply(404, "text/plain", b"not found\n".to_vec());

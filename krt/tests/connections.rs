@@ -415,3 +415,54 @@ async fn after_sigterm_the_gateway_serves_new_connections_through_its_grace_then
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
+
+/// The gateway's connections in `listener`, from its metrics.
+async fn open_connections(stack: &Stack, listener: &str) -> f64 {
+    let text = reqwest::get(stack.metrics_url().unwrap())
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let series = format!("kruntimes_gateway_open_connections{{listener=\"{listener}\"}}");
+    series_value(&text, &series).unwrap_or_else(|| panic!("no {series}:\n{text}"))
+}
+
+/// The idle timeout (`--idle-timeout-secs`) is the gateway's own, on
+/// tokio's timer: an HTTP/2 connection with nothing in flight is closed, one
+/// whose request outlasts the timeout is not cut, and Pingora's clock thread
+/// (10 ms ticks for the life of the process) never starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_close_and_pingoras_clock_thread_never_starts() {
+    let stack = start(
+        1,
+        vec![python_run("fn")],
+        &["--gateway-flag=--idle-timeout-secs=1"],
+    );
+    stack.wait_phase("fn", "Ready").await.unwrap();
+    let (pid, _) = gateway(&stack);
+    // A request in flight for 2.5 idle timeouts, over HTTP/2.
+    let r = stack.invoke("fn", r#"{"sleep": 2.5}"#).await.unwrap();
+    assert_eq!(r.version(), reqwest::Version::HTTP_2);
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap_or_default());
+    // Then idle: every public connection is closed, the pooled one too.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while open_connections(&stack, "https").await > 0.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "an idle connection stayed open"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // The client reconnects as clients do.
+    assert_eq!(stack.invoke("fn", "{}").await.unwrap().status(), 200);
+    let threads: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|c| c.trim().to_owned())
+        .collect();
+    assert!(
+        !threads.iter().any(|t| t == "Timer thread"),
+        "Pingora's clock thread runs in the gateway: {threads:?}"
+    );
+}

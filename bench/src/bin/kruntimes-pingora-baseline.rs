@@ -130,6 +130,9 @@ fn main() -> anyhow::Result<()> {
         threads: args.threads,
         work_stealing: false,
         ca_file: Some(path(&args.upstream_ca)?),
+        // As the gateway: Pingora's timeouts on tokio's timer, so its clock
+        // thread (10 ms ticks) never starts in either.
+        fast_timeout_to_tokio_threshold_seconds: Some(0),
         ..ServerConf::default()
     };
     let mut server = Server::new_with_opt_and_conf(None, conf);

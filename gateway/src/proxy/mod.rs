@@ -32,7 +32,7 @@ use pingora::{Error, Result};
 use crate::access_log::{self, AccessLog};
 use crate::admission::{self, Admission, Facts, Limits};
 use crate::auth::cache::DecisionCache;
-use crate::listener::FirstRequests;
+use crate::listener::{Connections, InFlight};
 use crate::metrics::Metrics;
 use crate::rejection::Rejection;
 use crate::table::{self, Route, Table};
@@ -49,9 +49,10 @@ pub struct Gateway {
     pub upstream: Upstream,
     /// Where every invoke is logged (`None`: not logged).
     pub access_log: Option<AccessLog>,
-    /// Connections of the public listeners still waiting for their first
-    /// request (`None` when Pingora's own listeners serve).
-    pub first_requests: Option<Arc<FirstRequests>>,
+    /// The public listeners' open connections, whose requests are counted
+    /// for their first-request deadline and idle timeout (`None` when
+    /// Pingora's own listeners serve).
+    pub connections: Option<Arc<Connections>>,
 }
 
 impl Gateway {
@@ -69,7 +70,7 @@ impl Gateway {
             metrics,
             upstream,
             access_log: None,
-            first_requests: None,
+            connections: None,
         }
     }
 }
@@ -117,6 +118,8 @@ pub struct Ctx {
     frames: Option<websocket::FrameReader>,
     /// The WebSocket was ended by the gateway: nothing more is forwarded.
     closed: bool,
+    /// Counts the request on its connection until the request ends.
+    _in_flight: Option<InFlight>,
 }
 
 impl Ctx {
@@ -225,16 +228,17 @@ impl ProxyHttp for Gateway {
             facts: Facts::default(),
             frames: None,
             closed: false,
+            _in_flight: None,
         }
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<bool> {
         ctx.started = Instant::now();
-        if let Some(first) = &self.first_requests {
+        if let Some(open) = &self.connections {
             let peer = session.client_addr().and_then(|a| a.as_inet());
             let local = session.server_addr().and_then(|a| a.as_inet());
             if let (Some(peer), Some(local)) = (peer, local) {
-                first.spoke(*peer, *local);
+                ctx._in_flight = open.request(*peer, *local);
             }
         }
         match session.req_header().uri.path() {
