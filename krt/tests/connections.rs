@@ -26,6 +26,13 @@ fn runtimed(stack: &Stack, name: &str) -> (u32, String) {
     )
 }
 
+/// A stack started with `flags` and one Python Run, `fn`, Ready.
+async fn ready_fn(flags: &[&str]) -> Stack {
+    let stack = start(1, vec![python_run("fn")], flags);
+    stack.wait_phase("fn", "Ready").await.unwrap();
+    stack
+}
+
 /// Reads until the peer closes (0 bytes) or errors; returns what it read.
 async fn until_closed(s: &mut (impl tokio::io::AsyncRead + Unpin)) -> Vec<u8> {
     let mut got = Vec::new();
@@ -82,12 +89,7 @@ async fn flood_past_the_file_limit(stack: &Stack, name: &str, pid: u32, address:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_connections_past_the_file_limit_never_end_runtimed() {
-    let stack = start(
-        1,
-        vec![python_run("fn")],
-        &["--runtimed-flag=--handshake-timeout-ms=5000"],
-    );
-    stack.wait_phase("fn", "Ready").await.unwrap();
+    let stack = ready_fn(&["--runtimed-flag=--handshake-timeout-ms=5000"]).await;
     invoke_ok(&stack, "fn").await;
     let (pid, address) = runtimed(&stack, "runtimed-0");
     flood_past_the_file_limit(&stack, "runtimed-0", pid, &address).await;
@@ -103,17 +105,13 @@ async fn idle_connections_past_the_file_limit_never_end_runtimed() {
 async fn slow_handshakes_and_headers_are_cut_off_and_the_bound_holds() {
     let metrics_port = kruntimes_testkit::free_port();
     let metrics_flag = format!("--runtimed-flag=--metrics-listen=127.0.0.1:{metrics_port}");
-    let stack = start(
-        1,
-        vec![python_run("fn")],
-        &[
-            "--runtimed-flag=--handshake-timeout-ms=300",
-            "--runtimed-flag=--header-timeout-ms=300",
-            "--runtimed-flag=--max-connections=8",
-            &metrics_flag,
-        ],
-    );
-    stack.wait_phase("fn", "Ready").await.unwrap();
+    let stack = ready_fn(&[
+        "--runtimed-flag=--handshake-timeout-ms=300",
+        "--runtimed-flag=--header-timeout-ms=300",
+        "--runtimed-flag=--max-connections=8",
+        &metrics_flag,
+    ])
+    .await;
     let (pid, address) = runtimed(&stack, "runtimed-0");
 
     // A partial TLS ClientHello, never finished: closed.
@@ -236,12 +234,7 @@ fn public_tls(stack: &Stack, alpn: &[&[u8]]) -> tokio_rustls::TlsConnector {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_connections_past_the_file_limit_never_end_the_gateway() {
-    let stack = start(
-        1,
-        vec![python_run("fn")],
-        &["--gateway-flag=--handshake-timeout-ms=3000"],
-    );
-    stack.wait_phase("fn", "Ready").await.unwrap();
+    let stack = ready_fn(&["--gateway-flag=--handshake-timeout-ms=3000"]).await;
     invoke_ok(&stack, "fn").await;
     let (pid, address) = gateway(&stack);
     flood_past_the_file_limit(&stack, "gateway", pid, &address).await;
@@ -250,16 +243,12 @@ async fn idle_connections_past_the_file_limit_never_end_the_gateway() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gateway_cuts_off_slow_handshakes_and_silent_connections_and_bounds_them() {
-    let stack = start(
-        1,
-        vec![python_run("fn")],
-        &[
-            "--gateway-flag=--handshake-timeout-ms=1000",
-            "--gateway-flag=--header-timeout-ms=1000",
-            "--gateway-flag=--max-connections=8",
-        ],
-    );
-    stack.wait_phase("fn", "Ready").await.unwrap();
+    let stack = ready_fn(&[
+        "--gateway-flag=--handshake-timeout-ms=1000",
+        "--gateway-flag=--header-timeout-ms=1000",
+        "--gateway-flag=--max-connections=8",
+    ])
+    .await;
     let (pid, address) = gateway(&stack);
     let host = rustls::pki_types::ServerName::try_from("localhost").unwrap();
 
@@ -329,12 +318,7 @@ async fn the_gateway_cuts_off_slow_handshakes_and_silent_connections_and_bounds_
     let r = stack.invoke("fn", "{}").await.unwrap();
     assert_eq!(r.status(), 200);
 
-    let text = reqwest::get(stack.metrics_url().unwrap())
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = gateway_metrics(&stack).await;
     let count = |event: &str| -> u64 {
         let needle =
             format!("kruntimes_gateway_connections_total{{event=\"{event}\",listener=\"https\"}}");
@@ -366,12 +350,7 @@ fn fresh_connections(stack: &Stack) -> reqwest::Client {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_sigterm_the_gateway_serves_new_connections_through_its_grace_then_stops() {
-    let stack = start(
-        1,
-        vec![python_run("fn")],
-        &["--gateway-flag=--shutdown-grace-secs=4"],
-    );
-    stack.wait_phase("fn", "Ready").await.unwrap();
+    let stack = ready_fn(&["--gateway-flag=--shutdown-grace-secs=4"]).await;
     invoke_ok(&stack, "fn").await;
     let (pid, _) = gateway(&stack);
     let client = fresh_connections(&stack);
@@ -416,14 +395,19 @@ async fn after_sigterm_the_gateway_serves_new_connections_through_its_grace_then
     }
 }
 
-/// The gateway's connections in `listener`, from its metrics.
-async fn open_connections(stack: &Stack, listener: &str) -> f64 {
-    let text = reqwest::get(stack.metrics_url().unwrap())
+/// The gateway's metrics, as Prometheus scrapes them.
+async fn gateway_metrics(stack: &Stack) -> String {
+    reqwest::get(stack.metrics_url().unwrap())
         .await
         .unwrap()
         .text()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// The gateway's connections in `listener`, from its metrics.
+async fn open_connections(stack: &Stack, listener: &str) -> f64 {
+    let text = gateway_metrics(stack).await;
     let series = format!("kruntimes_gateway_open_connections{{listener=\"{listener}\"}}");
     series_value(&text, &series).unwrap_or_else(|| panic!("no {series}:\n{text}"))
 }
@@ -434,12 +418,7 @@ async fn open_connections(stack: &Stack, listener: &str) -> f64 {
 /// (10 ms ticks for the life of the process) never starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_connections_close_and_pingoras_clock_thread_never_starts() {
-    let stack = start(
-        1,
-        vec![python_run("fn")],
-        &["--gateway-flag=--idle-timeout-secs=1"],
-    );
-    stack.wait_phase("fn", "Ready").await.unwrap();
+    let stack = ready_fn(&["--gateway-flag=--idle-timeout-secs=1"]).await;
     let (pid, _) = gateway(&stack);
     // A request in flight for 2.5 idle timeouts, over HTTP/2.
     let r = stack.invoke("fn", r#"{"sleep": 2.5}"#).await.unwrap();
