@@ -106,8 +106,12 @@ impl Connections {
         c
     }
 
-    fn forget(&self, key: &ConnKey) {
-        self.lock().remove(key);
+    /// Removes `conn`, unless its ends already name a newer connection.
+    fn forget(&self, key: &ConnKey, conn: &Arc<Connection>) {
+        let mut open = self.lock();
+        if open.get(key).is_some_and(|c| Arc::ptr_eq(c, conn)) {
+            open.remove(key);
+        }
     }
 
     /// A request arrived on the connection `peer` → `local`: counted in
@@ -304,7 +308,7 @@ impl<A: ServerApp + Send + Sync + 'static> Conn<A> {
             () = serving => {}
             () = idle_for(&conn, self.idle_timeout) => {}
         }
-        self.connections.forget(&key);
+        self.connections.forget(&key, &conn);
     }
 }
 
@@ -485,9 +489,14 @@ mod tests {
             since >= a.since + Duration::from_millis(5),
             "idle from the last end"
         );
-        open.forget(&(addr(1000), addr(443)));
+        open.forget(&(addr(1000), addr(443)), &a);
         assert!(open.request(addr(1000), addr(443)).is_none());
         assert_eq!(open.lock().len(), 1);
+        // The same ends, a new connection: the old one's end leaves it be.
+        let newer = open.register((addr(1001), addr(443)));
+        open.forget(&(addr(1001), addr(443)), &b);
+        let r = open.request(addr(1001), addr(443)).unwrap();
+        assert!(Arc::ptr_eq(&r.0, &newer));
     }
 
     #[tokio::test(start_paused = true)]
