@@ -119,8 +119,8 @@ pub struct Args {
     /// Largest total request header size in bytes (431 beyond).
     #[arg(long, default_value_t = 16 * 1024)]
     pub max_header_bytes: usize,
-    /// Open connections per public listener at most; one past the bound is
-    /// closed at once and counted.
+    /// Open connections per listener (HTTPS, HTTP, metrics) at most; one
+    /// past the bound is closed at once and counted.
     #[arg(long, default_value_t = 16384)]
     pub max_connections: usize,
     /// Deadline for a new connection's TLS handshake, in milliseconds.
@@ -130,8 +130,10 @@ pub struct Args {
     /// handshake, in milliseconds.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub header_timeout_ms: u64,
-    /// An HTTP/2 connection with no stream open for this long is closed.
-    #[arg(long, default_value_t = 60)]
+    /// A connection with no request in flight (no HTTP/2 stream, no
+    /// HTTP/1.1 request or WebSocket) and nothing received for this long is
+    /// closed, on every listener; seconds, at least 1.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
     pub idle_timeout_secs: u64,
     /// After SIGTERM, keep accepting and serving this long before the
     /// listeners close (then requests in flight get 2 s more): the time

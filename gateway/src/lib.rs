@@ -252,7 +252,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             tls,
             limits,
             header_timeout: Duration::from_millis(args.header_timeout_ms),
-            idle_timeout: Duration::from_secs(args.idle_timeout_secs.max(1)),
+            idle_timeout: Duration::from_secs(args.idle_timeout_secs),
             shutdown_grace: Duration::from_secs(args.shutdown_grace_secs),
         };
         (config, stats, counts)

@@ -17,10 +17,8 @@
 //!
 //! Accept errors (EMFILE included) never end the loop: they back off.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -33,118 +31,13 @@ use pingora::protocols::{GetSocketDigest as _, SocketDigest, Stream};
 use pingora::server::ListenFds;
 use pingora::server::ShutdownWatch;
 use prometheus::{IntCounter, IntGauge};
-use tokio::sync::Notify;
-use tokio::time::Instant;
 
 use kruntimes_support::listen::{self, Limits, Stats};
 
-/// The open connections of the gateway's listeners, by their two ends: what
-/// the accept loop's deadlines need to know of their requests.
-///
-/// The accept loop registers a connection after its handshake and removes
-/// it when it ends; the proxy's request filter calls
-/// [`Connections::request`] for every request and holds the returned
-/// [`InFlight`] until the request ends. The first request releases the
-/// connection from its first-request deadline; the count of requests in
-/// flight and the end of the last one are its idle clock. Bounded by the
-/// listeners' connection bounds.
-#[derive(Debug, Default)]
-pub struct Connections {
-    open: Mutex<HashMap<ConnKey, Arc<Connection>>>,
-}
+mod connections;
 
-/// A connection's identity while it is open: its two ends.
-type ConnKey = (SocketAddr, SocketAddr);
-
-/// What the accept loop and the requests of one connection share.
-#[derive(Debug)]
-struct Connection {
-    /// Signalled by the first request (a permit if nobody waits yet).
-    spoke: Notify,
-    /// Requests (HTTP/2 streams) in flight.
-    in_flight: AtomicUsize,
-    /// When the last request ended (or the connection was registered), in
-    /// milliseconds since `since`.
-    last_end_ms: AtomicU64,
-    since: Instant,
-}
-
-impl Connection {
-    fn new() -> Self {
-        Self {
-            spoke: Notify::new(),
-            in_flight: AtomicUsize::new(0),
-            last_end_ms: AtomicU64::new(0),
-            since: Instant::now(),
-        }
-    }
-
-    /// When the connection is idle from, if nothing is in flight.
-    fn idle_since(&self) -> Option<Instant> {
-        (self.in_flight.load(Ordering::Acquire) == 0)
-            .then(|| self.since + Duration::from_millis(self.last_end_ms.load(Ordering::Acquire)))
-    }
-}
-
-/// One request in flight on a registered connection; its end when dropped.
-#[derive(Debug)]
-pub struct InFlight(Arc<Connection>);
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        let c = &self.0;
-        let ms = u64::try_from(c.since.elapsed().as_millis()).unwrap_or(u64::MAX);
-        c.last_end_ms.fetch_max(ms, Ordering::AcqRel);
-        c.in_flight.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-impl Connections {
-    fn register(&self, key: ConnKey) -> Arc<Connection> {
-        let c = Arc::new(Connection::new());
-        self.lock().insert(key, c.clone());
-        c
-    }
-
-    /// Removes `conn`, unless its ends already name a newer connection.
-    fn forget(&self, key: &ConnKey, conn: &Arc<Connection>) {
-        let mut open = self.lock();
-        if open.get(key).is_some_and(|c| Arc::ptr_eq(c, conn)) {
-            open.remove(key);
-        }
-    }
-
-    /// A request arrived on the connection `peer` → `local`: counted in
-    /// flight until the returned guard is dropped. `None` for a connection
-    /// no listener of this process registered.
-    pub fn request(&self, peer: SocketAddr, local: SocketAddr) -> Option<InFlight> {
-        let c = self.lock().get(&(peer, local))?.clone();
-        if c.in_flight.fetch_add(1, Ordering::AcqRel) == 0 {
-            c.spoke.notify_one();
-        }
-        Some(InFlight(c))
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ConnKey, Arc<Connection>>> {
-        self.open.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-/// Returns once `conn` has had no request in flight for `idle`, checking
-/// with tokio's timer at most once per `idle` (requests only touch
-/// atomics).
-async fn idle_for(conn: &Connection, idle: Duration) {
-    let mut deadline = Instant::now() + idle;
-    loop {
-        tokio::time::sleep_until(deadline).await;
-        let now = Instant::now();
-        match conn.idle_since() {
-            Some(since) if now.saturating_duration_since(since) >= idle => return,
-            Some(since) => deadline = since + idle,
-            None => deadline = now + idle,
-        }
-    }
-}
+use connections::{Connection, idle_for};
+pub use connections::{Connections, InFlight};
 
 /// Counters of one listener, beside its [`Stats`].
 #[derive(Debug, Clone)]
@@ -253,9 +146,14 @@ impl<A: ServerApp + Send + Sync + 'static> Conn<A> {
         let _open = scopeguard(self.metrics.open.clone());
         let local = stream.local_addr().unwrap_or(self.local);
         let digest = SocketDigest::from_raw_fd(std::os::fd::AsRawFd::as_raw_fd(&stream));
-        let mut l4 = L4Stream::from(VirtualSocketStream::new(Box::new(Buffered(
-            tokio::io::BufStream::with_capacity(READ_BUFFER, WRITE_BUFFER, stream),
-        ))));
+        // The connection's own local address (the listener may be bound to
+        // a wildcard), as Pingora's session reports it.
+        let registered = self.connections.register(remote, local);
+        let conn = registered.conn.clone();
+        let mut l4 = L4Stream::from(VirtualSocketStream::new(Box::new(Buffered {
+            io: tokio::io::BufStream::with_capacity(READ_BUFFER, WRITE_BUFFER, stream),
+            conn: conn.clone(),
+        })));
         let _ = digest.peer_addr.set(Some(remote.into()));
         let _ = digest.local_addr.set(Some(local.into()));
         l4.set_socket_digest(digest);
@@ -275,10 +173,6 @@ impl<A: ServerApp + Send + Sync + 'static> Conn<A> {
                 }
             }
         };
-        // The connection's own local address (the listener may be bound to
-        // a wildcard), as Pingora's session reports it.
-        let key = (remote, local);
-        let conn = self.connections.register(key);
         let serving = async {
             let first = self.app.process_new(stream, &shutdown);
             tokio::pin!(first);
@@ -300,15 +194,15 @@ impl<A: ServerApp + Send + Sync + 'static> Conn<A> {
                 reuse = self.app.process_new(stream, &shutdown).await;
             }
         };
-        // Idle (no request in flight) for the idle timeout: dropping
-        // `serving` closes the connection at once, as Pingora's own HTTP/2
-        // idle timeout does. Kept on tokio's timer: Pingora's runs a clock
-        // thread that wakes every 10 ms for the life of the process.
+        // Idle (no request in flight, nothing read) for the idle timeout:
+        // dropping `serving` closes the connection at once, as Pingora's own
+        // HTTP/2 idle timeout does. Kept on tokio's timer: Pingora's runs a
+        // clock thread that wakes every 10 ms for the life of the process.
         tokio::select! {
             () = serving => {}
             () = idle_for(&conn, self.idle_timeout) => {}
         }
-        self.connections.forget(&key, &conn);
+        drop(registered);
     }
 }
 
@@ -321,12 +215,16 @@ const WRITE_BUFFER: usize = 1460;
 /// A buffered TCP connection handed to Pingora (whose own buffered socket
 /// type is internal to it).
 #[derive(Debug)]
-struct Buffered(tokio::io::BufStream<tokio::net::TcpStream>);
+struct Buffered {
+    io: tokio::io::BufStream<tokio::net::TcpStream>,
+    /// Stamped by every read that returns bytes (the idle clock).
+    conn: Arc<Connection>,
+}
 
 impl VirtualSocket for Buffered {
     fn set_socket_option(&self, opt: VirtualSockOpt) -> std::io::Result<()> {
         match opt {
-            VirtualSockOpt::NoDelay => self.0.get_ref().set_nodelay(true),
+            VirtualSockOpt::NoDelay => self.io.get_ref().set_nodelay(true),
             // Keep-alive probes are not configured on public connections.
             _ => Ok(()),
         }
@@ -339,7 +237,12 @@ impl tokio::io::AsyncRead for Buffered {
         cx: &mut std::task::Context<'_>,
         buf: &mut tokio::io::ReadBuf<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.0).poll_read(cx, buf)
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.io).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.conn.read();
+        }
+        polled
     }
 }
 
@@ -349,21 +252,21 @@ impl tokio::io::AsyncWrite for Buffered {
         cx: &mut std::task::Context<'_>,
         buf: &[u8],
     ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.0).poll_write(cx, buf)
+        std::pin::Pin::new(&mut self.io).poll_write(cx, buf)
     }
 
     fn poll_flush(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.0).poll_flush(cx)
+        std::pin::Pin::new(&mut self.io).poll_flush(cx)
     }
 
     fn poll_shutdown(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.0).poll_shutdown(cx)
+        std::pin::Pin::new(&mut self.io).poll_shutdown(cx)
     }
 }
 
@@ -450,98 +353,5 @@ impl<A: ServerApp + Send + Sync + 'static> pingora::services::Service for Public
 
     fn threads(&self) -> Option<usize> {
         None
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn addr(port: u16) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], port))
-    }
-
-    #[test]
-    fn requests_are_counted_on_their_own_connection_until_they_end() {
-        let open = Connections::default();
-        let a = open.register((addr(1000), addr(443)));
-        let b = open.register((addr(1001), addr(443)));
-        // Another listener's address, or an unknown connection: nothing.
-        assert!(open.request(addr(1000), addr(80)).is_none());
-        assert!(a.idle_since().is_some());
-        let first = open.request(addr(1000), addr(443)).unwrap();
-        let second = open.request(addr(1000), addr(443)).unwrap();
-        assert_eq!(a.in_flight.load(Ordering::Acquire), 2);
-        assert!(
-            a.idle_since().is_none(),
-            "busy while a request is in flight"
-        );
-        assert!(
-            b.idle_since().is_some(),
-            "the other connection is untouched"
-        );
-        drop(first);
-        assert!(a.idle_since().is_none());
-        std::thread::sleep(Duration::from_millis(5));
-        drop(second);
-        let since = a.idle_since().unwrap();
-        assert!(
-            since >= a.since + Duration::from_millis(5),
-            "idle from the last end"
-        );
-        open.forget(&(addr(1000), addr(443)), &a);
-        assert!(open.request(addr(1000), addr(443)).is_none());
-        assert_eq!(open.lock().len(), 1);
-        // The same ends, a new connection: the old one's end leaves it be.
-        let newer = open.register((addr(1001), addr(443)));
-        open.forget(&(addr(1001), addr(443)), &b);
-        let r = open.request(addr(1001), addr(443)).unwrap();
-        assert!(Arc::ptr_eq(&r.0, &newer));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn the_first_request_releases_the_deadline_even_before_it_is_awaited() {
-        let open = Connections::default();
-        let c = open.register((addr(1000), addr(443)));
-        let _r = open.request(addr(1000), addr(443)).unwrap();
-        // The permit waits for the accept loop.
-        tokio::time::timeout(Duration::from_secs(1), c.spoke.notified())
-            .await
-            .unwrap();
-        let silent = open.register((addr(1001), addr(443)));
-        assert!(
-            tokio::time::timeout(Duration::from_secs(1), silent.spoke.notified())
-                .await
-                .is_err()
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn idle_means_nothing_in_flight_for_the_whole_timeout() {
-        let open = Connections::default();
-        let c = open.register((addr(1000), addr(443)));
-        let idle = Duration::from_secs(60);
-        let t0 = tokio::time::Instant::now();
-        // A request in flight across several timeouts keeps it open ...
-        let r = open.request(addr(1000), addr(443)).unwrap();
-        let watch = idle_for(&c, idle);
-        tokio::pin!(watch);
-        assert!(
-            tokio::time::timeout(Duration::from_secs(150), &mut watch)
-                .await
-                .is_err()
-        );
-        // ... and its end starts a whole idle period.
-        drop(r);
-        let ended = tokio::time::Instant::now();
-        watch.await;
-        let closed = tokio::time::Instant::now();
-        assert!(
-            closed - ended >= idle,
-            "closed {:?} after the end",
-            closed - ended
-        );
-        assert!(closed - ended < idle + Duration::from_secs(61));
-        assert!(closed - t0 >= Duration::from_secs(210));
     }
 }

@@ -433,8 +433,12 @@ async fn idle_connections_close_and_pingoras_clock_thread_never_starts() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    // The client reconnects as clients do.
-    assert_eq!(stack.invoke("fn", "{}").await.unwrap().status(), 200);
+    // The client reconnects as clients do (once it has seen the close).
+    let again = stack
+        .invoke_until_ok("fn", "{}", std::time::Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 200);
     let threads: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
         .unwrap()
         .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
