@@ -315,11 +315,12 @@ fn main() -> anyhow::Result<()> {
             args,
             exit_with_parent: e,
         } => {
+            // Before any thread (the parent watch's, the runtime's): it
+            // edits the environment.
+            let handed_over = kruntimes_runtimed::cli::handed_over_listener()?;
             if e {
                 exit_with_parent();
             }
-            // Before the runtime's threads: it edits the environment.
-            let handed_over = kruntimes_runtimed::cli::handed_over_listener()?;
             kruntimes_runtimed::cli::init_logging();
             tokio::runtime::Runtime::new()?
                 .block_on(kruntimes_runtimed::cli::run(*args, handed_over))

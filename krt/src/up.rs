@@ -128,7 +128,12 @@ impl Supervised {
         }
         cmd.envs(self.extra_env.iter().cloned());
         // No child takes krt's own socket-activation variables for its own.
-        for var in ["LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"] {
+        for var in [
+            "LISTEN_FDS",
+            "LISTEN_PID",
+            "LISTEN_FDNAMES",
+            "LISTEN_FDS_FIRST_FD",
+        ] {
             cmd.env_remove(var);
         }
         if let Some(listener) = self.handover.take() {

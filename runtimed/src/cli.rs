@@ -190,10 +190,10 @@ pub async fn run(args: Args, handed_over: Option<std::net::TcpListener>) -> anyh
     }
     // In Kubernetes mode the port opens only once the Run watch has synced:
     // the Pod's readiness probe (a TCP check) then means "can take Runs".
-    // Otherwise it is bound first of all: whoever picked the port for it
-    // (`krt up`) had it free a moment ago, and waiting for the runtime
-    // server first would leave it to others for that long. Connections
-    // wait in the backlog until it serves.
+    // Otherwise it is taken first of all (handed over by `krt up`, or bound
+    // here, as when `krt up` restarts it): waiting for the runtime server
+    // first would leave the port to others for that long. Connections wait
+    // in the backlog until it serves.
     if args.kubernetes && handed_over.is_some() {
         // An open port must keep meaning "can take Runs" to the probe.
         anyhow::bail!(
