@@ -318,7 +318,7 @@ async fn the_gateway_cuts_off_slow_handshakes_and_silent_connections_and_bounds_
     let r = stack.invoke("fn", "{}").await.unwrap();
     assert_eq!(r.status(), 200);
 
-    let text = gateway_metrics(&stack).await;
+    let text = stack.metrics().await.unwrap();
     let count = |event: &str| -> u64 {
         let needle =
             format!("kruntimes_gateway_connections_total{{event=\"{event}\",listener=\"https\"}}");
@@ -395,19 +395,9 @@ async fn after_sigterm_the_gateway_serves_new_connections_through_its_grace_then
     }
 }
 
-/// The gateway's metrics, as Prometheus scrapes them.
-async fn gateway_metrics(stack: &Stack) -> String {
-    reqwest::get(stack.metrics_url().unwrap())
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
 /// The gateway's connections in `listener`, from its metrics.
 async fn open_connections(stack: &Stack, listener: &str) -> f64 {
-    let text = gateway_metrics(stack).await;
+    let text = stack.metrics().await.unwrap();
     let series = format!("kruntimes_gateway_open_connections{{listener=\"{listener}\"}}");
     series_value(&text, &series).unwrap_or_else(|| panic!("no {series}:\n{text}"))
 }

@@ -125,22 +125,9 @@ async fn error_code(resp: reqwest::Response) -> String {
         .to_owned()
 }
 
-/// The gateway's Prometheus text.
-async fn gateway_metrics(stack: &Stack) -> String {
-    stack
-        .http
-        .get(stack.metrics_url().unwrap())
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
 /// The gateway's counter of `api` calls (all results).
 async fn gateway_api_calls(stack: &Stack, api: &str) -> u64 {
-    let text = gateway_metrics(stack).await;
+    let text = stack.metrics().await.unwrap();
     let label = format!("api=\"{api}\"");
     text.lines()
         .filter(|l| l.starts_with("kruntimes_gateway_auth_api_calls_total{") && l.contains(&label))
@@ -444,7 +431,7 @@ async fn stale_if_error_and_local_service_account_verification() {
         status(&stack, &url, Some(server.token(User::Carol))).await,
         503
     );
-    let metrics = gateway_metrics(&stack).await;
+    let metrics = stack.metrics().await.unwrap();
     assert!(
         series_value(
             &metrics,

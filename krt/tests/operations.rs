@@ -18,16 +18,7 @@ async fn probes_and_metrics_report_the_gateway_state() {
     assert_eq!(stack.invoke("probed", "{}").await.unwrap().status(), 200);
     // Metrics are on their own listener; the public one does not serve them.
     expect_error(get("/metrics").await.unwrap(), 400, "InvalidPath").await;
-    let metrics = stack.metrics_url().unwrap();
-    let text = stack
-        .http
-        .get(&metrics)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = stack.metrics().await.unwrap();
     for needle in [
         "kruntimes_gateway_requests_total{code=\"200\",route=\"invoke\"} 2",
         "kruntimes_gateway_request_duration_seconds_bucket{route=\"invoke\"",

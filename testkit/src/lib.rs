@@ -466,6 +466,12 @@ impl Stack {
         Ok(format!("http://{m}/metrics"))
     }
 
+    /// The gateway's metrics, as Prometheus scrapes them.
+    pub async fn metrics(&self) -> anyhow::Result<String> {
+        let resp = self.http.get(self.metrics_url()?).send().await?;
+        Ok(resp.error_for_status()?.text().await?)
+    }
+
     /// SIGKILLs a child of the stack (e.g. `runtimed-0`).
     pub fn kill(&self, name: &str) -> anyhow::Result<u32> {
         let p = self.processes()?;
