@@ -220,6 +220,7 @@ mod tests {
         assert_eq!(failure_of(panicked), panicked.trim_end());
         assert_eq!(failure_of(""), "");
     }
+
     #[test]
     fn a_new_metrics_address_replaces_the_old_one() {
         let mut g = Supervised::new(
@@ -236,6 +237,7 @@ mod tests {
         );
         assert_eq!(g.metrics.as_deref(), Some("127.0.0.1:1002"));
     }
+
     #[test]
     fn a_failure_is_read_from_what_the_last_start_logged() {
         let dir = tempfile::tempdir().unwrap();
@@ -268,6 +270,7 @@ mod tests {
         assert_eq!(this_run, "thread 'main' panicked at x.rs:1:1\n");
         assert!(!metrics_address_taken(failure_of(&this_run)));
     }
+
     #[test]
     fn a_listener_is_handed_over_at_the_next_start_only() {
         use std::os::fd::AsFd as _;
@@ -303,6 +306,7 @@ mod tests {
         // ... and a restart binds the address itself.
         assert_eq!(start(), "fds=none pid=none \n");
     }
+
     #[test]
     fn last_lines_keeps_the_end_of_a_log() {
         let log = "a\nb\nc\n";
