@@ -131,8 +131,8 @@ pub struct Args {
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub header_timeout_ms: u64,
     /// A connection with no request in flight (no HTTP/2 stream, no
-    /// HTTP/1.1 request or WebSocket) and nothing received for this long is
-    /// closed, on every listener; seconds, at least 1.
+    /// HTTP/1.1 request or WebSocket) and nothing received or sent for this
+    /// long is closed, on every listener; seconds, at least 1.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
     pub idle_timeout_secs: u64,
     /// After SIGTERM, keep accepting and serving this long before the

@@ -194,7 +194,7 @@ impl<A: ServerApp + Send + Sync + 'static> Conn<A> {
                 reuse = self.app.process_new(stream, &shutdown).await;
             }
         };
-        // Idle (no request in flight, nothing read) for the idle timeout:
+        // Idle (no request in flight, nothing read or written) for the idle timeout:
         // dropping `serving` closes the connection at once, as Pingora's own
         // HTTP/2 idle timeout does. Kept on tokio's timer: Pingora's runs a
         // clock thread that wakes every 10 ms for the life of the process.
@@ -217,7 +217,8 @@ const WRITE_BUFFER: usize = 1460;
 #[derive(Debug)]
 struct Buffered {
     io: tokio::io::BufStream<tokio::net::TcpStream>,
-    /// Stamped by every read that returns bytes (the idle clock).
+    /// Stamped by every read that returns bytes and every write that takes
+    /// some (the idle clock).
     conn: Arc<Connection>,
 }
 
@@ -252,7 +253,11 @@ impl tokio::io::AsyncWrite for Buffered {
         cx: &mut std::task::Context<'_>,
         buf: &[u8],
     ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.io).poll_write(cx, buf)
+        let polled = std::pin::Pin::new(&mut self.io).poll_write(cx, buf);
+        if matches!(polled, std::task::Poll::Ready(Ok(n)) if n > 0) {
+            self.conn.wrote();
+        }
+        polled
     }
 
     fn poll_flush(

@@ -4,15 +4,15 @@
 //! The accept loop registers a connection after its handshake and removes
 //! it when it ends ([`Registered`]); the proxy's request filter calls
 //! [`Connections::request`] for every request and holds the returned
-//! [`InFlight`] until the request ends, and the connection's reads stamp it
-//! ([`Connection::read`]). The first request releases the connection from
+//! [`InFlight`] until the request ends, and the connection's reads and
+//! writes stamp it ([`Connection::read`], [`Connection::wrote`]). The first request releases the connection from
 //! its first-request deadline; the requests in flight, the end of the last
-//! one and the last bytes read are its idle clock ([`idle_for`]). Bounded by
+//! one and the last bytes read or written are its idle clock ([`idle_for`]). Bounded by
 //! the listeners' connection bounds.
 //!
 //! A request costs a lookup in one mutex-guarded map (uncontended: one
-//! worker thread by default) and two atomic updates; a read, one clock read
-//! and an atomic store. Nothing here wakes a task per request: the idle
+//! worker thread by default) and two atomic updates; a read or a write, one
+//! clock read and an atomic store. Nothing here wakes a task per request: the idle
 //! check runs on tokio's timer at most once per idle timeout.
 
 use std::collections::HashMap;
@@ -41,8 +41,8 @@ pub(super) struct Connection {
     pub(super) spoke: Notify,
     /// Requests (HTTP/2 streams, HTTP/1.1 requests) in flight.
     in_flight: AtomicUsize,
-    /// The latest of: the registration, the end of a request, bytes read;
-    /// in milliseconds since `since`.
+    /// The latest of: the registration, the end of a request, bytes read
+    /// or written; in milliseconds since `since`.
     active_ms: AtomicU64,
     since: Instant,
 }
@@ -67,6 +67,14 @@ impl Connection {
     /// it (an HTTP/1.1 header still coming, an HTTP/2 stream not yet
     /// handed to the proxy), so reading counts as activity.
     pub(super) fn read(&self) {
+        self.touch();
+    }
+
+    /// Bytes were written: an answer may still be leaving after its
+    /// request stopped counting (the metrics endpoint's body is written by
+    /// Pingora after the handler returns), so writing counts as activity
+    /// too. A peer that stops reading stops the writes, and so the stamps.
+    pub(super) fn wrote(&self) {
         self.touch();
     }
 
@@ -142,8 +150,8 @@ impl Connections {
     }
 }
 
-/// Returns once `conn` has had no request in flight and nothing to read for
-/// `idle`, checking with tokio's timer at most once per `idle`.
+/// Returns once `conn` has had no request in flight and nothing read or
+/// written for `idle`, checking with tokio's timer at most once per `idle`.
 pub(super) async fn idle_for(conn: &Connection, idle: Duration) {
     let mut deadline = Instant::now() + idle;
     loop {
@@ -258,5 +266,30 @@ mod tests {
             idle,
             "closed one timeout after the last read"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_still_being_written_after_its_request_ended_keeps_the_connection() {
+        let open = Connections::default();
+        let c = open.register(addr(1000), addr(443));
+        let idle = Duration::from_secs(60);
+        let watch = idle_for(&c.conn, idle);
+        tokio::pin!(watch);
+        // A body leaving in pieces, each within the timeout, to a peer that
+        // reads slowly: the connection stays however long the whole takes.
+        for _ in 0..4 {
+            tokio::time::sleep(Duration::from_secs(45)).await;
+            c.conn.wrote();
+        }
+        let wrote = Instant::now();
+        assert!(
+            tokio::time::timeout(Duration::from_secs(59), &mut watch)
+                .await
+                .is_err()
+        );
+        // The peer stopped reading, so the writes stopped: one timeout later
+        // it is closed.
+        watch.await;
+        assert_eq!(Instant::now() - wrote, idle);
     }
 }
