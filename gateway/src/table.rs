@@ -6,10 +6,13 @@
 //! assignment and the owner's readiness agree on Pod UID and attempt and both
 //! sources are live or within the staleness window.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
+// Looked up on every request by Run UID (from the control plane); foldhash is
+// seeded per process and ~5× cheaper per lookup than SipHash.
+use foldhash::HashMap;
 use kruntimes_proto::ownership::v1::{Owner, OwnershipEntry, Phase};
 use kruntimes_proto::watch::SourceUpdate;
 
@@ -152,7 +155,7 @@ impl Table {
     pub fn new(window: Duration) -> Self {
         Self {
             control: Source::default(),
-            runtimed: HashMap::new(),
+            runtimed: HashMap::default(),
             window,
             changed: tokio::sync::watch::Sender::new(0),
         }

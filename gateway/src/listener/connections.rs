@@ -15,12 +15,14 @@
 //! clock read and an atomic store. Nothing here wakes a task per request: the idle
 //! check runs on tokio's timer at most once per idle timeout.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+// Looked up on every request; seeded per process, and the map is bounded by
+// the listeners' connection bounds.
+use foldhash::HashMap;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
