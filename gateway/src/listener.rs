@@ -194,10 +194,11 @@ impl<A: ServerApp + Send + Sync + 'static> Conn<A> {
                 reuse = self.app.process_new(stream, &shutdown).await;
             }
         };
-        // Idle (no request in flight, nothing read or written) for the idle timeout:
-        // dropping `serving` closes the connection at once, as Pingora's own
-        // HTTP/2 idle timeout does. Kept on tokio's timer: Pingora's runs a
-        // clock thread that wakes every 10 ms for the life of the process.
+        // Idle (no request in flight, nothing read or written) for the idle
+        // timeout: dropping `serving` closes the connection at once, as
+        // Pingora's own HTTP/2 idle timeout does. Kept on tokio's timer:
+        // Pingora's runs a clock thread that wakes every 10 ms for the life
+        // of the process.
         tokio::select! {
             () = serving => {}
             () = idle_for(&conn, self.idle_timeout) => {}
@@ -241,7 +242,7 @@ impl tokio::io::AsyncRead for Buffered {
         let before = buf.filled().len();
         let polled = std::pin::Pin::new(&mut self.io).poll_read(cx, buf);
         if buf.filled().len() > before {
-            self.conn.read();
+            self.conn.touch();
         }
         polled
     }
@@ -255,7 +256,7 @@ impl tokio::io::AsyncWrite for Buffered {
     ) -> std::task::Poll<std::io::Result<usize>> {
         let polled = std::pin::Pin::new(&mut self.io).poll_write(cx, buf);
         if matches!(polled, std::task::Poll::Ready(Ok(n)) if n > 0) {
-            self.conn.wrote();
+            self.conn.touch();
         }
         polled
     }

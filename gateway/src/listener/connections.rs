@@ -5,15 +5,15 @@
 //! it when it ends ([`Registered`]); the proxy's request filter calls
 //! [`Connections::request`] for every request and holds the returned
 //! [`InFlight`] until the request ends, and the connection's reads and
-//! writes stamp it ([`Connection::read`], [`Connection::wrote`]). The first request releases the connection from
-//! its first-request deadline; the requests in flight, the end of the last
-//! one and the last bytes read or written are its idle clock ([`idle_for`]). Bounded by
-//! the listeners' connection bounds.
+//! writes stamp it ([`Connection::touch`]). The first request releases the
+//! connection from its first-request deadline; the requests in flight, the
+//! end of the last one and the last bytes read or written are its idle
+//! clock ([`idle_for`]). Bounded by the listeners' connection bounds.
 //!
 //! A request costs a lookup in one mutex-guarded map (uncontended: one
 //! worker thread by default) and two atomic updates; a read or a write, one
-//! clock read and an atomic store. Nothing here wakes a task per request: the idle
-//! check runs on tokio's timer at most once per idle timeout.
+//! clock read and an atomic store. Nothing here wakes a task per request:
+//! the idle check runs on tokio's timer at most once per idle timeout.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -59,25 +59,16 @@ impl Connection {
         }
     }
 
-    /// Marks the connection active now.
-    fn touch(&self) {
+    /// Marks the connection active now: the end of a request, and every
+    /// read or write that moves bytes. Bytes arriving may be a request on
+    /// its way before any filter sees it (an HTTP/1.1 header still coming,
+    /// an HTTP/2 stream not yet handed to the proxy); bytes leaving may be
+    /// an answer written after its request stopped counting (the metrics
+    /// endpoint's body, written by Pingora after the handler returns). A
+    /// peer that stops reading stops the writes, and so the stamps.
+    pub(super) fn touch(&self) {
         let ms = u64::try_from(self.since.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.active_ms.fetch_max(ms, Ordering::AcqRel);
-    }
-
-    /// Bytes arrived: a request may be on its way before any filter sees
-    /// it (an HTTP/1.1 header still coming, an HTTP/2 stream not yet
-    /// handed to the proxy), so reading counts as activity.
-    pub(super) fn read(&self) {
-        self.touch();
-    }
-
-    /// Bytes were written: an answer may still be leaving after its
-    /// request stopped counting (the metrics endpoint's body is written by
-    /// Pingora after the handler returns), so writing counts as activity
-    /// too. A peer that stops reading stops the writes, and so the stamps.
-    pub(super) fn wrote(&self) {
-        self.touch();
     }
 
     /// When the connection is idle from, if nothing is in flight.
@@ -258,7 +249,7 @@ mod tests {
         // ... which bytes read in the meantime start again (a request on
         // its way, not yet counted).
         tokio::time::sleep(Duration::from_secs(30)).await;
-        c.conn.read();
+        c.conn.touch();
         let read = Instant::now();
         watch.await;
         let closed = Instant::now();
@@ -281,7 +272,7 @@ mod tests {
         // reads slowly: the connection stays however long the whole takes.
         for _ in 0..4 {
             tokio::time::sleep(Duration::from_secs(45)).await;
-            c.conn.wrote();
+            c.conn.touch();
         }
         let wrote = Instant::now();
         assert!(
