@@ -9,143 +9,22 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+#[path = "kubernetes/support.rs"]
+mod support;
 
-use std::path::Path;
 use std::time::Duration;
 
 use base64::Engine as _;
 use kruntimes_api::{Run, Runtime};
-use kruntimes_kubetest::cluster::{Cluster, SYSTEM_NAMESPACE};
-use kruntimes_kubetest::{ApiServer, Subject, User};
+use kruntimes_kubetest::cluster::SYSTEM_NAMESPACE;
+use kruntimes_kubetest::{Subject, User};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use common::PY;
-
-fn rbac(file: &str) -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../examples/rbac")
-        .join(file)
-}
-
-/// The API server, an installation with `pods` python Pods, namespace `a`
-/// where alice may invoke and bob may only read.
-async fn setup(pods: usize) -> (ApiServer, Cluster) {
-    let server = ApiServer::start().await.expect("start the test API server");
-    let cluster = Cluster::start(Path::new(env!("CARGO_BIN_EXE_krt")), &server)
-        .await
-        .expect("start the installation");
-    server.create_namespace("a").await.unwrap();
-    for role in ["run-invoker-role.yaml", "run-reader-role.yaml"] {
-        server
-            .apply_role_file(Some("a"), &rbac(role))
-            .await
-            .unwrap();
-    }
-    server
-        .bind(
-            Some("a"),
-            "alice",
-            "run-invoker",
-            Subject::User(User::Alice),
-        )
-        .await
-        .unwrap();
-    server
-        .bind(Some("a"), "bob", "run-reader", Subject::User(User::Bob))
-        .await
-        .unwrap();
-    cluster
-        .create_runtime("python", pods as i32, 4)
-        .await
-        .unwrap();
-    for i in 0..pods {
-        cluster
-            .add_pod(&format!("python-{i}"), "python")
-            .await
-            .unwrap();
-    }
-    (server, cluster)
-}
-
-fn function_run(name: &str, extra: Value) -> Run {
-    let mut v = json!({
-        "apiVersion": "kruntimes.io/v1alpha1",
-        "kind": "Run",
-        "metadata": {"name": name, "namespace": "a"},
-        "spec": {
-            "runtime": "python",
-            "source": {"inlinePath": "main.py", "inline": PY},
-            "mode": {"function": {"handler": "main.invoke"}},
-        }
-    });
-    if let (Some(spec), Some(extra)) = (v["spec"].as_object_mut(), extra.as_object()) {
-        for (k, val) in extra {
-            if k == "function" {
-                spec["mode"]["function"]
-                    .as_object_mut()
-                    .unwrap()
-                    .extend(val.as_object().unwrap().clone());
-            } else {
-                spec.insert(k.clone(), val.clone());
-            }
-        }
-    }
-    serde_json::from_value(v).unwrap()
-}
-
-async fn runs(server: &ApiServer) -> Api<Run> {
-    Api::namespaced(server.client().await.unwrap(), "a")
-}
-
-/// Creates function Run `name` in namespace `a`, waits until it is Ready
-/// and returns it with its endpoint URL.
-async fn ready_function(api: &Api<Run>, cluster: &Cluster, name: &str) -> (Value, String) {
-    api.create(&PostParams::default(), &function_run(name, json!({})))
-        .await
-        .unwrap();
-    let run = cluster.wait_phase("a", name, "Ready").await.unwrap();
-    let url = run["status"]["endpoint"]["url"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    (run, url)
-}
-
-async fn invoke(cluster: &Cluster, url: &str, token: &str) -> reqwest::Response {
-    cluster
-        .http
-        .post(url)
-        .bearer_auth(token)
-        .body(r#"{"name":"cluster"}"#)
-        .send()
-        .await
-        .expect("request")
-}
-
-/// Invokes until 200 (the gateway learns routes from its watch streams).
-async fn invoke_ok(cluster: &Cluster, url: &str, token: &str) -> reqwest::Response {
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let r = invoke(cluster, url, token).await;
-        if r.status() == 200 {
-            return r;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no 200 from {url}: {} {}\n{}",
-            r.status(),
-            r.text().await.unwrap_or_default(),
-            cluster.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-async fn error_code(r: reqwest::Response) -> String {
-    let v: Value = r.json().await.unwrap_or_default();
-    v["error"]["code"].as_str().unwrap_or_default().to_owned()
-}
+use support::{
+    error_code, function_run, invoke, invoke_ok, rbac, ready_function, runs, served_certificate,
+    serving_port, setup,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn function_runs_live_their_whole_lifecycle_on_the_api_server() {
@@ -524,51 +403,6 @@ async fn an_operator_restart_mid_lifecycle_loses_nothing() {
     let after = cluster.run("a", "steady").await.unwrap();
     assert_eq!(after["status"]["attempt"], 1);
     assert_eq!(after["status"]["phase"], "Ready");
-}
-
-/// The port a Pod's runtimed serves on, from its log.
-fn serving_port(cluster: &Cluster, pod: &str) -> u16 {
-    let log = cluster.log(pod);
-    let line = log
-        .lines()
-        .find(|l| l.contains("runtimed serving"))
-        .expect("serving line");
-    let v: Value = serde_json::from_str(line).unwrap();
-    v["fields"]["address"]
-        .as_str()
-        .unwrap()
-        .rsplit(':')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap()
-}
-
-/// The certificate runtimed on `port` presents to a new handshake (DER),
-/// to a client holding the gateway's identity as it is on disk now.
-async fn served_certificate(cluster: &Cluster, port: u16) -> Vec<u8> {
-    let (ca, cert, key) = cluster.gateway_client_identity().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    for (name, pem) in [("ca.crt", &ca), ("tls.crt", &cert), ("tls.key", &key)] {
-        std::fs::write(dir.path().join(name), pem).unwrap();
-    }
-    let tls = kruntimes_certs::client_config(
-        &dir.path().join("ca.crt"),
-        Some((&dir.path().join("tls.crt"), &dir.path().join("tls.key"))),
-        &[b"h2"],
-    )
-    .unwrap();
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .unwrap();
-    let name = rustls::pki_types::ServerName::try_from("runtimed.kruntimes.internal").unwrap();
-    let s = tokio_rustls::TlsConnector::from(std::sync::Arc::new(tls))
-        .connect(name, tcp)
-        .await
-        .unwrap();
-    s.get_ref().1.peer_certificates().unwrap()[0]
-        .as_ref()
-        .to_vec()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
