@@ -199,7 +199,11 @@ impl<A: ServerApp + Send + Sync + 'static> Conn<A> {
         // Pingora's own HTTP/2 idle timeout does. Kept on tokio's timer:
         // Pingora's runs a clock thread that wakes every 10 ms for the life
         // of the process.
+        // `serving` first: bytes that arrive as the idle deadline passes are
+        // read (and stamp the connection) before the deadline is checked, so
+        // a request already in the socket is served, not reset.
         tokio::select! {
+            biased;
             () = serving => {}
             () = idle_for(&conn, self.idle_timeout) => {}
         }

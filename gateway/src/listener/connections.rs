@@ -73,11 +73,18 @@ impl Connection {
 
     /// When the connection is idle from, if nothing is in flight.
     fn idle_since(&self) -> Option<Instant> {
-        // The stamp first: a request that begins between the two loads
-        // read its bytes, and so moved the stamp, before it was counted.
+        // The count, the stamp, the count. A request that ends before the
+        // first load stamped before it was uncounted, so the stamp load sees
+        // its end; one that begins before the second load read its bytes, and
+        // so moved the stamp, before it was counted. With the stamp first, a
+        // request ending between the loads would leave an old stamp beside a
+        // count of zero, and a long request would be cut as it finished.
+        let idle = || self.in_flight.load(Ordering::Acquire) == 0;
+        if !idle() {
+            return None;
+        }
         let active = self.active_ms.load(Ordering::Acquire);
-        (self.in_flight.load(Ordering::Acquire) == 0)
-            .then(|| self.since + Duration::from_millis(active))
+        idle().then(|| self.since + Duration::from_millis(active))
     }
 }
 
