@@ -202,12 +202,22 @@ fn upstream(args: &Args) -> anyhow::Result<Upstream> {
     })
 }
 
-/// Builds and runs the gateway; returns only on a setup error (Pingora
-/// exits the process on shutdown).
+/// Builds and runs the gateway until a signal stops it (SIGTERM after its
+/// grace, SIGINT at once) or a setup error, then writes the log lines still
+/// waiting.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     // The access log is written on the request path: buffered, off it.
     let log = kruntimes_support::init_buffered_logging();
+    let served = serve(args, log.clone());
+    // The last batch: the requests served while draining, or what was
+    // logged before a setup error. A refused write is counted, not fatal.
+    let _ = log.flush_to(&mut std::io::stderr());
+    served
+}
+
+/// [`run`], with its log buffer.
+fn serve(args: Args, log: kruntimes_support::logbuf::LogBuffer) -> anyhow::Result<()> {
     // Its memory holds the TLS keys and callers' tokens.
     kruntimes_support::confine::forbid_inspection()?;
     if args.https_listen.is_none() && args.http_listen.is_none() {
@@ -384,5 +394,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     server.bootstrap();
     tracing::info!(https = ?args.https_listen, http = ?args.http_listen, metrics = ?args.metrics_listen, "gateway starting");
-    server.run_forever()
+    // Returns once a signal has shut the services down (Pingora's
+    // `run_forever` would exit the process here, its last log lines unwritten).
+    server.run(pingora::server::RunArgs::default());
+    tracing::info!("gateway stopped");
+    Ok(())
 }

@@ -144,7 +144,7 @@ impl Metrics {
         )?;
         let log_lines_dropped = IntCounter::new(
             "log_lines_dropped_total",
-            "Log lines dropped because the log writer was behind.",
+            "Log lines dropped: the log writer was behind, or its output refused them.",
         )?;
         let invoke = HotSeries {
             latency: latency.with_label_values(&["invoke"]),

@@ -379,6 +379,10 @@ async fn after_sigterm_the_gateway_serves_new_connections_through_its_grace_then
         "{:?}",
         r.headers()
     );
+    let id = r.headers()["x-kruntimes-invocation-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
     assert_eq!(json(r).await["message"], "hello grace");
     assert!(
         !kruntimes_testkit::process_gone(pid as i32),
@@ -393,6 +397,19 @@ async fn after_sigterm_the_gateway_serves_new_connections_through_its_grace_then
         );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
+    // Its log ends with what it logged last: nothing waiting in the log
+    // buffer is lost at exit (the line after the drain is written ~0 ms
+    // before the process ends, far inside the writer's 100 ms batches).
+    let log = stack.log_of("gateway");
+    let served = log
+        .lines()
+        .position(|l| l.contains(&id))
+        .unwrap_or_else(|| panic!("no access-log line for {id}:\n{log}"));
+    let stopped = log
+        .lines()
+        .position(|l| l.contains("gateway stopped"))
+        .unwrap_or_else(|| panic!("no last line:\n{log}"));
+    assert!(served < stopped, "{log}");
 }
 
 /// The gateway's connections in `listener`, from its metrics.

@@ -9,9 +9,11 @@
 //!
 //! Bounded: past [`MAX_PENDING`] bytes waiting, new lines are dropped (a
 //! flood must neither grow memory nor stall requests on a slow disk) and
-//! counted ([`Dropped`]). A line reaches the output within about
-//! [`FLUSH_EVERY`]; what is still pending when the process exits is lost.
-//! Lines are never split: each `write` of the formatter is one whole line.
+//! counted ([`Dropped`]), and so are the lines of a batch the output
+//! refused. A line reaches the output within about [`FLUSH_EVERY`]; a
+//! process writes what is still pending with [`LogBuffer::flush_to`] before
+//! it exits. Lines are never split: each `write` of the formatter is one
+//! whole line.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,7 +28,8 @@ pub const FLUSH_EVERY: Duration = Duration::from_millis(100);
 /// Bytes that may wait for the writer thread.
 pub const MAX_PENDING: usize = 4 << 20;
 
-/// Lines dropped because the buffer was full, for a metric.
+/// Lines dropped because the buffer was full or the output refused them,
+/// for a metric.
 #[derive(Debug, Clone, Default)]
 pub struct Dropped(Arc<AtomicU64>);
 
@@ -48,6 +51,9 @@ pub struct LogBuffer {
 #[derive(Debug, Default)]
 struct Shared {
     pending: Mutex<Pending>,
+    /// Held while a batch is taken and written, so a final
+    /// [`LogBuffer::flush_to`] writes after the batch the writer thread holds.
+    output: Mutex<Output>,
     /// Signalled when a line lands while the writer is blocked.
     arrived: Condvar,
 }
@@ -60,6 +66,14 @@ struct Pending {
     /// between batches nobody signals it, so logging a line costs no
     /// system call.
     writer_blocked: bool,
+}
+
+/// What the writing side remembers between batches.
+#[derive(Debug, Default)]
+struct Output {
+    /// A write failed, maybe part-way through a line: the next batch starts
+    /// on a line of its own.
+    broken: bool,
 }
 
 impl LogBuffer {
@@ -106,6 +120,37 @@ impl LogBuffer {
         std::mem::swap(&mut self.lock().bytes, spare);
     }
 
+    /// Takes what is pending and writes it to `out`, after any batch the
+    /// writer thread is writing: the last lines of a process that is about
+    /// to exit. Lines `out` refuses are counted as dropped.
+    pub fn flush_to(&self, out: &mut impl Write) -> std::io::Result<()> {
+        let mut batch = Vec::new();
+        self.write_batch(out, &mut batch)
+    }
+
+    /// One batch: takes what is pending into `batch` and writes it, under
+    /// the output lock. A failed write counts the batch's lines as dropped.
+    fn write_batch(&self, out: &mut impl Write, batch: &mut Vec<u8>) -> std::io::Result<()> {
+        let mut output = self.shared.output.lock().unwrap_or_else(|e| e.into_inner());
+        self.take(batch);
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let written = if output.broken {
+            out.write_all(b"\n")
+        } else {
+            Ok(())
+        }
+        .and_then(|()| out.write_all(batch))
+        .and_then(|()| out.flush());
+        output.broken = written.is_err();
+        if written.is_err() {
+            let lines = batch.iter().filter(|&&b| b == b'\n').count();
+            self.dropped.0.fetch_add(lines as u64, Ordering::Relaxed);
+        }
+        written
+    }
+
     /// Blocks until a line is pending.
     fn wait_for_line(&self) {
         let mut p = self.lock();
@@ -140,12 +185,12 @@ impl LogBuffer {
                     loop {
                         // Let the batch fill: one write for every line of it.
                         std::thread::sleep(every);
-                        buf.take(&mut batch);
+                        // Nowhere to report a failing stderr: its lines are
+                        // counted as dropped.
+                        let _ = buf.write_batch(&mut out, &mut batch);
                         if batch.is_empty() {
                             break;
                         }
-                        // Nowhere to report a failing stderr: the lines go.
-                        let _ = out.write_all(&batch).and_then(|()| out.flush());
                     }
                 }
             })
@@ -222,6 +267,68 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
         assert_eq!(*out.0.lock().unwrap(), b"{\"a\":1}\n");
+    }
+
+    /// Takes `accept` bytes, then refuses every write until reset.
+    struct Refusing {
+        got: Vec<u8>,
+        accept: usize,
+    }
+
+    impl Write for Refusing {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            let n = b.len().min(self.accept);
+            if n == 0 {
+                return Err(std::io::ErrorKind::BrokenPipe.into());
+            }
+            self.accept -= n;
+            self.got.extend_from_slice(&b[..n]);
+            Ok(n)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_final_flush_writes_what_is_pending() {
+        let buf = LogBuffer::new(MAX_PENDING);
+        let mut out = Vec::new();
+        buf.flush_to(&mut out).unwrap();
+        assert!(out.is_empty(), "nothing pending, nothing written");
+        buf.push(b"one\n");
+        buf.push(b"two\n");
+        buf.flush_to(&mut out).unwrap();
+        assert_eq!(out, b"one\ntwo\n");
+        buf.flush_to(&mut out).unwrap();
+        assert_eq!(out, b"one\ntwo\n", "written once");
+        assert_eq!(buf.dropped().get(), 0);
+    }
+
+    #[test]
+    fn a_refused_batch_is_counted_and_the_next_starts_on_a_line_of_its_own() {
+        let buf = LogBuffer::new(MAX_PENDING);
+        // The output takes half a line, then refuses.
+        let mut out = Refusing {
+            got: Vec::new(),
+            accept: 3,
+        };
+        buf.push(b"first\n");
+        buf.push(b"second\n");
+        assert!(buf.flush_to(&mut out).is_err());
+        assert_eq!(buf.dropped().get(), 2, "both lines of the batch");
+        assert_eq!(out.got, b"fir");
+        // The output recovers: the broken line is ended before the next
+        // batch, so every line after it parses on its own.
+        out.accept = usize::MAX;
+        buf.push(b"third\n");
+        buf.flush_to(&mut out).unwrap();
+        assert_eq!(out.got, b"fir\nthird\n");
+        assert_eq!(buf.dropped().get(), 2);
+        // And only once.
+        buf.push(b"fourth\n");
+        buf.flush_to(&mut out).unwrap();
+        assert_eq!(out.got, b"fir\nthird\nfourth\n");
     }
 
     #[test]
