@@ -169,7 +169,7 @@ impl Admission {
             Some(_) => Some(authorize::require_bearer(&req.headers)?),
             None => None,
         };
-        let (mut lookup, changes) = {
+        let (mut lookup, mut changes) = {
             let t = table::read(&self.table);
             (route::lookup(&t, &target, Instant::now()), t.subscribe())
         };
@@ -186,6 +186,13 @@ impl Admission {
                 });
             }
             facts.identity = Some(id);
+            // A review on a cache miss takes a round trip to the API server:
+            // an owner that moved meanwhile is routed to, not the one looked
+            // up before (the Run's UID, and so its name, are the same).
+            if changes.has_changed().unwrap_or(false) {
+                changes.borrow_and_update();
+                lookup = route::lookup(&table::read(&self.table), &target, Instant::now());
+            }
         }
         // The slot is taken once the caller is known to be allowed: a flood
         // of made-up tokens is answered 401 without filling the gateway.

@@ -263,3 +263,35 @@ async fn pending_runs_and_unauthorized_callers_never_wait() {
     assert_eq!(code(&f, &post(PENDING, "alice")).await, ErrorCode::NotReady);
     assert_eq!(code(&f, &post(RUNNING, "eve")).await, ErrorCode::Forbidden);
 }
+
+#[tokio::test]
+async fn an_owner_that_moves_while_the_caller_is_authorized_is_routed_to_its_new_pod() {
+    let f = fixture(true, 10);
+    let table = f.admission.table.clone();
+    // Runs while the token review of `slow-alice` yields: `f1` moves to
+    // pod-b (attempt 2), which reports it Ready.
+    let moved = tokio::spawn(async move {
+        let mut e =
+            crate::table::fixtures::assignment("f1", "pod-b", "10.0.0.2:1", 2, Phase::Ready);
+        e.mode = Mode::Function as i32;
+        let mut t = table::write(&table);
+        t.apply_control_plane(
+            kruntimes_proto::watch::SourceUpdate::Upsert(e.clone()),
+            Instant::now(),
+        );
+        t.apply_runtimed(
+            "10.0.0.2:1",
+            crate::table::fixtures::snap("pod-b", vec![e]),
+            Instant::now(),
+        );
+    });
+    let (result, facts) = admit(&f, &post(INVOKE, "slow-alice")).await;
+    moved.await.unwrap();
+    assert_eq!(result, Ok(()));
+    let route = facts.route.as_ref().unwrap();
+    assert_eq!(route.pod_uid(), "pod-b", "not the owner looked up before");
+    // A caller already cached is not held up, and sees the move too.
+    let (result, facts) = admit(&f, &post(INVOKE, "slow-alice")).await;
+    assert_eq!(result, Ok(()));
+    assert_eq!(facts.route.as_ref().map(|r| r.pod_uid()), Some("pod-b"));
+}
