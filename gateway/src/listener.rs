@@ -11,9 +11,13 @@
 //!    the first stream's (HTTP/2) must arrive within `header_timeout` of the
 //!    handshake; otherwise the connection is closed. The proxy marks a
 //!    connection's requests in its request filter ([`Connections`]).
-//! 4. **Idle timeout**: a connection with no request in flight for
-//!    `idle_timeout` (`--idle-timeout-secs`) is closed. Later requests are
-//!    also bounded by Pingora's keep-alive and read timeouts.
+//! 4. **Idle timeout**: a connection with no request in flight and nothing
+//!    read or written for `idle_timeout` (`--idle-timeout-secs`) is closed.
+//! 5. **Next-request deadline** (HTTP/1.1): each later request must arrive
+//!    within `idle_timeout` + `header_timeout` of the previous one's end,
+//!    whatever bytes trickle in meanwhile (Pingora times each read, not the
+//!    header); otherwise the connection is closed, counted as a header
+//!    timeout.
 //!
 //! Accept errors (EMFILE included) never end the loop: they back off.
 
@@ -26,7 +30,7 @@ use pingora::apps::ServerApp;
 use pingora::listeners::tls::Acceptor;
 use pingora::protocols::l4::stream::Stream as L4Stream;
 use pingora::protocols::l4::virt::{VirtualSockOpt, VirtualSocket, VirtualSocketStream};
-use pingora::protocols::{GetSocketDigest as _, SocketDigest, Stream};
+use pingora::protocols::{ALPN, GetSocketDigest as _, SocketDigest, Stream};
 #[cfg(unix)]
 use pingora::server::ListenFds;
 use pingora::server::ShutdownWatch;
@@ -36,7 +40,7 @@ use kruntimes_support::listen::{self, Limits, Stats};
 
 mod connections;
 
-use connections::{Connection, idle_for};
+use connections::{Connection, between_requests_for, idle_for};
 pub use connections::{Connections, InFlight};
 
 /// Counters of one listener, beside its [`Stats`].
@@ -173,6 +177,8 @@ impl<A: ServerApp + Send + Sync + 'static> Conn<A> {
                 }
             }
         };
+        // HTTP/1.1 unless TLS chose HTTP/2 (the plain listener has no h2c).
+        let http1 = !matches!(stream.selected_alpn_proto(), Some(ALPN::H2 | ALPN::H2H1));
         let serving = async {
             let first = self.app.process_new(stream, &shutdown);
             tokio::pin!(first);
@@ -206,6 +212,9 @@ impl<A: ServerApp + Send + Sync + 'static> Conn<A> {
             biased;
             () = serving => {}
             () = idle_for(&conn, self.idle_timeout) => {}
+            () = between_requests_for(&conn, self.idle_timeout + self.header_timeout), if http1 => {
+                self.metrics.header_timeouts.inc();
+            }
         }
         drop(registered);
     }

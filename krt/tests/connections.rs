@@ -334,6 +334,61 @@ async fn the_gateway_cuts_off_slow_handshakes_and_silent_connections_and_bounds_
     assert!(count("accepted") > 0, "{text}");
 }
 
+/// HTTP/1.1 keep-alive: a next request whose header trickles in a byte at a
+/// time (each read inside the idle timeout, each inside Pingora's read
+/// timeout) is cut off at the next-request deadline, idle timeout plus
+/// header deadline after the previous answer, not served whenever it ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trickled_keep_alive_header_is_cut_off_at_the_next_request_deadline() {
+    let stack = ready_fn(&[
+        "--gateway-flag=--header-timeout-ms=1000",
+        "--gateway-flag=--idle-timeout-secs=1",
+    ])
+    .await;
+    let (_, address) = gateway(&stack);
+    let host = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let tcp = TcpStream::connect(&address).await.unwrap();
+    let mut s = public_tls(&stack, &[b"http/1.1"])
+        .connect(host, tcp)
+        .await
+        .unwrap();
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = healthz_answer(&mut s).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // ~20 s of header at 300 ms a byte; the deadline is 2 s away.
+    let next = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Slow: aaaaaaaaaaaaaaaaaaaa\r\n\r\n";
+    let mut sent = 0;
+    let mut buf = [0u8; 512];
+    for b in next {
+        if s.write_all(std::slice::from_ref(b)).await.is_err() {
+            break;
+        }
+        sent += 1;
+        match tokio::time::timeout(std::time::Duration::from_millis(300), s.read(&mut buf)).await {
+            // Still open, nothing to read: the next byte.
+            Err(_) => {}
+            Ok(Ok(0)) | Ok(Err(_)) => break,
+            Ok(Ok(n)) => panic!(
+                "answered a trickled header: {}",
+                String::from_utf8_lossy(&buf[..n])
+            ),
+        }
+    }
+    assert!(
+        sent < next.len(),
+        "the whole header went through ({sent} bytes)"
+    );
+    let text = stack.metrics().await.unwrap();
+    assert!(
+        text.lines().any(|l| l.starts_with(
+            "kruntimes_gateway_connections_total{event=\"header_timeout\",listener=\"https\"}"
+        )),
+        "{text}"
+    );
+}
+
 /// A client that opens a new HTTP/1.1 connection for every request.
 fn fresh_connections(stack: &Stack) -> reqwest::Client {
     let client: serde_json::Value =

@@ -46,6 +46,9 @@ pub(super) struct Connection {
     /// The latest of: the registration, the end of a request, bytes read
     /// or written; in milliseconds since `since`.
     active_ms: AtomicU64,
+    /// The latest of: the registration, the end of a request; in
+    /// milliseconds since `since`.
+    ended_ms: AtomicU64,
     since: Instant,
 }
 
@@ -55,6 +58,7 @@ impl Connection {
             spoke: Notify::new(),
             in_flight: AtomicUsize::new(0),
             active_ms: AtomicU64::new(0),
+            ended_ms: AtomicU64::new(0),
             since: Instant::now(),
         }
     }
@@ -67,12 +71,26 @@ impl Connection {
     /// endpoint's body, written by Pingora after the handler returns). A
     /// peer that stops reading stops the writes, and so the stamps.
     pub(super) fn touch(&self) {
-        let ms = u64::try_from(self.since.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.active_ms.fetch_max(ms, Ordering::AcqRel);
+        self.active_ms.fetch_max(self.now_ms(), Ordering::AcqRel);
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.since.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
     /// When the connection is idle from, if nothing is in flight.
     fn idle_since(&self) -> Option<Instant> {
+        self.quiet_since(&self.active_ms)
+    }
+
+    /// When the connection's last request ended (or it was registered), if
+    /// nothing is in flight; bytes moved since do not count.
+    fn ended_since(&self) -> Option<Instant> {
+        self.quiet_since(&self.ended_ms)
+    }
+
+    /// `stamp` as an instant, if nothing is in flight.
+    fn quiet_since(&self, stamp: &AtomicU64) -> Option<Instant> {
         // The count, the stamp, the count. A request that ends before the
         // first load stamped before it was uncounted, so the stamp load sees
         // its end; one that begins before the second load read its bytes, and
@@ -83,8 +101,8 @@ impl Connection {
         if !idle() {
             return None;
         }
-        let active = self.active_ms.load(Ordering::Acquire);
-        idle().then(|| self.since + Duration::from_millis(active))
+        let at = stamp.load(Ordering::Acquire);
+        idle().then(|| self.since + Duration::from_millis(at))
     }
 }
 
@@ -94,7 +112,9 @@ pub struct InFlight(Arc<Connection>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.touch();
+        let now = self.0.now_ms();
+        self.0.active_ms.fetch_max(now, Ordering::AcqRel);
+        self.0.ended_ms.fetch_max(now, Ordering::AcqRel);
         self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }
@@ -153,14 +173,29 @@ impl Connections {
 /// Returns once `conn` has had no request in flight and nothing read or
 /// written for `idle`, checking with tokio's timer at most once per `idle`.
 pub(super) async fn idle_for(conn: &Connection, idle: Duration) {
-    let mut deadline = Instant::now() + idle;
+    quiet_for(idle, || conn.idle_since()).await;
+}
+
+/// Returns once `conn` has had no request in flight for `limit` since its
+/// last request ended (or its registration), whatever bytes it read or
+/// wrote meanwhile: the bound on the time between two HTTP/1.1 requests,
+/// where a header trickled a byte at a time would otherwise keep the idle
+/// clock running for ever (Pingora times each read, not the header).
+pub(super) async fn between_requests_for(conn: &Connection, limit: Duration) {
+    quiet_for(limit, || conn.ended_since()).await;
+}
+
+/// Returns once `since()` (`None`: busy) is at least `limit` ago, checking
+/// with tokio's timer at most once per `limit`.
+async fn quiet_for(limit: Duration, since: impl Fn() -> Option<Instant>) {
+    let mut deadline = Instant::now() + limit;
     loop {
         tokio::time::sleep_until(deadline).await;
         let now = Instant::now();
-        match conn.idle_since() {
-            Some(since) if now.saturating_duration_since(since) >= idle => return,
-            Some(since) => deadline = since + idle,
-            None => deadline = now + idle,
+        match since() {
+            Some(since) if now.saturating_duration_since(since) >= limit => return,
+            Some(since) => deadline = since + limit,
+            None => deadline = now + limit,
         }
     }
 }
@@ -266,6 +301,45 @@ mod tests {
             idle,
             "closed one timeout after the last read"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn between_requests_bytes_do_not_count_only_request_ends_do() {
+        let open = Connections::default();
+        let c = open.register(addr(1000), addr(80));
+        let limit = Duration::from_secs(70);
+        // A request in flight across several limits keeps it open.
+        let r = open.request(addr(1000), addr(80)).unwrap();
+        let watch = between_requests_for(&c.conn, limit);
+        tokio::pin!(watch);
+        assert!(
+            tokio::time::timeout(Duration::from_secs(200), &mut watch)
+                .await
+                .is_err()
+        );
+        drop(r);
+        let ended = Instant::now();
+        // A byte every 10 s (a header trickling in) moves nothing: the
+        // limit runs from the request's end.
+        let trickle = async {
+            loop {
+                tokio::time::sleep(Duration::from_secs(10)).await;
+                c.conn.touch();
+            }
+        };
+        tokio::select! {
+            () = &mut watch => {}
+            () = trickle => unreachable!(),
+        }
+        assert_eq!(Instant::now() - ended, limit);
+        // A request counted in time restarts the limit from its own end.
+        let watch = between_requests_for(&c.conn, limit);
+        tokio::pin!(watch);
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        drop(open.request(addr(1000), addr(80)).unwrap());
+        let second = Instant::now();
+        watch.await;
+        assert_eq!(Instant::now() - second, limit);
     }
 
     #[tokio::test(start_paused = true)]
