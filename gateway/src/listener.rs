@@ -178,7 +178,7 @@ impl<A: ServerApp + Send + Sync + 'static> Conn<A> {
             }
         };
         // HTTP/1.1 unless TLS chose HTTP/2 (the plain listener has no h2c).
-        let http1 = !matches!(stream.selected_alpn_proto(), Some(ALPN::H2 | ALPN::H2H1));
+        let http1 = stream.selected_alpn_proto() != Some(ALPN::H2);
         let serving = async {
             let first = self.app.process_new(stream, &shutdown);
             tokio::pin!(first);

@@ -42,7 +42,8 @@ fn reply(status: u16, content_type: &str, body: Vec<u8>) -> Response<Vec<u8>> {
 impl ServeHttp for MetricsApp {
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
         // In flight until the answer is built; Pingora writes it after, and
-        // those writes keep the connection active.
+        // those writes keep the connection from the idle timeout (up to the
+        // next-request deadline, on this HTTP/1.1 listener).
         let _in_flight = match (
             session.client_addr().and_then(|a| a.as_inet()),
             session.server_addr().and_then(|a| a.as_inet()),

@@ -136,13 +136,14 @@ impl LogBuffer {
         if batch.is_empty() {
             return Ok(());
         }
-        let written = if output.broken {
-            out.write_all(b"\n")
-        } else {
-            Ok(())
-        }
-        .and_then(|()| out.write_all(batch))
-        .and_then(|()| out.flush());
+        let mut write = || {
+            if output.broken {
+                out.write_all(b"\n")?;
+            }
+            out.write_all(batch)?;
+            out.flush()
+        };
+        let written = write();
         output.broken = written.is_err();
         if written.is_err() {
             let lines = batch.iter().filter(|&&b| b == b'\n').count();
