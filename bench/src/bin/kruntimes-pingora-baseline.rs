@@ -133,6 +133,11 @@ fn main() -> anyhow::Result<()> {
         // As the gateway: Pingora's timeouts on tokio's timer, so its clock
         // thread (10 ms ticks) never starts in either.
         fast_timeout_to_tokio_threshold_seconds: Some(0),
+        // A baseline has nothing to drain: on SIGTERM it exits at once
+        // (Pingora's default grace is 5 minutes, past the harness's wait,
+        // which then kills it and loses whatever an exit handler writes).
+        grace_period_seconds: Some(0),
+        graceful_shutdown_timeout_seconds: Some(1),
         ..ServerConf::default()
     };
     let mut server = Server::new_with_opt_and_conf(None, conf);
