@@ -14,6 +14,7 @@ image.
 
 Usage (from anywhere; see docs/images.md):
   python3 images/build.py build [--only NAME,…] [--profile release|dev] [--tag T] …
+  python3 images/build.py build --profile-use target/pgo-counts/merged.profdata  # bench/pgo.sh
   python3 images/build.py inspect ARCHIVE    # the reference, config and layers, as JSON
   python3 images/build.py unpack ARCHIVE DIR  # the root filesystem (as root: owners kept)
   python3 images/build.py lint                # the Dockerfiles agree with images.toml
@@ -68,6 +69,8 @@ class Settings:
     out: Path
     target_dir: Path
     profile: str
+    # The merged LLVM profile the Rust binaries are optimised with (bench/pgo.sh), if any.
+    profile_use: Path | None = None
 
 
 def reference(s: Settings, name: str) -> str:
@@ -201,7 +204,7 @@ def binary_blob(img: dict, binary: Path, s: Settings) -> Blob:
     for d in img.get("dirs", []):
         top.dir(d["path"], d["mode"], d["uid"], d["gid"])
     if "package" in img:
-        how = f"cargo profile {s.profile}"
+        how = f"cargo profile {s.profile}" + (", profile-guided" if s.profile_use else "")
     elif "go" in img:
         how = f"go install {img['go']}"
     else:
@@ -249,11 +252,23 @@ def cargo_metadata() -> dict:
 
 
 def build_binaries(images: dict, profile: str, target_dir: Path, skip_cargo: bool,
-                   version: str) -> dict[str, Path]:
+                   version: str, profile_use: Path | None = None) -> dict[str, Path]:
     """Every image's binary: `cargo build` of the workspace's (debug info stripped: the
     symbols stay, for backtraces), `gcc -static` of C sources and `go install` of Go modules
-    (cached by module version)."""
+    (cached by module version). With `profile_use` the Rust binaries are optimised with that
+    merged LLVM profile, in TARGET_DIR/pgo (bench/pgo.sh's, whose cache the same file reuses):
+    other RUSTFLAGS would rebuild the plain target directory's every crate."""
     rust = {(img["package"], img["binary"]) for img in images.values() if "package" in img}
+    env = None
+    build_dir = target_dir
+    if profile_use is not None:
+        if profile == "dev":
+            raise SystemExit("images: --profile-use needs an optimised profile, not dev")
+        if not profile_use.is_file():
+            raise SystemExit(f"images: {profile_use} is missing (bench/pgo.sh writes it)")
+        build_dir = target_dir / "pgo"
+        env = {**os.environ, "CARGO_TARGET_DIR": str(build_dir),
+               "RUSTFLAGS": f"-Cprofile-use={profile_use.resolve()}"}
     if rust and not skip_cargo:
         cmd = ["cargo", "build", "--locked", "--profile", profile]
         if profile == "dev":
@@ -267,10 +282,10 @@ def build_binaries(images: dict, profile: str, target_dir: Path, skip_cargo: boo
                 cmd += ["-p", package, "--bin", binary]
         log(" ".join(cmd))
         started = time.monotonic()
-        if subprocess.run(cmd, cwd=ROOT).returncode != 0:
+        if subprocess.run(cmd, cwd=ROOT, env=env).returncode != 0:
             raise SystemExit("images: cargo build failed")
         log(f"cargo build: {time.monotonic() - started:.0f} s")
-    out_dir = target_dir / ("debug" if profile == "dev" else profile)
+    out_dir = build_dir / ("debug" if profile == "dev" else profile)
     # Copies, removed once the layers are written (cmd_build).
     stripped = target_dir / "images" / "bin"
     stripped.mkdir(parents=True, exist_ok=True)
@@ -348,9 +363,9 @@ def cmd_build(a: argparse.Namespace) -> None:
         revision=git("rev-parse", "HEAD") or "unknown",
         source=workspace_repository(),
         out=Path(a.out) if a.out else target_dir / "images", target_dir=target_dir,
-        profile=a.profile,
+        profile=a.profile, profile_use=a.profile_use,
     )
-    binaries = build_binaries(images, a.profile, target_dir, a.no_cargo, s.tag)
+    binaries = build_binaries(images, a.profile, target_dir, a.no_cargo, s.tag, a.profile_use)
     plans: dict[str, list[GroupLayer]] = {n: [] for n in images}
     files: dict[Deb, Path] = {}
     if any(img["groups"] for img in images.values()):
@@ -448,6 +463,8 @@ def main() -> None:
     b.add_argument("--tag", default="", help="image tag (default: the workspace version, the chart's appVersion)")
     b.add_argument("--out", help="output directory (default: TARGET_DIR/images)")
     b.add_argument("--no-cargo", action="store_true", help="use the binaries already built")
+    b.add_argument("--profile-use", type=Path, metavar="PROFDATA",
+                   help="optimise the Rust binaries with this merged LLVM profile (bench/pgo.sh)")
     b.add_argument("--refresh", action="store_true", help="refresh the private apt lists now")
     b.set_defaults(func=cmd_build)
     i = sub.add_parser("inspect", help="print an archive's reference, config and layers")
