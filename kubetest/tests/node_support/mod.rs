@@ -65,11 +65,41 @@ impl Installed {
         let started = Instant::now();
         release(&node, &helm, "install", extra);
         eprintln!("helm install --wait: {:?}", started.elapsed());
-        Self {
+        let installed = Self {
             node,
             helm,
             client_pods: Default::default(),
+        };
+        installed.wait_node_port(Duration::from_secs(60)).await;
+        installed
+    }
+
+    /// Waits until the NodePort routes to a gateway (any HTTP answer). `helm
+    /// --wait` returns once the gateway Pods are Ready; kube-proxy programs
+    /// the NodePort for their endpoints a moment later, and until then a
+    /// connection is refused. A platform team checks the same after install.
+    async fn wait_node_port(&self, within: Duration) {
+        let started = Instant::now();
+        let mut last = String::new();
+        while started.elapsed() < within {
+            match self
+                .host_client()
+                .get(format!("https://{GATEWAY_HOST}:{NODE_PORT}/v1/namespaces"))
+                .send()
+                .await
+            {
+                Ok(_) => {
+                    eprintln!("NodePort routable: {:?}", started.elapsed());
+                    return;
+                }
+                Err(e) => last = error_chain(&e),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        panic!(
+            "the NodePort never routed within {within:?}; last: {last}\n{}",
+            diagnose(&self.node)
+        );
     }
 
     /// `helm upgrade --wait` with the base values and `extra`.
@@ -327,7 +357,7 @@ spec:
             .json(&body)
             .send()
             .await
-            .unwrap_or_else(|e| panic!("invoke through the NodePort: {e:#}"));
+            .unwrap_or_else(|e| panic!("invoke through the NodePort: {}", error_chain(&e)));
         let status = r.status().as_u16();
         (status, r.json().await.unwrap_or_default())
     }
@@ -348,7 +378,7 @@ spec:
             {
                 Ok(r) if r.status() == 200 => return,
                 Ok(r) => last = format!("{} {}", r.status(), r.text().await.unwrap_or_default()),
-                Err(e) => last = format!("{e:#}"),
+                Err(e) => last = error_chain(&e),
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -406,6 +436,19 @@ fn release(node: &NodeCluster, helm: &Helm, verb: &str, extra: &[&str]) {
     if let Err(e) = node.helm(helm, &args) {
         panic!("{e:#}\n{}", diagnose(node));
     }
+}
+
+/// An error and its causes, one after another (reqwest's own message names
+/// only the URL).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        out.push_str(": ");
+        out.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    out
 }
 
 /// `kubectl get … -o json`, parsed.
