@@ -44,6 +44,8 @@ counts="$target/pgo-counts"
 rm -rf "$counts"
 mkdir -p "$counts"
 
+# The same packages as images/build.py's PGO_PACKAGES: features resolve over the selected
+# packages, and the counts only match crates whose features resolved the same way.
 build() { # target subdirectory, RUSTFLAGS
   (cd "$ROOT" && CARGO_TARGET_DIR="$target/$1" RUSTFLAGS="$2" \
     cargo build --locked --release -p krt -p kruntimes-bench >&2)

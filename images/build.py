@@ -251,6 +251,11 @@ def cargo_metadata() -> dict:
     return json.loads(p.stdout)
 
 
+# What bench/pgo.sh builds and trains (its `build` function); the profile-guided images
+# build selects them too, so features resolve as they did for the counts.
+PGO_PACKAGES = ("krt", "kruntimes-bench")
+
+
 def build_binaries(images: dict, profile: str, target_dir: Path, skip_cargo: bool,
                    version: str, profile_use: Path | None = None) -> dict[str, Path]:
     """Every image's binary: `cargo build` of the workspace's (debug info stripped: the
@@ -278,6 +283,13 @@ def build_binaries(images: dict, profile: str, target_dir: Path, skip_cargo: boo
             # the tests run, and the tests after this build compile nothing.
             cmd += ["--workspace", "--all-targets"]
         else:
+            if profile_use is not None:
+                # The packages bench/pgo.sh builds and trains. Cargo resolves features over
+                # the packages a build selects, and a crate's features go into its symbol
+                # names (`-C metadata`), which is how the counts find their functions: built
+                # without these, kube-runtime, rustix and every crate above them resolve
+                # otherwise and match no count, silently.
+                cmd += [arg for package in PGO_PACKAGES for arg in ("-p", package)]
             for package, binary in sorted(rust):
                 cmd += ["-p", package, "--bin", binary]
         log(" ".join(cmd))
