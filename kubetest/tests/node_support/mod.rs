@@ -80,26 +80,9 @@ impl Installed {
     /// connection is refused. A platform team checks the same after install.
     async fn wait_node_port(&self, within: Duration) {
         let started = Instant::now();
-        let mut last = String::new();
-        while started.elapsed() < within {
-            match self
-                .host_client()
-                .get(format!("https://{GATEWAY_HOST}:{NODE_PORT}/v1/namespaces"))
-                .send()
-                .await
-            {
-                Ok(_) => {
-                    eprintln!("NodePort routable: {:?}", started.elapsed());
-                    return;
-                }
-                Err(e) => last = error_chain(&e),
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!(
-            "the NodePort never routed within {within:?}; last: {last}\n{}",
-            diagnose(&self.node)
-        );
+        let url = format!("https://{GATEWAY_HOST}:{NODE_PORT}/v1/namespaces");
+        self.poll_node_port(within, |c| c.get(&url), |_| true).await;
+        eprintln!("NodePort routable: {:?}", started.elapsed());
     }
 
     /// `helm upgrade --wait` with the base values and `extra`.
@@ -357,7 +340,9 @@ spec:
             .json(&body)
             .send()
             .await
-            .unwrap_or_else(|e| panic!("invoke through the NodePort: {}", error_chain(&e)));
+            .unwrap_or_else(|e| {
+                panic!("invoke through the NodePort: {:#}", anyhow::Error::from(e))
+            });
         let status = r.status().as_u16();
         (status, r.json().await.unwrap_or_default())
     }
@@ -365,25 +350,36 @@ spec:
     /// Invokes through the NodePort (new connections each time) until one
     /// answers 200, within `within`.
     pub async fn invoke_eventually(&self, path: &str, token: &str, within: Duration) {
+        let url = format!("https://{GATEWAY_HOST}:{NODE_PORT}{path}");
+        self.poll_node_port(
+            within,
+            |c| c.post(&url).bearer_auth(token).json(&json!({})),
+            |r| r.status() == 200,
+        )
+        .await;
+    }
+
+    /// Sends `request` through the NodePort, on a new client (a new
+    /// connection) each try, until `done` accepts the answer; panics after
+    /// `within` with the last answer or error and the cluster's state.
+    async fn poll_node_port(
+        &self,
+        within: Duration,
+        request: impl Fn(&reqwest::Client) -> reqwest::RequestBuilder,
+        done: impl Fn(&reqwest::Response) -> bool,
+    ) {
         let deadline = Instant::now() + within;
         let mut last = String::new();
         while Instant::now() < deadline {
-            let client = self.host_client();
-            match client
-                .post(format!("https://{GATEWAY_HOST}:{NODE_PORT}{path}"))
-                .bearer_auth(token)
-                .json(&json!({}))
-                .send()
-                .await
-            {
-                Ok(r) if r.status() == 200 => return,
+            match request(&self.host_client()).send().await {
+                Ok(r) if done(&r) => return,
                 Ok(r) => last = format!("{} {}", r.status(), r.text().await.unwrap_or_default()),
-                Err(e) => last = error_chain(&e),
+                Err(e) => last = format!("{:#}", anyhow::Error::from(e)),
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
         panic!(
-            "no 200 from {path} within {within:?}; last: {last}\n{}",
+            "no answer accepted through the NodePort within {within:?}; last: {last}\n{}",
             diagnose(&self.node)
         );
     }
@@ -436,19 +432,6 @@ fn release(node: &NodeCluster, helm: &Helm, verb: &str, extra: &[&str]) {
     if let Err(e) = node.helm(helm, &args) {
         panic!("{e:#}\n{}", diagnose(node));
     }
-}
-
-/// An error and its causes, one after another (reqwest's own message names
-/// only the URL).
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        out.push_str(": ");
-        out.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    out
 }
 
 /// `kubectl get … -o json`, parsed.
