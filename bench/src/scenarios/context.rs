@@ -56,6 +56,11 @@ impl Ctx {
                 "h2 where negotiated"
             }),
         );
+        // Since 2026-12-05; before, the baselines got no token.
+        cfg.insert(
+            "baseline_requests".into(),
+            json!("the gateway's, bearer token included"),
+        );
         cfg.insert(
             "cpus".into(),
             json!(

@@ -49,10 +49,16 @@ pub(super) async fn start_for(
 ) -> Vec<Proxy> {
     let started = NAMES.map(|name| (name, launch(local, name, owner, fence, install)));
     let mut proxies = Vec::new();
+    // Each proxy gets the gateway's request, bearer token included: the
+    // token is bytes every caller sends, whatever stands in front of the
+    // owner (HTTP/2 clients never index it in HPACK, so each request
+    // carries it whole and each proxy decodes it). The baselines drop it
+    // before the owner, as the gateway does; only the gateway checks it.
+    let token = Some(local.stack.token.as_str());
     for (name, b) in started {
         let probed = b.and_then(|b| {
             Ok((
-                path(paths::via_proxy(&local.pki, &b.url, fence, None, BODY)?),
+                path(paths::via_proxy(&local.pki, &b.url, fence, token, BODY)?),
                 b,
             ))
         });
