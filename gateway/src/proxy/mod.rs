@@ -219,6 +219,8 @@ async fn drain(session: &mut Session) {
 impl ProxyHttp for Gateway {
     type CTX = Ctx;
 
+    // Pingora makes the context once the request header is read, just
+    // before the request filter: `started` is the request's arrival.
     fn new_ctx(&self) -> Self::CTX {
         Ctx {
             invocation_id: String::new(),
@@ -233,7 +235,6 @@ impl ProxyHttp for Gateway {
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<bool> {
-        ctx.started = Instant::now();
         if let Some(open) = &self.connections {
             let peer = session.client_addr().and_then(|a| a.as_inet());
             let local = session.server_addr().and_then(|a| a.as_inet());
