@@ -127,8 +127,9 @@ pub struct Args {
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub handshake_timeout_ms: u64,
     /// Deadline for a connection's first request headers after its
-    /// handshake, in milliseconds; a later HTTP/1.1 request must arrive
-    /// within the idle timeout plus this of the previous one's end.
+    /// handshake, in milliseconds; a later request (HTTP/1.1, or a new
+    /// HTTP/2 stream) must arrive within the idle timeout plus this of the
+    /// previous one's end, whatever other bytes (HTTP/2 PINGs) come.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub header_timeout_ms: u64,
     /// A connection with no request in flight (no HTTP/2 stream, no

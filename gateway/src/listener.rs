@@ -208,12 +208,17 @@ impl<A: ServerApp + Send + Sync + 'static> Conn<A> {
         // `serving` first: bytes that arrive as the idle deadline passes are
         // read (and stamp the connection) before the deadline is checked, so
         // a request already in the socket is served, not reset.
+        // Bytes alone never hold a connection past the idle timeout plus the
+        // header deadline from its last request's end: neither an HTTP/1.1
+        // header trickled a byte at a time nor HTTP/2 PINGs with no stream.
         tokio::select! {
             biased;
             () = serving => {}
             () = idle_for(&conn, self.idle_timeout) => {}
-            () = between_requests_for(&conn, self.idle_timeout + self.header_timeout), if http1 => {
-                self.metrics.header_timeouts.inc();
+            () = between_requests_for(&conn, self.idle_timeout + self.header_timeout) => {
+                if http1 {
+                    self.metrics.header_timeouts.inc();
+                }
             }
         }
         drop(registered);

@@ -511,3 +511,50 @@ async fn idle_connections_close_and_pingoras_clock_thread_never_starts() {
         "Pingora's clock thread runs in the gateway: {threads:?}"
     );
 }
+
+/// An HTTP/2 client that PINGs an idle connection (as hyper's and gRPC's
+/// keep-alives do) cannot hold it for ever: with no stream since its last
+/// request ended for the idle timeout plus the header deadline, it is
+/// closed, the PINGs notwithstanding.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pings_do_not_keep_an_idle_http2_connection_open() {
+    use http_body_util::Empty;
+    use hyper::body::Bytes;
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+
+    let stack = ready_fn(&[
+        "--gateway-flag=--idle-timeout-secs=1",
+        "--gateway-flag=--header-timeout-ms=1000",
+    ])
+    .await;
+    let (_, address) = gateway(&stack);
+    let host = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let tcp = TcpStream::connect(&address).await.unwrap();
+    let tls = public_tls(&stack, &[b"h2"])
+        .connect(host, tcp)
+        .await
+        .unwrap();
+    // A PING every 200 ms, idle or not: always inside the idle timeout.
+    let (mut send, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .keep_alive_interval(std::time::Duration::from_millis(200))
+        .keep_alive_while_idle(true)
+        .handshake(TokioIo::new(tls))
+        .await
+        .unwrap();
+    let connection = tokio::spawn(conn);
+    let request = hyper::Request::get("https://localhost/healthz")
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    let answer = send.send_request(request).await.unwrap();
+    assert_eq!(answer.status(), 200);
+    drop(answer);
+    // Closed 2 s after that request ended; a generous bound on this machine.
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(30), connection).await;
+    assert!(
+        ended.is_ok(),
+        "an HTTP/2 connection PINGing with no stream stayed open for 30 s"
+    );
+    // Nothing else was cut: the gateway goes on serving.
+    invoke_ok(&stack, "fn").await;
+}

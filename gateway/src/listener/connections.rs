@@ -178,9 +178,10 @@ pub(super) async fn idle_for(conn: &Connection, idle: Duration) {
 
 /// Returns once `conn` has had no request in flight for `limit` since its
 /// last request ended (or its registration), whatever bytes it read or
-/// wrote meanwhile: the bound on the time between two HTTP/1.1 requests,
-/// where a header trickled a byte at a time would otherwise keep the idle
-/// clock running for ever (Pingora times each read, not the header).
+/// wrote meanwhile: the bound on the time between two requests, where a
+/// header trickled a byte at a time (HTTP/1.1) or PINGs with no stream
+/// (HTTP/2) would otherwise keep the idle clock running for ever (Pingora
+/// times each read, not the header).
 pub(super) async fn between_requests_for(conn: &Connection, limit: Duration) {
     quiet_for(limit, || conn.ended_since()).await;
 }
