@@ -33,6 +33,16 @@ async fn ready_fn(flags: &[&str]) -> Stack {
     stack
 }
 
+/// A stack whose gateway closes a connection idle for 1 s, and one whose
+/// next request has not come 2 s after the previous one ended.
+async fn short_idle() -> Stack {
+    ready_fn(&[
+        "--gateway-flag=--idle-timeout-secs=1",
+        "--gateway-flag=--header-timeout-ms=1000",
+    ])
+    .await
+}
+
 /// Reads until the peer closes (0 bytes) or errors; returns what it read.
 async fn until_closed(s: &mut (impl tokio::io::AsyncRead + Unpin)) -> Vec<u8> {
     let mut got = Vec::new();
@@ -218,8 +228,9 @@ fn gateway(stack: &Stack) -> (u32, String) {
     )
 }
 
-/// A TLS client trusting the stack's public CA, offering `alpn`.
-fn public_tls(stack: &Stack, alpn: &[&[u8]]) -> tokio_rustls::TlsConnector {
+/// A TLS connection to the gateway's HTTPS listener, trusting the stack's
+/// public CA and offering `alpn`.
+async fn public_tls(stack: &Stack, alpn: &[&[u8]]) -> tokio_rustls::client::TlsStream<TcpStream> {
     let client: serde_json::Value =
         serde_json::from_slice(&std::fs::read(stack.state_dir().join("client.json")).unwrap())
             .unwrap();
@@ -229,7 +240,13 @@ fn public_tls(stack: &Stack, alpn: &[&[u8]]) -> tokio_rustls::TlsConnector {
         alpn,
     )
     .unwrap();
+    let (_, address) = gateway(stack);
+    let tcp = TcpStream::connect(&address).await.unwrap();
+    let host = rustls::pki_types::ServerName::try_from("localhost").unwrap();
     tokio_rustls::TlsConnector::from(Arc::new(tls))
+        .connect(host, tcp)
+        .await
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -250,7 +267,6 @@ async fn the_gateway_cuts_off_slow_handshakes_and_silent_connections_and_bounds_
     ])
     .await;
     let (pid, address) = gateway(&stack);
-    let host = rustls::pki_types::ServerName::try_from("localhost").unwrap();
 
     // A partial ClientHello, never finished: closed.
     let mut partial = TcpStream::connect(&address).await.unwrap();
@@ -262,11 +278,7 @@ async fn the_gateway_cuts_off_slow_handshakes_and_silent_connections_and_bounds_
 
     // HTTP/1.1 after the handshake: headers begun, never finished — closed
     // without a response.
-    let tcp = TcpStream::connect(&address).await.unwrap();
-    let mut slow = public_tls(&stack, &[b"http/1.1"])
-        .connect(host.clone(), tcp)
-        .await
-        .unwrap();
+    let mut slow = public_tls(&stack, &[b"http/1.1"]).await;
     slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n")
         .await
         .unwrap();
@@ -274,21 +286,13 @@ async fn the_gateway_cuts_off_slow_handshakes_and_silent_connections_and_bounds_
     assert!(answer.is_empty(), "{}", String::from_utf8_lossy(&answer));
 
     // HTTP/2 negotiated, then silence (not even the preface): closed.
-    let tcp = TcpStream::connect(&address).await.unwrap();
-    let mut silent = public_tls(&stack, &[b"h2"])
-        .connect(host.clone(), tcp)
-        .await
-        .unwrap();
+    let mut silent = public_tls(&stack, &[b"h2"]).await;
     assert_eq!(silent.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
     until_closed(&mut silent).await;
 
     // A connection that speaks in time is served past the deadline: its
     // keep-alive request after a pause is answered too.
-    let tcp = TcpStream::connect(&address).await.unwrap();
-    let mut polite = public_tls(&stack, &[b"http/1.1"])
-        .connect(host.clone(), tcp)
-        .await
-        .unwrap();
+    let mut polite = public_tls(&stack, &[b"http/1.1"]).await;
     polite
         .write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .await
@@ -340,18 +344,8 @@ async fn the_gateway_cuts_off_slow_handshakes_and_silent_connections_and_bounds_
 /// header deadline after the previous answer, not served whenever it ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trickled_keep_alive_header_is_cut_off_at_the_next_request_deadline() {
-    let stack = ready_fn(&[
-        "--gateway-flag=--header-timeout-ms=1000",
-        "--gateway-flag=--idle-timeout-secs=1",
-    ])
-    .await;
-    let (_, address) = gateway(&stack);
-    let host = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-    let tcp = TcpStream::connect(&address).await.unwrap();
-    let mut s = public_tls(&stack, &[b"http/1.1"])
-        .connect(host, tcp)
-        .await
-        .unwrap();
+    let stack = short_idle().await;
+    let mut s = public_tls(&stack, &[b"http/1.1"]).await;
     s.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .await
         .unwrap();
@@ -522,18 +516,8 @@ async fn pings_do_not_keep_an_idle_http2_connection_open() {
     use hyper::body::Bytes;
     use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 
-    let stack = ready_fn(&[
-        "--gateway-flag=--idle-timeout-secs=1",
-        "--gateway-flag=--header-timeout-ms=1000",
-    ])
-    .await;
-    let (_, address) = gateway(&stack);
-    let host = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-    let tcp = TcpStream::connect(&address).await.unwrap();
-    let tls = public_tls(&stack, &[b"h2"])
-        .connect(host, tcp)
-        .await
-        .unwrap();
+    let stack = short_idle().await;
+    let tls = public_tls(&stack, &[b"h2"]).await;
     // A PING every 200 ms, idle or not: always inside the idle timeout.
     let (mut send, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
         .timer(TokioTimer::new())
