@@ -14,10 +14,7 @@ use nix::unistd::Pid;
 /// clock ticks (10 ms), a few percent of what a proxy spends on 1,000
 /// requests; it is the fallback where the clock cannot be read.
 pub(super) fn proc_usage(pid: u32) -> Option<(Duration, u64, u64)> {
-    let cpu = match cpu_clock(pid) {
-        Some(cpu) => cpu,
-        None => stat_cpu(pid)?,
-    };
+    let cpu = cpu_time(pid)?;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let kb = |key: &str| {
         status
@@ -28,6 +25,12 @@ pub(super) fn proc_usage(pid: u32) -> Option<(Duration, u64, u64)> {
             .unwrap_or(0)
     };
     Some((cpu, kb("VmRSS:"), kb("VmHWM:")))
+}
+
+/// The CPU time (user + system) of a process: its CPU-time clock, or
+/// `/proc/PID/stat`'s ticks where the clock cannot be read.
+fn cpu_time(pid: u32) -> Option<Duration> {
+    cpu_clock(pid).or_else(|| stat_cpu(pid))
 }
 
 /// The CPU time of a process from its CPU-time clock.
@@ -51,7 +54,7 @@ fn stat_cpu(pid: u32) -> Option<Duration> {
 
 /// CPU time of a process and its direct children (nginx's workers).
 pub(super) fn tree_cpu(pid: u32) -> Option<Duration> {
-    let mut total = proc_usage(pid)?.0;
+    let mut total = cpu_time(pid)?;
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
         let Some(child) = entry
             .file_name()
@@ -68,9 +71,9 @@ pub(super) fn tree_cpu(pid: u32) -> Option<Duration> {
             .and_then(|(_, rest)| rest.split_whitespace().nth(1))
             .and_then(|p| p.parse::<u32>().ok());
         if ppid == Some(pid)
-            && let Some(u) = proc_usage(child)
+            && let Some(cpu) = cpu_time(child)
         {
-            total += u.0;
+            total += cpu;
         }
     }
     Some(total)
