@@ -448,7 +448,7 @@ async fn after_sigterm_the_gateway_serves_new_connections_through_its_grace_then
     }
     // Its log ends with what it logged last: nothing waiting in the log
     // buffer is lost at exit (the line after the drain is written ~0 ms
-    // before the process ends, far inside the writer's 100 ms batches).
+    // before the process ends, far inside the writer's 1 s batches).
     let log = stack.log_of("gateway");
     let served = log
         .lines()

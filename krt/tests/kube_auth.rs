@@ -135,8 +135,8 @@ async fn gateway_api_calls(stack: &Stack, api: &str) -> u64 {
         .sum::<f64>() as u64
 }
 
-fn assert_no_token_in_logs(stack: &Stack, tokens: &[&str]) {
-    let logs = stack.all_logs();
+async fn assert_no_token_in_logs(stack: &Stack, tokens: &[&str]) {
+    let logs = stack.settled_logs().await;
     assert!(logs.len() > 1000, "expected captured logs, got {logs}");
     for t in tokens {
         assert!(!t.is_empty());
@@ -266,7 +266,7 @@ async fn rbac_decides_each_call_per_user_and_run() {
         ])
         .collect();
     let refs: Vec<&str> = tokens.iter().map(String::as_str).collect();
-    assert_no_token_in_logs(&stack, &refs);
+    assert_no_token_in_logs(&stack, &refs).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -290,7 +290,7 @@ async fn cached_identities_never_outlive_the_tokens_exp() {
     let r = call(&stack, &url, Some(&token)).await;
     assert_eq!(r.status(), 401);
     assert_eq!(error_code(r).await, "Unauthenticated");
-    assert_no_token_in_logs(&stack, &[&token]);
+    assert_no_token_in_logs(&stack, &[&token]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -375,7 +375,7 @@ async fn revocation_within_the_allowed_ttl_and_fail_closed_outage() {
             other => panic!("no recovery after the API server returned: {other}"),
         }
     }
-    assert_no_token_in_logs(&stack, &[&alice, &bob, &carol]);
+    assert_no_token_in_logs(&stack, &[&alice, &bob, &carol]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -448,7 +448,7 @@ async fn stale_if_error_and_local_service_account_verification() {
         .is_some_and(|n| n >= 1.0),
         "{metrics}"
     );
-    assert_no_token_in_logs(&stack, &[&alice, &sa_token, &forged]);
+    assert_no_token_in_logs(&stack, &[&alice, &sa_token, &forged]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -472,5 +472,5 @@ async fn token_audiences_are_enforced() {
     let r = call(&stack, &url, Some(&for_api)).await;
     assert_eq!(r.status(), 401);
     assert_eq!(error_code(r).await, "Unauthenticated");
-    assert_no_token_in_logs(&stack, &[&for_gateway, &for_api]);
+    assert_no_token_in_logs(&stack, &[&for_gateway, &for_api]).await;
 }

@@ -57,7 +57,7 @@ fn go_test(target: &Target) -> String {
 async fn go_sdk_passes_against_krt_up() {
     let target = Target::embedded().await;
     go_test(&target);
-    target.assert_no_token_in_logs();
+    target.assert_no_token_in_logs().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -68,5 +68,5 @@ async fn go_sdk_passes_against_the_api_server() {
         out.contains("--- PASS: TestLiveADeletedRoleBindingIsRefusedWithinTheAllowedTTL"),
         "{out}"
     );
-    target.assert_no_token_in_logs();
+    target.assert_no_token_in_logs().await;
 }

@@ -75,7 +75,7 @@ fn python_sdk_unit_suite_passes() {
 async fn python_sdk_passes_against_krt_up() {
     let target = Target::embedded().await;
     pytest(&["-m", "not kubernetes", "tests/live"], Some(&target), &[]);
-    target.assert_no_token_in_logs();
+    target.assert_no_token_in_logs().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -83,5 +83,5 @@ async fn python_sdk_passes_against_the_api_server() {
     let target = Target::kubernetes().await;
     let out = pytest(&["tests/live"], Some(&target), &[]);
     assert!(out.contains("passed"), "{out}");
-    target.assert_no_token_in_logs();
+    target.assert_no_token_in_logs().await;
 }

@@ -281,6 +281,18 @@ impl Cluster {
         std::fs::read_to_string(self.dir.path().join(format!("{name}.log"))).unwrap_or_default()
     }
 
+    /// [`Cluster::logs`] once every line the gateway logged before the
+    /// call is written ([`kruntimes_testkit::settle_gateway_log`]).
+    pub async fn settled_logs(&self) -> String {
+        if let Err(e) =
+            kruntimes_testkit::settle_gateway_log(&self.http, &self.gateway, || self.log("gateway"))
+                .await
+        {
+            panic!("{e}:\n{}", self.log("gateway"));
+        }
+        self.logs()
+    }
+
     /// Every process log, headed by its name.
     pub fn logs(&self) -> String {
         let names: Vec<String> = self

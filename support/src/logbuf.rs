@@ -1,11 +1,12 @@
 //! A log writer for processes that log on their request path (the
 //! gateway's access log): a line is copied into a shared buffer where it is
 //! logged, and a thread of its own writes the buffer out every
-//! [`FLUSH_EVERY`] while lines keep coming — one write for many lines, no
-//! wake-up per line, and no system call on the logging thread. With
-//! nothing logged for a whole period the writer blocks until a line comes:
-//! an idle process is not woken to find the buffer empty, and only the line
-//! that ends such a pause wakes it.
+//! [`FLUSH_EVERY`] while lines keep coming, or as soon as a batch's worth
+//! ([`LogBuffer::flush_at`]) is waiting — one write for many lines, no
+//! wake-up per line, and no system call on the logging thread but the one
+//! wake-up per full batch. With nothing logged for a whole period the
+//! writer blocks until a line comes: an idle process is not woken to find
+//! the buffer empty, and only the line that ends such a pause wakes it.
 //!
 //! Bounded: past [`MAX_PENDING`] bytes waiting, new lines are dropped (a
 //! flood must neither grow memory nor stall requests on a slow disk) and
@@ -18,15 +19,20 @@
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// How often pending lines are written out while lines keep coming. Each
-/// batch costs the writer a wake-up (~40 µs of CPU on the 2-core bench
-/// machine): at 20 ms that was ~10 µs per request at 200 requests/s, ~4 %
-/// of the gateway's cost there (docs/benchmarks.md).
-pub const FLUSH_EVERY: Duration = Duration::from_millis(100);
+/// The longest a line waits to be written while lines keep coming (a full
+/// batch is written sooner). Each batch costs the writer a wake-up (~50 µs
+/// of CPU on the 2-core bench machine): every 100 ms that was ~2.7 µs per
+/// request at 200 requests/s, ~2.5 % of the gateway's cost there; every
+/// 20 ms, ~4 times as much (docs/benchmarks.md).
+pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
 /// Bytes that may wait for the writer thread.
 pub const MAX_PENDING: usize = 4 << 20;
+/// The share of [`MAX_PENDING`] (or of a buffer's own bound) that wakes the
+/// writer before its period is over: under a flood, batches go out as they
+/// fill, long before lines would be dropped.
+const FLUSH_AT_DIVISOR: usize = 8;
 
 /// Lines dropped because the buffer was full or the output refused them,
 /// for a metric.
@@ -61,11 +67,23 @@ struct Shared {
 #[derive(Debug, Default)]
 struct Pending {
     bytes: Vec<u8>,
-    /// The writer is blocked on [`Shared::arrived`] (it found a whole
-    /// period without lines): the next line wakes it. While it sleeps
-    /// between batches nobody signals it, so logging a line costs no
-    /// system call.
-    writer_blocked: bool,
+    /// What the writer thread is doing, for whoever pushes a line.
+    writer: Writer,
+}
+
+/// The writer thread, as [`LogBuffer::push`] sees it.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Writer {
+    /// Awake (or not started): nobody signals it.
+    #[default]
+    Busy,
+    /// Between batches, waiting for its period to end: only the line that
+    /// fills a batch ([`LogBuffer::flush_at`]) wakes it, so logging a line
+    /// costs no system call.
+    Filling,
+    /// Blocked on an empty buffer (it found a whole period without lines):
+    /// the next line wakes it.
+    Idle,
 }
 
 /// What the writing side remembers between batches.
@@ -91,6 +109,12 @@ impl LogBuffer {
         self.dropped.clone()
     }
 
+    /// Pending bytes that wake a writer between batches: an eighth of the
+    /// bound.
+    pub fn flush_at(&self) -> usize {
+        (self.max / FLUSH_AT_DIVISOR).max(1)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
         self.shared
             .pending
@@ -99,7 +123,8 @@ impl LogBuffer {
     }
 
     /// Appends one whole line (ending in a newline), or drops it when the
-    /// buffer is full. Wakes the writer only when it is blocked.
+    /// buffer is full. Wakes the writer only when it is blocked on an empty
+    /// buffer, or waiting while this line fills a batch; once per wait.
     pub fn push(&self, line: &[u8]) {
         let mut p = self.lock();
         if p.bytes.len() + line.len() > self.max {
@@ -107,7 +132,14 @@ impl LogBuffer {
             return;
         }
         p.bytes.extend_from_slice(line);
-        let wake = std::mem::take(&mut p.writer_blocked);
+        let wake = match p.writer {
+            Writer::Busy => false,
+            Writer::Filling => p.bytes.len() >= self.flush_at(),
+            Writer::Idle => true,
+        };
+        if wake {
+            p.writer = Writer::Busy;
+        }
         drop(p);
         if wake {
             self.shared.arrived.notify_one();
@@ -156,20 +188,42 @@ impl LogBuffer {
     fn wait_for_line(&self) {
         let mut p = self.lock();
         while p.bytes.is_empty() {
-            p.writer_blocked = true;
+            p.writer = Writer::Idle;
             p = self
                 .shared
                 .arrived
                 .wait(p)
                 .unwrap_or_else(|e| e.into_inner());
         }
-        p.writer_blocked = false;
+        p.writer = Writer::Busy;
+    }
+
+    /// Waits `period`, or less once a batch's worth is pending.
+    fn wait_for_batch(&self, period: Duration) {
+        let deadline = Instant::now() + period;
+        let mut p = self.lock();
+        while p.bytes.len() < self.flush_at() {
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                break;
+            };
+            if left.is_zero() {
+                break;
+            }
+            p.writer = Writer::Filling;
+            p = self
+                .shared
+                .arrived
+                .wait_timeout(p, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        p.writer = Writer::Busy;
     }
 
     /// Writes pending lines to `out` on a thread of its own, forever: every
     /// `every` while lines keep coming, so a line waits at most about
-    /// `every`; after a period without lines the thread blocks until one
-    /// comes.
+    /// `every`, and sooner when a batch's worth is pending; after a period
+    /// without lines the thread blocks until one comes.
     pub fn drain_to(
         &self,
         mut out: impl Write + Send + 'static,
@@ -182,10 +236,10 @@ impl LogBuffer {
                 let mut batch = Vec::new();
                 loop {
                     buf.wait_for_line();
-                    // Under load: one wake-up per period, whatever the rate.
+                    // Under load: one wake-up per period or per full batch.
                     loop {
                         // Let the batch fill: one write for every line of it.
-                        std::thread::sleep(every);
+                        buf.wait_for_batch(every);
                         // Nowhere to report a failing stderr: its lines are
                         // counted as dropped.
                         let _ = buf.write_batch(&mut out, &mut batch);
@@ -332,13 +386,21 @@ mod tests {
         assert_eq!(out.got, b"fir\nthird\nfourth\n");
     }
 
+    /// Waits until the writer is in `state`.
+    fn until_writer(buf: &LogBuffer, state: Writer) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while buf.lock().writer != state {
+            assert!(Instant::now() < deadline, "the writer never got {state:?}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     #[test]
     fn only_a_blocked_writer_is_signalled() {
         let buf = LogBuffer::new(MAX_PENDING);
-        // The writer is between batches (sleeping, not blocked): a line
-        // owes it no signal.
+        // The writer is awake: a line owes it no signal.
         buf.push(b"one\n");
-        assert!(!buf.lock().writer_blocked);
+        assert_eq!(buf.lock().writer, Writer::Busy);
         let mut out = Vec::new();
         buf.take(&mut out);
 
@@ -346,20 +408,58 @@ mod tests {
         // once.
         let waiter = buf.clone();
         let writer = std::thread::spawn(move || waiter.wait_for_line());
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while !buf.lock().writer_blocked {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the writer never blocked"
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        until_writer(&buf, Writer::Idle);
         buf.push(b"two\n");
-        assert!(!buf.lock().writer_blocked, "the signal is sent once");
+        assert_eq!(buf.lock().writer, Writer::Busy, "the signal is sent once");
         writer.join().unwrap();
         buf.push(b"three\n");
         buf.take(&mut out);
         assert_eq!(out, b"two\nthree\n");
+    }
+
+    #[test]
+    fn a_full_batch_wakes_the_writer_before_its_period_ends() {
+        // 80 bytes at most; a batch is 10.
+        let buf = LogBuffer::new(80);
+        assert_eq!(buf.flush_at(), 10);
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let waiter = buf.clone();
+        let writer = std::thread::spawn(move || {
+            // A period far longer than the test.
+            waiter.wait_for_batch(Duration::from_secs(3600));
+            done_tx.send(()).unwrap();
+        });
+        until_writer(&buf, Writer::Filling);
+        // Less than a batch: no signal, the writer keeps waiting.
+        buf.push(b"1234\n");
+        assert_eq!(buf.lock().writer, Writer::Filling);
+        assert!(
+            done_rx.recv_timeout(Duration::from_millis(50)).is_err(),
+            "the writer returned before a batch was pending"
+        );
+        // The line that fills the batch wakes it, once.
+        buf.push(b"56789\n");
+        assert_eq!(buf.lock().writer, Writer::Busy, "the signal is sent once");
+        done_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("a full batch wakes the writer");
+        writer.join().unwrap();
+        let mut out = Vec::new();
+        buf.take(&mut out);
+        assert_eq!(out, b"1234\n56789\n");
+    }
+
+    #[test]
+    fn a_writer_waiting_for_a_batch_returns_when_its_period_ends() {
+        let buf = LogBuffer::new(MAX_PENDING);
+        buf.push(b"one\n");
+        // Less than a batch pending, a short period: it returns on its own.
+        buf.wait_for_batch(Duration::from_millis(5));
+        assert_eq!(buf.lock().writer, Writer::Busy);
+        // A full batch already pending: no waiting at all.
+        buf.push(&vec![b'x'; buf.flush_at()]);
+        buf.wait_for_batch(Duration::from_secs(3600));
+        assert_eq!(buf.lock().writer, Writer::Busy);
     }
 
     #[test]

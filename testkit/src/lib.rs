@@ -13,6 +13,38 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use serde_json::Value;
 
+/// Waits until `log()` holds every line the gateway at `gateway` logged
+/// before the call. The gateway writes its log in batches, in order, up to
+/// a second apart: this sends it an invoke of no Run, carrying a fresh
+/// invocation id and no credentials — rejected, and access-logged like
+/// every invoke — and waits for that id. Checks that read a running gateway's log (no
+/// token in it, a rejection logged) call it first, so they read all of it.
+pub async fn settle_gateway_log(
+    http: &reqwest::Client,
+    gateway: &str,
+    log: impl Fn() -> String,
+) -> anyhow::Result<()> {
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let marker = format!("log-settled-{}-{seq}", std::process::id());
+    // A well-formed path of a Run that does not exist.
+    let uid = format!("00000000-0000-4000-8000-{:012x}", seq);
+    let url = format!("{gateway}/v1/namespaces/kruntimes-test/runtimes/none/runs/{uid}:invoke");
+    http.post(url)
+        .header("x-kruntimes-invocation-id", &marker)
+        .send()
+        .await
+        .context("the log marker's request")?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !log().contains(&marker) {
+        if Instant::now() > deadline {
+            bail!("the gateway never logged {marker} (is its access log off?)");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
 /// How to start a stack.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -502,6 +534,17 @@ impl Stack {
     pub fn log_of(&self, name: &str) -> String {
         std::fs::read_to_string(self.state_dir().join("logs").join(format!("{name}.log")))
             .unwrap_or_default()
+    }
+
+    /// [`Stack::all_logs`] once every line the gateway logged before the
+    /// call is written ([`settle_gateway_log`]).
+    pub async fn settled_logs(&self) -> String {
+        if let Err(e) =
+            settle_gateway_log(&self.http, &self.gateway, || self.log_of("gateway")).await
+        {
+            panic!("{e}:\n{}", self.log_of("gateway"));
+        }
+        self.all_logs()
     }
 
     /// Everything the stack logged so far (its children's log files and

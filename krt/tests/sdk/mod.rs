@@ -222,8 +222,11 @@ impl Target {
     }
 
     /// Asserts that no token the target issued appears in its logs.
-    pub fn assert_no_token_in_logs(&self) {
-        let logs = self.logs();
+    pub async fn assert_no_token_in_logs(&self) {
+        let logs = match &self.hold {
+            Hold::Embedded(stack) => stack.settled_logs().await,
+            Hold::Kubernetes(held) => held.1.settled_logs().await,
+        };
         for (name, value) in &self.env {
             if name.ends_with("TOKEN") && !value.is_empty() {
                 assert!(
