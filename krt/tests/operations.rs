@@ -146,6 +146,80 @@ async fn sigterm_stops_every_process_of_the_stack() {
     }
 }
 
+/// A `krt up` killed outright (SIGKILL: no chance to stop anything) leaves
+/// no process of its stack behind: each child watches it and exits with it,
+/// without waking up to check until then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_krt_up_leaves_no_process_behind() {
+    let mut stack = start(2, vec![python_run("orphaned")], &[]);
+    stack.wait_phase("orphaned", "Ready").await.unwrap();
+    let children: Vec<i32> = stack
+        .processes()
+        .unwrap()
+        .values()
+        .filter_map(|v| v["pid"].as_i64())
+        .map(|p| p as i32)
+        .collect();
+    assert_eq!(
+        children.len(),
+        5,
+        "two runtimed, two runtime servers, a gateway"
+    );
+
+    // Each child's watch blocks until its parent exits: at rest it is never
+    // scheduled (a check every 250 ms used to wake it four times a second).
+    let watches: Vec<(i32, String)> = children
+        .iter()
+        .map(|&pid| {
+            let task = parent_watch(pid)
+                .unwrap_or_else(|| panic!("process {pid} has no parent-watch thread"));
+            (pid, task)
+        })
+        .collect();
+    let switches = |task: &str| {
+        let status = std::fs::read_to_string(format!("{task}/status")).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap()
+    };
+    let before: Vec<u64> = watches.iter().map(|(_, t)| switches(t)).collect();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for ((pid, task), before) in watches.iter().zip(before) {
+        assert_eq!(
+            switches(task),
+            before,
+            "process {pid}'s parent watch woke up at rest"
+        );
+    }
+
+    let mut pids = children.clone();
+    pids.extend(
+        children
+            .iter()
+            .flat_map(|&p| kruntimes_testkit::descendants(p)),
+    );
+    stack.kill_up().unwrap();
+    let left = kruntimes_testkit::wait_gone(&pids, Duration::from_secs(30)).await;
+    assert_eq!(
+        left,
+        Vec::<i32>::new(),
+        "processes outlived a killed krt up"
+    );
+}
+
+/// The `/proc` task directory of `pid`'s `parent-watch` thread.
+fn parent_watch(pid: i32) -> Option<String> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+        .map(|t| t.path().display().to_string())
+        .find(|t| {
+            std::fs::read_to_string(format!("{t}/comm")).is_ok_and(|c| c.trim() == "parent-watch")
+        })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rotated_gateway_certificates_are_served_without_dropping_connections() {
     let stack = start(1, vec![python_run("tls")], &[]);

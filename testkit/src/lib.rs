@@ -530,6 +530,14 @@ impl Stack {
             .output()?)
     }
 
+    /// SIGKILLs `krt up` itself, giving it no chance to stop its children,
+    /// and reaps it.
+    pub fn kill_up(&mut self) -> anyhow::Result<()> {
+        self.child.kill().context("SIGKILL krt up")?;
+        self.child.wait().context("reap krt up")?;
+        Ok(())
+    }
+
     /// The log file of one child (`gateway`, `runtimed-0`, …).
     pub fn log_of(&self, name: &str) -> String {
         std::fs::read_to_string(self.state_dir().join("logs").join(format!("{name}.log")))
@@ -569,6 +577,10 @@ impl Stack {
 
 impl Drop for Stack {
     fn drop(&mut self) {
+        // Already gone (`kill_up`): nothing to stop.
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return;
+        }
         let _ = Command::new("kill")
             .arg("-TERM")
             .arg(self.child.id().to_string())
