@@ -269,6 +269,13 @@ fn exit_with_parent() {
     let watch = std::thread::Builder::new()
         .name("parent-watch".into())
         .spawn(move || {
+            // The process's signals go to its other threads: this one only
+            // waits, and is never woken by one.
+            let _ = nix::sys::signal::pthread_sigmask(
+                nix::sys::signal::SigmaskHow::SIG_BLOCK,
+                Some(&nix::sys::signal::SigSet::all()),
+                None,
+            );
             wait_for_exit(parent);
             std::process::exit(0);
         });
