@@ -203,9 +203,7 @@ impl LogBuffer {
         let deadline = Instant::now() + period;
         let mut p = self.lock();
         while p.bytes.len() < self.flush_at() {
-            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
-                break;
-            };
+            let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 break;
             }
