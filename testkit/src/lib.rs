@@ -17,8 +17,9 @@ use serde_json::Value;
 /// before the call. The gateway writes its log in batches, in order, up to
 /// a second apart: this sends it an invoke of no Run, carrying a fresh
 /// invocation id and no credentials — rejected, and access-logged like
-/// every invoke — and waits for that id. Checks that read a running gateway's log (no
-/// token in it, a rejection logged) call it first, so they read all of it.
+/// every invoke — and waits for that id. Checks that read a running
+/// gateway's log (no token in it, a rejection logged) call it first, so
+/// they read all of it.
 pub async fn settle_gateway_log(
     http: &reqwest::Client,
     gateway: &str,
@@ -31,7 +32,7 @@ pub async fn settle_gateway_log(
     let uid = format!("00000000-0000-4000-8000-{:012x}", seq);
     let url = format!("{gateway}/v1/namespaces/kruntimes-test/runtimes/none/runs/{uid}:invoke");
     http.post(url)
-        .header("x-kruntimes-invocation-id", &marker)
+        .header(kruntimes_proto::api::HEADER_INVOCATION_ID, &marker)
         .send()
         .await
         .context("the log marker's request")?;
