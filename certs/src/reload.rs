@@ -6,7 +6,7 @@
 //! listener, runtimed's port) and as a client's (mTLS clients).
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock, mpsc};
 use std::time::Duration;
 
 use rustls::client::ResolvesClientCert;
@@ -42,6 +42,18 @@ pub fn load_certified_key(cert_path: &Path, key_path: &Path) -> Result<Certified
     let key = crate::load_key(key_path).map_err(|e| e.to_string())?;
     CertifiedKey::from_der(certs, key, &rustls::crypto::aws_lc_rs::default_provider())
         .map_err(|e| format!("certificate and key do not form a usable pair: {e}"))
+}
+
+/// How long a change to the watched directories is left to settle before
+/// the files are read.
+pub const SETTLE: Duration = Duration::from_millis(50);
+
+/// The directory a file's changes show up in (`.` for a bare file name).
+fn parent_dir(file: &Path) -> PathBuf {
+    match file.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
 }
 
 fn read_pair(cert_path: &Path, key_path: &Path) -> (Vec<u8>, Vec<u8>) {
@@ -98,24 +110,93 @@ impl<T: Send + Sync + 'static> Reloading<T> {
         *self.seen.lock().unwrap_or_else(|p| p.into_inner()) == now
     }
 
-    /// Polls the files every `period` on a thread of its own.
-    pub fn watch(self: &Arc<Self>, period: Duration) {
+    /// Re-reads the files when their directories change, and at least every
+    /// `backstop`, on a thread of its own (`cert-watch`) that ends once the
+    /// pair is dropped.
+    ///
+    /// Changes are noticed through inotify (`notify`), so a rotation is in
+    /// service within [`SETTLE`] of its last write and the thread sleeps
+    /// while nothing changes. The directories are watched, not the files: a
+    /// Kubernetes Secret mount swaps a `..data` symlink, and an editor or
+    /// `cp` may replace a file. `backstop` covers file systems that send no
+    /// notifications; where no watcher can be set up (the per-user inotify
+    /// limit, a kernel without inotify) the files are polled every `backstop`.
+    pub fn watch(self: &Arc<Self>, backstop: Duration) {
+        let (tx, changes) = mpsc::channel();
+        let watcher = self.dir_watcher(tx);
+        self.spawn_watch(backstop, watcher, changes);
+    }
+
+    /// The `cert-watch` thread: a reload after each change on `changes`
+    /// (settled), or after `backstop` without one; polling only once the
+    /// sender is gone.
+    fn spawn_watch(
+        self: &Arc<Self>,
+        backstop: Duration,
+        watcher: Option<notify::RecommendedWatcher>,
+        changes: mpsc::Receiver<()>,
+    ) {
         let weak = Arc::downgrade(self);
-        std::thread::spawn(move || {
-            loop {
-                std::thread::sleep(period);
-                let Some(this) = weak.upgrade() else { return };
-                match this.reload() {
-                    Ok(true) => {
-                        tracing::info!(cert = %this.cert_path.display(), "certificate reloaded")
+        let spawned = std::thread::Builder::new()
+            .name("cert-watch".into())
+            .spawn(move || {
+                // Dropped with the thread: its own thread and inotify descriptor go too.
+                let _watcher = watcher;
+                loop {
+                    match changes.recv_timeout(backstop) {
+                        Ok(()) => {
+                            // A rotation writes more than one file: let it finish.
+                            std::thread::sleep(SETTLE);
+                            while changes.try_recv().is_ok() {}
+                        }
+                        Err(mpsc::RecvTimeoutError::Timeout) => {}
+                        Err(mpsc::RecvTimeoutError::Disconnected) => std::thread::sleep(backstop),
                     }
-                    Ok(false) => {}
-                    Err(e) => {
-                        tracing::warn!(cert = %this.cert_path.display(), error = %e, "keeping the previous certificate")
-                    }
+                    let Some(this) = weak.upgrade() else { return };
+                    this.reload_and_log();
                 }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(cert = %self.cert_path.display(), error = %e, "certificate files are not watched");
+        }
+    }
+
+    /// A watcher sending on `tx` when anything in the files' directories
+    /// changes; `None` (logged) when none can be set up.
+    fn dir_watcher(&self, tx: mpsc::Sender<()>) -> Option<notify::RecommendedWatcher> {
+        use notify::Watcher;
+        let mut dirs = vec![parent_dir(&self.cert_path), parent_dir(&self.key_path)];
+        dirs.dedup();
+        let made = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+            // Reads (the reload's own among them) change nothing; an error
+            // (a lost event queue) may hide a change.
+            if !matches!(&event, Ok(e) if e.kind.is_access()) {
+                let _ = tx.send(());
             }
+        })
+        .and_then(|mut w| {
+            for dir in &dirs {
+                w.watch(dir, notify::RecursiveMode::NonRecursive)?;
+            }
+            Ok(w)
         });
+        match made {
+            Ok(w) => Some(w),
+            Err(e) => {
+                tracing::warn!(cert = %self.cert_path.display(), error = %e, "certificate files cannot be watched; polling them instead");
+                None
+            }
+        }
+    }
+
+    fn reload_and_log(&self) {
+        match self.reload() {
+            Ok(true) => tracing::info!(cert = %self.cert_path.display(), "certificate reloaded"),
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(cert = %self.cert_path.display(), error = %e, "keeping the previous certificate")
+            }
+        }
     }
 
     /// The pair in service.
@@ -197,6 +278,91 @@ mod tests {
         std::fs::copy(other.path().join("tls.key"), dir.path().join("tls.key")).unwrap();
         assert!(r.reload().is_err());
         assert_eq!(cn(&r), "second");
+    }
+
+    fn wait_for_cn(r: &ReloadingCert, want: &str) -> bool {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while std::time::Instant::now() < deadline {
+            if cn(r) == want {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+
+    /// The backstop is an hour: only a change notification can reload.
+    const NO_BACKSTOP: Duration = Duration::from_secs(3600);
+
+    #[test]
+    fn a_watched_pair_is_reloaded_when_its_files_change() {
+        let dir = tempfile::tempdir().unwrap();
+        write_leaf(dir.path(), "first");
+        let r =
+            ReloadingCert::new(&dir.path().join("tls.crt"), &dir.path().join("tls.key")).unwrap();
+        r.watch(NO_BACKSTOP);
+        write_leaf(dir.path(), "second");
+        assert!(wait_for_cn(&r, "second"), "rewritten in place");
+        // Replaced by a rename, as `install` and editors do.
+        let other = tempfile::tempdir_in(dir.path()).unwrap();
+        write_leaf(other.path(), "third");
+        std::fs::rename(other.path().join("tls.key"), dir.path().join("tls.key")).unwrap();
+        std::fs::rename(other.path().join("tls.crt"), dir.path().join("tls.crt")).unwrap();
+        assert!(wait_for_cn(&r, "third"), "replaced by rename");
+    }
+
+    #[test]
+    fn a_kubernetes_secret_mount_swapping_its_data_link_is_followed() {
+        // The kubelet's layout: tls.crt -> ..data/tls.crt, ..data -> a
+        // timestamped directory, swapped by renaming a new link over it.
+        use std::os::unix::fs::symlink;
+        let mount = tempfile::tempdir().unwrap();
+        let m = mount.path();
+        std::fs::create_dir(m.join("..v1")).unwrap();
+        write_leaf(&m.join("..v1"), "first");
+        symlink("..v1", m.join("..data")).unwrap();
+        symlink("..data/tls.crt", m.join("tls.crt")).unwrap();
+        symlink("..data/tls.key", m.join("tls.key")).unwrap();
+        let r = ReloadingCert::new(&m.join("tls.crt"), &m.join("tls.key")).unwrap();
+        assert_eq!(cn(&r), "first");
+        r.watch(NO_BACKSTOP);
+
+        std::fs::create_dir(m.join("..v2")).unwrap();
+        write_leaf(&m.join("..v2"), "second");
+        symlink("..v2", m.join("..data_tmp")).unwrap();
+        std::fs::rename(m.join("..data_tmp"), m.join("..data")).unwrap();
+        std::fs::remove_dir_all(m.join("..v1")).unwrap();
+        assert!(wait_for_cn(&r, "second"));
+    }
+
+    #[test]
+    fn a_broken_rotation_on_a_watched_pair_keeps_the_old_one_until_a_good_one_comes() {
+        let dir = tempfile::tempdir().unwrap();
+        write_leaf(dir.path(), "first");
+        let r =
+            ReloadingCert::new(&dir.path().join("tls.crt"), &dir.path().join("tls.key")).unwrap();
+        r.watch(NO_BACKSTOP);
+        std::fs::write(dir.path().join("tls.key"), "garbage").unwrap();
+        // Read back by the watch: the broken key is what is on disk, and
+        // the first pair is still in service.
+        std::thread::sleep(SETTLE * 4);
+        assert_eq!(cn(&r), "first");
+        write_leaf(dir.path(), "second");
+        assert!(wait_for_cn(&r, "second"));
+    }
+
+    #[test]
+    fn without_notifications_the_backstop_still_reloads() {
+        let dir = tempfile::tempdir().unwrap();
+        write_leaf(dir.path(), "first");
+        let r =
+            ReloadingCert::new(&dir.path().join("tls.crt"), &dir.path().join("tls.key")).unwrap();
+        // No watcher, as where none can be set up: the sender is gone.
+        let (tx, changes) = mpsc::channel();
+        drop(tx);
+        r.spawn_watch(Duration::from_millis(50), None, changes);
+        write_leaf(dir.path(), "second");
+        assert!(wait_for_cn(&r, "second"));
     }
 
     #[test]

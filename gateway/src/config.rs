@@ -35,8 +35,10 @@ pub struct Args {
     /// HTTPS serving key (PEM).
     #[arg(long, env = "KRUNTIMES_GATEWAY_TLS_KEY")]
     pub tls_key: Option<PathBuf>,
-    /// How often the certificate files are checked for changes, seconds.
-    #[arg(long, default_value_t = 2)]
+    /// The certificate files are re-read when their directories change
+    /// (inotify) and at least this often, seconds: the backstop for file
+    /// systems without change notifications.
+    #[arg(long, default_value_t = 60)]
     pub tls_reload_secs: u64,
     /// Control plane ownership watch address (host:port).
     #[arg(long, env = "KRUNTIMES_GATEWAY_CONTROL_PLANE")]

@@ -168,14 +168,26 @@ async fn a_killed_krt_up_leaves_no_process_behind() {
 
     // Each child's watch blocks until its parent exits: at rest it is never
     // scheduled (a check every 250 ms used to wake it four times a second).
-    let watches: Vec<(i32, String)> = children
-        .iter()
-        .map(|&pid| {
-            let task = parent_watch(pid)
-                .unwrap_or_else(|| panic!("process {pid} has no parent-watch thread"));
-            (pid, task)
-        })
-        .collect();
+    // Nor are the certificate watches, which wait for a change to their
+    // files (they used to read them every 2 s in the gateway, 10 s in
+    // runtimed).
+    let mut watches: Vec<(i32, String)> = Vec::new();
+    for &pid in &children {
+        let parent = threads_named(pid, "parent-watch");
+        assert_eq!(parent.len(), 1, "process {pid} has no parent-watch thread");
+        watches.extend(parent.into_iter().map(|t| (pid, t)));
+        watches.extend(
+            threads_named(pid, "cert-watch")
+                .into_iter()
+                .map(|t| (pid, t)),
+        );
+    }
+    assert_eq!(
+        watches.len(),
+        5 + 4,
+        "a parent watch per process; certificate watches: the gateway's serving and client \
+         certificates, each runtimed's serving certificate"
+    );
     let switches = |task: &str| {
         let status = std::fs::read_to_string(format!("{task}/status")).unwrap();
         status
@@ -185,12 +197,12 @@ async fn a_killed_krt_up_leaves_no_process_behind() {
             .unwrap()
     };
     let before: Vec<u64> = watches.iter().map(|(_, t)| switches(t)).collect();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
     for ((pid, task), before) in watches.iter().zip(before) {
         assert_eq!(
             switches(task),
             before,
-            "process {pid}'s parent watch woke up at rest"
+            "process {pid}'s {task} woke up at rest"
         );
     }
 
@@ -209,15 +221,16 @@ async fn a_killed_krt_up_leaves_no_process_behind() {
     );
 }
 
-/// The `/proc` task directory of `pid`'s `parent-watch` thread.
-fn parent_watch(pid: i32) -> Option<String> {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .ok()?
+/// The `/proc` task directories of `pid`'s threads called `name`.
+fn threads_named(pid: i32, name: &str) -> Vec<String> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
         .flatten()
         .map(|t| t.path().display().to_string())
-        .find(|t| {
-            std::fs::read_to_string(format!("{t}/comm")).is_ok_and(|c| c.trim() == "parent-watch")
-        })
+        .filter(|t| std::fs::read_to_string(format!("{t}/comm")).is_ok_and(|c| c.trim() == name))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

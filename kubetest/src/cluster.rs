@@ -397,7 +397,6 @@ impl Cluster {
             format!("--tls-cert={}", s(&f.runtimed_cert)),
             format!("--tls-key={}", s(&f.runtimed_key)),
             format!("--client-ca={}", s(&f.internal_ca)),
-            "--tls-reload-secs=1".to_owned(),
             format!("--runtime-server={}", s(&socket)),
         ];
         self.spawn(name, args)?;

@@ -47,9 +47,11 @@ pub struct Args {
     /// Internal CA that client certificates must chain to.
     #[arg(long, env = "KRUNTIMES_RUNTIMED_CLIENT_CA")]
     pub client_ca: PathBuf,
-    /// How often the serving certificate files are checked for a rotated
-    /// pair (new handshakes get it; connections are kept), seconds.
-    #[arg(long, env = "KRUNTIMES_RUNTIMED_TLS_RELOAD_SECS", default_value_t = 10)]
+    /// The serving certificate files are re-read when their directory
+    /// changes (inotify) and at least this often, seconds: the backstop for
+    /// file systems without change notifications. New handshakes get a
+    /// rotated pair; connections are kept.
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_TLS_RELOAD_SECS", default_value_t = 60)]
     pub tls_reload_secs: u64,
     /// Client CNs allowed on the dataplane.
     #[arg(long, value_delimiter = ',', default_value = "kruntimes-gateway")]
