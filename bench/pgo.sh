@@ -12,7 +12,14 @@
 #    Runtime Server's shim — and bare Pingora write their counts when they exit;
 # 3. merges the counts with `llvm-profdata` and builds the same crates with them
 #    (`-Cprofile-use`) into `pgo/`: `$target/pgo/release/krt`, and the bench beside it, which
-#    runs that `krt`.
+#    runs that `krt`;
+# 4. when `llvm-bolt` is found (Debian 12: `apt-get install bolt-19`; PGO_BOLT=0 skips it),
+#    lays the code of `krt` and bare Pingora out again by what runs: step 3 links them with
+#    their relocations (`--emit-relocs`, always, so images/build.py's flags never differ),
+#    `llvm-bolt -instrument` counts their branches
+#    through a second training run with the same arguments, and `llvm-bolt` rewrites them in
+#    place with those counts (functions ordered by who calls whom, hot blocks together, cold
+#    ones split off). The binaries as step 3 linked them stay beside them as `*.pre-bolt`.
 #
 # The release profile is the workspace's (fat LTO, one codegen unit), so each build takes as
 # long as a cold release build (~20 minutes on 2 cores). The two builds have their own target
@@ -38,6 +45,25 @@ if [[ -z "$profdata" ]]; then
   done
 fi
 [[ -n "$profdata" ]] || { echo "llvm-profdata is required (apt-get install llvm-19)" >&2; exit 1; }
+
+# llvm-bolt and merge-fdata for step 4, the newest unless one is named.
+bolt="" merge_fdata=""
+if [[ "${PGO_BOLT:-1}" != 0 ]]; then
+  bolt="${LLVM_BOLT:-}"
+  if [[ -z "$bolt" ]]; then
+    for p in $(ls -d /usr/lib/llvm-*/bin/llvm-bolt 2>/dev/null | sort -t- -k2 -n -r) \
+      "$(command -v llvm-bolt || true)"; do
+      [[ -x "$p" ]] && { bolt="$p"; break; }
+    done
+  fi
+  if [[ -n "$bolt" ]]; then
+    merge_fdata="$(dirname "$bolt")/merge-fdata"
+    [[ -x "$merge_fdata" ]] || merge_fdata="$(command -v merge-fdata || true)"
+    [[ -n "$merge_fdata" ]] || { echo "merge-fdata is missing beside $bolt" >&2; exit 1; }
+  else
+    echo "pgo: llvm-bolt not found (apt-get install bolt-19; PGO_BOLT=0 to skip): no BOLT step" >&2
+  fi
+fi
 
 target="$(cd "$ROOT" && cargo metadata --no-deps --format-version 1 --offline | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
 counts="$target/pgo-counts"
@@ -70,5 +96,47 @@ fi
 echo "pgo: ${#raw[@]} profiles merged with $profdata" >&2
 
 echo "pgo: optimised build" >&2
-build pgo "-Cprofile-use=$counts/merged.profdata"
+# Linked with their relocations kept, which BOLT needs to move functions; images/build.py
+# builds with the same flags, so it reuses this build (and drops them from its copies).
+build pgo "-Cprofile-use=$counts/merged.profdata -Clink-arg=-Wl,--emit-relocs"
+if [[ -z "$bolt" ]]; then
+  echo "$target/pgo/release/krt"
+  exit 0
+fi
+
+# BOLT rewrites what the build linked: `*.pre-bolt` is that, kept so that a rerun whose build
+# was fresh (nothing relinked) starts from it again rather than from a rewritten binary.
+release="$target/pgo/release"
+bolted=(krt kruntimes-pingora-baseline)
+for bin in "${bolted[@]}"; do
+  if ! readelf -S "$release/$bin" | grep -q '\.note\.bolt_info'; then
+    cp -p "$release/$bin" "$release/$bin.pre-bolt"
+  fi
+done
+
+echo "pgo: BOLT instrumentation and training" >&2
+instrumented="$target/pgo-bolt-instrumented"
+rm -rf "$instrumented" "$counts/bolt"
+mkdir -p "$instrumented" "$counts/bolt"
+cp -p "$release/kruntimes-bench" "$instrumented/"
+for bin in "${bolted[@]}"; do
+  "$bolt" "$release/$bin.pre-bolt" -o "$instrumented/$bin" -instrument \
+    --instrumentation-file="$counts/bolt/$bin.fdata" --instrumentation-file-append-pid \
+    > "$counts/bolt/$bin.instrument.log" 2>&1 \
+    || { cat "$counts/bolt/$bin.instrument.log" >&2; exit 1; }
+done
+(cd "$ROOT" && "$instrumented/kruntimes-bench" --no-progress "$@" > "$counts/bolt/training.md")
+
+echo "pgo: BOLT optimisation" >&2
+for bin in "${bolted[@]}"; do
+  fdata=("$counts/bolt/$bin".fdata.*.fdata)
+  (( ${#fdata[@]} > 0 )) || { echo "the BOLT training wrote no profile for $bin" >&2; exit 1; }
+  "$merge_fdata" "${fdata[@]}" > "$counts/bolt/$bin.fdata" 2> "$counts/bolt/$bin.merge.log"
+  "$bolt" "$release/$bin.pre-bolt" -o "$release/$bin" -data="$counts/bolt/$bin.fdata" \
+    -reorder-blocks=ext-tsp -reorder-functions=cdsort -split-functions -split-all-cold \
+    -split-eh -icf=1 -use-gnu-stack -plt=hot -dyno-stats \
+    > "$counts/bolt/$bin.optimise.log" 2>&1 \
+    || { cat "$counts/bolt/$bin.optimise.log" >&2; exit 1; }
+done
+echo "pgo: ${bolted[*]} rewritten with $bolt" >&2
 echo "$target/pgo/release/krt"

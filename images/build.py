@@ -272,8 +272,10 @@ def build_binaries(images: dict, profile: str, target_dir: Path, skip_cargo: boo
         if not profile_use.is_file():
             raise SystemExit(f"images: {profile_use} is missing (bench/pgo.sh writes it)")
         build_dir = target_dir / "pgo"
+        # bench/pgo.sh's optimised build's flags, relocations kept for BOLT included (the
+        # copies below drop them): other flags would rebuild its every crate.
         env = {**os.environ, "CARGO_TARGET_DIR": str(build_dir),
-               "RUSTFLAGS": f"-Cprofile-use={profile_use.resolve()}"}
+               "RUSTFLAGS": f"-Cprofile-use={profile_use.resolve()} -Clink-arg=-Wl,--emit-relocs"}
     if rust and not skip_cargo:
         cmd = ["cargo", "build", "--locked", "--profile", profile]
         if profile == "dev":
@@ -308,7 +310,8 @@ def build_binaries(images: dict, profile: str, target_dir: Path, skip_cargo: boo
             src = out_dir / img["binary"]
             if not src.is_file():
                 raise SystemExit(f"images: {src} is missing (cargo build --profile {profile})")
-            run(["objcopy", "--strip-debug", str(src), str(dest)])
+            # Static relocations too (kept by the profile-guided build for BOLT): ~14 MB of krt.
+            run(["objcopy", "--strip-debug", "--remove-relocations=*", str(src), str(dest)])
         elif "go" in img:
             shutil.copyfile(go_binary(img["go"], img["binary"]), dest)
         else:
