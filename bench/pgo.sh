@@ -36,26 +36,24 @@ for tool in python3 cargo rustc; do
   command -v "$tool" >/dev/null || { echo "$tool is required" >&2; exit 1; }
 done
 
-# The newest llvm-profdata unless one is named.
-profdata="${LLVM_PROFDATA:-}"
-if [[ -z "$profdata" ]]; then
-  for p in $(ls -d /usr/lib/llvm-*/bin/llvm-profdata 2>/dev/null | sort -t- -k2 -n -r) \
-    "$(command -v llvm-profdata || true)"; do
-    [[ -x "$p" ]] && { profdata="$p"; break; }
+# The newest LLVM tool called $1: Debian's /usr/lib/llvm-N/bin first, then PATH.
+newest_llvm() {
+  local p
+  for p in $(ls -d /usr/lib/llvm-*/bin/"$1" 2>/dev/null | sort -t- -k2 -n -r) \
+    "$(command -v "$1" || true)"; do
+    [[ -x "$p" ]] && { echo "$p"; return; }
   done
-fi
+  return 0
+}
+
+# The newest llvm-profdata unless one is named.
+profdata="${LLVM_PROFDATA:-$(newest_llvm llvm-profdata)}"
 [[ -n "$profdata" ]] || { echo "llvm-profdata is required (apt-get install llvm-19)" >&2; exit 1; }
 
 # llvm-bolt and merge-fdata for step 4, the newest unless one is named.
 bolt="" merge_fdata=""
 if [[ "${PGO_BOLT:-1}" != 0 ]]; then
-  bolt="${LLVM_BOLT:-}"
-  if [[ -z "$bolt" ]]; then
-    for p in $(ls -d /usr/lib/llvm-*/bin/llvm-bolt 2>/dev/null | sort -t- -k2 -n -r) \
-      "$(command -v llvm-bolt || true)"; do
-      [[ -x "$p" ]] && { bolt="$p"; break; }
-    done
-  fi
+  bolt="${LLVM_BOLT:-$(newest_llvm llvm-bolt)}"
   if [[ -n "$bolt" ]]; then
     merge_fdata="$(dirname "$bolt")/merge-fdata"
     [[ -x "$merge_fdata" ]] || merge_fdata="$(command -v merge-fdata || true)"

@@ -280,6 +280,15 @@ mod tests {
         assert_eq!(cn(&r), "second");
     }
 
+    /// A directory holding a pair for "first", and that pair loaded.
+    fn first_pair() -> (tempfile::TempDir, Arc<ReloadingCert>) {
+        let dir = tempfile::tempdir().unwrap();
+        write_leaf(dir.path(), "first");
+        let r =
+            ReloadingCert::new(&dir.path().join("tls.crt"), &dir.path().join("tls.key")).unwrap();
+        (dir, r)
+    }
+
     fn wait_for_cn(r: &ReloadingCert, want: &str) -> bool {
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         while std::time::Instant::now() < deadline {
@@ -296,10 +305,7 @@ mod tests {
 
     #[test]
     fn a_watched_pair_is_reloaded_when_its_files_change() {
-        let dir = tempfile::tempdir().unwrap();
-        write_leaf(dir.path(), "first");
-        let r =
-            ReloadingCert::new(&dir.path().join("tls.crt"), &dir.path().join("tls.key")).unwrap();
+        let (dir, r) = first_pair();
         r.watch(NO_BACKSTOP);
         write_leaf(dir.path(), "second");
         assert!(wait_for_cn(&r, "second"), "rewritten in place");
@@ -337,10 +343,7 @@ mod tests {
 
     #[test]
     fn a_broken_rotation_on_a_watched_pair_keeps_the_old_one_until_a_good_one_comes() {
-        let dir = tempfile::tempdir().unwrap();
-        write_leaf(dir.path(), "first");
-        let r =
-            ReloadingCert::new(&dir.path().join("tls.crt"), &dir.path().join("tls.key")).unwrap();
+        let (dir, r) = first_pair();
         r.watch(NO_BACKSTOP);
         std::fs::write(dir.path().join("tls.key"), "garbage").unwrap();
         // Read back by the watch: the broken key is what is on disk, and
@@ -353,10 +356,7 @@ mod tests {
 
     #[test]
     fn without_notifications_the_backstop_still_reloads() {
-        let dir = tempfile::tempdir().unwrap();
-        write_leaf(dir.path(), "first");
-        let r =
-            ReloadingCert::new(&dir.path().join("tls.crt"), &dir.path().join("tls.key")).unwrap();
+        let (dir, r) = first_pair();
         // No watcher, as where none can be set up: the sender is gone.
         let (tx, changes) = mpsc::channel();
         drop(tx);
