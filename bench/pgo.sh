@@ -16,10 +16,10 @@
 # 4. when `llvm-bolt` is found (Debian 12: `apt-get install bolt-19`; PGO_BOLT=0 skips it),
 #    lays the code of `krt` and bare Pingora out again by what runs: step 3 links them with
 #    their relocations (`--emit-relocs`, always, so images/build.py's flags never differ),
-#    `llvm-bolt -instrument` counts their branches
-#    through a second training run with the same arguments, and `llvm-bolt` rewrites them in
-#    place with those counts (functions ordered by who calls whom, hot blocks together, cold
-#    ones split off). The binaries as step 3 linked them stay beside them as `*.pre-bolt`.
+#    `llvm-bolt -instrument` counts their branches through a second training run with the
+#    same arguments, and `llvm-bolt` rewrites them in place with those counts (functions
+#    ordered by who calls whom, hot blocks together, cold ones split off). The binaries as
+#    step 3 linked them stay beside them as `*.pre-bolt`.
 #
 # The release profile is the workspace's (fat LTO, one codegen unit), so each build takes as
 # long as a cold release build (~20 minutes on 2 cores). The two builds have their own target
