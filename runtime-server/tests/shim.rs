@@ -120,3 +120,90 @@ async fn only_stdio_is_inherited_by_the_user_process() {
         .collect();
     assert!(extra.is_empty(), "inherited descriptors: {fds}");
 }
+
+/// The voluntary context switches of every thread of process `pid`: they
+/// grow each time one of its threads wakes up.
+fn wake_ups(pid: i32) -> u64 {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .map(|t| {
+            std::fs::read_to_string(t.path().join("status"))
+                .unwrap()
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap()
+        })
+        .sum()
+}
+
+/// The children of `pid` that exited and were not reaped.
+fn zombie_children(pid: i32) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+        .filter_map(|stat| {
+            let (head, rest) = stat.rsplit_once(')')?;
+            let mut f = rest.split_whitespace();
+            let (state, ppid) = (f.next()?, f.next()?.parse::<i32>().ok()?);
+            (ppid == pid && state == "Z").then(|| head.split_once(" (")?.0.trim().parse().ok())?
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn an_idle_shim_sleeps_until_its_tree_does_something() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = spawn(
+        dir.path(),
+        "echo $$ >> pids; exec sleep 300",
+        Duration::ZERO,
+    );
+    read_pids(&dir.path().join("pids"), 1, WITHIN)
+        .await
+        .unwrap();
+    let shim = tree.id().unwrap() as i32;
+    // Past the shim's start-up (its runtime, the child's spawn).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = wake_ups(shim);
+    // A reaper on a timer (it read the whole process table every second)
+    // would have woken at least twice.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(wake_ups(shim), before, "the shim woke up at rest");
+}
+
+#[tokio::test]
+async fn orphans_that_exit_are_reaped_and_the_childs_status_still_passes_through() {
+    let dir = tempfile::tempdir().unwrap();
+    // Three orphans re-parented to the shim, which exit while the child
+    // runs, then three more racing the child's own exit.
+    let script = "for i in 1 2 3; do (sleep 0.05 & echo $! >> pids); done; \
+                  echo $$ >> pids; \
+                  until [ -e go ]; do sleep 0.01; done; \
+                  for i in 1 2 3; do (sleep 0.01 &); done; exit 7";
+    let mut tree = spawn(dir.path(), script, Duration::ZERO);
+    let shim = tree.id().unwrap() as i32;
+    let pids = read_pids(&dir.path().join("pids"), 4, WITHIN)
+        .await
+        .unwrap();
+    let orphans = &pids[..3];
+    let deadline = std::time::Instant::now() + WITHIN;
+    loop {
+        let zombies = zombie_children(shim);
+        let gone = orphans
+            .iter()
+            .all(|p| !std::path::Path::new(&format!("/proc/{p}")).exists());
+        if gone && zombies.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "orphans {orphans:?} not reaped: zombies {zombies:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    assert_eq!(tree.wait().await.unwrap().code(), Some(7));
+}

@@ -11,8 +11,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill};
-use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
 use nix::unistd::Pid;
 
 /// One line of `/proc/PID/stat`, as far as the tree needs it.
@@ -165,6 +166,29 @@ pub fn reap_children() {
         match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
             Ok(WaitStatus::StillAlive) | Err(_) => return,
             Ok(_) => {}
+        }
+    }
+}
+
+/// Reaps every exited child of this process but `keep` (whose status
+/// belongs to another wait), without blocking: `waitid` with `WNOWAIT`
+/// names an exited child and leaves it waitable, and a child so named is
+/// reaped unless it is `keep`. When `keep` is the one named, the rest wait
+/// for the next call (`keep` has ended: its wait comes next).
+pub fn reap_children_except(keep: Option<Pid>) {
+    let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+    loop {
+        match waitid(Id::All, flags) {
+            Err(Errno::EINTR) => {}
+            Ok(status) => match status.pid() {
+                Some(pid) if Some(pid) != keep => {
+                    let _ = waitpid(pid, Some(WaitPidFlag::WNOHANG));
+                }
+                // None has exited, or only `keep`.
+                _ => return,
+            },
+            // ECHILD: no children at all.
+            Err(_) => return,
         }
     }
 }
