@@ -188,6 +188,13 @@ async fn a_killed_krt_up_leaves_no_process_behind() {
         "a parent watch per process; certificate watches: the gateway's serving and client \
          certificates, each runtimed's serving certificate"
     );
+    // The control plane's watch of the runs directory wakes for the events
+    // of its own backstop scan (every 2 s: opening the directory and the
+    // Run's file), and for nothing else at rest. It used to take those
+    // events for changes and rescan, ~160 wake-ups a second.
+    let up = stack.up_pid() as i32;
+    let runs_watch = threads_named(up, "notify-rs inoti");
+    assert_eq!(runs_watch.len(), 1, "krt up has no runs-directory watch");
     let switches = |task: &str| {
         let status = std::fs::read_to_string(format!("{task}/status")).unwrap();
         status
@@ -197,6 +204,7 @@ async fn a_killed_krt_up_leaves_no_process_behind() {
             .unwrap()
     };
     let before: Vec<u64> = watches.iter().map(|(_, t)| switches(t)).collect();
+    let runs_before = switches(&runs_watch[0]);
     tokio::time::sleep(Duration::from_secs(3)).await;
     for ((pid, task), before) in watches.iter().zip(before) {
         assert_eq!(
@@ -205,6 +213,12 @@ async fn a_killed_krt_up_leaves_no_process_behind() {
             "process {pid}'s {task} woke up at rest"
         );
     }
+    let runs_woke = switches(&runs_watch[0]) - runs_before;
+    assert!(
+        runs_woke <= 2 * 8,
+        "the runs-directory watch woke {runs_woke} times in 3 s at rest: at most two scans' \
+         events (the directory and one file opened and closed) are expected"
+    );
 
     let mut pids = children.clone();
     pids.extend(

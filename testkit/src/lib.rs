@@ -531,6 +531,11 @@ impl Stack {
             .output()?)
     }
 
+    /// The process id of `krt up` itself (the embedded control plane).
+    pub fn up_pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// SIGKILLs `krt up` itself, giving it no chance to stop its children,
     /// and reaps it.
     pub fn kill_up(&mut self) -> anyhow::Result<()> {

@@ -226,7 +226,10 @@ fn write_atomic(path: &std::path::Path, data: &[u8]) -> std::io::Result<()> {
 }
 
 /// Rescans on every change notification (and every 2 s as a backstop) and
-/// sends the scan when it differs from the previous one.
+/// sends the scan when it differs from the previous one. Access events
+/// (an open, a read, a close without a write) are no change: the scan
+/// itself makes them, and counting them made the watch rescan every 20 ms
+/// for as long as the process lived.
 fn spawn_store_watcher(
     dir: PathBuf,
     tx: mpsc::UnboundedSender<Msg>,
@@ -234,8 +237,10 @@ fn spawn_store_watcher(
     use notify::Watcher;
     let wake = Arc::new(tokio::sync::Notify::new());
     let w = wake.clone();
-    let mut watcher = notify::recommended_watcher(move |_res: notify::Result<notify::Event>| {
-        w.notify_one();
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        if !matches!(&event, Ok(e) if e.kind.is_access()) {
+            w.notify_one();
+        }
     })?;
     watcher.watch(&dir, notify::RecursiveMode::NonRecursive)?;
     tokio::spawn(async move {
