@@ -101,6 +101,13 @@ pub struct Args {
     /// No progress bar.
     #[arg(long)]
     pub no_progress: bool,
+    /// Write every request of the open-loop comparison to FILE, one
+    /// tab-separated line each: the path, its intended send time (seconds on
+    /// CLOCK_MONOTONIC, the clock `perf record -k mono` stamps events with),
+    /// its latency in µs and its status (`error` when none came). For lining
+    /// a tail up with whatever else ran on the machine.
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
     /// Closed-loop seconds per path (default 10; `--quick` 3).
     #[arg(long)]
     pub closed_secs: Option<u64>,

@@ -166,12 +166,14 @@ where
 /// the schedule with `std::thread::sleep` (tens of microseconds of jitter on
 /// Linux, where tokio's timer wheel has millisecond granularity), so the
 /// latency charged from the intended send time is not the client's timer.
+/// `done` sees every request sent: its intended send time, its latency and
+/// its outcome.
 pub async fn open_loop<F, Fut>(
     rate: f64,
     n: u64,
     max_outstanding: usize,
     call: F,
-    tick: impl Fn() + Send + Sync + 'static,
+    done: impl Fn(Instant, Duration, &Outcome) + Send + Sync + 'static,
 ) -> (Recorder, Duration)
 where
     F: Fn() -> Fut + Send + Sync + 'static,
@@ -180,7 +182,7 @@ where
     let rec = Arc::new(Mutex::new(Recorder::new()));
     let limit = Arc::new(tokio::sync::Semaphore::new(max_outstanding.max(1)));
     let call = Arc::new(call);
-    let tick = Arc::new(tick);
+    let done = Arc::new(done);
     let start = Instant::now();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Instant>();
     let pacer = std::thread::spawn(move || {
@@ -204,14 +206,14 @@ where
             );
             continue;
         };
-        let (rec, call, tick) = (rec.clone(), call.clone(), tick.clone());
+        let (rec, call, done) = (rec.clone(), call.clone(), done.clone());
         tasks.push(tokio::spawn(async move {
             let out = call().await;
             let latency = intended.elapsed();
             rec.lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .record(latency, &out);
-            tick();
+            done(intended, latency, &out);
             drop(permit);
         }));
     }
@@ -346,7 +348,7 @@ mod tests {
                     Ok(200)
                 }
             },
-            || {},
+            |_, _, _| {},
         )
         .await;
         let s = rec.summary(Duration::from_secs(1));

@@ -29,6 +29,7 @@ fn quick_run_produces_every_scenario_and_summary_figure() {
     let out_dir = tempfile::tempdir().unwrap();
     let json = out_dir.path().join("bench.json");
     let svg = out_dir.path().join("bench.svg");
+    let trace = out_dir.path().join("trace.tsv");
     let out = Command::new(env!("CARGO_BIN_EXE_kruntimes-bench"))
         .arg("--quick")
         .arg("--no-progress")
@@ -38,6 +39,8 @@ fn quick_run_produces_every_scenario_and_summary_figure() {
         .arg(&json)
         .arg("--plot")
         .arg(&svg)
+        .arg("--trace")
+        .arg(&trace)
         .args(["--requests", "100", "--table-entries", "5000"])
         .output()
         .expect("run kruntimes-bench");
@@ -141,6 +144,37 @@ fn quick_run_produces_every_scenario_and_summary_figure() {
     }
     let svg = std::fs::read_to_string(&svg).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("gateway-python"));
+
+    // `--trace`: a line per open-loop request, as many per path as the
+    // report counted, each with a send time, a latency and a status.
+    let trace = std::fs::read_to_string(&trace).unwrap();
+    let mut lines: std::collections::BTreeMap<&str, u64> = Default::default();
+    for line in trace.lines() {
+        let f: Vec<&str> = line.split('\t').collect();
+        assert_eq!(f.len(), 4, "trace line {line:?}");
+        assert!(
+            f[1].parse::<f64>().is_ok_and(|t| t > 0.0),
+            "send time in {line:?}"
+        );
+        assert!(f[2].parse::<u64>().is_ok(), "latency in {line:?}");
+        assert!(
+            f[3] == "error" || f[3].parse::<u16>().is_ok(),
+            "status in {line:?}"
+        );
+        *lines.entry(f[0]).or_default() += 1;
+    }
+    let open: std::collections::BTreeMap<&str, u64> = report["scenarios"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(name, _)| name.starts_with("open-"))
+        .map(|(name, s)| (name.as_str(), s["count"].as_u64().unwrap()))
+        .collect();
+    assert!(open.contains_key("open-gateway"), "{open:?}");
+    assert_eq!(
+        lines, open,
+        "trace lines per path against the report's counts"
+    );
 }
 
 /// `--client-http1`: the sequential paths, gateway and direct, answered over

@@ -20,6 +20,8 @@ pub(super) struct Ctx {
     pub(super) bar: ProgressBar,
     /// Whether the baselines run (not `--no-baselines`).
     pub(super) baselines: bool,
+    /// `--trace`'s file, open.
+    pub(super) trace: Option<std::io::BufWriter<std::fs::File>>,
 }
 
 impl Ctx {
@@ -40,6 +42,7 @@ impl Ctx {
             report: Report::default(),
             bar,
             baselines: !args.no_baselines,
+            trace: None,
         };
         let cfg = &mut ctx.report.config;
         cfg.insert("quick".into(), json!(args.quick));

@@ -52,8 +52,17 @@ pub async fn run(args: &Args, sizes: &Sizes) -> anyhow::Result<Report> {
     if args.soak {
         return soak::run(krt, args.duration, args.rate.unwrap_or(100.0)).await;
     }
+    // Before the stack starts: a path that cannot be written fails at once.
+    let trace = match &args.trace {
+        Some(path) => Some(std::io::BufWriter::new(
+            std::fs::File::create(path)
+                .map_err(|e| anyhow::anyhow!("--trace {}: {e}", path.display()))?,
+        )),
+        None => None,
+    };
     let local = local::Local::start(krt, args.gateway_threads, args.client_http1).await?;
     let mut ctx = context::Ctx::new(args, sizes);
+    ctx.trace = trace;
     let proxies = if args.no_baselines {
         Vec::new()
     } else {

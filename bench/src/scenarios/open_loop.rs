@@ -11,8 +11,9 @@
 //! tens of seconds, in which ~1 % of every path's requests take over a
 //! millisecond, which is where a p99 of 4,000 requests falls.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 
@@ -106,7 +107,11 @@ pub(super) async fn run(ctx: &mut Ctx, local: &Local, proxies: &[Proxy], sizes: 
             ctx.bar
                 .set_message(format!("{} (round {})", p.name, round + 1));
             let before = p.cpu.read();
-            let (rec, el) = open_loop(ctx, p.target.clone(), sizes.rate, n).await;
+            let (rec, el, sent) = open_loop(ctx, p.target.clone(), sizes.rate, n).await;
+            if let Err(e) = trace(ctx, &p.name, &sent) {
+                ctx.skip("trace", format!("writing --trace: {e}"));
+                ctx.trace = None;
+            }
             p.spent = p
                 .spent
                 .zip(before.zip(p.cpu.read()))
@@ -129,15 +134,23 @@ pub(super) async fn run(ctx: &mut Ctx, local: &Local, proxies: &[Proxy], sizes: 
     }
 }
 
-/// `n` requests to `target` at `rate` per second.
+/// One request as `--trace` writes it: intended send time, latency,
+/// status (none: no answer).
+type Sent = (Instant, Duration, Option<u16>);
+
+/// `n` requests to `target` at `rate` per second, and each request's
+/// [`Sent`] when `--trace` asks for them.
 async fn open_loop(
     ctx: &Ctx,
     target: HttpTarget,
     rate: f64,
     n: u64,
-) -> (load::Recorder, std::time::Duration) {
+) -> (load::Recorder, Duration, Vec<Sent>) {
     let target = Arc::new(target);
-    load::open_loop(
+    let tick = ctx.tick();
+    let sent = Arc::new(Mutex::new(Vec::new()));
+    let keep = ctx.trace.is_some().then(|| sent.clone());
+    let (rec, elapsed) = load::open_loop(
         rate,
         n,
         MAX_OUTSTANDING,
@@ -145,9 +158,39 @@ async fn open_loop(
             let t = target.clone();
             async move { t.call().await }
         },
-        ctx.tick(),
+        move |at, latency, out| {
+            tick();
+            if let Some(keep) = &keep {
+                let status = out.as_ref().ok().copied();
+                keep.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((at, latency, status));
+            }
+        },
     )
-    .await
+    .await;
+    let sent = std::mem::take(&mut *sent.lock().unwrap_or_else(|p| p.into_inner()));
+    (rec, elapsed, sent)
+}
+
+/// Appends one round of `path`'s requests to `--trace`'s file, if any.
+fn trace(ctx: &mut Ctx, path: &str, sent: &[Sent]) -> std::io::Result<()> {
+    let Some(out) = ctx.trace.as_mut() else {
+        return Ok(());
+    };
+    // `Instant` reads CLOCK_MONOTONIC on Linux but does not show it: the
+    // two are read together once, and every send time placed from there.
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)?;
+    let (now_at, now_secs) = (Instant::now(), Duration::from(now).as_secs_f64());
+    for (at, latency, status) in sent {
+        let secs = now_secs - now_at.saturating_duration_since(*at).as_secs_f64();
+        let micros = latency.as_micros();
+        match status {
+            Some(s) => writeln!(out, "{path}\t{secs:.6}\t{micros}\t{s}")?,
+            None => writeln!(out, "{path}\t{secs:.6}\t{micros}\terror")?,
+        }
+    }
+    out.flush()
 }
 
 /// A figure rounded to one decimal.

@@ -73,7 +73,7 @@ where
         sizes.open_requests,
         MAX_OUTSTANDING,
         call,
-        || {},
+        |_, _, _| {},
     )
     .await;
     report
