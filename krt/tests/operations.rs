@@ -195,14 +195,7 @@ async fn a_killed_krt_up_leaves_no_process_behind() {
     let up = stack.up_pid() as i32;
     let runs_watch = threads_named(up, "notify-rs inoti");
     assert_eq!(runs_watch.len(), 1, "krt up has no runs-directory watch");
-    let switches = |task: &str| {
-        let status = std::fs::read_to_string(format!("{task}/status")).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .unwrap()
-    };
+    let switches = |task: &str| kruntimes_testkit::wake_ups(std::path::Path::new(task));
     let before: Vec<u64> = watches.iter().map(|(_, t)| switches(t)).collect();
     let runs_before = switches(&runs_watch[0]);
     tokio::time::sleep(Duration::from_secs(3)).await;

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use kruntimes_runtime_server::contain::{Contained, Launch, Shim};
+use kruntimes_runtime_server::contain::{Contained, Launch, Shim, tree};
 use kruntimes_testkit::{read_pids, wait_gone};
 
 /// Starts five processes that try to outlive the script in every way, each
@@ -121,35 +121,21 @@ async fn only_stdio_is_inherited_by_the_user_process() {
     assert!(extra.is_empty(), "inherited descriptors: {fds}");
 }
 
-/// The voluntary context switches of every thread of process `pid`: they
-/// grow each time one of its threads wakes up.
+/// The wake-ups of every thread of process `pid`.
 fn wake_ups(pid: i32) -> u64 {
     std::fs::read_dir(format!("/proc/{pid}/task"))
         .unwrap()
         .flatten()
-        .map(|t| {
-            std::fs::read_to_string(t.path().join("status"))
-                .unwrap()
-                .lines()
-                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .unwrap()
-        })
+        .map(|t| kruntimes_testkit::wake_ups(&t.path()))
         .sum()
 }
 
 /// The children of `pid` that exited and were not reaped.
 fn zombie_children(pid: i32) -> Vec<i32> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
-        .filter_map(|stat| {
-            let (head, rest) = stat.rsplit_once(')')?;
-            let mut f = rest.split_whitespace();
-            let (state, ppid) = (f.next()?, f.next()?.parse::<i32>().ok()?);
-            (ppid == pid && state == "Z").then(|| head.split_once(" (")?.0.trim().parse().ok())?
-        })
+    tree::snapshot()
+        .into_iter()
+        .filter(|p| p.ppid == pid && p.dead)
+        .map(|p| p.pid)
         .collect()
 }
 

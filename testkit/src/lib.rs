@@ -101,6 +101,20 @@ pub fn process_gone(pid: i32) -> bool {
     }
 }
 
+/// The voluntary context switches of a thread (`/proc/PID/task/TID`, or
+/// `/proc/PID` for the main thread): they grow each time it wakes up.
+pub fn wake_ups(task: &Path) -> u64 {
+    std::fs::read_to_string(task.join("status"))
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or_else(|| panic!("no voluntary_ctxt_switches in {}/status", task.display()))
+}
+
 /// Every live descendant of process `pid` (children, grandchildren, …),
 /// read from `/proc`.
 pub fn descendants(pid: i32) -> Vec<i32> {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill};
-use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
+use nix::sys::wait::{Id, WaitPidFlag, waitid, waitpid};
 use nix::unistd::Pid;
 
 /// One line of `/proc/PID/stat`, as far as the tree needs it.
@@ -160,21 +160,12 @@ pub fn live_descendants(root: i32) -> Vec<i32> {
         .collect()
 }
 
-/// Reaps every exited child of this process without blocking.
-pub fn reap_children() {
-    loop {
-        match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::StillAlive) | Err(_) => return,
-            Ok(_) => {}
-        }
-    }
-}
-
 /// Reaps every exited child of this process but `keep` (whose status
 /// belongs to another wait), without blocking: `waitid` with `WNOWAIT`
 /// names an exited child and leaves it waitable, and a child so named is
 /// reaped unless it is `keep`. When `keep` is the one named, the rest wait
 /// for the next call (`keep` has ended: its wait comes next).
+/// With no `keep`, every exited child is reaped.
 pub fn reap_children_except(keep: Option<Pid>) {
     let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
     loop {
@@ -212,12 +203,12 @@ pub fn kill_descendants(root: i32, within: Duration) -> bool {
     let deadline = Instant::now() + within;
     let mut empty = 0;
     loop {
-        reap_children();
+        reap_children_except(None);
         let live = live_descendants(root);
         if live.is_empty() {
             empty += 1;
             if empty == 2 {
-                reap_children();
+                reap_children_except(None);
                 return true;
             }
             continue;
