@@ -151,7 +151,8 @@ pub struct Args {
     pub max_in_flight: usize,
     /// How long a request for a Run that is on its way to Ready, or Ready
     /// with its owner's readiness not yet here, waits for the table to
-    /// converge before 503 `NotReady`, milliseconds (0: answer at once; at
+    /// converge before 503 `NotReady`, and one for a UID the table does not
+    /// know yet before 404 `NotFound`, milliseconds (0: answer at once; at
     /// most 10,000, and a settling request holds its in-flight slot).
     #[arg(long, default_value_t = 250, value_parser = clap::value_parser!(u64).range(0..=10_000))]
     pub route_settle_ms: u64,

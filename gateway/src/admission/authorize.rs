@@ -38,13 +38,19 @@ pub async fn authorize(
     run_name: Option<&str>,
 ) -> Result<Arc<Identity>, Rejection> {
     let Some(name) = run_name else {
-        return match cache.authenticate(token).await? {
-            Ok(_) => Err(Rejection::unknown_run()),
-            Err(why) => Err(Rejection::unauthenticated(&why)),
-        };
+        authenticate(cache, token).await?;
+        return Err(Rejection::unknown_run());
     };
     let outcome = cache.check(token, &target.authz_target(name)).await?;
     decide(outcome, target)
+}
+
+/// Authenticates `token` alone (401 if it is not a caller's).
+pub async fn authenticate(cache: &DecisionCache, token: &str) -> Result<(), Rejection> {
+    match cache.authenticate(token).await? {
+        Ok(_) => Ok(()),
+        Err(why) => Err(Rejection::unauthenticated(&why)),
+    }
 }
 
 /// The identity of an allowed outcome, or the rejection of any other.

@@ -173,6 +173,20 @@ impl Admission {
             let t = table::read(&self.table);
             (route::lookup(&t, &target, Instant::now()), t.subscribe())
         };
+        if lookup.is_unknown() && !self.limits.route_settle.is_zero() {
+            // A client that saw its Run Ready may call before the control
+            // plane's word on it reaches this gateway: an unknown UID is
+            // answered 404 only once the table has had the settle time to
+            // learn it. The caller is authenticated first (401 at once
+            // otherwise: a stranger never waits, and never learns whether
+            // the UID exists), then holds an in-flight slot while waiting.
+            if let (Some(cache), Some(token)) = (&self.auth, token) {
+                authorize::authenticate(cache, token).await?;
+            }
+            let slot = facts.in_flight.insert(self.in_flight.acquire());
+            slot.admitted()?;
+            lookup = Box::pin(self.settle(&target, lookup, &mut changes)).await;
+        }
         if let (Some(cache), Some(token)) = (&self.auth, token) {
             let id = authorize::authorize(cache, token, &target, lookup.run_name()).await?;
             if let (Some(SessionOp::WebSocket), Some(name)) = (facts.session, lookup.run_name()) {
@@ -196,28 +210,32 @@ impl Admission {
         }
         // The slot is taken once the caller is known to be allowed: a flood
         // of made-up tokens is answered 401 without filling the gateway.
-        let slot = facts.in_flight.insert(self.in_flight.acquire());
+        // (An unknown Run that was waited for holds one already.)
+        let slot = facts
+            .in_flight
+            .get_or_insert_with(|| self.in_flight.acquire());
         slot.admitted()?;
         if lookup.is_settling() {
             // Boxed: rare, and its timer would size every admission.
-            lookup = Box::pin(self.settle(&target, lookup, changes)).await;
+            lookup = Box::pin(self.settle(&target, lookup, &mut changes)).await;
         }
         facts.route = Some(lookup.into_route(&target)?);
         Ok(())
     }
 
-    /// Looks `target` up again on every table change until it is no
-    /// longer settling or [`Limits::route_settle`] has passed: a client
-    /// that saw its Run Ready must not get `NotReady` only because the
-    /// owner's readiness reached this gateway a few milliseconds later.
+    /// Looks `target` up again on every table change until it is known
+    /// and no longer settling, or [`Limits::route_settle`] has passed: a
+    /// client that saw its Run Ready must not get `NotFound` or `NotReady`
+    /// only because the control plane's or the owner's word on it reached
+    /// this gateway a few milliseconds later.
     async fn settle(
         &self,
         target: &RunTarget<'_>,
         mut lookup: route::Lookup,
-        mut changes: tokio::sync::watch::Receiver<u64>,
+        changes: &mut tokio::sync::watch::Receiver<u64>,
     ) -> route::Lookup {
         let deadline = tokio::time::Instant::now() + self.limits.route_settle;
-        while lookup.is_settling() {
+        while lookup.is_settling() || lookup.is_unknown() {
             match tokio::time::timeout_at(deadline, changes.changed()).await {
                 Ok(Ok(())) => {}
                 // The deadline passed, or the table is gone (shutdown).

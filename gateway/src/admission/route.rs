@@ -37,6 +37,12 @@ impl Lookup {
         matches!(self.route, Err(RouteError::Settling(_)))
     }
 
+    /// Whether the table has no such Run in that namespace and Runtime (yet:
+    /// the control plane's word on a new Run may be on its way).
+    pub fn is_unknown(&self) -> bool {
+        matches!(self.route, Err(RouteError::NotFound))
+    }
+
     /// The name of the addressed Run, if the control plane knows it in that
     /// namespace and Runtime (routable or not).
     pub fn run_name(&self) -> Option<&str> {

@@ -264,6 +264,107 @@ async fn pending_runs_and_unauthorized_callers_never_wait() {
     assert_eq!(code(&f, &post(RUNNING, "eve")).await, ErrorCode::Forbidden);
 }
 
+/// A Run the table does not know yet (`c3`, ready on pod-c).
+const NEW: &str = "/v1/namespaces/default/runtimes/python/runs/c3:invoke";
+
+/// The control plane's and the owner's word on `c3`, as the watch streams
+/// bring them.
+fn publish_new_run(table: &RwLock<Table>) {
+    let mut e = crate::table::fixtures::assignment("c3", "pod-c", "10.0.0.3:1", 1, Phase::Ready);
+    e.mode = Mode::Function as i32;
+    let mut t = table::write(table);
+    t.apply_control_plane(
+        kruntimes_proto::watch::SourceUpdate::Upsert(e.clone()),
+        Instant::now(),
+    );
+    t.apply_runtimed(
+        "10.0.0.3:1",
+        crate::table::fixtures::snap("pod-c", vec![e]),
+        Instant::now(),
+    );
+}
+
+#[tokio::test]
+async fn a_run_the_table_learns_of_while_the_caller_waits_is_routed() {
+    for auth in [true, false] {
+        let f = settling_fixture(auth, 10, std::time::Duration::from_secs(30));
+        let table = f.admission.table.clone();
+        let arrives = async {
+            tokio::task::yield_now().await;
+            publish_new_run(&table);
+        };
+        let req = post(NEW, "alice");
+        let ((result, facts), ()) = tokio::join!(admit(&f, &req), arrives);
+        assert_eq!(result, Ok(()), "auth {auth}");
+        assert_eq!(facts.route.as_ref().map(|r| r.pod_uid()), Some("pod-c"));
+        if auth {
+            // Authorized for the Run by its name, once known.
+            assert_eq!(facts.subject(), Some("alice"));
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_unknown_run_is_not_found_after_the_wait_and_its_caller_authorized_then() {
+    for auth in [true, false] {
+        let f = settling_fixture(auth, 10, std::time::Duration::from_millis(20));
+        assert_eq!(code(&f, &post(NEW, "alice")).await, ErrorCode::NotFound);
+        assert_eq!(f.gauge.get(), 0, "the slot is given back");
+    }
+    // A Run that arrives but may not be used by the caller is forbidden.
+    let f = settling_fixture(true, 10, std::time::Duration::from_secs(30));
+    let table = f.admission.table.clone();
+    let arrives = async {
+        tokio::task::yield_now().await;
+        publish_new_run(&table);
+    };
+    let req = post(NEW, "eve");
+    let (denied, ()) = tokio::join!(code(&f, &req), arrives);
+    assert_eq!(denied, ErrorCode::Forbidden);
+}
+
+#[tokio::test]
+async fn strangers_never_wait_for_an_unknown_run() {
+    // A 30 s budget: a test that waited would time out the suite.
+    let f = settling_fixture(true, 10, std::time::Duration::from_secs(30));
+    assert_eq!(
+        code(&f, &post(NEW, "mallory")).await,
+        ErrorCode::Unauthenticated
+    );
+    assert_eq!(
+        code(&f, &request("POST", NEW, &[])).await,
+        ErrorCode::Unauthenticated
+    );
+    assert_eq!(f.gauge.get(), 0);
+}
+
+#[tokio::test]
+async fn a_caller_waiting_for_an_unknown_run_holds_an_in_flight_slot() {
+    let f = settling_fixture(true, 1, std::time::Duration::from_secs(30));
+    let table = f.admission.table.clone();
+    let meanwhile = async {
+        // The waiting caller takes its slot within a few polls (bounded, so
+        // a caller that does not wait fails the test instead of hanging it).
+        for _ in 0..1000 {
+            if f.gauge.get() != 0 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        // The one slot is the waiting caller's: the bound holds.
+        let other = code(&f, &post(INVOKE, "alice")).await;
+        publish_new_run(&table);
+        other
+    };
+    let req = post(NEW, "alice");
+    let ((result, facts), other) = tokio::join!(admit(&f, &req), meanwhile);
+    assert_eq!(other, ErrorCode::Overloaded);
+    assert_eq!(result, Ok(()));
+    assert_eq!(f.gauge.get(), 1, "one slot, taken once");
+    drop(facts);
+    assert_eq!(f.gauge.get(), 0);
+}
+
 #[tokio::test]
 async fn an_owner_that_moves_while_the_caller_is_authorized_is_routed_to_its_new_pod() {
     let f = fixture(true, 10);
