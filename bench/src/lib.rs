@@ -83,6 +83,11 @@ pub struct Args {
     /// Open-loop rate, requests per second.
     #[arg(long)]
     pub rate: Option<f64>,
+    /// Open-loop requests per path (default 10,000; `--quick` 600). The
+    /// p99 of N requests is the N/100-th slowest: its 95 % interval (in the
+    /// report) narrows with √N.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub open_requests: Option<u64>,
     /// Entries of the synthetic ownership table.
     #[arg(long)]
     pub table_entries: Option<u64>,
@@ -185,7 +190,7 @@ impl Sizes {
             warmup: if q { 50 } else { 200 },
             reps: a.reps.unwrap_or(if q { 1 } else { 3 }),
             rate: a.rate.unwrap_or(200.0),
-            open_requests: if q { 600 } else { 4000 },
+            open_requests: a.open_requests.unwrap_or(if q { 600 } else { 10_000 }),
             spawn: if q { 20 } else { 100 },
             auth_misses: if q { 100 } else { 1000 },
             kube_requests: if q { 500 } else { 10_000 },

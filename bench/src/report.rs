@@ -29,9 +29,9 @@ impl Report {
     pub fn markdown(&self) -> String {
         let mut out = String::new();
         out.push_str(
-            "| scenario | n | ok | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | rps | errors |\n",
+            "| scenario | n | ok | p50 ms | p90 ms | p99 ms | p99 95 % CI ms | p99.9 ms | max ms | rps | errors |\n",
         );
-        out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
+        out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
         for (name, s) in &self.scenarios {
             let errors = if s.errors.is_empty() {
                 "-".to_owned()
@@ -44,12 +44,14 @@ impl Report {
             };
             let _ = writeln!(
                 out,
-                "| {name} | {} | {} | {} | {} | {} | {} | {} | {:.0} | {errors} |",
+                "| {name} | {} | {} | {} | {} | {} | {}–{} | {} | {} | {:.0} | {errors} |",
                 s.count,
                 s.ok,
                 ms(s.p50_us),
                 ms(s.p90_us),
                 ms(s.p99_us),
+                ms(s.p99_ci95_us[0]),
+                ms(s.p99_ci95_us[1]),
                 ms(s.p999_us),
                 ms(s.max_us),
                 s.achieved_rps

@@ -121,7 +121,8 @@ fn total_requests(sizes: &Sizes) -> u64 {
     sizes.session * 4
         + (sizes.session / 5).max(5) * 2
         + sizes.reps * sizes.requests * 5
-        + sizes.open_requests * 4
+        // The direct path, the gateway and three baselines.
+        + sizes.open_requests * 5
         + sizes.spawn
         + sizes.auth_misses
         + sizes.kube_requests
