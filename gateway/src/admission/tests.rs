@@ -267,10 +267,10 @@ async fn pending_runs_and_unauthorized_callers_never_wait() {
 /// A Run the table does not know yet (`c3`, ready on pod-c).
 const NEW: &str = "/v1/namespaces/default/runtimes/python/runs/c3:invoke";
 
-/// The control plane's and the owner's word on `c3`, as the watch streams
-/// bring them.
-fn publish_new_run(table: &RwLock<Table>) {
-    let mut e = crate::table::fixtures::assignment("c3", "pod-c", "10.0.0.3:1", 1, Phase::Ready);
+/// The control plane's and the owner's word that function Run `uid` is
+/// Ready on `pod` at `addr` (`attempt`), as the watch streams bring them.
+fn publish_ready(table: &RwLock<Table>, uid: &str, pod: &str, addr: &str, attempt: u64) {
+    let mut e = crate::table::fixtures::assignment(uid, pod, addr, attempt, Phase::Ready);
     e.mode = Mode::Function as i32;
     let mut t = table::write(table);
     t.apply_control_plane(
@@ -278,23 +278,25 @@ fn publish_new_run(table: &RwLock<Table>) {
         Instant::now(),
     );
     t.apply_runtimed(
-        "10.0.0.3:1",
-        crate::table::fixtures::snap("pod-c", vec![e]),
+        addr,
+        crate::table::fixtures::snap(pod, vec![e]),
         Instant::now(),
     );
+}
+
+/// `c3`, new to the table, arrives Ready on pod-c once the caller waits.
+async fn new_run_arrives(table: &RwLock<Table>) {
+    tokio::task::yield_now().await;
+    publish_ready(table, "c3", "pod-c", "10.0.0.3:1", 1);
 }
 
 #[tokio::test]
 async fn a_run_the_table_learns_of_while_the_caller_waits_is_routed() {
     for auth in [true, false] {
         let f = settling_fixture(auth, 10, std::time::Duration::from_secs(30));
-        let table = f.admission.table.clone();
-        let arrives = async {
-            tokio::task::yield_now().await;
-            publish_new_run(&table);
-        };
         let req = post(NEW, "alice");
-        let ((result, facts), ()) = tokio::join!(admit(&f, &req), arrives);
+        let ((result, facts), ()) =
+            tokio::join!(admit(&f, &req), new_run_arrives(&f.admission.table));
         assert_eq!(result, Ok(()), "auth {auth}");
         assert_eq!(facts.route.as_ref().map(|r| r.pod_uid()), Some("pod-c"));
         if auth {
@@ -313,13 +315,8 @@ async fn an_unknown_run_is_not_found_after_the_wait_and_its_caller_authorized_th
     }
     // A Run that arrives but may not be used by the caller is forbidden.
     let f = settling_fixture(true, 10, std::time::Duration::from_secs(30));
-    let table = f.admission.table.clone();
-    let arrives = async {
-        tokio::task::yield_now().await;
-        publish_new_run(&table);
-    };
     let req = post(NEW, "eve");
-    let (denied, ()) = tokio::join!(code(&f, &req), arrives);
+    let (denied, ()) = tokio::join!(code(&f, &req), new_run_arrives(&f.admission.table));
     assert_eq!(denied, ErrorCode::Forbidden);
 }
 
@@ -353,7 +350,7 @@ async fn a_caller_waiting_for_an_unknown_run_holds_an_in_flight_slot() {
         }
         // The one slot is the waiting caller's: the bound holds.
         let other = code(&f, &post(INVOKE, "alice")).await;
-        publish_new_run(&table);
+        publish_ready(&table, "c3", "pod-c", "10.0.0.3:1", 1);
         other
     };
     let req = post(NEW, "alice");
@@ -372,19 +369,7 @@ async fn an_owner_that_moves_while_the_caller_is_authorized_is_routed_to_its_new
     // Runs while the token review of `slow-alice` yields: `f1` moves to
     // pod-b (attempt 2), which reports it Ready.
     let moved = tokio::spawn(async move {
-        let mut e =
-            crate::table::fixtures::assignment("f1", "pod-b", "10.0.0.2:1", 2, Phase::Ready);
-        e.mode = Mode::Function as i32;
-        let mut t = table::write(&table);
-        t.apply_control_plane(
-            kruntimes_proto::watch::SourceUpdate::Upsert(e.clone()),
-            Instant::now(),
-        );
-        t.apply_runtimed(
-            "10.0.0.2:1",
-            crate::table::fixtures::snap("pod-b", vec![e]),
-            Instant::now(),
-        );
+        publish_ready(&table, "f1", "pod-b", "10.0.0.2:1", 2);
     });
     let (result, facts) = admit(&f, &post(INVOKE, "slow-alice")).await;
     moved.await.unwrap();
