@@ -173,6 +173,8 @@ impl Admission {
             let t = table::read(&self.table);
             (route::lookup(&t, &target, Instant::now()), t.subscribe())
         };
+        // When the wait for the table began: one budget for every wait.
+        let mut settling_since = None;
         if lookup.is_unknown() && !self.limits.route_settle.is_zero() {
             // A client that saw its Run Ready may call before the control
             // plane's word on it reaches this gateway: an unknown UID is
@@ -185,7 +187,8 @@ impl Admission {
             }
             let slot = facts.in_flight.insert(self.in_flight.acquire());
             slot.admitted()?;
-            lookup = Box::pin(self.settle(&target, lookup, &mut changes)).await;
+            let since = *settling_since.insert(tokio::time::Instant::now());
+            lookup = Box::pin(self.settle(&target, lookup, &mut changes, since)).await;
         }
         if let (Some(cache), Some(token)) = (&self.auth, token) {
             let id = authorize::authorize(cache, token, &target, lookup.run_name()).await?;
@@ -217,14 +220,17 @@ impl Admission {
         slot.admitted()?;
         if lookup.is_settling() {
             // Boxed: rare, and its timer would size every admission.
-            lookup = Box::pin(self.settle(&target, lookup, &mut changes)).await;
+            let since = *settling_since.get_or_insert_with(tokio::time::Instant::now);
+            lookup = Box::pin(self.settle(&target, lookup, &mut changes, since)).await;
         }
         facts.route = Some(lookup.into_route(&target)?);
         Ok(())
     }
 
     /// Looks `target` up again on every table change until it is known
-    /// and no longer settling, or [`Limits::route_settle`] has passed: a
+    /// and no longer settling, or [`Limits::route_settle`] has passed
+    /// `since` (the first wait of the request, so that two waits share
+    /// one budget): a
     /// client that saw its Run Ready must not get `NotFound` or `NotReady`
     /// only because the control plane's or the owner's word on it reached
     /// this gateway a few milliseconds later.
@@ -233,8 +239,9 @@ impl Admission {
         target: &RunTarget<'_>,
         mut lookup: route::Lookup,
         changes: &mut tokio::sync::watch::Receiver<u64>,
+        since: tokio::time::Instant,
     ) -> route::Lookup {
-        let deadline = tokio::time::Instant::now() + self.limits.route_settle;
+        let deadline = since + self.limits.route_settle;
         while lookup.is_settling() || lookup.is_unknown() {
             match tokio::time::timeout_at(deadline, changes.changed()).await {
                 Ok(Ok(())) => {}

@@ -320,6 +320,31 @@ async fn an_unknown_run_is_not_found_after_the_wait_and_its_caller_authorized_th
     assert_eq!(denied, ErrorCode::Forbidden);
 }
 
+/// A Run that arrives on its way to Ready and stays there is waited for
+/// once: the wait for it to be known and for it to be Ready share one
+/// budget.
+#[tokio::test(start_paused = true)]
+async fn an_unknown_run_that_stays_on_its_way_is_waited_for_once() {
+    let settle = std::time::Duration::from_millis(100);
+    let f = settling_fixture(true, 10, settle);
+    let arrives_running = async {
+        tokio::task::yield_now().await;
+        let mut e =
+            crate::table::fixtures::assignment("c3", "pod-c", "10.0.0.3:1", 1, Phase::Running);
+        e.mode = Mode::Function as i32;
+        table::write(&f.admission.table).apply_control_plane(
+            kruntimes_proto::watch::SourceUpdate::Upsert(e),
+            Instant::now(),
+        );
+    };
+    let start = tokio::time::Instant::now();
+    let req = post(NEW, "alice");
+    let (answer, ()) = tokio::join!(code(&f, &req), arrives_running);
+    assert_eq!(answer, ErrorCode::NotReady);
+    // The clock is paused: it moved only to the one deadline.
+    assert_eq!(start.elapsed(), settle);
+}
+
 #[tokio::test]
 async fn strangers_never_wait_for_an_unknown_run() {
     // A 30 s budget: a test that waited would time out the suite.
