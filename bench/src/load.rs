@@ -194,13 +194,18 @@ where
     (rec, start.elapsed())
 }
 
+/// The error of a request the open loop did not send: too many were
+/// outstanding.
+pub const DROPPED: &str = "dropped (too many outstanding)";
+
 /// Open loop at `rate` for `n` requests, at most `max_outstanding` in flight
 /// (requests beyond that are recorded as `dropped`). A dedicated thread keeps
 /// the schedule with `std::thread::sleep` (tens of microseconds of jitter on
 /// Linux, where tokio's timer wheel has millisecond granularity), so the
 /// latency charged from the intended send time is not the client's timer.
-/// `done` sees every request sent: its intended send time, its latency and
-/// its outcome.
+/// `done` sees every request scheduled: its intended send time, its latency
+/// and its outcome (for one dropped, the time until it was dropped and the
+/// `dropped` error it is recorded with).
 pub async fn open_loop<F, Fut>(
     rate: f64,
     n: u64,
@@ -233,10 +238,11 @@ where
     let mut tasks = Vec::with_capacity(n as usize);
     while let Some(intended) = rx.recv().await {
         let Ok(permit) = limit.clone().try_acquire_owned() else {
-            rec.lock().unwrap_or_else(|p| p.into_inner()).record(
-                intended.elapsed(),
-                &Err("dropped (too many outstanding)".into()),
-            );
+            let (latency, out) = (intended.elapsed(), Err(DROPPED.into()));
+            rec.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .record(latency, &out);
+            done(intended, latency, &out);
             continue;
         };
         let (rec, call, done) = (rec.clone(), call.clone(), done.clone());
@@ -451,6 +457,38 @@ mod tests {
             s.p50_us >= 100_000,
             "queued requests carry the stall: p50 {}",
             s.p50_us
+        );
+    }
+
+    #[tokio::test]
+    async fn every_scheduled_request_reaches_the_hook_dropped_ones_too() {
+        // One outstanding at most, and the first call holds it for 200 ms:
+        // the requests scheduled meanwhile (every 10 ms) are dropped.
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let hook = seen.clone();
+        let (rec, _) = open_loop(
+            100.0,
+            10,
+            1,
+            || async {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                Ok(200)
+            },
+            move |_, _, out| hook.lock().unwrap().push(out.clone()),
+        )
+        .await;
+        let seen = seen.lock().unwrap();
+        let s = rec.summary(Duration::from_secs(1));
+        assert_eq!(
+            seen.len() as u64,
+            s.count,
+            "one hook call per recorded request"
+        );
+        let dropped = seen.iter().filter(|o| **o == Err(DROPPED.into())).count();
+        assert!(dropped >= 1, "{seen:?}");
+        assert_eq!(
+            s.errors.get(&format!("transport: {DROPPED}")).copied(),
+            Some(dropped as u64)
         );
     }
 }
