@@ -169,12 +169,17 @@ pub struct Args {
     /// owner, status, duration; never tokens or payloads).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub access_log: bool,
-    /// Pingora worker threads.
-    #[arg(long, default_value_t = 2)]
+    /// Worker threads. Each accepts on every public listener and serves the
+    /// connections it accepted, with its own pool of upstream connections,
+    /// so no request hands work to another thread.
+    #[arg(long, default_value_t = 2,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
     pub threads: usize,
-    /// Let idle worker threads steal tasks from busy ones. Off by default:
-    /// pinning each connection (and its upstream HTTP/2 sessions) to one
-    /// thread avoids cross-thread wake-ups on every request.
+    /// Serve every listener from one runtime of `--threads` threads that
+    /// steal tasks from each other, sharing one upstream pool, instead of
+    /// one worker per thread. Off by default: a connection's readiness and
+    /// its pooled upstream connections then cross threads, a wake-up of
+    /// another thread on many requests.
     #[arg(long)]
     pub work_stealing: bool,
 }

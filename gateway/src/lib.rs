@@ -326,18 +326,30 @@ fn serve(args: Args, log: kruntimes_support::logbuf::LogBuffer) -> anyhow::Resul
         &args.client_key,
     )
     .map_err(|e| anyhow::anyhow!(e))?;
-    let proxy = Arc::new(proxy::build(
+    // The public listeners hand each connection to a worker, served there
+    // with the worker's own proxy and upstream pool: one per thread, or
+    // with work stealing a single one on every thread (docs/benchmarks.md,
+    // "Worker threads").
+    let (worker_count, worker_threads) = if args.work_stealing {
+        (1, None)
+    } else {
+        (args.threads, Some(1))
+    };
+    let workers = listener::Workers::new(worker_count);
+    let proxies = proxy::build(
         &server.configuration,
-        gateway,
-        options,
-        client,
-    )?);
+        &gateway,
+        &options,
+        &client,
+        worker_count,
+    )?;
     let mut listeners = Vec::new();
     let mut add = |name: &'static str, addr: &str, tls| -> anyhow::Result<()> {
         let (config, stats, counts) = parts(name, addr, tls);
-        listeners.push(listener::PublicListener::bind(
+        listeners.push(listener::PublicListener::bind_for(
             config,
-            proxy.clone(),
+            workers.clone(),
+            proxies.clone(),
             connections.clone(),
             stats,
             counts,
@@ -385,6 +397,9 @@ fn serve(args: Args, log: kruntimes_support::logbuf::LogBuffer) -> anyhow::Resul
             tls,
         },
     );
+    for i in 0..workers.len() {
+        server.add_service(workers.service(i, worker_threads));
+    }
     for l in listeners {
         server.add_service(l);
     }

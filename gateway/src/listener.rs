@@ -39,9 +39,11 @@ use prometheus::{IntCounter, IntGauge};
 use kruntimes_support::listen::{self, Limits, Stats};
 
 mod connections;
+mod workers;
 
 use connections::{Connection, between_requests_for, idle_for};
 pub use connections::{Connections, InFlight};
+pub use workers::{WorkerService, Workers};
 
 /// Counters of one listener, beside its [`Stats`].
 #[derive(Debug, Clone)]
@@ -53,7 +55,12 @@ pub struct ListenerMetrics {
 }
 
 /// One public listener: a Pingora service that accepts, bounds and
-/// handshakes connections itself and hands each to `app`.
+/// handshakes connections itself and hands each to an app.
+///
+/// A listener either serves its connections on its own service's threads,
+/// with one app ([`Self::bind`]), or hands each to one of the gateway's
+/// [`Workers`], to be served there with that worker's app
+/// ([`Self::bind_for`]).
 pub struct PublicListener<A> {
     name: &'static str,
     socket: Option<std::net::TcpListener>,
@@ -63,7 +70,9 @@ pub struct PublicListener<A> {
     header_timeout: Duration,
     idle_timeout: Duration,
     shutdown_grace: Duration,
-    app: Arc<A>,
+    /// One per worker (one in all without workers).
+    apps: Vec<Arc<A>>,
+    workers: Option<Arc<Workers>>,
     connections: Arc<Connections>,
     stats: Arc<Stats>,
     metrics: ListenerMetrics,
@@ -113,11 +122,39 @@ impl<A> PublicListener<A> {
             header_timeout: config.header_timeout,
             idle_timeout: config.idle_timeout,
             shutdown_grace: config.shutdown_grace,
-            app,
+            apps: vec![app],
+            workers: None,
             connections,
             stats,
             metrics,
         })
+    }
+
+    /// Binds `config.addr` now; its accept loop, on a thread of its own,
+    /// hands each connection to one of `workers`, served there by that
+    /// worker's app in `apps` (one per worker).
+    pub fn bind_for(
+        config: ListenerConfig,
+        workers: Arc<Workers>,
+        apps: Vec<Arc<A>>,
+        connections: Arc<Connections>,
+        stats: Arc<Stats>,
+        metrics: ListenerMetrics,
+    ) -> anyhow::Result<Self> {
+        anyhow::ensure!(
+            apps.len() == workers.len(),
+            "{} apps for {} workers",
+            apps.len(),
+            workers.len()
+        );
+        let mut apps = apps.into_iter();
+        let first = apps
+            .next()
+            .ok_or_else(|| anyhow::anyhow!("a listener needs a worker"))?;
+        let mut listener = Self::bind(config, first, connections, stats, metrics)?;
+        listener.apps.extend(apps);
+        listener.workers = Some(workers);
+        Ok(listener)
     }
 
     /// The bound address.
@@ -323,17 +360,28 @@ impl<A: ServerApp + Send + Sync + 'static> pingora::services::Service for Public
                 return;
             }
         };
-        let conn = Arc::new(Conn {
-            app: self.app.clone(),
-            tls: self.tls.clone(),
-            limits: self.limits,
-            header_timeout: self.header_timeout,
-            connections: self.connections.clone(),
-            idle_timeout: self.idle_timeout,
-            stats: self.stats.clone(),
-            metrics: self.metrics.clone(),
-            local: self.local,
-        });
+        // One per worker: its app.
+        let conns: Vec<Arc<Conn<A>>> = self
+            .apps
+            .iter()
+            .map(|app| {
+                Arc::new(Conn {
+                    app: app.clone(),
+                    tls: self.tls.clone(),
+                    limits: self.limits,
+                    header_timeout: self.header_timeout,
+                    connections: self.connections.clone(),
+                    idle_timeout: self.idle_timeout,
+                    stats: self.stats.clone(),
+                    metrics: self.metrics.clone(),
+                    local: self.local,
+                })
+            })
+            .collect();
+        if let Some(workers) = &self.workers {
+            // Connections wait in the socket's backlog meanwhile.
+            workers.all_started().await;
+        }
         // Set once the shutdown began: accepting goes on until then. The
         // connections accepted meanwhile see the shutdown and close after
         // one request, so keep-alive clients move to other replicas too.
@@ -347,11 +395,7 @@ impl<A: ServerApp + Send + Sync + 'static> pingora::services::Service for Public
             };
             tokio::select! {
                 accepted = listener.accept() => {
-                    let conn = conn.clone();
-                    let shutdown = shutdown.clone();
-                    // Spread over the service's threads (Pingora's no-steal
-                    // runtime picks one per call).
-                    pingora_runtime::current_handle().spawn(conn.serve(accepted, shutdown));
+                    self.hand_over(&conns, accepted, shutdown.clone());
                 }
                 changed = shutdown.changed(), if stop_at.is_none() => {
                     if changed.is_err() || *shutdown.borrow() {
@@ -376,6 +420,54 @@ impl<A: ServerApp + Send + Sync + 'static> pingora::services::Service for Public
     }
 
     fn threads(&self) -> Option<usize> {
-        None
+        // Accepting alone takes one thread.
+        self.workers.as_ref().map(|_| 1)
+    }
+}
+
+impl<A: ServerApp + Send + Sync + 'static> PublicListener<A> {
+    /// Starts serving `accepted`: on the worker with the fewest connections,
+    /// or without workers on one of this service's threads.
+    fn hand_over(
+        &self,
+        conns: &[Arc<Conn<A>>],
+        accepted: listen::Accepted,
+        shutdown: ShutdownWatch,
+    ) {
+        let Some((placed, worker)) = self.workers.as_ref().and_then(|w| w.place()) else {
+            // Pingora's no-steal runtime picks a thread per call.
+            let conn = conns[0].clone();
+            pingora_runtime::current_handle().spawn(conn.serve(accepted, shutdown));
+            return;
+        };
+        let conn = conns[placed.index()].clone();
+        let listen::Accepted {
+            stream,
+            remote,
+            slot,
+        } = accepted;
+        // Registered with this loop's reactor: moved to the worker's, so its
+        // readiness wakes that thread alone.
+        let stream = match stream.into_std() {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!(listener = self.name, error = %e, "cannot hand a connection over");
+                return;
+            }
+        };
+        worker.spawn(async move {
+            let _placed = placed;
+            match tokio::net::TcpStream::from_std(stream) {
+                Ok(stream) => {
+                    let accepted = listen::Accepted {
+                        stream,
+                        remote,
+                        slot,
+                    };
+                    conn.serve(accepted, shutdown).await;
+                }
+                Err(e) => tracing::debug!(error = %e, "cannot serve a handed-over connection"),
+            }
+        });
     }
 }

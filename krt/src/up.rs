@@ -46,9 +46,11 @@ pub struct UpArgs {
     /// How long a lost runtimed may stay away before its Runs move, seconds.
     #[arg(long, default_value_t = 5)]
     pub owner_grace_secs: u64,
-    /// Gateway worker threads. One is best on small machines, where the
-    /// runtimed instances and their workers need the other cores.
-    #[arg(long, default_value_t = 1)]
+    /// Gateway worker threads, each serving the connections handed to it
+    /// with its own upstream pool. Two measured best on 2 cores, where the
+    /// runtimed instances and their workers share the cores with it
+    /// (docs/benchmarks.md, "Worker threads").
+    #[arg(long, default_value_t = 2)]
     pub gateway_threads: usize,
     /// Whether the gateway logs one line per invoke.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]

@@ -11,7 +11,7 @@ use crate::baselines::{self, Baseline};
 use crate::paths::{self, Fence, HttpTarget};
 
 /// Workers / threads of nginx and HAProxy (bare Pingora runs as many as
-/// the gateway, `--gateway-threads`, 1 by default).
+/// the gateway, `--gateway-threads`, 2 by default).
 const THREADS: usize = 2;
 
 /// The upstream protocol of bare Pingora: the gateway's (HTTP/1.1 over

@@ -75,36 +75,43 @@ impl Gateway {
     }
 }
 
-/// Pingora's proxy for `gateway`, serving with `server` options and
-/// connecting upstream with `client` ones.
+/// Pingora's proxies for `gateway`, one per worker (each with its own
+/// upstream connector and connection pool, sharing the gateway's state),
+/// serving with `server` options and connecting upstream with `client` ones.
 ///
 /// Pingora takes connector options only through its service builder, whose
 /// service owns the proxy and runs Pingora's own listeners; the gateway's
 /// listeners drive the proxy themselves (they bound handshakes and
-/// connections first). So the proxy is moved out of the built service, a
+/// connections first). So each proxy is moved out of a built service, a
 /// proxy of the same gateway (sharing its state, with default options)
 /// left in its place and dropped with the service. The gateway's upstream
-/// then learns which client pair the connector loaded.
+/// then learns which client pair the connectors loaded.
 pub fn build(
     conf: &Arc<ServerConf>,
-    gateway: Gateway,
-    server: HttpServerOptions,
-    client: ConnectorOptions,
-) -> anyhow::Result<HttpProxy<Gateway>> {
-    let stand_in = pingora::proxy::http_proxy(conf, gateway.clone());
+    gateway: &Gateway,
+    server: &HttpServerOptions,
+    client: &ConnectorOptions,
+    workers: usize,
+) -> anyhow::Result<Vec<Arc<HttpProxy<Gateway>>>> {
     let upstream = gateway.upstream.clone();
-    // In service before the connector loads its files.
+    // In service before the connectors load their files: a rotation while
+    // they load leaves every peer carrying its pair.
     let loaded = upstream.cert_key.current();
-    let mut service = ProxyServiceBuilder::new(conf, gateway)
-        .server_options(server)
-        .client_options(client)
-        .build();
-    let proxy = service
-        .app_logic_mut()
-        .map(|built| std::mem::replace(built, stand_in))
-        .ok_or_else(|| anyhow::anyhow!("Pingora built a proxy service without its proxy"))?;
+    let proxies = (0..workers.max(1))
+        .map(|_| {
+            let stand_in = pingora::proxy::http_proxy(conf, gateway.clone());
+            let mut service = ProxyServiceBuilder::new(conf, gateway.clone())
+                .server_options(server.clone())
+                .client_options(client.clone())
+                .build();
+            service
+                .app_logic_mut()
+                .map(|built| Arc::new(std::mem::replace(built, stand_in)))
+                .ok_or_else(|| anyhow::anyhow!("Pingora built a proxy service without its proxy"))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
     upstream.connector_loaded(loaded);
-    Ok(proxy)
+    Ok(proxies)
 }
 
 /// Per-request state.
