@@ -101,12 +101,7 @@ impl Workers {
     /// index among equals), returning the place and that worker's runtime;
     /// `None` until every worker runs ([`Self::all_started`]).
     pub fn place(self: &Arc<Self>) -> Option<(Placed, Handle)> {
-        let open: Vec<usize> = self
-            .workers
-            .iter()
-            .map(|w| w.open.load(Ordering::Relaxed))
-            .collect();
-        let index = least_loaded(&open)?;
+        let index = least_loaded(self.workers.iter().map(|w| w.open.load(Ordering::Relaxed)))?;
         let handle = self.workers[index].handle.get()?.clone();
         self.workers[index].open.fetch_add(1, Ordering::Relaxed);
         Some((
@@ -120,10 +115,9 @@ impl Workers {
 }
 
 /// The index of the smallest count (the first among equals).
-fn least_loaded(open: &[usize]) -> Option<usize> {
-    open.iter()
-        .enumerate()
-        .min_by_key(|&(i, n)| (*n, i))
+fn least_loaded(open: impl Iterator<Item = usize>) -> Option<usize> {
+    open.enumerate()
+        .min_by_key(|&(i, n)| (n, i))
         .map(|(i, _)| i)
 }
 
@@ -175,13 +169,13 @@ mod tests {
 
     #[test]
     fn the_least_loaded_worker_is_picked_the_first_among_equals() {
-        assert_eq!(least_loaded(&[]), None);
-        assert_eq!(least_loaded(&[0]), Some(0));
-        assert_eq!(least_loaded(&[3]), Some(0));
-        assert_eq!(least_loaded(&[0, 0]), Some(0));
-        assert_eq!(least_loaded(&[1, 0]), Some(1));
-        assert_eq!(least_loaded(&[2, 1, 1]), Some(1));
-        assert_eq!(least_loaded(&[5, 7, 4, 4]), Some(2));
+        assert_eq!(least_loaded(std::iter::empty()), None);
+        assert_eq!(least_loaded([0].into_iter()), Some(0));
+        assert_eq!(least_loaded([3].into_iter()), Some(0));
+        assert_eq!(least_loaded([0, 0].into_iter()), Some(0));
+        assert_eq!(least_loaded([1, 0].into_iter()), Some(1));
+        assert_eq!(least_loaded([2, 1, 1].into_iter()), Some(1));
+        assert_eq!(least_loaded([5, 7, 4, 4].into_iter()), Some(2));
     }
 
     #[tokio::test]
