@@ -33,7 +33,7 @@ pub struct Args {
     /// Worker threads of the stack's gateway (`krt up --gateway-threads`)
     /// and of bare Pingora. Two, `krt up`'s and the chart's default and
     /// what nginx and HAProxy get: with the gateway's one worker per
-    /// thread, two measured ~10 % more closed-loop throughput on 2 cores
+    /// thread, two measured ~12 % more closed-loop throughput on 2 cores
     /// than one, at the same CPU per request in the open loop
     /// (docs/benchmarks.md, "Worker threads").
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
