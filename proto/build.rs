@@ -3,10 +3,9 @@
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let files = [
-        "proto/kruntimes/function/v1/function.proto",
-        "proto/kruntimes/ownership/v1/ownership.proto",
-        "proto/kruntimes/session/v1/session.proto",
         "proto/kruntimes/runtime/v1/runtime.proto",
+        "proto/kruntimes/agent/v1/agent.proto",
+        "proto/kruntimes/ownership/v1/ownership.proto",
     ];
     for f in files {
         println!("cargo:rerun-if-changed={f}");

@@ -6,8 +6,8 @@
 //! and the registration digest, the **one** Run lifecycle ([`lifecycle`]:
 //! every rule about phases, attempts, retries, termination, timeouts and
 //! owner loss, used alike by the embedded control plane, the Kubernetes
-//! operator and runtimed), and the pure builders from a Run to the
-//! `Register` / `OpenSession` requests its owner receives.
+//! operator and runtimed), and the pure builder from a Run to the
+//! `Assign` request its owner receives.
 //!
 //! Nothing here performs I/O: the crate is types and pure functions.
 #![forbid(unsafe_code)]

@@ -1,14 +1,15 @@
-//! The requests a Run's owner receives, built from the Run alone: the same
-//! Run at the same attempt always yields the same request, which is what
-//! makes re-registration idempotent.
+//! The request a Run's owner receives, built from the Run alone: the same
+//! Run at the same attempt always yields the same `Assign` request, which is
+//! what makes re-registration idempotent.
 
-use kruntimes_proto::function::v1 as pb;
-use kruntimes_proto::session::v1 as spb;
+use kruntimes_proto::agent::v1 as pb;
+use kruntimes_proto::agent::v1::assign_request::Mode;
+use kruntimes_proto::runtime::v1 as rt;
 
 use crate::Run;
 
-fn run_ref(run: &Run) -> pb::RunRef {
-    pb::RunRef {
+fn run_ref(run: &Run) -> rt::RunRef {
+    rt::RunRef {
         namespace: run.namespace_or_default().to_owned(),
         name: run.name_str().to_owned(),
         uid: run.uid_str().to_owned(),
@@ -16,53 +17,46 @@ fn run_ref(run: &Run) -> pb::RunRef {
     }
 }
 
-/// The `Register` request of a function Run at `attempt`.
-pub fn register_request(run: &Run, attempt: u64) -> pb::RegisterRequest {
-    let f = run.spec.mode.function.clone().unwrap_or_default();
-    pb::RegisterRequest {
-        run: Some(run_ref(run)),
-        attempt,
-        digest: run.digest(),
-        handler: f.handler,
-        source: Some(pb::Source {
-            inline: run.spec.source.inline.clone().unwrap_or_default(),
-            inline_path: run.spec.source.inline_path.clone().unwrap_or_default(),
-        }),
-        env: run.env().into_iter().collect(),
-        limits: Some(pb::Limits {
-            max_input_bytes: 0,
-            max_output_bytes: 0,
+/// The `Assign` request of a Run at `attempt`; `None` for a Run of a mode
+/// runtimed does not host (a task Run).
+pub fn assign_request(run: &Run, attempt: u64) -> Option<pb::AssignRequest> {
+    let mode = if let Some(f) = &run.spec.mode.function {
+        Mode::Function(pb::FunctionAssignment {
+            handler: f.handler.clone(),
             timeout_ms: f
                 .invocation_timeout_seconds
                 .unwrap_or(0)
                 .saturating_mul(1000),
-        }),
-        idle_timeout_seconds: f.idle_timeout_seconds.unwrap_or(0),
-    }
-}
-
-/// The `OpenSession` request of a session Run at `attempt`.
-pub fn open_session_request(run: &Run, attempt: u64) -> spb::OpenSessionRequest {
-    let s = run.spec.mode.session.clone().unwrap_or_default();
-    spb::OpenSessionRequest {
+            max_input_bytes: 0,
+            max_output_bytes: 0,
+            idle_timeout_seconds: f.idle_timeout_seconds.unwrap_or(0),
+        })
+    } else if let Some(s) = &run.spec.mode.session {
+        Mode::Session(pb::SessionAssignment {
+            queue_size: s.queue_size.unwrap_or(0),
+            operation_timeout_seconds: s.operation_timeout.unwrap_or(0),
+            idle_timeout_seconds: s.idle_timeout_seconds.unwrap_or(0),
+        })
+    } else {
+        return None;
+    };
+    Some(pb::AssignRequest {
         run: Some(run_ref(run)),
         attempt,
         digest: run.digest(),
-        source: run.spec.source.inline.as_ref().map(|inline| pb::Source {
+        source: run.spec.source.inline.as_ref().map(|inline| rt::Source {
             inline: inline.clone(),
-            inline_path: run.spec.source.inline_path.clone().unwrap_or_default(),
+            path: run.spec.source.inline_path.clone().unwrap_or_default(),
         }),
         env: run.env().into_iter().collect(),
-        queue_size: s.queue_size.unwrap_or(0),
-        operation_timeout_seconds: s.operation_timeout.unwrap_or(0),
-        idle_timeout_seconds: s.idle_timeout_seconds.unwrap_or(0),
-    }
+        mode: Some(mode),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{EnvVar, FunctionMode, RunMode, RunSpec, SessionMode, SourceSpec};
+    use crate::{EnvVar, FunctionMode, RunMode, RunSpec, SessionMode, SourceSpec, TaskMode};
 
     fn function_run() -> Run {
         let mut run = Run::new(
@@ -94,10 +88,10 @@ mod tests {
     }
 
     #[test]
-    fn register_requests_are_deterministic_and_carry_the_inputs() {
+    fn function_assignments_are_deterministic_and_carry_the_inputs() {
         let run = function_run();
-        let a = register_request(&run, 2);
-        assert_eq!(a, register_request(&run, 2));
+        let a = assign_request(&run, 2).unwrap();
+        assert_eq!(Some(&a), assign_request(&run, 2).as_ref());
         let r = a.run.unwrap();
         assert_eq!(
             (r.namespace.as_str(), r.name.as_str(), r.uid.as_str()),
@@ -105,14 +99,20 @@ mod tests {
         );
         assert_eq!(a.attempt, 2);
         assert_eq!(a.digest, run.digest());
-        assert_eq!(a.handler, "main.invoke");
-        assert_eq!(a.limits.unwrap().timeout_ms, 5000);
-        assert_eq!(a.idle_timeout_seconds, 60);
+        assert_eq!(a.source.unwrap().path, "main.py");
         assert_eq!(a.env.get("A").map(String::as_str), Some("1"));
+        match a.mode {
+            Some(Mode::Function(f)) => {
+                assert_eq!(f.handler, "main.invoke");
+                assert_eq!(f.timeout_ms, 5000);
+                assert_eq!(f.idle_timeout_seconds, 60);
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
-    fn open_session_requests_carry_the_session_bounds() {
+    fn session_assignments_carry_the_session_bounds() {
         let mut run = function_run();
         run.spec.mode = RunMode {
             session: Some(SessionMode {
@@ -122,17 +122,30 @@ mod tests {
             }),
             ..Default::default()
         };
-        let req = open_session_request(&run, 1);
-        assert_eq!(
-            (
-                req.queue_size,
-                req.operation_timeout_seconds,
-                req.idle_timeout_seconds
+        let req = assign_request(&run, 1).unwrap();
+        match &req.mode {
+            Some(Mode::Session(s)) => assert_eq!(
+                (
+                    s.queue_size,
+                    s.operation_timeout_seconds,
+                    s.idle_timeout_seconds
+                ),
+                (4, 30, 60)
             ),
-            (4, 30, 60)
-        );
-        assert_eq!(req.source.unwrap().inline_path, "main.py");
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(req.source.unwrap().path, "main.py");
         run.spec.source = SourceSpec::default();
-        assert!(open_session_request(&run, 1).source.is_none());
+        assert!(assign_request(&run, 1).unwrap().source.is_none());
+    }
+
+    #[test]
+    fn a_task_run_is_assigned_nothing() {
+        let mut run = function_run();
+        run.spec.mode = RunMode {
+            task: Some(TaskMode::default()),
+            ..Default::default()
+        };
+        assert_eq!(assign_request(&run, 1), None);
     }
 }

@@ -72,6 +72,33 @@ fn run(name: &str, runtime: &str, handler: &str, file: &str, source: &str) -> (S
     )
 }
 
+/// Sleeps until something ends it, recording its pids, unless asked for a
+/// quick answer.
+const NAP_OR_ANSWER_SH: &str = r#"nap() {
+  case "$1" in *quick*) printf '{"who": "next"}'; return ;; esac
+  sleep 2999 &
+  echo $! >> pids
+  echo $$ >> pids
+  wait
+}
+"#;
+
+/// A Run whose calls may take ten minutes: only a caller that goes away can
+/// end one sooner.
+fn patient(name: &str, runtime: &str, handler: &str, file: &str, source: &str) -> (String, String) {
+    (
+        format!("{name}.yaml"),
+        function_run(
+            name,
+            runtime,
+            handler,
+            file,
+            source,
+            "      invocationTimeoutSeconds: 600\n",
+        ),
+    )
+}
+
 fn session(name: &str) -> (String, String) {
     (
         format!("{name}.yaml"),
@@ -161,6 +188,47 @@ async fn nothing_outlives_a_call_whose_client_disconnected() {
             Vec::<i32>::new(),
             "{name}"
         );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_that_goes_away_ends_its_call_at_once_and_frees_the_function() {
+    let stack = start(
+        1,
+        vec![
+            patient("nap", "bash", "nap.nap", "nap.sh", NAP_OR_ANSWER_SH),
+            patient("escape", "python", "main.invoke", "main.py", ESCAPE_PY),
+        ],
+        &[],
+    );
+    for (name, body, quick) in [
+        ("nap", "{}", r#"{"quick": true}"#),
+        ("escape", r#"{"sleep": 3000}"#, "{}"),
+    ] {
+        stack.wait_phase(name, "Ready").await.unwrap();
+        give_up(&stack, name, body).await;
+        // The call's whole tree goes, nine minutes before its deadline…
+        let pids = read_pids(&stack.work_dir(name).unwrap().join("pids"), 2, GONE_WITHIN)
+            .await
+            .unwrap();
+        assert_eq!(
+            wait_gone(&pids, GONE_WITHIN).await,
+            Vec::<i32>::new(),
+            "{name}"
+        );
+        // …and the function serves the next caller (429 only while the
+        // gateway and runtimed learn the caller left).
+        let deadline = Instant::now() + GONE_WITHIN;
+        loop {
+            let r = stack.invoke(name, quick).await.unwrap();
+            match r.status().as_u16() {
+                200 => break,
+                429 if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                s => panic!("{name}: {s}: {}", r.text().await.unwrap_or_default()),
+            }
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! The example custom Runtime Server (`examples/runtime-servers/python`),
 //! run with real Python on a temporary socket and driven as runtimed drives
-//! a Runtime Server: `kruntimes.runtime.v1.RuntimeServer` over a Unix
+//! a Runtime Server: the `kruntimes.runtime.v1` services over a Unix
 //! socket. Its stubs are generated from the contract first, as its
 //! Dockerfile does. Python with grpcio and grpcio-tools must be installed
 //! (`.ci/run` installs them); a missing one fails the test.
@@ -13,11 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use hyper_util::rt::TokioIo;
 use kruntimes_proto::runtime::v1 as rt;
-use rt::runtime_server_client::RuntimeServerClient;
+use kruntimes_proto::runtime::{Clients, InvokeError, invoke};
 use tonic::Code;
-use tonic::transport::{Channel, Endpoint, Uri};
 
 /// A running example server, killed on drop.
 struct Server {
@@ -97,20 +95,9 @@ async fn start() -> Server {
     server
 }
 
-/// A client over the server's Unix socket, as runtimed connects.
-async fn client(server: &Server) -> RuntimeServerClient<Channel> {
-    let socket = server.socket();
-    let channel = Endpoint::from_static("http://runtime-server.invalid")
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
-            let socket = socket.clone();
-            async move {
-                let stream = tokio::net::UnixStream::connect(socket).await?;
-                Ok::<_, std::io::Error>(TokioIo::new(stream))
-            }
-        }))
-        .await
-        .unwrap();
-    RuntimeServerClient::new(channel)
+/// Clients over the server's Unix socket, as runtimed connects.
+async fn client(server: &Server) -> Clients {
+    Clients::connect_lazy(server.socket())
 }
 
 fn register(uid: &str, attempt: u64, handler: &str) -> rt::RegisterFunctionRequest {
@@ -146,17 +133,21 @@ fn invoke(uid: &str, handle: &str, input: &str) -> rt::InvokeFunctionRequest {
 }
 
 fn output(r: rt::InvokeFunctionResponse) -> serde_json::Value {
-    match r.outcome {
-        Some(rt::invoke_function_response::Outcome::Output(out)) => {
-            serde_json::from_slice(&out).unwrap()
-        }
+    match invoke::decode(r) {
+        Ok(out) => serde_json::from_slice(&out).unwrap(),
         other => panic!("not an output: {other:?}"),
     }
 }
 
+/// The outcome of one invocation (never a status).
+async fn outcome(c: &mut Clients, req: rt::InvokeFunctionRequest) -> Result<Vec<u8>, InvokeError> {
+    invoke::decode(c.functions.invoke_function(req).await.unwrap().into_inner())
+}
+
 /// Registers `uid` at `attempt` (handler `text`), returning the handle.
-async fn registered(c: &mut RuntimeServerClient<Channel>, uid: &str, attempt: u64) -> String {
-    c.register_function(register(uid, attempt, "text"))
+async fn registered(c: &mut Clients, uid: &str, attempt: u64) -> String {
+    c.functions
+        .register_function(register(uid, attempt, "text"))
         .await
         .unwrap()
         .into_inner()
@@ -164,15 +155,16 @@ async fn registered(c: &mut RuntimeServerClient<Channel>, uid: &str, attempt: u6
 }
 
 /// Unregisters `uid`'s registration named `handle`; whether it existed.
-async fn unregistered(c: &mut RuntimeServerClient<Channel>, uid: &str, handle: &str) -> bool {
-    c.unregister_function(rt::UnregisterFunctionRequest {
-        run_uid: uid.into(),
-        handle: handle.into(),
-    })
-    .await
-    .unwrap()
-    .into_inner()
-    .existed
+async fn unregistered(c: &mut Clients, uid: &str, handle: &str) -> bool {
+    c.functions
+        .unregister_function(rt::UnregisterFunctionRequest {
+            run_uid: uid.into(),
+            handle: handle.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .existed
 }
 
 fn status(uid: &str) -> rt::FunctionStatusRequest {
@@ -191,13 +183,15 @@ async fn info_names_the_example_on_a_socket_its_group_may_connect_to() {
     let server = start().await;
     let info = client(&server)
         .await
+        .server
         .info(rt::InfoRequest {})
         .await
         .unwrap()
         .into_inner();
     assert_eq!(info.name, "example-upper");
     assert_eq!(info.runtimes, ["upper"]);
-    assert!(!info.sessions);
+    assert_eq!(info.services, [kruntimes_proto::runtime::FUNCTION_RUNTIME]);
+    assert_eq!(info.contract, kruntimes_proto::runtime::CONTRACT);
     let mode = std::fs::metadata(server.socket())
         .unwrap()
         .permissions()
@@ -219,7 +213,8 @@ async fn a_registered_function_is_invoked_many_times() {
     for word in ["hello", "wörld"] {
         let input = serde_json::json!({"text": word, "n": 1}).to_string();
         let out = output(
-            c.invoke_function(invoke("uid-1", &handle, &input))
+            c.functions
+                .invoke_function(invoke("uid-1", &handle, &input))
                 .await
                 .unwrap()
                 .into_inner(),
@@ -230,6 +225,7 @@ async fn a_registered_function_is_invoked_many_times() {
         );
     }
     let status = c
+        .functions
         .function_status(status("uid-1"))
         .await
         .unwrap()
@@ -249,15 +245,23 @@ async fn a_higher_attempt_supersedes_and_a_stale_handle_touches_nothing() {
     assert_ne!(second, first);
     assert!(!server.work_root().join("uid-2/1").exists());
 
-    let (code_, msg) = code(c.invoke_function(invoke("uid-2", &first, "{}")).await);
-    assert_eq!(code_, Code::NotFound, "{msg}");
-    let (code_, msg) = code(c.register_function(register("uid-2", 1, "text")).await);
+    let stale = outcome(&mut c, invoke("uid-2", &first, "{}")).await;
+    assert!(
+        matches!(stale, Err(InvokeError::NotRegistered(_))),
+        "{stale:?}"
+    );
+    let (code_, msg) = code(
+        c.functions
+            .register_function(register("uid-2", 1, "text"))
+            .await,
+    );
     assert_eq!(code_, Code::FailedPrecondition, "{msg}");
     assert!(
         !unregistered(&mut c, "uid-2", &first).await,
         "a stale handle"
     );
     let out = c
+        .functions
         .invoke_function(invoke("uid-2", &second, r#"{"text": "still here"}"#))
         .await
         .unwrap()
@@ -266,7 +270,7 @@ async fn a_higher_attempt_supersedes_and_a_stale_handle_touches_nothing() {
 
     assert!(unregistered(&mut c, "uid-2", &second).await);
     assert!(!server.work_root().join("uid-2").exists());
-    let (code_, _) = code(c.function_status(status("uid-2")).await);
+    let (code_, _) = code(c.functions.function_status(status("uid-2")).await);
     assert_eq!(code_, Code::NotFound);
     assert!(
         !unregistered(&mut c, "uid-2", "").await,
@@ -280,49 +284,47 @@ async fn bad_requests_get_typed_errors() {
     let mut c = client(&server).await;
     let handle = registered(&mut c, "uid-3", 1).await;
 
-    // Unknown handle, unknown Run.
-    let (code_, msg) = code(c.invoke_function(invoke("uid-3", "made-up", "{}")).await);
-    assert_eq!(code_, Code::NotFound, "{msg}");
-    let (code_, msg) = code(c.invoke_function(invoke("uid-x", &handle, "{}")).await);
-    assert_eq!(code_, Code::NotFound, "{msg}");
+    // Unknown handle, unknown Run: outcomes, not statuses.
+    for (uid, h) in [("uid-3", "made-up"), ("uid-x", handle.as_str())] {
+        let r = outcome(&mut c, invoke(uid, h, "{}")).await;
+        assert!(matches!(r, Err(InvokeError::NotRegistered(_))), "{r:?}");
+    }
     // Input that is not JSON is the caller's error…
-    let (code_, msg) = code(
-        c.invoke_function(invoke("uid-3", &handle, "{not json"))
-            .await,
-    );
-    assert_eq!(code_, Code::InvalidArgument, "{msg}");
+    let r = outcome(&mut c, invoke("uid-3", &handle, "{not json")).await;
+    assert!(matches!(r, Err(InvokeError::InvalidInput(_))), "{r:?}");
     // …a valid document the handler cannot use is the handler's.
-    let r = c
-        .invoke_function(invoke("uid-3", &handle, r#"{"other": 1}"#))
-        .await
-        .unwrap()
-        .into_inner();
-    match r.outcome {
-        Some(rt::invoke_function_response::Outcome::Error(e)) => {
-            assert_eq!(e.kind, "KeyError");
-            assert!(e.message.contains("'text'"), "{}", e.message);
+    let r = outcome(&mut c, invoke("uid-3", &handle, r#"{"other": 1}"#)).await;
+    match r {
+        Err(InvokeError::Function { kind, message }) => {
+            assert_eq!(kind, "KeyError");
+            assert!(message.contains("'text'"), "{message}");
         }
         other => panic!("not a FunctionError: {other:?}"),
     }
     // Output over the caller's bound.
     let mut small = invoke("uid-3", &handle, r#"{"text": "a long enough text"}"#);
     small.max_output_bytes = 8;
-    let (code_, msg) = code(c.invoke_function(small).await);
-    assert_eq!(code_, Code::ResourceExhausted, "{msg}");
+    let r = outcome(&mut c, small).await;
+    assert!(matches!(r, Err(InvokeError::InvalidOutput(_))), "{r:?}");
     // A handler that is no field name, a source path escaping the workdir.
-    let (code_, msg) = code(c.register_function(register("uid-4", 1, "a.b")).await);
+    let (code_, msg) = code(
+        c.functions
+            .register_function(register("uid-4", 1, "a.b"))
+            .await,
+    );
     assert_eq!(code_, Code::InvalidArgument, "{msg}");
     let mut escape = register("uid-5", 1, "text");
     escape.source.as_mut().unwrap().path = "../../outside.txt".into();
-    let (code_, msg) = code(c.register_function(escape).await);
+    let (code_, msg) = code(c.functions.register_function(escape).await);
     assert_eq!(code_, Code::InvalidArgument, "{msg}");
     assert!(!server.dir.path().join("outside.txt").exists());
     // Sessions are not served, as Info says.
     let (code_, _) = code(
-        c.close_session(rt::CloseSessionRequest {
-            run_uid: "uid-3".into(),
-        })
-        .await,
+        c.sessions
+            .close_session(rt::CloseSessionRequest {
+                run_uid: "uid-3".into(),
+            })
+            .await,
     );
     assert_eq!(code_, Code::Unimplemented);
 }

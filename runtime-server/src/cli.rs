@@ -233,8 +233,8 @@ pub async fn serve(
         functions,
         until_stopped(stopped.clone()),
     ));
-    let serving = tonic::transport::Server::builder()
-        .add_service(service.server())
+    let serving = service
+        .routes(&mut tonic::transport::Server::builder())
         .serve_with_incoming_shutdown(
             UnixListenerStream::new(listener),
             until_stopped(stopped.clone()),

@@ -1,8 +1,8 @@
-//! The direct invoke path (`DirectInvokeResponse` in `runtime.proto`): on a
-//! Unix socket beside the gRPC one, `InvokeFunction` without HTTP/2. Each
-//! connection carries one call at a time — a framed request, the framed
-//! answer — for as long as runtimed keeps it. The call is the gRPC one
-//! ([`crate::service::invoke_function`]), so answers and errors cannot
+//! The direct invoke path (`runtime.proto`): on a Unix socket beside the
+//! gRPC one, `InvokeFunction` without HTTP/2. Each connection carries one
+//! call at a time — a framed `InvokeFunctionRequest`, the framed
+//! `InvokeFunctionResponse` — for as long as runtimed keeps it. The call is
+//! the gRPC one ([`crate::service::invoke_function`]), so the answers cannot
 //! drift apart; a connection closed while its call runs cancels the call,
 //! as a cancelled gRPC call does (dropping it kills the process tree).
 
@@ -30,22 +30,6 @@ pub async fn serve(
         connection(conn, functions.clone())
     })
     .await;
-}
-
-/// The answer to one call as the wire carries it.
-fn reply(answer: Result<pb::InvokeFunctionResponse, tonic::Status>) -> pb::DirectInvokeResponse {
-    match answer {
-        Ok(response) => pb::DirectInvokeResponse {
-            response: Some(response),
-            code: 0,
-            message: String::new(),
-        },
-        Err(status) => pb::DirectInvokeResponse {
-            response: None,
-            code: status.code() as i32,
-            message: status.message().to_owned(),
-        },
-    }
 }
 
 /// Resolves when the peer closes the connection (or breaks the protocol by
@@ -79,7 +63,7 @@ async fn connection(conn: UnixStream, functions: Arc<Functions>) {
             a = crate::service::invoke_function(&functions, req) => a,
             () = abandoned(&conn) => return,
         };
-        if send(&conn, &reply(answer), &[]).await.is_err() {
+        if send(&conn, &answer, &[]).await.is_err() {
             return;
         }
     }
@@ -88,27 +72,6 @@ async fn connection(conn: UnixStream, functions: Arc<Functions>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn an_answer_and_a_failure_keep_what_grpc_would_carry() {
-        use pb::invoke_function_response::Outcome;
-        let ok = pb::InvokeFunctionResponse {
-            outcome: Some(Outcome::Output(b"{}".to_vec())),
-        };
-        assert_eq!(
-            reply(Ok(ok.clone())),
-            pb::DirectInvokeResponse {
-                response: Some(ok),
-                code: 0,
-                message: String::new(),
-            }
-        );
-        let failed = reply(Err(tonic::Status::deadline_exceeded("past 5s")));
-        assert_eq!(
-            (failed.response, failed.code, failed.message.as_str()),
-            (None, tonic::Code::DeadlineExceeded as i32, "past 5s")
-        );
-    }
 
     #[tokio::test]
     async fn a_closed_or_talking_peer_abandons_its_call() {

@@ -1,9 +1,10 @@
-//! The one error of the server and the gRPC status it answers with — the
-//! codes `runtime.proto` documents for every call.
+//! The one error of the server's calls — every call but an invocation,
+//! whose failures are answers ([`InvokeError`](kruntimes_proto::runtime::InvokeError)).
+//! It becomes the contract's [`ServerError`], and that the gRPC status the
+//! contract documents, only at the service's edge.
 
-use tonic::{Code, Status};
+use kruntimes_proto::runtime::{ErrorKind, InvokeError, ServerError};
 
-use crate::function::InvokeError;
 use crate::session::files::FileError;
 use crate::source::WriteError;
 
@@ -27,7 +28,8 @@ pub enum Error {
     /// No such registration, session or handle (NOT_FOUND).
     #[error("{0} is not held by this server")]
     NotFound(String),
-    /// An invocation failed.
+    /// A worker could not be leased (the reason InvokeFunction would have
+    /// failed with).
     #[error(transparent)]
     Invoke(#[from] InvokeError),
     /// A file operation failed.
@@ -50,35 +52,43 @@ impl From<WriteError> for Error {
     }
 }
 
-impl From<Error> for Status {
-    fn from(e: Error) -> Self {
-        let code = match &e {
-            Error::Invalid(_) => Code::InvalidArgument,
-            Error::Stale { .. } | Error::Load(_) => Code::FailedPrecondition,
-            Error::NotFound(_) => Code::NotFound,
+impl Error {
+    /// The contract's kind of this error.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Invalid(_) => ErrorKind::Invalid,
+            Error::Stale { .. } | Error::Load(_) => ErrorKind::Refused,
+            Error::NotFound(_) => ErrorKind::NotFound,
             Error::Invoke(i) => match i {
-                // Handler errors are answers, not failures of the call.
-                InvokeError::Function { .. } => Code::Unknown,
-                InvokeError::Crashed(_) => Code::Aborted,
-                InvokeError::Timeout(_) => Code::DeadlineExceeded,
-                InvokeError::OutputTooLarge(_) => Code::OutOfRange,
-                InvokeError::Stopped => Code::Cancelled,
-                InvokeError::Leased => Code::FailedPrecondition,
+                InvokeError::NotRegistered(_) => ErrorKind::NotFound,
+                InvokeError::InvalidInput(_) => ErrorKind::Invalid,
+                InvokeError::InvalidOutput(_) => ErrorKind::TooLarge,
+                InvokeError::Function { .. }
+                | InvokeError::Timeout(_)
+                | InvokeError::Crashed(_)
+                | InvokeError::Stopped
+                | InvokeError::Leased => ErrorKind::Refused,
             },
             Error::File(f) => match f {
-                FileError::Path(_) => Code::InvalidArgument,
-                FileError::NotFound(_) => Code::NotFound,
-                FileError::TooLarge(_) => Code::OutOfRange,
-                FileError::Io(_) => Code::FailedPrecondition,
+                FileError::Path(_) => ErrorKind::Invalid,
+                FileError::NotFound(_) => ErrorKind::NotFound,
+                FileError::TooLarge(_) => ErrorKind::TooLarge,
+                FileError::Io(_) => ErrorKind::Refused,
             },
-            Error::Io(_) => Code::Internal,
-        };
-        // The code says what failed; the message is the detail alone.
-        let message = match e {
-            Error::Invoke(InvokeError::Crashed(m) | InvokeError::OutputTooLarge(m)) => m,
-            e => e.to_string(),
-        };
-        Status::new(code, message)
+            Error::Io(_) => ErrorKind::Internal,
+        }
+    }
+}
+
+impl From<Error> for ServerError {
+    fn from(e: Error) -> Self {
+        ServerError::new(e.kind(), e.to_string())
+    }
+}
+
+impl From<Error> for tonic::Status {
+    fn from(e: Error) -> Self {
+        ServerError::from(e).into()
     }
 }
 
@@ -87,32 +97,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn failures_map_onto_the_documented_status_codes() {
+    fn failures_map_onto_the_documented_kinds() {
         let cases = [
-            (Error::Invalid("x".into()), Code::InvalidArgument),
+            (Error::Invalid("x".into()), ErrorKind::Invalid),
             (
                 Error::Stale {
                     requested: 1,
                     current: 2,
                 },
-                Code::FailedPrecondition,
+                ErrorKind::Refused,
             ),
-            (Error::Load("ImportError".into()), Code::FailedPrecondition),
-            (Error::NotFound("run".into()), Code::NotFound),
-            (InvokeError::Crashed("exit".into()).into(), Code::Aborted),
+            (Error::Load("ImportError".into()), ErrorKind::Refused),
+            (Error::NotFound("run".into()), ErrorKind::NotFound),
+            (FileError::NotFound("f".into()).into(), ErrorKind::NotFound),
+            (FileError::TooLarge("f".into()).into(), ErrorKind::TooLarge),
             (
-                InvokeError::Timeout(std::time::Duration::from_secs(1)).into(),
-                Code::DeadlineExceeded,
+                FileError::Path(crate::session::path::PathError::Escapes).into(),
+                ErrorKind::Invalid,
             ),
-            (
-                InvokeError::OutputTooLarge("big".into()).into(),
-                Code::OutOfRange,
-            ),
-            (FileError::NotFound("f".into()).into(), Code::NotFound),
-            (FileError::TooLarge("f".into()).into(), Code::OutOfRange),
+            (std::io::Error::other("disk").into(), ErrorKind::Internal),
         ];
-        for (e, code) in cases {
-            assert_eq!(Status::from(e).code(), code);
+        for (e, kind) in cases {
+            let status = tonic::Status::from(e);
+            assert_eq!(ServerError::from(status).kind, kind);
         }
     }
 }

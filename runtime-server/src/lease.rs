@@ -39,10 +39,14 @@ async fn lease(conn: UnixStream, functions: Arc<Functions>) {
     let leased = match functions.lease(&req.run_uid, &req.handle).await {
         Ok(l) => l,
         Err(e) => {
-            let status = tonic::Status::from(e);
+            // A lease is refused for a reason of the call's, never a
+            // handler's answer.
+            let refusal = e.failure().unwrap_or_else(|| pb::InvokeFailure {
+                reason: pb::InvokeFailureReason::Crashed as i32,
+                message: e.to_string(),
+            });
             let refusal = pb::WorkerLease {
-                error: status.message().to_owned(),
-                code: status.code() as i32,
+                refusal: Some(refusal),
             };
             let _ = send(&conn, &refusal, &[]).await;
             return;

@@ -1,20 +1,29 @@
-//! `kruntimes.runtime.v1.RuntimeServer` over gRPC: each call validated
-//! ([`crate::validate`]) and handed to the functions or the sessions; the
-//! conversions to protobuf are here, the logic is not.
+//! The contract's three gRPC services over one [`Service`]:
+//! `RuntimeServer` (Info, Reset), `FunctionRuntime` and `SessionRuntime`.
+//! Each call is validated ([`crate::validate`]) and handed to the functions
+//! or the sessions; the conversions to protobuf are here, the logic is not.
+//! Errors become gRPC statuses only here ([`crate::Error`] → the contract's
+//! `ServerError` → status); an invocation's failure is an answer
+//! ([`invoke_function`]), whichever path carries it.
 
 use std::sync::Arc;
 
 use kruntimes_proto::runtime::v1 as pb;
+use kruntimes_proto::runtime::v1::function_runtime_server::{
+    FunctionRuntime, FunctionRuntimeServer,
+};
 use kruntimes_proto::runtime::v1::runtime_server_server::{RuntimeServer, RuntimeServerServer};
+use kruntimes_proto::runtime::v1::session_runtime_server::{SessionRuntime, SessionRuntimeServer};
+use kruntimes_proto::runtime::{self, FileOp, MAX_MESSAGE_BYTES, invoke};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use crate::error::Error;
-use crate::function::{Functions, InvokeError};
+use crate::function::Functions;
 use crate::session::{Sessions, exec, files};
-use crate::validate::{self, FileOp};
+use crate::validate;
 
-/// What the service serves.
+/// What the services serve.
 pub struct Service {
     functions: Arc<Functions>,
     sessions: Sessions,
@@ -44,11 +53,29 @@ impl Service {
         })
     }
 
-    /// The tonic service, with the contract's message limits.
-    pub fn server(self: &Arc<Self>) -> RuntimeServerServer<Handle> {
-        RuntimeServerServer::new(Handle(self.clone()))
-            .max_decoding_message_size(kruntimes_proto::runtime::MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(kruntimes_proto::runtime::MAX_MESSAGE_BYTES)
+    /// The three tonic services, with the contract's message limits, on
+    /// `builder`.
+    pub fn routes(
+        self: &Arc<Self>,
+        builder: &mut tonic::transport::Server,
+    ) -> tonic::transport::server::Router {
+        let handle = Handle(self.clone());
+        builder
+            .add_service(
+                RuntimeServerServer::new(handle.clone())
+                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            )
+            .add_service(
+                FunctionRuntimeServer::new(handle.clone())
+                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            )
+            .add_service(
+                SessionRuntimeServer::new(handle)
+                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            )
     }
 
     /// Stops everything (shutdown).
@@ -71,32 +98,27 @@ fn entry(e: files::Entry) -> pb::FileEntry {
 }
 
 /// `InvokeFunction`, as gRPC and the direct invoke path
-/// ([`crate::direct`]) serve it.
+/// ([`crate::direct`]) serve it: always an answer. Dropping the future ends
+/// the call (see [`Functions::invoke`]).
 pub async fn invoke_function(
     functions: &Functions,
     req: pb::InvokeFunctionRequest,
-) -> Result<pb::InvokeFunctionResponse, Status> {
-    use pb::invoke_function_response::Outcome;
-    let call = validate::invoke(req)?;
-    let outcome = functions
-        .invoke(
-            &call.run_uid,
-            &call.handle,
-            call.input,
-            call.timeout,
-            call.max_output,
-        )
-        .await;
-    let outcome = match outcome {
-        Ok(output) => Outcome::Output(output),
-        Err(Error::Invoke(InvokeError::Function { kind, message })) => {
-            Outcome::Error(pb::FunctionError { kind, message })
+) -> pb::InvokeFunctionResponse {
+    let outcome = match validate::invoke(req) {
+        Ok(call) => {
+            functions
+                .invoke(
+                    &call.run_uid,
+                    &call.handle,
+                    call.input,
+                    call.timeout,
+                    call.max_output,
+                )
+                .await
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => Err(e),
     };
-    Ok(pb::InvokeFunctionResponse {
-        outcome: Some(outcome),
-    })
+    invoke::encode(outcome)
 }
 
 #[tonic::async_trait]
@@ -109,10 +131,14 @@ impl RuntimeServer for Handle {
             name: "kruntimes-runtime-server".into(),
             version: env!("CARGO_PKG_VERSION").into(),
             runtimes: vec!["python".into(), "bash".into()],
-            sessions: true,
+            services: vec![
+                runtime::FUNCTION_RUNTIME.into(),
+                runtime::SESSION_RUNTIME.into(),
+            ],
             instance_id: self.0.instance_id.clone(),
             worker_socket: self.0.sockets.workers.clone(),
             invoke_socket: self.0.sockets.invoke.clone(),
+            contract: runtime::CONTRACT.into(),
         }))
     }
 
@@ -126,7 +152,10 @@ impl RuntimeServer for Handle {
             dropped: u32::try_from(dropped).unwrap_or(u32::MAX),
         }))
     }
+}
 
+#[tonic::async_trait]
+impl FunctionRuntime for Handle {
     async fn register_function(
         &self,
         req: Request<pb::RegisterFunctionRequest>,
@@ -140,9 +169,9 @@ impl RuntimeServer for Handle {
         &self,
         req: Request<pb::InvokeFunctionRequest>,
     ) -> Result<Response<pb::InvokeFunctionResponse>, Status> {
-        invoke_function(&self.0.functions, req.into_inner())
-            .await
-            .map(Response::new)
+        Ok(Response::new(
+            invoke_function(&self.0.functions, req.into_inner()).await,
+        ))
     }
 
     async fn unregister_function(
@@ -171,7 +200,10 @@ impl RuntimeServer for Handle {
             worker_running: r.worker_running(),
         }))
     }
+}
 
+#[tonic::async_trait]
+impl SessionRuntime for Handle {
     async fn open_session(
         &self,
         req: Request<pb::OpenSessionRequest>,

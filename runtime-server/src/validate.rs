@@ -6,9 +6,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use kruntimes_proto::runtime::v1 as pb;
+use kruntimes_proto::runtime::{FileOp, InvokeError};
 
 use crate::error::{Error, Result};
-use crate::function::{Handler, Kind, handler};
+use crate::function::{Backend, Handler, handler};
 use crate::session::path;
 use crate::{env, source};
 
@@ -27,7 +28,7 @@ pub struct Register {
     /// Attempt (≥ 1).
     pub attempt: u64,
     /// The backend.
-    pub kind: Kind,
+    pub kind: Backend,
     /// The handler.
     pub handler: Handler,
     /// Inline source: its path (default: the handler's file) and text.
@@ -83,35 +84,6 @@ pub struct Command {
     pub timeout: Duration,
     /// Captured bytes per stream.
     pub max_output: usize,
-}
-
-/// A validated `FileOperation`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FileOp {
-    /// Write (replace) a file.
-    Write {
-        /// Path.
-        path: String,
-        /// Content.
-        content: Vec<u8>,
-    },
-    /// Create a directory and its parents.
-    Mkdir {
-        /// Path.
-        path: String,
-    },
-    /// Delete a file, link or tree.
-    Delete {
-        /// Path.
-        path: String,
-    },
-    /// Rename within the workspace.
-    Rename {
-        /// Source.
-        from: String,
-        /// Destination.
-        to: String,
-    },
 }
 
 fn invalid(msg: impl Into<String>) -> Error {
@@ -184,7 +156,7 @@ pub fn register(req: pb::RegisterFunctionRequest) -> Result<Register> {
     } else {
         &req.backend
     };
-    let kind = Kind::parse(named)
+    let kind = Backend::parse(named)
         .ok_or_else(|| invalid(format!("runtime {named:?} has no built-in backend")))?;
     Ok(Register {
         run_uid: run_uid(&run.uid)?,
@@ -200,20 +172,22 @@ pub fn register(req: pb::RegisterFunctionRequest) -> Result<Register> {
     })
 }
 
-/// Validates `InvokeFunction`.
-pub fn invoke(req: pb::InvokeFunctionRequest) -> Result<Invoke> {
+/// Validates `InvokeFunction`: a malformed request is the invocation's
+/// failure (an answer), never a failed call.
+pub fn invoke(req: pb::InvokeFunctionRequest) -> Result<Invoke, InvokeError> {
+    let bad = |e: Error| InvokeError::InvalidInput(e.to_string());
     if req.handle.is_empty() {
-        return Err(invalid("handle is required"));
+        return Err(bad(invalid("handle is required")));
     }
     // JSON never holds a raw NUL; a Bash variable cannot hold one at all.
     if req.input.contains(&0) {
-        return Err(invalid("input holds a NUL byte, so it is not JSON"));
+        return Err(bad(invalid("input holds a NUL byte, so it is not JSON")));
     }
     Ok(Invoke {
-        run_uid: run_uid(&req.run_uid)?,
+        run_uid: run_uid(&req.run_uid).map_err(bad)?,
         handle: req.handle,
         input: req.input,
-        timeout: deadline(req.timeout_ms)?,
+        timeout: deadline(req.timeout_ms).map_err(bad)?,
         max_output: bound(req.max_output_bytes),
     })
 }
@@ -251,24 +225,17 @@ pub fn command(req: pb::RunCommandRequest) -> Result<Command> {
 
 /// Validates `FileOperation`.
 pub fn file_op(req: pb::FileOperationRequest) -> Result<(String, FileOp)> {
-    use pb::file_operation_request::Op;
-    let uid = run_uid(&req.run_uid)?;
-    let op = match req.op.ok_or_else(|| invalid("op is required"))? {
-        Op::Write(w) => FileOp::Write {
-            path: workspace_path(&w.path)?,
-            content: w.content,
-        },
-        Op::Mkdir(p) => FileOp::Mkdir {
-            path: workspace_path(&p.path)?,
-        },
-        Op::Delete(p) => FileOp::Delete {
-            path: workspace_path(&p.path)?,
-        },
-        Op::Rename(r) => FileOp::Rename {
-            from: workspace_path(&r.from)?,
-            to: workspace_path(&r.to)?,
-        },
-    };
+    let (uid, op) = FileOp::from_request(req).ok_or_else(|| invalid("op is required"))?;
+    let uid = run_uid(&uid)?;
+    match &op {
+        FileOp::Write { path, .. } | FileOp::Mkdir { path } | FileOp::Delete { path } => {
+            workspace_path(path)?;
+        }
+        FileOp::Rename { from, to } => {
+            workspace_path(from)?;
+            workspace_path(to)?;
+        }
+    }
     Ok((uid, op))
 }
 

@@ -107,7 +107,7 @@ impl Fixture {
         handle: &str,
         input: &str,
         timeout: Duration,
-    ) -> Result<serde_json::Value, Error> {
+    ) -> Result<serde_json::Value, InvokeError> {
         self.functions
             .invoke(UID, handle, input.as_bytes().to_vec(), timeout, 1 << 20)
             .await
@@ -177,11 +177,34 @@ async fn an_abandoned_call_never_hands_its_reply_to_the_next_caller() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_call_whose_caller_goes_away_takes_the_worker_tree_with_it() {
+    let fx = fixture();
+    let h = fx.register("python", "main.invoke", PY).await;
+    let first = fx.call(&h, "{}", T).await.unwrap()["pid"].as_i64().unwrap();
+    let functions = fx.functions.clone();
+    let handle = h.clone();
+    // Far from its deadline: only the caller's going away can end it.
+    let call = tokio::spawn(async move {
+        let input = br#"{"spawn":true,"sleep":3000}"#.to_vec();
+        functions
+            .invoke(UID, &handle, input, Duration::from_secs(3600), 1 << 20)
+            .await
+    });
+    let pids = read_pids(&fx.pids(), 2, WITHIN).await.unwrap();
+    assert_eq!(i64::from(pids[0]), first, "the warm worker took the call");
+    call.abort();
+    assert_eq!(wait_gone(&pids, WITHIN).await, Vec::<i32>::new());
+    let out = fx.call(&h, r#"{"who":"bob"}"#, T).await.unwrap();
+    assert_eq!(out["who"], "bob");
+    assert_ne!(out["pid"].as_i64().unwrap(), first, "a fresh worker");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handler_errors_are_answers_and_the_worker_survives_them() {
     let fx = fixture();
     let h = fx.register("python", "main.invoke", PY).await;
     match fx.call(&h, r#"{"raise":"input"}"#, T).await {
-        Err(Error::Invoke(InvokeError::Function { kind, message })) => {
+        Err(InvokeError::Function { kind, message }) => {
             assert_eq!(
                 (kind.as_str(), message.as_str()),
                 ("ValueError", "bad input")
@@ -202,7 +225,7 @@ async fn a_crash_kills_what_the_worker_started_and_the_next_call_gets_a_fresh_wo
         .await
         .unwrap_err();
     assert!(
-        matches!(err, Error::Invoke(InvokeError::Crashed(ref m)) if m.contains("exit status: 3")),
+        matches!(err, InvokeError::Crashed(ref m) if m.contains("exit status: 3")),
         "{err:?}"
     );
     let pids = read_pids(&fx.pids(), 2, WITHIN).await.unwrap();
@@ -227,10 +250,7 @@ async fn a_deadline_kills_the_worker_tree_and_the_next_call_is_served() {
         )
         .await
         .unwrap_err();
-    assert!(
-        matches!(err, Error::Invoke(InvokeError::Timeout(_))),
-        "{err:?}"
-    );
+    assert!(matches!(err, InvokeError::Timeout(_)), "{err:?}");
     let pids = read_pids(&fx.pids(), 2, WITHIN).await.unwrap();
     assert_eq!(wait_gone(&pids, WITHIN).await, Vec::<i32>::new());
     assert!(fx.call(&h, "{}", T).await.is_ok());
@@ -245,10 +265,7 @@ async fn output_over_the_bound_is_refused_and_the_worker_replaced() {
         .invoke(UID, &h, br#"{"big":5000}"#.to_vec(), T, 1000)
         .await
         .unwrap_err();
-    assert!(
-        matches!(err, Error::Invoke(InvokeError::OutputTooLarge(_))),
-        "{err:?}"
-    );
+    assert!(matches!(err, InvokeError::InvalidOutput(_)), "{err:?}");
     assert!(fx.call(&h, "{}", T).await.is_ok());
 }
 
@@ -284,7 +301,10 @@ async fn registrations_are_idempotent_by_attempt_replaced_by_higher_and_refuse_l
         .unwrap();
     assert_ne!(h1, h3);
     assert!(
-        matches!(fx.call(&h1, "{}", T).await, Err(Error::NotFound(_))),
+        matches!(
+            fx.call(&h1, "{}", T).await,
+            Err(InvokeError::NotRegistered(_))
+        ),
         "the old handle reaches nothing"
     );
     assert!(fx.call(&h3, "{}", T).await.is_ok());
@@ -371,7 +391,7 @@ async fn bash_exit_status_is_a_function_error_quoting_stderr() {
     let fx = fixture();
     let h = fx.register("bash", "hello.fail", SH).await;
     match fx.call(&h, "{}", T).await {
-        Err(Error::Invoke(InvokeError::Function { kind, message })) => {
+        Err(InvokeError::Function { kind, message }) => {
             assert_eq!(kind, "ExitStatus");
             assert!(
                 message.contains("exit status 4") && message.contains("boom"),
@@ -414,10 +434,7 @@ async fn unregistering_stops_a_call_in_flight_and_its_tree() {
     let pids = read_pids(&fx.pids(), 2, WITHIN).await.unwrap();
     assert!(fx.functions.unregister(UID, &h).await);
     let err = call.await.unwrap().unwrap_err();
-    assert!(
-        matches!(err, Error::Invoke(InvokeError::Stopped)),
-        "{err:?}"
-    );
+    assert!(matches!(err, InvokeError::Stopped), "{err:?}");
     assert_eq!(wait_gone(&pids, WITHIN).await, Vec::<i32>::new());
 }
 
@@ -488,7 +505,7 @@ async fn a_warm_bash_shell_keeps_globals_and_resets_directory_and_options() {
     // with its status, and the next call gets a fresh shell.
     let strict = fx.call(&h, r#""strict""#, T).await;
     assert!(
-        matches!(strict, Err(Error::Invoke(InvokeError::Function { ref message, .. }))
+        matches!(strict, Err(InvokeError::Function { ref message, .. })
             if message.contains("exit status 1")),
         "{strict:?}"
     );
@@ -523,7 +540,7 @@ async fn a_bash_function_that_kills_its_shell_fails_and_the_next_call_is_served(
     let h = fx.register_warm().await;
     let err = fx.call(&h, r#""suicide""#, T).await.unwrap_err();
     assert!(
-        matches!(err, Error::Invoke(InvokeError::Function { ref message, .. })
+        matches!(err, InvokeError::Function { ref message, .. }
             if message.contains("exit status 143")),
         "{err:?}"
     );
@@ -539,10 +556,7 @@ async fn concurrent_bash_calls_each_get_a_shell_and_a_deadline_kills_only_its_ow
     let (a, b) = (a.unwrap(), b.unwrap());
     assert_ne!(shell_of(&a), shell_of(&b), "two calls at once, two shells");
     let late = fx.call(&h, slow, Duration::from_millis(100)).await;
-    assert!(
-        matches!(late, Err(Error::Invoke(InvokeError::Timeout(_)))),
-        "{late:?}"
-    );
+    assert!(matches!(late, Err(InvokeError::Timeout(_))), "{late:?}");
     let alive: Vec<i32> = wait_gone(&[shell_of(&a), shell_of(&b)], Duration::ZERO).await;
     assert!(
         !alive.is_empty(),

@@ -8,6 +8,7 @@ mod common;
 
 use common::*;
 use kruntimes_proto::runtime::v1 as pb;
+use kruntimes_proto::runtime::{InvokeError, invoke};
 use kruntimes_testkit::wait_gone;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -15,12 +16,21 @@ async fn info_names_the_server_and_its_instance() {
     let mut s = start().await;
     let info = s
         .client
+        .server
         .info(pb::InfoRequest {})
         .await
         .unwrap()
         .into_inner();
     assert_eq!(info.runtimes, ["python", "bash"]);
-    assert!(info.sessions && !info.instance_id.is_empty());
+    assert_eq!(
+        info.services,
+        [
+            kruntimes_proto::runtime::FUNCTION_RUNTIME,
+            kruntimes_proto::runtime::SESSION_RUNTIME
+        ]
+    );
+    assert_eq!(info.contract, kruntimes_proto::runtime::CONTRACT);
+    assert!(!info.instance_id.is_empty());
     s.stop().await;
 }
 
@@ -36,6 +46,7 @@ async fn a_function_answers_with_output_or_a_handler_error() {
     use pb::invoke_function_response::Outcome;
     let out = s
         .client
+        .functions
         .invoke_function(call(r#"{"a":1}"#))
         .await
         .unwrap()
@@ -43,6 +54,7 @@ async fn a_function_answers_with_output_or_a_handler_error() {
     assert_eq!(out.outcome, Some(Outcome::Output(br#"{"a": 1}"#.to_vec())));
     let raised = s
         .client
+        .functions
         .invoke_function(call(r#"{"bad":1}"#))
         .await
         .unwrap()
@@ -53,13 +65,19 @@ async fn a_function_answers_with_output_or_a_handler_error() {
     );
     let stale = s
         .client
+        .functions
         .invoke_function(pb::InvokeFunctionRequest {
             handle: "fn-other".into(),
             ..call("{}")
         })
         .await
-        .unwrap_err();
-    assert_eq!(stale.code(), tonic::Code::NotFound);
+        .unwrap()
+        .into_inner();
+    let stale = invoke::decode(stale);
+    assert!(
+        matches!(stale, Err(InvokeError::NotRegistered(_))),
+        "{stale:?}"
+    );
     s.stop().await;
 }
 
@@ -72,6 +90,7 @@ async fn a_leased_worker_answers_on_its_own_pipes_and_dies_with_its_lease() {
     let handle = s.register(source).await;
     let info = s
         .client
+        .server
         .info(pb::InfoRequest {})
         .await
         .unwrap()
@@ -91,15 +110,15 @@ async fn a_leased_worker_answers_on_its_own_pipes_and_dies_with_its_lease() {
         }
     };
     let (refused, answer, fds) = lease("fn-other".into()).await;
-    assert_eq!(
-        (answer.code, fds.len()),
-        (tonic::Code::NotFound as i32, 0),
-        "{answer:?}"
+    let refusal = answer.refusal.map(InvokeError::from_failure);
+    assert!(
+        matches!(refusal, Some(InvokeError::NotRegistered(_))) && fds.is_empty(),
+        "{refusal:?}"
     );
     drop(refused);
 
     let (conn, answer, fds) = lease(handle.clone()).await;
-    assert!(answer.error.is_empty(), "{answer:?}");
+    assert!(answer.refusal.is_none(), "{answer:?}");
     let [stdin, stdout]: [std::os::fd::OwnedFd; 2] = fds.try_into().unwrap();
     let mut stdin = tokio::net::unix::pipe::Sender::from_owned_fd(stdin).unwrap();
     let mut stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(stdout).unwrap();
@@ -114,13 +133,15 @@ async fn a_leased_worker_answers_on_its_own_pipes_and_dies_with_its_lease() {
     let pid = out["pid"].as_i64().unwrap() as i32;
     let busy = s
         .client
+        .functions
         .invoke_function(Server::call(&handle, b"{}", 5_000))
         .await
-        .unwrap_err();
+        .unwrap()
+        .into_inner();
     assert_eq!(
-        busy.code(),
-        tonic::Code::FailedPrecondition,
-        "leased: {busy:?}"
+        invoke::decode(busy),
+        Err(InvokeError::Leased),
+        "an invocation of a leased worker"
     );
 
     // A crash on the leased pipes: the release reports how the worker ended.
@@ -151,8 +172,12 @@ async fn a_leased_worker_answers_on_its_own_pipes_and_dies_with_its_lease() {
     assert_eq!(wait_gone(&[fresh], WITHIN).await, Vec::<i32>::new());
     let after = s
         .client
+        .functions
         .invoke_function(Server::call(&handle, b"{}", 10_000))
-        .await;
+        .await
+        .unwrap()
+        .into_inner();
+    let after = invoke::decode(after);
     assert!(after.is_ok(), "served through the server again: {after:?}");
     s.stop().await;
 }
@@ -160,7 +185,6 @@ async fn a_leased_worker_answers_on_its_own_pipes_and_dies_with_its_lease() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_direct_path_answers_as_invoke_function_and_a_hang_up_cancels_the_call() {
     use kruntimes_proto::runtime::lease::{recv_bounded, send};
-    use pb::invoke_function_response::Outcome;
     let mut s = start().await;
     let sh = r#"run() {
   case "$1" in
@@ -173,6 +197,7 @@ async fn the_direct_path_answers_as_invoke_function_and_a_hang_up_cancels_the_ca
     let handle = s.register_as("bash", "main.run", sh).await;
     let info = s
         .client
+        .server
         .info(pb::InfoRequest {})
         .await
         .unwrap()
@@ -182,30 +207,23 @@ async fn the_direct_path_answers_as_invoke_function_and_a_hang_up_cancels_the_ca
     let conn = tokio::net::UnixStream::connect(&socket).await.unwrap();
     let ask = async |req: pb::InvokeFunctionRequest| {
         send(&conn, &req, &[]).await.unwrap();
-        recv_bounded::<pb::DirectInvokeResponse>(&conn, 1 << 20)
+        let answer = recv_bounded::<pb::InvokeFunctionResponse>(&conn, 1 << 20)
             .await
-            .unwrap()
+            .unwrap();
+        invoke::decode(answer)
     };
 
     // Call after call on one connection: output, a handler error, refusals.
     for input in [r#"{"a": 1}"#, r#"{"b": [2]}"#] {
         let answer = ask(Server::call(&handle, input.as_bytes(), 10_000)).await;
         let expected = format!(r#"{{"got": {input}}}"#).into_bytes();
-        assert_eq!(
-            (answer.code, answer.response),
-            (
-                0,
-                Some(pb::InvokeFunctionResponse {
-                    outcome: Some(Outcome::Output(expected))
-                })
-            )
-        );
+        assert_eq!(answer, Ok(expected));
     }
     let failed = ask(Server::call(&handle, br#"{"fail": 1}"#, 10_000)).await;
-    match failed.response.and_then(|r| r.outcome) {
-        Some(Outcome::Error(e)) => {
-            assert_eq!(e.kind, "ExitStatus");
-            assert!(e.message.contains("no luck"), "{e:?}");
+    match failed {
+        Err(InvokeError::Function { kind, message }) => {
+            assert_eq!(kind, "ExitStatus");
+            assert!(message.contains("no luck"), "{message}");
         }
         other => panic!("{other:?}"),
     }
@@ -214,14 +232,13 @@ async fn the_direct_path_answers_as_invoke_function_and_a_hang_up_cancels_the_ca
         ..Server::call(&handle, b"{}", 10_000)
     })
     .await;
-    assert_eq!(
-        (stale.code, stale.response),
-        (tonic::Code::NotFound as i32, None)
+    assert!(
+        matches!(stale, Err(InvokeError::NotRegistered(_))),
+        "{stale:?}"
     );
     let invalid = ask(Server::call(&handle, b"{}", 0)).await;
-    assert_eq!(
-        invalid.code,
-        tonic::Code::InvalidArgument as i32,
+    assert!(
+        matches!(invalid, Err(InvokeError::InvalidInput(_))),
         "{invalid:?}"
     );
 
@@ -252,9 +269,9 @@ async fn the_direct_path_answers_as_invoke_function_and_a_hang_up_cancels_the_ca
     send(&conn, &Server::call(&handle, b"[]", 10_000), &[])
         .await
         .unwrap();
-    let again = recv_bounded::<pb::DirectInvokeResponse>(&conn, 1 << 20)
+    let again = recv_bounded::<pb::InvokeFunctionResponse>(&conn, 1 << 20)
         .await
         .unwrap();
-    assert_eq!(again.code, 0, "{again:?}");
+    assert!(invoke::decode(again.clone()).is_ok(), "{again:?}");
     s.stop().await;
 }

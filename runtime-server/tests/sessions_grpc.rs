@@ -25,6 +25,7 @@ async fn commands_stream_output_then_their_result_in_the_sessions_environment() 
     assert_eq!(r.stderr, b"err\n");
     let missing = s
         .client
+        .sessions
         .run_command(pb::RunCommandRequest {
             run_uid: UID.into(),
             argv: vec!["no-such-program-krt".into()],
@@ -80,6 +81,7 @@ async fn closing_a_session_kills_its_commands_and_removes_the_workspace() {
         .unwrap();
     let closed = s
         .client
+        .sessions
         .close_session(pb::CloseSessionRequest {
             run_uid: UID.into(),
         })
@@ -103,10 +105,12 @@ async fn files_are_written_read_and_listed_beneath_the_workspace_only() {
         op: Some(op),
     };
     s.client
+        .sessions
         .file_operation(op(Op::Mkdir(pb::PathRequest { path: "d".into() })))
         .await
         .unwrap();
     s.client
+        .sessions
         .file_operation(op(Op::Write(pb::WriteFile {
             path: "d/f.txt".into(),
             content: b"hello".to_vec(),
@@ -115,6 +119,7 @@ async fn files_are_written_read_and_listed_beneath_the_workspace_only() {
         .unwrap();
     let read = s
         .client
+        .sessions
         .read_file(pb::ReadFileRequest {
             run_uid: UID.into(),
             path: "d/f.txt".into(),
@@ -126,6 +131,7 @@ async fn files_are_written_read_and_listed_beneath_the_workspace_only() {
     assert_eq!(read.content, b"hello");
     let too_big = s
         .client
+        .sessions
         .read_file(pb::ReadFileRequest {
             run_uid: UID.into(),
             path: "d/f.txt".into(),
@@ -136,6 +142,7 @@ async fn files_are_written_read_and_listed_beneath_the_workspace_only() {
     assert_eq!(too_big.code(), tonic::Code::OutOfRange);
     let listed = s
         .client
+        .sessions
         .list_files(pb::ListFilesRequest {
             run_uid: UID.into(),
             path: "d".into(),
@@ -154,6 +161,7 @@ async fn files_are_written_read_and_listed_beneath_the_workspace_only() {
     );
     let escape = s
         .client
+        .sessions
         .file_operation(op(Op::Write(pb::WriteFile {
             path: "../x".into(),
             content: vec![],
@@ -163,6 +171,7 @@ async fn files_are_written_read_and_listed_beneath_the_workspace_only() {
     assert_eq!(escape.code(), tonic::Code::InvalidArgument);
     let missing = s
         .client
+        .sessions
         .file_operation(op(Op::Delete(pb::PathRequest {
             path: "nope".into(),
         })))
@@ -178,6 +187,7 @@ async fn reset_drops_every_session_and_stopping_removes_the_socket() {
     s.open().await;
     let dropped = s
         .client
+        .server
         .reset(pb::ResetRequest {})
         .await
         .unwrap()

@@ -4,8 +4,7 @@
 //! into an [`ApiError`] (a code of the public error table and a message)
 //! through `From`; [`Reply`] renders it for one request: the typed JSON
 //! body with the invocation id, `Retry-After` where the code asks for it,
-//! and the headers every response carries. gRPC callers get the same
-//! classification as a [`tonic::Status`].
+//! and the headers every response carries.
 
 use axum::body::Body;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -69,23 +68,6 @@ impl From<FenceError> for ApiError {
             _ => ErrorCode::StaleOwner,
         };
         Self::new(code, e.to_string())
-    }
-}
-
-impl From<ApiError> for tonic::Status {
-    fn from(e: ApiError) -> Self {
-        use ErrorCode::*;
-        let code = match e.code {
-            StaleOwner => tonic::Code::FailedPrecondition,
-            Busy => tonic::Code::ResourceExhausted,
-            NotReady => tonic::Code::Unavailable,
-            PayloadTooLarge | InvalidJson | BadRequest => tonic::Code::InvalidArgument,
-            NotFound => tonic::Code::NotFound,
-            DeadlineExceeded => tonic::Code::DeadlineExceeded,
-            FunctionError | InvalidOutput => tonic::Code::Aborted,
-            _ => tonic::Code::Internal,
-        };
-        tonic::Status::new(code, e.message)
     }
 }
 

@@ -56,7 +56,7 @@ pub struct Args {
     /// Client CNs allowed on the dataplane.
     #[arg(long, value_delimiter = ',', default_value = "kruntimes-gateway")]
     pub dataplane_clients: Vec<String>,
-    /// Client CNs allowed to call FunctionRuntime.
+    /// Client CNs allowed to call the `Agent` service (the control plane).
     #[arg(long, value_delimiter = ',', default_value = "kruntimes-control-plane")]
     pub control_clients: Vec<String>,
     /// Unix socket of this Pod's Runtime Server, which runs the user code.
@@ -99,8 +99,8 @@ pub struct Args {
     pub header_timeout_ms: u64,
     /// The built-in backend of this Pod's Runtime (`Runtime.spec.backend`);
     /// by default chosen from each Run's runtime name.
-    #[arg(long, value_enum, env = "KRUNTIMES_RUNTIMED_BACKEND")]
-    pub backend: Option<crate::function::backend::Kind>,
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_BACKEND")]
+    pub backend: Option<kruntimes_proto::runtime::Backend>,
     /// Kubernetes mode: watch the Runs assigned to this Pod (by
     /// `--pod-uid`), register them and report their status.
     #[arg(long, env = "KRUNTIMES_RUNTIMED_KUBERNETES")]
@@ -263,10 +263,13 @@ pub async fn run(args: Args, handed_over: Option<std::net::TcpListener>) -> anyh
         };
         let mut stop = stop_rx.clone();
         let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
+        let host = crate::host::Host {
+            engine: engine.clone(),
+            sessions: sessions.clone(),
+        };
         let mut task = tokio::spawn(crate::cluster::run(
             client,
-            engine.clone(),
-            sessions.clone(),
+            host,
             pod,
             synced_tx,
             async move {

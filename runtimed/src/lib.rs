@@ -3,15 +3,16 @@
 //! and file operations) on the Pod's Runtime Server, which runs all user
 //! code; runtimed itself starts no user process. It enforces per-Run bounds,
 //! the one-in-flight rule and fencing, serves the dataplane the gateway
-//! forwards to (HTTP/2 + mTLS), implements the `FunctionRuntime` and
-//! `SessionRuntime` contracts, and publishes its local ownership table over
+//! forwards to (HTTP/1.1 + mTLS), serves the control plane's `Agent`
+//! interface, and publishes its local ownership table over
 //! `OwnershipTable/Watch`.
 //!
 //! The folders follow those concerns; arrows point one way:
 //! [`dataplane`] uses [`function`] and [`session`], which never use
 //! `dataplane` or each other; [`cluster`] (the Kubernetes adapter) drives
 //! `function` and `session`; [`cli`] wires everything together. What both
-//! modes need lives in small modules below them: [`local`] (this Pod and its
+//! modes need lives in small modules below them: [`host`] (assigning and
+//! releasing a Run, whatever its mode), [`local`] (this Pod and its
 //! ownership table), [`registration`] (the registration table and its
 //! rules), [`runtime`] (the link to the Runtime Server), [`api_error`] (the
 //! API error and its rendering) and [`periodic`] (background passes).
@@ -22,6 +23,7 @@ pub mod cli;
 pub mod cluster;
 pub mod dataplane;
 pub mod function;
+pub mod host;
 pub mod local;
 pub mod metrics;
 pub mod periodic;

@@ -8,8 +8,8 @@
 
 use std::sync::Arc;
 
-use kruntimes_proto::function::v1::RunRef;
 use kruntimes_proto::ownership::v1 as own;
+use kruntimes_proto::runtime::v1::RunRef;
 use kruntimes_proto::watch::{DEFAULT_LAG_CAPACITY, Publisher};
 
 /// This Pod (or, under `krt up`, this runtimed instance).

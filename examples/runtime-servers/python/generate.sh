@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Generates the Python stubs of kruntimes.runtime.v1 (runtime_pb2.py and
-# runtime_pb2_grpc.py, top-level modules) into OUT. The stubs are not
+# Generates the Python stubs of the Runtime Server contract,
+# kruntimes.runtime.v1 (runtime_pb2.py and runtime_pb2_grpc.py, top-level
+# modules: the contract is one file that imports nothing) into OUT. The stubs are not
 # committed: they are made from the contract at build or test time.
 #
 #   ./generate.sh OUT [PROTO_ROOT]

@@ -92,3 +92,11 @@ class Registry:
                 return None
             del self._by_run[run_uid]
             return current
+
+    def clear(self) -> list[Registration]:
+        """Removes every registration (Reset), returning them (to clean
+        up)."""
+        with self._lock:
+            dropped = list(self._by_run.values())
+            self._by_run.clear()
+        return dropped

@@ -1,6 +1,7 @@
-"""An example custom Runtime Server: kruntimes.runtime.v1.RuntimeServer over a
-Unix socket, serving the toy runtime `upper` (upper.py) with the registration
-rules of registry.py. See README.md and docs/runtime-servers.md.
+"""An example custom Runtime Server: the kruntimes.runtime.v1 contract
+(RuntimeServer and FunctionRuntime; no sessions) over a Unix socket, serving
+the toy runtime `upper` (upper.py) with the registration rules of
+registry.py. See README.md and docs/runtime-servers.md.
 
     python3 server.py --socket /run/kruntimes/runtime.sock --work-root /workspace
 
@@ -35,6 +36,9 @@ except ImportError as e:  # pragma: no cover - a setup error, said plainly
     sys.exit(f"{e}: generate the stubs with generate.sh OUT and put OUT on PYTHONPATH")
 
 VERSION = "0.1.0"
+# The contract this server speaks, and the services besides RuntimeServer.
+CONTRACT = "kruntimes.runtime.v1"
+FUNCTION_RUNTIME = CONTRACT + ".FunctionRuntime"
 # The contract's largest message: a 32 MiB file and framing.
 MAX_MESSAGE_BYTES = 40 * 1024 * 1024
 _RUN_UID = re.compile(r"^[A-Za-z0-9-]{1,128}$")
@@ -79,9 +83,36 @@ def _answer(rpc):
     return wrapped
 
 
-class UpperRuntimeServer(pb_grpc.RuntimeServerServicer):
-    """The function half of the contract; the session RPCs answer
-    UNIMPLEMENTED (below), as Info's `sessions=False` announces."""
+def _failure(reason: int, message: str) -> "pb.InvokeFunctionResponse":
+    """An invocation that produced no answer: an outcome, never a status."""
+    return pb.InvokeFunctionResponse(
+        failure=pb.InvokeFailure(reason=reason, message=upper.bound(message))
+    )
+
+
+class UpperServer(pb_grpc.RuntimeServerServicer):
+    """Who this server is: Info announces FunctionRuntime only, so runtimed
+    never asks it for sessions (SessionRuntime is not served at all: its
+    calls answer UNIMPLEMENTED)."""
+
+    def __init__(self, functions: "UpperFunctions") -> None:
+        self._functions = functions
+
+    def Info(self, request, context):
+        return pb.InfoResponse(
+            name="example-upper",
+            version=VERSION,
+            runtimes=[upper.NAME],
+            services=[FUNCTION_RUNTIME],
+            contract=CONTRACT,
+        )
+
+    def Reset(self, request, context):
+        return pb.ResetResponse(dropped=self._functions.reset())
+
+
+class UpperFunctions(pb_grpc.FunctionRuntimeServicer):
+    """The FunctionRuntime service over the registry."""
 
     def __init__(self, work_root: str) -> None:
         self._work_root = work_root
@@ -90,10 +121,13 @@ class UpperRuntimeServer(pb_grpc.RuntimeServerServicer):
         # take this lock.
         self._preparing = threading.Lock()
 
-    def Info(self, request, context):
-        return pb.InfoResponse(
-            name="example-upper", version=VERSION, runtimes=[upper.NAME], sessions=False
-        )
+    def reset(self) -> int:
+        """Drops every registration and its files."""
+        with self._preparing:
+            dropped = self._registry.clear()
+            for reg in dropped:
+                shutil.rmtree(os.path.dirname(reg.workdir), ignore_errors=True)
+        return len(dropped)
 
     @_answer
     def RegisterFunction(self, request, context):
@@ -119,18 +153,25 @@ class UpperRuntimeServer(pb_grpc.RuntimeServerServicer):
         log.info("registered run %s attempt %d", run_uid, request.attempt)
         return pb.RegisterFunctionResponse(handle=reg.handle)
 
-    @_answer
     def InvokeFunction(self, request, context):
-        reg = self._registry.get(request.run_uid, request.handle)
+        # Every way an invocation ends is an answer (the contract's
+        # InvokeFunctionResponse.outcome); a status would mean the server
+        # itself failed.
+        try:
+            reg = self._registry.get(request.run_uid, request.handle)
+        except registry.NotRegistered as e:
+            return _failure(pb.INVOKE_FAILURE_REASON_NOT_REGISTERED, str(e))
         try:
             output = upper.invoke(reg.handler, request.input)
+        except upper.BadInput as e:
+            return _failure(pb.INVOKE_FAILURE_REASON_INVALID_INPUT, str(e))
         except upper.HandlerError as e:
             return pb.InvokeFunctionResponse(
                 error=pb.FunctionError(kind=e.kind, message=e.message)
             )
         if request.max_output_bytes and len(output) > request.max_output_bytes:
-            raise RejectedRequest(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
+            return _failure(
+                pb.INVOKE_FAILURE_REASON_INVALID_OUTPUT,
                 f"output of {len(output)} bytes exceeds {request.max_output_bytes}",
             )
         return pb.InvokeFunctionResponse(output=output)
@@ -151,14 +192,6 @@ class UpperRuntimeServer(pb_grpc.RuntimeServerServicer):
         )
 
 
-def _no_sessions(self, request, context):
-    context.abort(grpc.StatusCode.UNIMPLEMENTED, "this Runtime Server serves no sessions")
-
-
-for _rpc in ("OpenSession", "RunCommand", "FileOperation", "ReadFile", "ListFiles", "CloseSession"):
-    setattr(UpperRuntimeServer, _rpc, _no_sessions)
-
-
 def serve(socket_path: str, work_root: str) -> grpc.Server:
     """Starts serving on `socket_path`, connectable by the socket
     directory's group (mode 0660): runtimed runs as another user of it."""
@@ -170,7 +203,9 @@ def serve(socket_path: str, work_root: str) -> grpc.Server:
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ]
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=options)
-    pb_grpc.add_RuntimeServerServicer_to_server(UpperRuntimeServer(work_root), server)
+    functions = UpperFunctions(work_root)
+    pb_grpc.add_RuntimeServerServicer_to_server(UpperServer(functions), server)
+    pb_grpc.add_FunctionRuntimeServicer_to_server(functions, server)
     umask = os.umask(0o117)
     try:
         if server.add_insecure_port(f"unix:{socket_path}") == 0:
@@ -193,7 +228,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--socket or KRUNTIMES_RUNTIME_SOCKET is required")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     server = serve(args.socket, args.work_root)
-    log.info("serving kruntimes.runtime.v1.RuntimeServer on unix:%s", args.socket)
+    log.info("serving %s (RuntimeServer, FunctionRuntime) on unix:%s", CONTRACT, args.socket)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

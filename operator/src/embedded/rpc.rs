@@ -7,29 +7,25 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kruntimes_certs::TlsFiles;
-use kruntimes_proto::function::v1 as pb;
-use kruntimes_proto::function::v1::function_runtime_client::FunctionRuntimeClient;
-use kruntimes_proto::session::v1 as spb;
-use kruntimes_proto::session::v1::session_runtime_client::SessionRuntimeClient;
+use kruntimes_proto::agent::v1 as pb;
+use kruntimes_proto::agent::v1::agent_client::AgentClient;
 use tokio::sync::mpsc;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use super::controller::{Action, RegisterOutcome};
 use super::{Error, Msg, Result, read};
 
-/// gRPC clients of one runtimed (one shared channel).
+/// The `Agent` client of one runtimed.
 #[derive(Clone)]
 pub(super) struct PodClients {
-    functions: FunctionRuntimeClient<Channel>,
-    sessions: SessionRuntimeClient<Channel>,
+    agent: AgentClient<Channel>,
 }
 
 impl PodClients {
-    /// Clients over a lazily connected channel.
+    /// A client over a lazily connected channel.
     pub(super) fn new(channel: Channel) -> Self {
         Self {
-            functions: FunctionRuntimeClient::new(channel.clone()),
-            sessions: SessionRuntimeClient::new(channel),
+            agent: AgentClient::new(channel),
         }
     }
 }
@@ -47,7 +43,7 @@ pub fn internal_endpoint(address: &str, server_name: &str, tls: &TlsFiles) -> Re
         .tcp_nodelay(true))
 }
 
-/// How a failed Register/OpenSession counts: a refused registration is
+/// How a failed Assign counts: a refused registration is
 /// final, anything else means the owner could not be reached.
 fn classify(s: &tonic::Status) -> RegisterOutcome {
     match s.code() {
@@ -59,7 +55,7 @@ fn classify(s: &tonic::Status) -> RegisterOutcome {
 }
 
 fn registered(
-    run: Option<&pb::RunRef>,
+    run: Option<&kruntimes_proto::runtime::v1::RunRef>,
     attempt: u64,
     pod: &str,
     what: &str,
@@ -87,10 +83,7 @@ pub(super) fn perform(
     tx: &mpsc::UnboundedSender<Msg>,
 ) {
     let pod = match &action {
-        Action::Register { pod, .. }
-        | Action::OpenSession { pod, .. }
-        | Action::CloseSession { pod, .. }
-        | Action::Unregister { pod, .. } => pod.clone(),
+        Action::Assign { pod, .. } | Action::Release { pod, .. } => pod.clone(),
     };
     let Some(c) = clients.get(&pod).cloned() else {
         return;
@@ -98,36 +91,21 @@ pub(super) fn perform(
     let tx = tx.clone();
     tokio::spawn(async move {
         let msg = match action {
-            Action::Register { request, .. } => {
+            Action::Assign { request, .. } => {
                 let (run, attempt) = (request.run.clone(), request.attempt);
-                let result = c.functions.clone().register(*request).await.map(drop);
-                registered(run.as_ref(), attempt, &pod, "register", result)
+                let result = c.agent.clone().assign(*request).await.map(drop);
+                registered(run.as_ref(), attempt, &pod, "assign", result)
             }
-            Action::OpenSession { request, .. } => {
-                let (run, attempt) = (request.run.clone(), request.attempt);
-                let result = c.sessions.clone().open(*request).await.map(drop);
-                registered(run.as_ref(), attempt, &pod, "open session", result)
-            }
-            Action::CloseSession {
+            Action::Release {
                 run_uid, cancel, ..
             } => {
-                let req = spb::CloseSessionRequest {
+                let req = pb::ReleaseRequest {
                     run_uid: run_uid.clone(),
                     cancel,
-                };
-                if let Err(s) = c.sessions.clone().close(req).await {
-                    tracing::warn!(uid = %run_uid, pod = %pod, code = ?s.code(), "close session failed");
-                }
-                Msg::Released { pod, uid: run_uid }
-            }
-            Action::Unregister { run_uid, mode, .. } => {
-                let req = pb::UnregisterRequest {
-                    run_uid: run_uid.clone(),
                     registration_id: String::new(),
-                    mode: mode as i32,
                 };
-                if let Err(s) = c.functions.clone().unregister(req).await {
-                    tracing::warn!(uid = %run_uid, pod = %pod, code = ?s.code(), "unregister failed");
+                if let Err(s) = c.agent.clone().release(req).await {
+                    tracing::warn!(uid = %run_uid, pod = %pod, code = ?s.code(), "release failed");
                 }
                 Msg::Released { pod, uid: run_uid }
             }

@@ -66,25 +66,22 @@ impl Embedded {
             ..Default::default()
         };
         let more = match action {
-            Action::Register { pod, request } => {
+            Action::Assign { pod, request } => {
                 let uid = request.run.clone().unwrap().uid;
+                let mode = match request.mode {
+                    Some(kruntimes_proto::agent::v1::assign_request::Mode::Session(_)) => {
+                        own::Mode::Session
+                    }
+                    _ => own::Mode::Function,
+                };
                 self.registered(
                     &pod,
                     &uid,
                     request.attempt,
-                    entry(&uid, request.attempt, own::Mode::Function),
+                    entry(&uid, request.attempt, mode),
                 )
             }
-            Action::OpenSession { pod, request } => {
-                let uid = request.run.clone().unwrap().uid;
-                self.registered(
-                    &pod,
-                    &uid,
-                    request.attempt,
-                    entry(&uid, request.attempt, own::Mode::Session),
-                )
-            }
-            Action::Unregister { pod, run_uid, .. } | Action::CloseSession { pod, run_uid, .. } => {
+            Action::Release { pod, run_uid, .. } => {
                 let mut more = self
                     .c
                     .apply_pod(&pod, SourceUpdate::Delete(run_uid.clone()), now);

@@ -1,5 +1,5 @@
 //! The wire of the worker fast path (`WorkerLeaseRequest` in
-//! `runtime.proto`) and of the direct invoke path (`DirectInvokeResponse`):
+//! `runtime.proto`) and of the direct invoke path:
 //! length-prefixed protobuf messages on a Unix stream socket, a lease
 //! carrying the worker's pipe ends as SCM_RIGHTS ancillary data. Both ends
 //! use these calls.
@@ -135,10 +135,7 @@ mod tests {
     async fn a_lease_carries_its_pipe_ends_across_the_socket() {
         let (a, b) = UnixStream::pair().unwrap();
         let (mut reader, writer) = std::io::pipe().unwrap();
-        let lease = pb::WorkerLease {
-            error: String::new(),
-            code: 0,
-        };
+        let lease = pb::WorkerLease { refusal: None };
         send(&a, &lease, &[writer.as_fd()]).await.unwrap();
         drop(writer);
         let (got, mut fds): (pb::WorkerLease, _) = recv(&b).await.unwrap();

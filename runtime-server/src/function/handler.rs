@@ -2,33 +2,7 @@
 //! (`module.function`, `file.function`), validated before anything runs.
 //! Pure.
 
-/// Which built-in backend serves a Runtime.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// `module.function`, persistent worker.
-    Python,
-    /// `file.function`, `file.sh` sourced per call.
-    Bash,
-}
-
-impl Kind {
-    /// The backend of a name on the wire (`python`, `bash`).
-    pub fn parse(name: &str) -> Option<Self> {
-        match name {
-            "python" => Some(Self::Python),
-            "bash" => Some(Self::Bash),
-            _ => None,
-        }
-    }
-
-    /// The name on the wire.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Python => "python",
-            Self::Bash => "bash",
-        }
-    }
-}
+use kruntimes_proto::runtime::Backend;
 
 /// A validated `a.b` handler.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,7 +22,7 @@ fn identifier(s: &str) -> bool {
 /// Parses a handler. Python modules may be dotted packages; Bash files are a
 /// single file stem (letters, digits, `_`, `-`). Function names are
 /// identifiers. Nothing here is ever interpreted as shell source.
-pub fn parse_handler(kind: Kind, handler: &str) -> Result<Handler, String> {
+pub fn parse_handler(kind: Backend, handler: &str) -> Result<Handler, String> {
     if handler.len() > 256 {
         return Err("handler is longer than 256 bytes".into());
     }
@@ -61,8 +35,8 @@ pub fn parse_handler(kind: Kind, handler: &str) -> Result<Handler, String> {
         ));
     }
     let module_ok = match kind {
-        Kind::Python => module.split('.').all(identifier),
-        Kind::Bash => {
+        Backend::Python => module.split('.').all(identifier),
+        Backend::Bash => {
             !module.is_empty()
                 && !module.starts_with('-')
                 && module
@@ -85,10 +59,10 @@ mod tests {
 
     #[test]
     fn handlers_are_module_dot_function() {
-        let h = parse_handler(Kind::Python, "pkg.main.invoke").unwrap();
+        let h = parse_handler(Backend::Python, "pkg.main.invoke").unwrap();
         assert_eq!(h.module, "pkg.main");
         assert_eq!(h.function, "invoke");
-        let h = parse_handler(Kind::Bash, "hello-world.greet").unwrap();
+        let h = parse_handler(Backend::Bash, "hello-world.greet").unwrap();
         assert_eq!(h.module, "hello-world");
         for bad in [
             "invoke",
@@ -99,18 +73,10 @@ mod tests {
             "ma;in.f",
             "a..b",
         ] {
-            assert!(parse_handler(Kind::Python, bad).is_err(), "{bad}");
+            assert!(parse_handler(Backend::Python, bad).is_err(), "{bad}");
         }
         for bad in ["../x.f", "a/b.f", "-rf.f", "$(id).f", "x.f;id", "x.`id`"] {
-            assert!(parse_handler(Kind::Bash, bad).is_err(), "{bad}");
+            assert!(parse_handler(Backend::Bash, bad).is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn only_builtin_backends_are_known() {
-        assert_eq!(Kind::parse("python"), Some(Kind::Python));
-        assert_eq!(Kind::parse("bash"), Some(Kind::Bash));
-        assert_eq!(Kind::parse("node"), None);
-        assert_eq!(Kind::parse(Kind::Bash.as_str()), Some(Kind::Bash));
     }
 }

@@ -1,9 +1,9 @@
 //! Function mode: the built-in backends (a persistent Python worker per
 //! registration, warm Bash shells calling the function in themselves) behind one
-//! [`Backend`], and the table of registrations keyed by Run UID
+//! [`Loaded`], and the table of registrations keyed by Run UID
 //! ([`registry`]).
 //!
-//! - [`handler`]: which backend, and the handler's name, validated.
+//! - [`handler`]: the handler's name, validated for its [`Backend`].
 //! - [`python`]: the worker, its protocol and its warm spares.
 //! - [`bash`]: `file.function`, payload as one argument, warm shells.
 
@@ -17,7 +17,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use bash::BashFunction;
-pub use handler::{Handler, Kind};
+pub use handler::Handler;
+pub use kruntimes_proto::runtime::{Backend, InvokeError};
 pub use python::{Interpreter, Lease, PythonFunction};
 pub use registry::Functions;
 
@@ -50,50 +51,25 @@ pub enum StartError {
     Timeout(Duration),
 }
 
-/// A failed invocation.
-#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
-pub enum InvokeError {
-    /// The handler raised or exited non-zero (bounded type and message).
-    #[error("{kind}: {message}")]
-    Function {
-        /// Exception type, or `ExitStatus`.
-        kind: String,
-        /// Bounded message.
-        message: String,
-    },
-    /// The worker died (or broke the protocol) during the invocation; the
-    /// next invocation gets a fresh one.
-    #[error("worker crashed: {0}")]
-    Crashed(String),
-    /// The deadline passed; the process tree was killed.
-    #[error("invocation exceeded its {0:?} deadline")]
-    Timeout(Duration),
-    /// Output larger than the bound.
-    #[error("invalid output: {0}")]
-    OutputTooLarge(String),
-    /// The registration was stopped while the invocation ran.
-    #[error("the registration was stopped")]
-    Stopped,
-    /// The worker is leased to runtimed over the fast path.
-    #[error("the worker is leased over the fast path")]
-    Leased,
-}
-
-/// A started backend.
+/// A loaded handler, served by its backend.
 #[derive(Debug)]
-pub enum Backend {
+pub enum Loaded {
     /// Persistent Python worker.
     Python(PythonFunction),
     /// Bash function.
     Bash(BashFunction),
 }
 
-impl Backend {
+impl Loaded {
     /// Starts (and validates) the handler.
-    pub async fn start(kind: Kind, spec: Spec, interp: &Interpreter) -> Result<Self, StartError> {
+    pub async fn start(
+        kind: Backend,
+        spec: Spec,
+        interp: &Interpreter,
+    ) -> Result<Self, StartError> {
         Ok(match kind {
-            Kind::Python => Self::Python(PythonFunction::start(spec, interp.clone()).await?),
-            Kind::Bash => Self::Bash(BashFunction::start(spec, interp.shim.clone()).await?),
+            Backend::Python => Self::Python(PythonFunction::start(spec, interp.clone()).await?),
+            Backend::Bash => Self::Bash(BashFunction::start(spec, interp.shim.clone()).await?),
         })
     }
 
@@ -103,7 +79,7 @@ impl Backend {
         input: Vec<u8>,
         timeout: Duration,
         max_output: usize,
-    ) -> Result<Vec<u8>, InvokeError> {
+    ) -> kruntimes_proto::runtime::InvokeOutcome {
         match self {
             Self::Python(w) => w.invoke(input, timeout, max_output).await,
             Self::Bash(b) => b.invoke(&input, timeout, max_output).await,
@@ -119,10 +95,10 @@ impl Backend {
     }
 
     /// Leases the worker's pipes (Python only).
-    pub async fn lease(&self) -> Result<Lease, crate::Error> {
+    pub async fn lease(&self) -> Result<Lease, InvokeError> {
         match self {
-            Self::Python(w) => Ok(w.lease().await?),
-            Self::Bash(_) => Err(crate::Error::Invalid(
+            Self::Python(w) => w.lease().await,
+            Self::Bash(_) => Err(InvokeError::InvalidInput(
                 "a Bash function has no worker to lease".into(),
             )),
         }

@@ -9,9 +9,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kruntimes_proto::runtime::InvokeOutcome;
 use tokio::sync::watch;
 
-use super::{Backend, Interpreter, InvokeError, Kind, Spec};
+use super::{Backend, Interpreter, InvokeError, Loaded, Spec};
 use crate::error::Error as RunError;
 use crate::held::Held;
 use crate::source;
@@ -28,7 +29,7 @@ pub struct Registration {
     pub handle: String,
     /// Its working directory.
     pub workdir: PathBuf,
-    backend: Backend,
+    backend: Loaded,
     stopped: watch::Sender<bool>,
 }
 
@@ -55,10 +56,10 @@ pub struct Functions {
 
 /// Where inline source goes when no path is given: the handler's module
 /// file.
-fn default_source_path(kind: Kind, module: &str) -> String {
+fn default_source_path(kind: Backend, module: &str) -> String {
     match kind {
-        Kind::Python => format!("{}.py", module.replace('.', "/")),
-        Kind::Bash => format!("{module}.sh"),
+        Backend::Python => format!("{}.py", module.replace('.', "/")),
+        Backend::Bash => format!("{module}.sh"),
     }
 }
 
@@ -122,7 +123,7 @@ impl Functions {
         Ok(handle)
     }
 
-    async fn prepare(&self, req: &Register, workdir: PathBuf) -> Result<Backend, RunError> {
+    async fn prepare(&self, req: &Register, workdir: PathBuf) -> Result<Loaded, RunError> {
         if let Some((path, text)) = &req.source {
             let path = path
                 .clone()
@@ -136,12 +137,21 @@ impl Functions {
             handler: req.handler.clone(),
             start_timeout: req.start_timeout,
         };
-        Backend::start(req.kind, spec, &self.interpreter)
+        Loaded::start(req.kind, spec, &self.interpreter)
             .await
             .map_err(|e| RunError::Load(e.to_string()))
     }
 
+    /// The registration `handle` of `run_uid`.
+    fn named(&self, run_uid: &str, handle: &str) -> Result<Arc<Registration>, InvokeError> {
+        self.get(run_uid)
+            .filter(|r| r.handle == handle)
+            .ok_or_else(|| InvokeError::NotRegistered(format!("function {run_uid} ({handle})")))
+    }
+
     /// Runs one invocation of the registration `handle` of `run_uid`.
+    /// Dropping the future — its caller went away — ends the call at once:
+    /// its process tree is killed (see the backends).
     pub async fn invoke(
         &self,
         run_uid: &str,
@@ -149,27 +159,18 @@ impl Functions {
         input: Vec<u8>,
         timeout: Duration,
         max_output: usize,
-    ) -> Result<Vec<u8>, RunError> {
-        let reg = self
-            .get(run_uid)
-            .filter(|r| r.handle == handle)
-            .ok_or_else(|| RunError::NotFound(format!("function {run_uid} ({handle})")))?;
+    ) -> InvokeOutcome {
+        let reg = self.named(run_uid, handle)?;
         let mut stopped = reg.stopped.subscribe();
-        // A stopped registration ends its call; for Bash, dropping the call
-        // kills its tree.
         tokio::select! {
-            r = reg.backend.invoke(input, timeout, max_output) => r.map_err(RunError::Invoke),
-            _ = stopped.wait_for(|s| *s) => Err(RunError::Invoke(InvokeError::Stopped)),
+            r = reg.backend.invoke(input, timeout, max_output) => r,
+            _ = stopped.wait_for(|s| *s) => Err(InvokeError::Stopped),
         }
     }
 
     /// Leases the worker of the registration `handle` of `run_uid`.
-    pub async fn lease(&self, run_uid: &str, handle: &str) -> Result<super::Lease, RunError> {
-        let reg = self
-            .get(run_uid)
-            .filter(|r| r.handle == handle)
-            .ok_or_else(|| RunError::NotFound(format!("function {run_uid} ({handle})")))?;
-        reg.backend.lease().await
+    pub async fn lease(&self, run_uid: &str, handle: &str) -> Result<super::Lease, InvokeError> {
+        self.named(run_uid, handle)?.backend.lease().await
     }
 
     /// Unregisters; `false` when nothing (or another handle) is registered.

@@ -25,7 +25,7 @@ fn registration() -> pb::RegisterFunctionRequest {
 #[test]
 fn a_registration_names_a_backend_a_handler_and_safe_paths() {
     let r = register(registration()).unwrap();
-    assert_eq!((r.kind, r.attempt), (Kind::Python, 1));
+    assert_eq!((r.kind, r.attempt), (Backend::Python, 1));
     assert_eq!(r.handler.module, "main");
     assert_eq!(r.source, Some((None, "def invoke(r): return r".into())));
     assert_eq!(r.start_timeout, DEFAULT_START_TIMEOUT);
@@ -34,7 +34,7 @@ fn a_registration_names_a_backend_a_handler_and_safe_paths() {
     by_backend.run = run("0f0e-01", "my-runtime");
     by_backend.backend = "bash".into();
     by_backend.handler = "hello.greet".into();
-    assert_eq!(register(by_backend).unwrap().kind, Kind::Bash);
+    assert_eq!(register(by_backend).unwrap().kind, Backend::Bash);
 }
 
 /// A change that breaks a registration request.
@@ -101,27 +101,27 @@ fn invocations_need_a_handle_and_a_deadline() {
     let i = invoke(req.clone()).unwrap();
     assert_eq!(i.timeout, Duration::from_millis(1500));
     assert_eq!(i.max_output, DEFAULT_MAX_OUTPUT);
-    assert!(
+    assert!(matches!(
         invoke(pb::InvokeFunctionRequest {
             timeout_ms: 0,
             ..req.clone()
-        })
-        .is_err()
-    );
-    assert!(
+        }),
+        Err(InvokeError::InvalidInput(_))
+    ));
+    assert!(matches!(
         invoke(pb::InvokeFunctionRequest {
             input: b"{\"a\": \"\0\"}".to_vec(),
             ..req.clone()
-        })
-        .is_err()
-    );
-    assert!(
+        }),
+        Err(InvokeError::InvalidInput(_))
+    ));
+    assert!(matches!(
         invoke(pb::InvokeFunctionRequest {
             handle: String::new(),
             ..req.clone()
-        })
-        .is_err()
-    );
+        }),
+        Err(InvokeError::InvalidInput(_))
+    ));
     let long = invoke(pb::InvokeFunctionRequest {
         timeout_ms: u32::MAX,
         ..req

@@ -4,19 +4,18 @@
 
 use std::time::Duration;
 
+use kruntimes_proto::runtime::Clients;
 use kruntimes_proto::runtime::v1 as pb;
-use kruntimes_proto::runtime::v1::runtime_server_client::RuntimeServerClient;
 use kruntimes_runtime_server::cli::{ServeArgs, serve};
 use kruntimes_runtime_server::contain::Shim;
 use tokio_stream::StreamExt;
-use tonic::transport::Channel;
 
 pub const UID: &str = "0f0e0d0c-0000-4000-8000-0000000000aa";
 pub const WITHIN: Duration = Duration::from_secs(20);
 
 pub struct Server {
     pub dir: tempfile::TempDir,
-    pub client: RuntimeServerClient<Channel>,
+    pub client: Clients,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
 }
@@ -45,7 +44,7 @@ pub async fn start() -> Server {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     Server {
-        client: kruntimes_proto::runtime::client(&socket),
+        client: Clients::connect_lazy(&socket),
         dir,
         stop: Some(stop),
         task: Some(task),
@@ -64,6 +63,7 @@ impl Server {
 
     pub async fn open(&mut self) {
         self.client
+            .sessions
             .open_session(pb::OpenSessionRequest {
                 run: Some(pb::RunRef {
                     namespace: "default".into(),
@@ -88,6 +88,7 @@ impl Server {
     /// handle.
     pub async fn register_as(&mut self, runtime: &str, handler: &str, source: &str) -> String {
         self.client
+            .functions
             .register_function(pb::RegisterFunctionRequest {
                 run: Some(pb::RunRef {
                     namespace: "default".into(),
@@ -123,6 +124,7 @@ impl Server {
 
     pub async fn shell(&mut self, script: &str) -> tonic::Streaming<pb::CommandEvent> {
         self.client
+            .sessions
             .run_command(pb::RunCommandRequest {
                 run_uid: UID.into(),
                 argv: vec!["bash".into(), "-c".into(), script.into()],

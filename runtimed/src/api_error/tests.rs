@@ -115,22 +115,3 @@ async fn bodies_over_the_limit_are_payload_too_large() {
         .unwrap();
     assert_eq!(&fits[..], b"0123456789");
 }
-
-#[test]
-fn grpc_callers_get_the_same_classification() {
-    let cases = [
-        (ErrorCode::StaleOwner, tonic::Code::FailedPrecondition),
-        (ErrorCode::Busy, tonic::Code::ResourceExhausted),
-        (ErrorCode::NotReady, tonic::Code::Unavailable),
-        (ErrorCode::PayloadTooLarge, tonic::Code::InvalidArgument),
-        (ErrorCode::InvalidJson, tonic::Code::InvalidArgument),
-        (ErrorCode::NotFound, tonic::Code::NotFound),
-        (ErrorCode::DeadlineExceeded, tonic::Code::DeadlineExceeded),
-        (ErrorCode::FunctionError, tonic::Code::Aborted),
-        (ErrorCode::WorkerCrashed, tonic::Code::Internal),
-    ];
-    for (code, grpc) in cases {
-        let status = tonic::Status::from(ApiError::new(code, "m"));
-        assert_eq!((status.code(), status.message()), (grpc, "m"), "{code:?}");
-    }
-}

@@ -19,9 +19,8 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kruntimes_api::lifecycle::owner::{self, Facts, Local, Step};
 use kruntimes_api::lifecycle::{Life, Phase, Rules, Stop, Transition};
-use kruntimes_api::requests::{open_session_request, register_request};
+use kruntimes_api::requests::assign_request;
 use kruntimes_api::{API_VERSION, FINALIZER, ModeKind, RUN_KIND, Run};
-use kruntimes_proto::function::v1 as pb;
 use kruntimes_proto::ownership::v1 as own;
 use kruntimes_support::kube::{set_finalizer, spawn_reflector};
 use kube::api::{Api, Patch, PatchParams};
@@ -30,10 +29,8 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use crate::function::engine::Engine;
-use crate::registration::RegisterError;
-use crate::session::CloseMode;
-use crate::session::Sessions;
+use crate::host::Host;
+use crate::registration::{RegisterError, Release};
 
 /// Field manager of runtimed's status writes.
 pub const FIELD_MANAGER: &str = "runtimed";
@@ -51,8 +48,7 @@ pub struct PodIdentity {
 
 struct Agent {
     client: kube::Client,
-    engine: Arc<Engine>,
-    sessions: Arc<Sessions>,
+    host: Host,
     pod: PodIdentity,
     runs: Store<Run>,
     pods: Store<Pod>,
@@ -66,8 +62,7 @@ struct Agent {
 /// the first lists of Runs and of this Pod are complete.
 pub async fn run(
     client: kube::Client,
-    engine: Arc<Engine>,
-    sessions: Arc<Sessions>,
+    host: Host,
     pod: PodIdentity,
     synced: tokio::sync::oneshot::Sender<()>,
     shutdown: impl std::future::Future<Output = ()>,
@@ -92,8 +87,7 @@ pub async fn run(
     let _ = synced.send(());
     let agent = Arc::new(Agent {
         client,
-        engine,
-        sessions,
+        host,
         pod,
         runs,
         pods,
@@ -121,7 +115,8 @@ impl Agent {
     }
 
     fn locals(&self) -> BTreeMap<String, Local> {
-        self.engine
+        self.host
+            .engine
             .publisher()
             .entries()
             .into_iter()
@@ -230,19 +225,10 @@ impl Agent {
         match step {
             Step::Register => {
                 let attempt = facts.life.attempt;
-                let registered = match run.validate() {
-                    Ok(ModeKind::Function) => self
-                        .engine
-                        .register(register_request(run, attempt))
-                        .await
-                        .map(|_| ()),
-                    Ok(ModeKind::Session) => self
-                        .sessions
-                        .open(open_session_request(run, attempt))
-                        .await
-                        .map(|_| ()),
+                let registered = match run.validate().map(|_| assign_request(run, attempt)) {
+                    Ok(Some(req)) => self.host.assign(req).await.map(|_| ()),
                     // `Load` carries a message as it is.
-                    Ok(ModeKind::Task) => Err(RegisterError::Load(
+                    Ok(None) => Err(RegisterError::Load(
                         "task mode is not served by runtimed".into(),
                     )),
                     Err(e) => Err(RegisterError::Load(e)),
@@ -284,24 +270,13 @@ impl Agent {
     }
 
     async fn unregister(&self, uid: &str, stop: Stop) {
-        if self.sessions.get(uid).is_some() {
-            let mode = match stop {
-                Stop::Drain => CloseMode::Drain,
-                Stop::Cancel => CloseMode::Cancel,
-            };
-            self.sessions.close(uid, mode).await;
-        } else if let Some(record) = self.engine.current_record(uid) {
-            let mode = match stop {
-                Stop::Drain => pb::UnregisterMode::Drain,
-                Stop::Cancel => pb::UnregisterMode::Cancel,
-            };
-            if let Err(e) = self
-                .engine
-                .unregister(uid, &record.registration_id, mode)
-                .await
-            {
-                tracing::warn!(run_uid = %uid, error = %e, "unregister failed");
-            }
+        let how = match stop {
+            Stop::Drain => Release::Drain,
+            Stop::Cancel => Release::Cancel,
+        };
+        // Whatever is current: this Pod's own registrations.
+        if let Err(e) = self.host.release(uid, "", how).await {
+            tracing::warn!(run_uid = %uid, error = %e, "release failed");
         }
     }
 

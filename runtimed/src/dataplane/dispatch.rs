@@ -4,7 +4,6 @@
 //! [`ApiError`], rendered once by [`Reply::finish`].
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Extension, FromRequestParts, State, WebSocketUpgrade};
@@ -135,7 +134,7 @@ async fn route(
                     "invoke requires POST",
                 ));
             }
-            invoke(dp, fence, (namespace, runtime, uid), headers, body, r).await
+            invoke(dp, fence, (namespace, runtime, uid), body, r).await
         }
         ApiPath::Session {
             namespace,
@@ -182,22 +181,17 @@ async fn invoke(
     dp: &Dataplane,
     fence: Fence<'_>,
     (namespace, runtime, uid): (&str, &str, &str),
-    headers: &HeaderMap,
     body: Body,
     r: &Reply<'_>,
 ) -> Result<Response, ApiError> {
     let input = read_body(body, MAX_IO_BYTES as usize, "input").await?;
-    let timeout = header(headers, "x-kruntimes-timeout-ms")
-        .and_then(|t| t.parse::<u64>().ok())
-        .map(Duration::from_millis);
     let call = Invocation {
         run_uid: uid,
-        fence: Some(fence),
-        registration_id: None,
-        namespace_runtime: Some((namespace, runtime)),
+        fence,
+        namespace,
+        runtime,
         invocation_id: r.invocation_id,
         input: &input,
-        timeout,
     };
     let output = dp.engine.invoke(call).await.map_err(|e| {
         let e = ApiError::from(e);

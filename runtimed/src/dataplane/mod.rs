@@ -1,11 +1,11 @@
 //! The one TLS port runtimed serves: the accept loop and its router
 //! ([`server`]), who may call what ([`peer`]), the `/v1/…` routes the gateway
-//! forwards with their fencing headers ([`dispatch`]), and the gRPC services
-//! of the control plane ([`grpc`]). This is the only folder that sees both
-//! function and session mode.
+//! forwards with their fencing headers ([`dispatch`]), and the control
+//! plane's `Agent` service ([`agent`]). This is the only folder that sees
+//! both function and session mode.
 
+pub mod agent;
 pub mod dispatch;
-pub mod grpc;
 pub mod peer;
 pub mod server;
 

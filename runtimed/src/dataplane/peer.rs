@@ -1,6 +1,6 @@
 //! Who may call what: the peer's identity is the common name of its client
 //! certificate (verified against the internal CA by TLS); gateways may use
-//! the dataplane, the control plane the gRPC services.
+//! the dataplane, the control plane the `Agent` service.
 
 /// The authenticated peer of a connection (subject CN of its client cert).
 #[derive(Debug, Clone, Default)]
@@ -14,7 +14,7 @@ pub struct PeerIdentity {
 pub struct PeerPolicy {
     /// CNs allowed on the dataplane (gateways).
     pub dataplane_clients: Vec<String>,
-    /// CNs allowed to call `FunctionRuntime` (control plane).
+    /// CNs allowed to call `Agent` (control plane).
     pub control_clients: Vec<String>,
 }
 

@@ -1,5 +1,5 @@
-//! One TLS port for everything runtimed serves: gRPC (`FunctionRuntime`,
-//! `SessionRuntime`, `OwnershipTable`) and the HTTP/2 dataplane. Clients must present a
+//! One TLS port for everything runtimed serves: gRPC (`Agent`,
+//! `OwnershipTable`) and the dataplane (HTTP/1.1, and HTTP/2). Clients must present a
 //! certificate from the internal CA; the peer's common name then decides what
 //! it may call.
 //!
@@ -19,10 +19,11 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
+use super::agent::AgentService;
 use super::dispatch::{self, Dataplane};
-use super::grpc::{FunctionService, SessionService};
 use super::peer::{PeerIdentity, PeerPolicy};
 use crate::function::Engine;
+use crate::host::Host;
 use crate::local::LocalPod;
 use crate::session::Sessions;
 
@@ -44,11 +45,13 @@ pub struct ServeConfig {
 
 /// Builds the router: the gRPC services and the `/v1/…` dataplane.
 pub fn router(dp: Dataplane) -> Router {
-    let grpc =
-        tonic::service::Routes::new(FunctionService::new(dp.engine.clone(), dp.policy.clone()))
-            .add_service(SessionService::new(dp.sessions.clone(), dp.policy.clone()))
-            .add_service(dp.pod.publisher().service())
-            .into_axum_router();
+    let host = Host {
+        engine: dp.engine.clone(),
+        sessions: dp.sessions.clone(),
+    };
+    let grpc = tonic::service::Routes::new(AgentService::new(host, dp.policy.clone()))
+        .add_service(dp.pod.publisher().service())
+        .into_axum_router();
     Router::new()
         .route("/v1/{*rest}", any(dispatch::dispatch))
         .with_state(dp)

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::backend::Kind;
+use kruntimes_proto::runtime::Backend;
 
 /// Hard bound of a function's input and output.
 pub const MAX_IO_BYTES: u64 = 1024 * 1024;
@@ -18,5 +18,5 @@ pub struct EngineConfig {
     pub start_timeout: Duration,
     /// The built-in backend of this Pod's Runtime; `None` picks it by the
     /// Run's runtime name (`python`, `bash`).
-    pub backend: Option<Kind>,
+    pub backend: Option<Backend>,
 }

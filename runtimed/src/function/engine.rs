@@ -7,18 +7,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kruntimes_proto::function::v1 as pb;
+use kruntimes_proto::agent::v1::FunctionAssignment;
 use kruntimes_proto::ownership::v1 as own;
 use kruntimes_proto::runtime::v1 as rt;
 use kruntimes_proto::watch::Publisher;
 
 pub use super::config::{EngineConfig, MAX_IO_BYTES};
-use super::error::EngineError;
 use super::prepare;
 use super::registered::{Function, Registered, State};
 use crate::local::LocalPod;
 use crate::registration::{
-    IdCheck, Plan, Record, RegisterError, Registration, Table, addressable_run, check_id,
+    Assignment, IdCheck, Plan, Record, RegisterError, Registration, Release, StaleRegistration,
+    Table, check_id,
 };
 use crate::runtime::{self, Change, Link};
 
@@ -87,9 +87,10 @@ impl Engine {
             .await
             .map_err(RegisterError::Unavailable)?;
         let resp = client
+            .functions
             .register_function(req)
             .await
-            .map_err(runtime::refused)?;
+            .map_err(|s| runtime::refused(s.into()))?;
         Ok(resp.into_inner().handle)
     }
 
@@ -100,54 +101,51 @@ impl Engine {
             run_uid: f.run.uid.clone(),
             handle: f.handle(),
         };
-        if let Err(e) = self.link.client().unregister_function(req).await {
+        if let Err(e) = self.link.client().functions.unregister_function(req).await {
             tracing::warn!(run_uid = %f.run.uid, error = %e.message(), "runtime server did not unregister");
         }
         f.drop_lease().await;
     }
 
-    /// Registers a function (see [`crate::registration::rules`]).
+    /// Registers a function (see [`crate::registration::rules`]); returns
+    /// the registration id.
     pub async fn register(
         &self,
-        req: pb::RegisterRequest,
-    ) -> Result<pb::Registration, RegisterError> {
-        let r = self.register_inner(req).await;
+        a: Assignment,
+        f: FunctionAssignment,
+    ) -> Result<String, RegisterError> {
+        let r = self.register_inner(a, f).await;
         crate::metrics::registration(r.is_ok());
         r
     }
 
     async fn register_inner(
         &self,
-        req: pb::RegisterRequest,
-    ) -> Result<pb::Registration, RegisterError> {
-        let run = addressable_run(req.run.as_ref())?;
+        a: Assignment,
+        fa: FunctionAssignment,
+    ) -> Result<String, RegisterError> {
         let _change = self.functions.change().await;
-        match self.functions.plan(&run.uid, req.attempt, &req.digest)? {
-            Plan::Idempotent(f) => return Ok(f.describe()),
+        match self.functions.plan(&a.run.uid, a.attempt, &a.digest)? {
+            Plan::Idempotent(f) => return Ok(f.record.registration_id.clone()),
             Plan::Supersede(old) => {
-                tracing::info!(run_uid = %run.uid, old_attempt = old.record.attempt, attempt = req.attempt, "superseding registration");
-                self.remove(&old, pb::UnregisterMode::Cancel, false).await;
+                tracing::info!(run_uid = %a.run.uid, old_attempt = old.record.attempt, attempt = a.attempt, "superseding registration");
+                self.remove(&old, Release::Cancel, false).await;
             }
             Plan::Create => {}
         }
-        let record = Record::issue(req.attempt, req.digest.clone());
-        let p = prepare::prepare(&self.cfg, &run, req)?;
+        let record = Record::issue(a.attempt, a.digest.clone());
+        let p = prepare::prepare(&self.cfg, &a, &fa);
         let handle = self.register_on_server(p.request.clone()).await?;
-        tracing::info!(run_uid = %run.uid, attempt = record.attempt, runtime = %run.runtime, "function registered");
+        tracing::info!(run_uid = %a.run.uid, attempt = record.attempt, runtime = %a.run.runtime, "function registered");
         let f = Arc::new(Registration {
-            run,
+            run: a.run,
             record,
             mode: Function::new(p.kind, p.bounds, p.request, handle),
         });
         self.publish(&f);
-        let reg = f.describe();
+        let id = f.record.registration_id.clone();
         self.functions.insert(f);
-        Ok(reg)
-    }
-
-    /// Reports a registration.
-    pub fn status(&self, uid: &str) -> Option<pb::Registration> {
-        self.functions.get(uid).map(|f| f.describe())
+        Ok(id)
     }
 
     /// Unregisters; absent registrations succeed with `false`. A stale
@@ -156,16 +154,16 @@ impl Engine {
         &self,
         uid: &str,
         registration_id: &str,
-        mode: pb::UnregisterMode,
-    ) -> Result<bool, EngineError> {
+        how: Release,
+    ) -> Result<bool, StaleRegistration> {
         let _change = self.functions.change().await;
         let current = self.functions.get(uid);
         match check_id(current.as_ref().map(|f| &f.record), registration_id) {
             IdCheck::Absent => Ok(false),
-            IdCheck::Stale => Err(EngineError::StaleRegistration),
+            IdCheck::Stale => Err(StaleRegistration),
             IdCheck::Current => {
                 if let Some(f) = current {
-                    self.remove(&f, mode, true).await;
+                    self.remove(&f, how, true).await;
                 }
                 Ok(true)
             }
@@ -174,19 +172,19 @@ impl Engine {
 
     /// Drains or cancels, unregisters on the server (which kills the
     /// function's processes and removes its directory) and drops the entry.
-    async fn remove(&self, f: &Arc<Registered>, mode: pb::UnregisterMode, publish_drain: bool) {
+    async fn remove(&self, f: &Arc<Registered>, how: Release, publish_drain: bool) {
         f.set_state(State::Draining, "Unregistering");
         if publish_drain {
             self.publish(f);
         }
-        let drained = match mode {
-            pb::UnregisterMode::Drain => tokio::time::timeout(
+        let drained = match how {
+            Release::Drain => tokio::time::timeout(
                 f.bounds.timeout + Duration::from_secs(1),
                 f.permit.clone().acquire_owned(),
             )
             .await
             .is_ok(),
-            pb::UnregisterMode::Cancel => false,
+            Release::Cancel => false,
         };
         if !drained {
             let _ = f.cancel.send(true);
@@ -195,7 +193,7 @@ impl Engine {
         f.permit.close();
         self.functions.remove(f);
         self.pod.withdraw(&f.run.uid);
-        tracing::info!(run_uid = %f.run.uid, attempt = f.record.attempt, ?mode, "function unregistered");
+        tracing::info!(run_uid = %f.run.uid, attempt = f.record.attempt, ?how, "function unregistered");
     }
 
     /// Expires idle registrations: the entry turns FAILED with reason

@@ -1,37 +1,11 @@
-//! Why an invocation or unregistration was not served, and where that
-//! lands in the public error table.
-
-use std::time::Duration;
+//! Why an invocation or unregistration was not served, and the one place
+//! where that lands in the public error table.
 
 use kruntimes_proto::api::ErrorCode;
+use kruntimes_proto::runtime::{ErrorKind, InvokeError, ServerError};
 
 use crate::api_error::ApiError;
 use crate::registration::FenceError;
-
-/// How an invocation the Runtime Server ran failed.
-#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
-pub enum InvokeError {
-    /// The handler raised or exited non-zero (bounded type and message).
-    #[error("{kind}: {message}")]
-    Function {
-        /// Exception type, or `ExitStatus`.
-        kind: String,
-        /// Bounded message.
-        message: String,
-    },
-    /// The worker died during the invocation; the next gets a fresh one.
-    #[error("worker crashed: {0}")]
-    Crashed(String),
-    /// The deadline passed; the process tree was killed.
-    #[error("invocation exceeded its {0:?} deadline")]
-    Timeout(Duration),
-    /// Output larger than the bound.
-    #[error("invalid output: {0}")]
-    InvalidOutput(String),
-    /// Input refused by the server.
-    #[error("invalid input: {0}")]
-    InvalidInput(String),
-}
 
 /// Why an invocation was not served.
 #[derive(Debug, thiserror::Error)]
@@ -63,12 +37,25 @@ pub enum EngineError {
     /// Input is not JSON.
     #[error("input is not valid JSON: {0}")]
     InvalidJson(String),
-    /// Backend failure.
+    /// The invocation ran, or was sent, and ended without an answer.
     #[error(transparent)]
     Invoke(#[from] InvokeError),
 }
 
 impl EngineError {
+    /// A call the Runtime Server refused or failed instead of answering
+    /// with an outcome (a transport failure, or a custom server that
+    /// answers with a status).
+    pub fn of_server(e: ServerError) -> Self {
+        match e.kind {
+            ErrorKind::Unavailable => Self::Unavailable(e.message),
+            ErrorKind::NotFound => InvokeError::NotRegistered(e.message).into(),
+            ErrorKind::Invalid => InvokeError::InvalidInput(e.message).into(),
+            ErrorKind::TooLarge => InvokeError::InvalidOutput(e.message).into(),
+            ErrorKind::Refused | ErrorKind::Internal => InvokeError::Crashed(e.message).into(),
+        }
+    }
+
     /// The code of the public error table this refusal answers with.
     pub fn code(&self) -> ErrorCode {
         match self {
@@ -81,18 +68,36 @@ impl EngineError {
             Self::NotReady(_) | Self::Unavailable(_) => ErrorCode::NotReady,
             Self::TooLarge(_) => ErrorCode::PayloadTooLarge,
             Self::InvalidJson(_) => ErrorCode::InvalidJson,
-            Self::Invoke(InvokeError::Function { .. }) => ErrorCode::FunctionError,
-            Self::Invoke(InvokeError::Crashed(_)) => ErrorCode::WorkerCrashed,
-            Self::Invoke(InvokeError::Timeout(_)) => ErrorCode::DeadlineExceeded,
-            Self::Invoke(InvokeError::InvalidOutput(_)) => ErrorCode::InvalidOutput,
-            Self::Invoke(InvokeError::InvalidInput(_)) => ErrorCode::InvalidJson,
+            Self::Invoke(e) => match e {
+                InvokeError::Function { .. } => ErrorCode::FunctionError,
+                InvokeError::Crashed(_) => ErrorCode::WorkerCrashed,
+                InvokeError::Timeout(_) => ErrorCode::DeadlineExceeded,
+                InvokeError::InvalidOutput(_) => ErrorCode::InvalidOutput,
+                InvokeError::InvalidInput(_) => ErrorCode::InvalidJson,
+                // Unregistered or replaced while it ran; or the server lost
+                // what runtimed registered: the Run is not servable now.
+                InvokeError::Stopped | InvokeError::NotRegistered(_) => ErrorCode::NotReady,
+                // runtimed holds every lease itself: never a caller's fault.
+                InvokeError::Leased => ErrorCode::Internal,
+            },
+        }
+    }
+
+    /// The message of the public error.
+    fn message(&self) -> String {
+        match self {
+            Self::Invoke(InvokeError::Timeout(m)) => m.clone(),
+            Self::Invoke(InvokeError::NotRegistered(_)) => {
+                "the runtime server is unavailable: it does not hold this registration".into()
+            }
+            other => other.to_string(),
         }
     }
 }
 
 impl From<EngineError> for ApiError {
     fn from(e: EngineError) -> Self {
-        Self::new(e.code(), e.to_string())
+        Self::new(e.code(), e.message())
     }
 }
 
@@ -122,18 +127,17 @@ mod tests {
             (EngineError::Unavailable("down".into()), 503),
             (EngineError::TooLarge(2), 413),
             (EngineError::InvalidJson("x".into()), 400),
+            (InvokeError::function("ValueError", "bad").into(), 500),
+            (InvokeError::Crashed("x".into()).into(), 500),
             (
-                EngineError::Invoke(InvokeError::Function {
-                    kind: "ValueError".into(),
-                    message: "bad".into(),
-                }),
-                500,
-            ),
-            (EngineError::Invoke(InvokeError::Crashed("x".into())), 500),
-            (
-                EngineError::Invoke(InvokeError::Timeout(Duration::from_secs(1))),
+                InvokeError::timeout(std::time::Duration::from_secs(1)).into(),
                 504,
             ),
+            (InvokeError::InvalidOutput("big".into()).into(), 500),
+            (InvokeError::InvalidInput("nul".into()).into(), 400),
+            (InvokeError::Stopped.into(), 503),
+            (InvokeError::NotRegistered("fn-1".into()).into(), 503),
+            (InvokeError::Leased.into(), 500),
         ];
         for (e, status) in cases {
             let api = ApiError::from(e);
@@ -145,8 +149,21 @@ mod tests {
             busy.message,
             "the function already has an in-flight invocation"
         );
-        let status = tonic::Status::from(busy);
-        assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+        let late = ApiError::from(EngineError::from(InvokeError::timeout(
+            std::time::Duration::from_secs(2),
+        )));
+        assert_eq!(late.message, "invocation exceeded its 2s deadline");
+    }
+
+    #[test]
+    fn a_servers_refusal_lands_where_its_outcome_would() {
+        let of = |kind| EngineError::of_server(ServerError::new(kind, "why")).code();
+        assert_eq!(of(ErrorKind::Unavailable), ErrorCode::NotReady);
+        assert_eq!(of(ErrorKind::NotFound), ErrorCode::NotReady);
+        assert_eq!(of(ErrorKind::Invalid), ErrorCode::InvalidJson);
+        assert_eq!(of(ErrorKind::TooLarge), ErrorCode::InvalidOutput);
+        assert_eq!(of(ErrorKind::Refused), ErrorCode::WorkerCrashed);
+        assert_eq!(of(ErrorKind::Internal), ErrorCode::WorkerCrashed);
     }
 
     #[test]

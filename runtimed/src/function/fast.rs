@@ -2,16 +2,18 @@
 //! function's leased worker pipes ([`crate::runtime::lease`]), frames
 //! matched by sequence number, under the deadline kept here. A worker whose
 //! pipes may be out of step — a deadline, a crash, oversized output, a
-//! reply to another request — is given up, and the server kills its tree;
-//! the next invocation leases a fresh one.
+//! reply to another request, a caller that went away mid-exchange — is
+//! given up, and the server kills its tree; the next invocation leases a
+//! fresh one.
 
 use std::path::Path;
 use std::time::Duration;
 
+use kruntimes_proto::runtime::InvokeError;
 use kruntimes_proto::runtime::worker::{Answer, ExchangeError};
+use tokio::sync::MutexGuard;
 
-use super::error::{EngineError, InvokeError};
-use super::invoke::{failure, raised};
+use super::error::EngineError;
 use super::registered::Registered;
 use crate::runtime::lease::{Lease, LeaseError};
 
@@ -19,6 +21,23 @@ use crate::runtime::lease::{Lease, LeaseError};
 enum Failure {
     Lease(LeaseError),
     Exchange(ExchangeError),
+}
+
+/// The lease as one exchange holds it. Dropped before the exchange is done
+/// — its caller went away — it gives the lease up, which closes its
+/// connection: the server kills the worker, whose pipes may hold half a
+/// frame or a reply nobody will read.
+struct Held<'a> {
+    slot: MutexGuard<'a, Option<Lease>>,
+    done: bool,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.slot.take();
+        }
+    }
 }
 
 /// One invocation on `f`'s leased worker (leasing one first when none is
@@ -31,11 +50,15 @@ pub async fn call(
 ) -> Result<Vec<u8>, EngineError> {
     let deadline = tokio::time::Instant::now() + timeout;
     let max_output = f.bounds.max_output;
-    let mut slot = f.lease.lock().await;
+    let mut held = Held {
+        slot: f.lease.lock().await,
+        done: false,
+    };
+    let slot = &mut held.slot;
     let work = async {
         if slot.is_none() {
             let lease = Lease::acquire(socket, &f.run.uid, &f.handle()).await;
-            *slot = Some(lease.map_err(Failure::Lease)?);
+            **slot = Some(lease.map_err(Failure::Lease)?);
         }
         match slot.as_mut() {
             Some(lease) => lease
@@ -46,19 +69,19 @@ pub async fn call(
         }
     };
     let outcome = tokio::time::timeout_at(deadline, work).await;
-    match outcome {
+    let result = match outcome {
         Ok(Ok(Answer::Output(out))) => Ok(out),
-        Ok(Ok(Answer::Raised { kind, message })) => Err(raised(kind, message)),
+        Ok(Ok(Answer::Raised { kind, message })) => {
+            Err(InvokeError::function(kind, message).into())
+        }
         Err(_) => {
-            slot.take();
-            Err(InvokeError::Timeout(timeout).into())
+            held.slot.take();
+            Err(InvokeError::timeout(timeout).into())
         }
-        Ok(Err(Failure::Lease(LeaseError::Refused(code, msg)))) => {
-            Err(failure(&tonic::Status::new(code, msg), timeout))
-        }
+        Ok(Err(Failure::Lease(LeaseError::Refused(e)))) => Err(e.into()),
         Ok(Err(Failure::Lease(LeaseError::Io(e)))) => Err(EngineError::Unavailable(e.to_string())),
         Ok(Err(Failure::Exchange(e))) => {
-            let lease = slot.take();
+            let lease = held.slot.take();
             Err(match e {
                 ExchangeError::Pipe(_) => match lease {
                     Some(l) => match l.release().await {
@@ -73,5 +96,7 @@ pub async fn call(
                 e => InvokeError::Crashed(format!("{e}; worker replaced")).into(),
             })
         }
-    }
+    };
+    held.done = true;
+    result
 }

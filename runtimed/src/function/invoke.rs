@@ -1,12 +1,15 @@
-//! Serving one invocation: fencing (gateway) or registration id (gRPC)
-//! first, then the Run's namespace/Runtime, readiness, input bounds, the
-//! one-in-flight rule, and the call to the Runtime Server under its
-//! deadline or until the registration is cancelled.
+//! Serving one invocation: fencing first, then the Run's namespace/Runtime,
+//! readiness, input bounds, the one-in-flight rule, and the call to the
+//! Runtime Server under its deadline or until the registration is
+//! cancelled.
 //!
-//! The call runs in a task of its own that holds the one-in-flight permit:
-//! a caller that goes away leaves its call to finish (or die at its
-//! deadline), and the next caller gets 429 `Busy` meanwhile — never the
-//! abandoned call's answer. A Python function is called over the worker
+//! **A caller that goes away** (its connection closed, so the request's
+//! future is dropped) ends its invocation at once: the call to the server
+//! is dropped with it — the gRPC call cancelled, the direct socket or the
+//! leased worker's connection closed — and the server kills the
+//! invocation's process tree (a Python worker is replaced); the
+//! one-in-flight permit, held by this future, is free for the next caller,
+//! who gets its own answer. A Python function is called over the worker
 //! fast path ([`super::fast`]) when the server offers it, anything else
 //! with `InvokeFunction`: on the direct invoke path
 //! ([`crate::runtime::direct`]) when the server offers it, over gRPC
@@ -17,49 +20,39 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kruntimes_proto::runtime::v1 as rt;
-use kruntimes_proto::runtime::v1::invoke_function_response::Outcome;
+use kruntimes_proto::runtime::{Backend, InvokeError, ServerError, invoke};
 
-use super::backend::Kind;
 use super::engine::Engine;
-use super::error::{EngineError, InvokeError};
+use super::error::EngineError;
 use super::registered::{Registered, State};
-use crate::registration::{Fence, IdCheck, check_id};
-use crate::runtime::{self, Client, Direct};
+use crate::registration::Fence;
+use crate::runtime::{Client, Direct};
 
 /// How much longer than the invocation's deadline runtimed waits for the
 /// Runtime Server's answer (the server kills the call at the deadline; this
 /// covers a server that hangs).
 const ANSWER_SLACK: Duration = Duration::from_secs(5);
 
-/// One invocation request.
+/// One invocation request, as the gateway forwarded it.
 #[derive(Debug, Clone, Copy)]
 pub struct Invocation<'a> {
     /// Run UID.
     pub run_uid: &'a str,
-    /// Fencing headers (dataplane).
-    pub fence: Option<Fence<'a>>,
-    /// Registration id (gRPC).
-    pub registration_id: Option<&'a str>,
+    /// Fencing headers.
+    pub fence: Fence<'a>,
     /// Namespace and Runtime from the request path.
-    pub namespace_runtime: Option<(&'a str, &'a str)>,
+    pub namespace: &'a str,
+    /// Runtime from the request path.
+    pub runtime: &'a str,
     /// Invocation id, for logs.
     pub invocation_id: &'a str,
     /// JSON input.
     pub input: &'a [u8],
-    /// Caller's tighter deadline.
-    pub timeout: Option<Duration>,
 }
 
 /// Checks everything that does not need the Runtime Server.
 fn admit(f: &Registered, call: &Invocation<'_>) -> Result<(), EngineError> {
-    if let Some(id) = call.registration_id
-        && check_id(Some(&f.record), id) != IdCheck::Current
-    {
-        return Err(EngineError::StaleRegistration);
-    }
-    if let Some((ns, rt)) = call.namespace_runtime
-        && (f.run.namespace != ns || f.run.runtime != rt)
-    {
+    if f.run.namespace != call.namespace || f.run.runtime != call.runtime {
         return Err(EngineError::WrongRun);
     }
     match f.state().0 {
@@ -76,44 +69,14 @@ fn admit(f: &Registered, call: &Invocation<'_>) -> Result<(), EngineError> {
     Ok(())
 }
 
-/// The server's answer, classified as the public error table needs it.
-pub fn classify(
-    answer: Result<rt::InvokeFunctionResponse, tonic::Status>,
-    timeout: Duration,
+/// The server's answer — an outcome, or a call that failed on the way —
+/// as the invocation's result.
+fn answered(
+    answer: Result<kruntimes_proto::runtime::InvokeOutcome, ServerError>,
 ) -> Result<Vec<u8>, EngineError> {
     match answer {
-        Ok(r) => match r.outcome {
-            Some(Outcome::Output(out)) => Ok(out),
-            Some(Outcome::Error(e)) => Err(raised(e.kind, e.message)),
-            None => Err(InvokeError::Crashed("the runtime server sent no outcome".into()).into()),
-        },
-        Err(s) => Err(failure(&s, timeout)),
-    }
-}
-
-/// A handler that raised, bounded.
-pub(super) fn raised(kind: String, message: String) -> EngineError {
-    InvokeError::Function {
-        kind: kruntimes_proto::api::truncate_utf8(kind, 128),
-        message: kruntimes_proto::api::truncate_utf8(message, 1024),
-    }
-    .into()
-}
-
-/// A refusal or failure of the server's, as the public error table needs
-/// it.
-pub(super) fn failure(s: &tonic::Status, timeout: Duration) -> EngineError {
-    use tonic::Code;
-    let msg = s.message().to_owned();
-    match s.code() {
-        Code::DeadlineExceeded => InvokeError::Timeout(timeout).into(),
-        Code::Aborted => InvokeError::Crashed(msg).into(),
-        Code::OutOfRange => InvokeError::InvalidOutput(msg).into(),
-        Code::InvalidArgument => InvokeError::InvalidInput(msg).into(),
-        Code::Cancelled => EngineError::NotReady("cancelled"),
-        Code::NotFound => EngineError::Unavailable("it does not hold this registration".into()),
-        _ if runtime::unreachable(s) => EngineError::Unavailable(msg),
-        _ => InvokeError::Crashed(msg).into(),
+        Ok(outcome) => outcome.map_err(EngineError::from),
+        Err(e) => Err(EngineError::of_server(e)),
     }
 }
 
@@ -128,9 +91,8 @@ enum Route {
     Grpc(Client),
 }
 
-/// The exchange with the Runtime Server, owning what it needs: it runs to
-/// the server's answer (or the slack past the deadline) even when the
-/// caller has left. Also the way it went, for the log.
+/// The exchange with the Runtime Server, and the way it went, for the log.
+/// Dropping the future cancels the call (see the module doc).
 async fn call_server(
     route: Route,
     f: &Registered,
@@ -146,7 +108,7 @@ async fn call_server(
         Route::Direct(direct, client) => match direct.connect().await {
             Ok(conn) => {
                 let answer = direct.call(conn, &req, wait).await;
-                return (classify(answer, timeout), "direct");
+                return (answered(answer), "direct");
             }
             Err(e) => {
                 tracing::debug!(error = %e, "direct invoke socket unreachable; calling over gRPC");
@@ -155,9 +117,15 @@ async fn call_server(
         },
         Route::Grpc(client) => client,
     };
-    let result = match tokio::time::timeout(wait, client.invoke_function(req)).await {
-        Ok(answer) => classify(answer.map(tonic::Response::into_inner), timeout),
-        Err(_) => Err(InvokeError::Timeout(timeout).into()),
+    let result = match tokio::time::timeout(wait, client.functions.invoke_function(req)).await {
+        Ok(answer) => answered(
+            answer
+                .map(|r| invoke::decode(r.into_inner()))
+                .map_err(ServerError::from),
+        ),
+        Err(_) => {
+            Err(InvokeError::Timeout("the runtime server did not answer in time".into()).into())
+        }
     };
     (result, "grpc")
 }
@@ -172,29 +140,44 @@ fn outcome_label(result: &Result<Vec<u8>, EngineError>) -> &'static str {
     }
 }
 
+/// The end of one invocation, logged and counted however it ends: dropped
+/// before it finished, it was abandoned by its caller.
+struct Finish<'a> {
+    f: &'a Registered,
+    invocation_id: &'a str,
+    started: Instant,
+    path: &'static str,
+    outcome: &'static str,
+}
+
+impl Drop for Finish<'_> {
+    fn drop(&mut self) {
+        self.f.touch();
+        let elapsed = self.started.elapsed();
+        crate::metrics::invocation(self.outcome, elapsed.as_secs_f64());
+        tracing::info!(
+            run_uid = %self.f.run.uid,
+            invocation_id = %self.invocation_id,
+            backend = ?self.f.kind,
+            path = self.path,
+            outcome = self.outcome,
+            duration_ms = elapsed.as_millis() as u64,
+            "invocation finished"
+        );
+    }
+}
+
 impl Engine {
-    /// Serves one invocation. `fence` comes from the gateway's headers;
-    /// `registration_id` from gRPC callers.
+    /// Serves one invocation forwarded by the gateway.
     pub async fn invoke(&self, call: Invocation<'_>) -> Result<Vec<u8>, EngineError> {
-        let f = match call.fence {
-            Some(fence) => self
-                .table()
-                .fenced(fence, call.run_uid, &self.pod().uid)
-                .map_err(EngineError::Fenced)?,
-            None => self
-                .table()
-                .get(call.run_uid)
-                .ok_or(EngineError::NotRegistered)?,
-        };
+        let f = self
+            .table()
+            .fenced(call.fence, call.run_uid, &self.pod().uid)
+            .map_err(EngineError::Fenced)?;
         admit(&f, &call)?;
-        let permit = f
-            .permit
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| EngineError::Busy)?;
-        let timeout = call
-            .timeout
-            .map_or(f.bounds.timeout, |t| t.min(f.bounds.timeout));
+        // Held until this future ends, however it ends.
+        let _permit = f.permit.try_acquire().map_err(|_| EngineError::Busy)?;
+        let timeout = f.bounds.timeout;
         let req = rt::InvokeFunctionRequest {
             run_uid: f.run.uid.clone(),
             handle: f.handle(),
@@ -207,37 +190,30 @@ impl Engine {
         // else goes through InvokeFunction.
         let link = self.link();
         let leased = match f.kind {
-            Some(Kind::Python) => link.worker_socket(),
-            Some(Kind::Bash) | None => None,
+            Some(Backend::Python) => link.worker_socket(),
+            Some(Backend::Bash) | None => None,
         };
         let route = match (leased, link.direct()) {
             (Some(socket), _) => Route::Worker(socket),
             (None, Some(direct)) => Route::Direct(direct, link.client()),
             (None, None) => Route::Grpc(link.client()),
         };
+        let mut finish = Finish {
+            f: &f,
+            invocation_id: call.invocation_id,
+            started: Instant::now(),
+            path: "",
+            outcome: "abandoned",
+        };
         let mut cancelled = f.cancel.subscribe();
-        let registered: Arc<Registered> = f.clone();
-        let started = Instant::now();
-        let invocation_id = call.invocation_id.to_owned();
-        let exchange = tokio::spawn(async move {
-            let (result, path) = call_server(route, &registered, req, timeout).await;
-            registered.touch();
-            crate::metrics::invocation(outcome_label(&result), started.elapsed().as_secs_f64());
-            tracing::info!(
-                run_uid = %registered.run.uid,
-                invocation_id = %invocation_id,
-                backend = ?registered.kind,
-                path,
-                outcome = outcome_label(&result),
-                duration_ms = started.elapsed().as_millis() as u64,
-                "invocation finished"
-            );
-            drop(permit);
-            result
-        });
-        tokio::select! {
-            r = exchange => r.unwrap_or_else(|e| Err(InvokeError::Crashed(format!("invocation failed: {e}")).into())),
+        let result = tokio::select! {
+            (result, path) = call_server(route, &f, req, timeout) => {
+                finish.path = path;
+                result
+            }
             _ = cancelled.wait_for(|c| *c) => Err(EngineError::NotReady("cancelled")),
-        }
+        };
+        finish.outcome = outcome_label(&result);
+        result
     }
 }

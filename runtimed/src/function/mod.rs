@@ -4,13 +4,11 @@
 //!
 //! - [`config`]: the engine's configuration and hard bounds.
 //! - [`engine`]: the table of registered functions and its lifecycle.
-//! - [`prepare`]: a `Register` request turned into the server's request.
+//! - [`prepare`]: an assignment turned into the server's request.
 //! - [`registered`]: one registered function, its state and reports.
 //! - [`invoke`]: serving one invocation through the server; [`fast`]: the
 //!   same on a Python function's leased worker pipes.
-//! - [`backend`]: which built-in backend of the server serves a Run.
 
-pub mod backend;
 pub mod config;
 pub mod engine;
 pub mod error;
@@ -21,7 +19,7 @@ pub mod registered;
 
 pub use config::{EngineConfig, MAX_IO_BYTES};
 pub use engine::Engine;
-pub use error::{EngineError, InvokeError};
+pub use error::EngineError;
 pub use invoke::Invocation;
 
 #[cfg(test)]

@@ -1,17 +1,15 @@
 //! One registered function: its bounds, its registration on the Runtime
-//! Server, its state, and how it is reported (the `FunctionRuntime`
-//! registration, the ownership entry).
+//! Server, its state, and how it is reported (its ownership entry).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kruntimes_proto::function::v1 as pb;
 use kruntimes_proto::ownership::v1 as own;
+use kruntimes_proto::runtime::Backend;
 use kruntimes_proto::runtime::v1 as rt;
 use tokio::sync::{Semaphore, watch};
 
-use super::backend::Kind;
 use crate::local::Published;
 use crate::registration::Registration;
 use crate::runtime::lease::Lease;
@@ -58,7 +56,7 @@ pub struct Bounds {
 #[derive(Debug)]
 pub struct Function {
     /// The built-in backend serving it (`None`: the server's choice).
-    pub kind: Option<Kind>,
+    pub kind: Option<Backend>,
     /// Its bounds.
     pub bounds: Bounds,
     /// What the Runtime Server was asked to register (asked again when the
@@ -70,7 +68,7 @@ pub struct Function {
     /// at a time.
     pub lease: tokio::sync::Mutex<Option<Lease>>,
     /// The one-in-flight rule: a single permit, held by an invocation until
-    /// the Runtime Server answers it.
+    /// it ends (answered, failed, or abandoned by its caller).
     pub permit: Arc<Semaphore>,
     /// Invocations served.
     pub invocations: AtomicU64,
@@ -83,7 +81,7 @@ pub struct Function {
 impl Function {
     /// A ready function registered on the Runtime Server as `handle`.
     pub fn new(
-        kind: Option<Kind>,
+        kind: Option<Backend>,
         bounds: Bounds,
         request: rt::RegisterFunctionRequest,
         handle: String,
@@ -157,25 +155,6 @@ impl Function {
 }
 
 impl Registered {
-    /// The `FunctionRuntime` view of the registration.
-    pub fn describe(&self) -> pb::Registration {
-        let (state, message) = self.state();
-        pb::Registration {
-            run: Some(self.run.clone()),
-            attempt: self.record.attempt,
-            registration_id: self.record.registration_id.clone(),
-            digest: self.record.digest.clone(),
-            state: match state {
-                State::Ready => pb::RegistrationState::Ready,
-                State::Draining => pb::RegistrationState::Draining,
-                State::Failed => pb::RegistrationState::Failed,
-            } as i32,
-            message,
-            invocations: self.invocations.load(Ordering::Relaxed),
-            idle_ms: self.idle_for().as_millis() as u64,
-        }
-    }
-
     /// Its ownership entry in `phase` for `reason`.
     pub fn published<'a>(&self, phase: own::Phase, reason: &'a str) -> Published<'a> {
         Published {

@@ -11,10 +11,13 @@ pub use rules::{
 };
 pub use table::{Plan, Registration, Table};
 
-use kruntimes_proto::function::v1::RunRef;
+use std::collections::HashMap;
 
-/// Why a registration (function Register, session Open) was refused; the
-/// gRPC services map it onto status codes.
+use kruntimes_proto::agent::v1 as agent;
+use kruntimes_proto::runtime::v1::{RunRef, Source};
+
+/// Why an assignment (a function registered, a session opened) was
+/// refused; the Agent service maps it onto status codes.
 #[derive(Debug, thiserror::Error)]
 pub enum RegisterError {
     /// Malformed request (handler, path, runtime, missing fields).
@@ -37,6 +40,66 @@ pub enum RegisterError {
     /// The Runtime Server does not answer (worth retrying).
     #[error("the runtime server is unavailable: {0}")]
     Unavailable(String),
+}
+
+/// How a registration ends when it is released.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Release {
+    /// Let the running invocation or operation (and, for a session, the
+    /// queued ones) finish first, bounded by their deadlines.
+    Drain,
+    /// End what runs at once (its process tree killed) and drop what waits.
+    Cancel,
+}
+
+/// A release that named an older registration than the one held: it never
+/// touches the newer one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("registration id is stale")]
+pub struct StaleRegistration;
+
+/// What every assignment carries, whatever its mode, validated: the Run
+/// (addressable on the public API), the attempt, the digest of its inputs,
+/// its source and environment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Assignment {
+    /// The Run.
+    pub run: RunRef,
+    /// Registration attempt.
+    pub attempt: u64,
+    /// Digest of the immutable inputs.
+    pub digest: String,
+    /// Inline source, if any.
+    pub source: Option<Source>,
+    /// The Run's environment.
+    pub env: HashMap<String, String>,
+}
+
+/// The mode an assignment asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Mode {
+    /// Register a function.
+    Function(agent::FunctionAssignment),
+    /// Open a session.
+    Session(agent::SessionAssignment),
+}
+
+/// Validates an `Assign` request into what both modes take.
+pub fn assignment(req: agent::AssignRequest) -> Result<(Assignment, Mode), RegisterError> {
+    let run = addressable_run(req.run.as_ref())?;
+    let mode = match req.mode {
+        Some(agent::assign_request::Mode::Function(f)) => Mode::Function(f),
+        Some(agent::assign_request::Mode::Session(s)) => Mode::Session(s),
+        None => return Err(RegisterError::Invalid("mode is required".into())),
+    };
+    let a = Assignment {
+        run,
+        attempt: req.attempt,
+        digest: req.digest,
+        source: req.source,
+        env: req.env,
+    };
+    Ok((a, mode))
 }
 
 /// The Run of a registration request, refused unless its namespace, Runtime

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::ops::Deref;
 use std::sync::{Arc, RwLock};
 
-use kruntimes_proto::function::v1::RunRef;
+use kruntimes_proto::runtime::v1::RunRef;
 
 use super::RegisterError;
 use super::rules::{self, Fence, FenceError, Record, RegisterDecision};
@@ -31,7 +31,7 @@ impl<T> Deref for Registration<T> {
     }
 }
 
-/// What a Register (or OpenSession) call must do, decided against the table.
+/// What an assignment must do, decided against the table.
 #[derive(Debug)]
 pub enum Plan<T> {
     /// Nothing is registered: create.

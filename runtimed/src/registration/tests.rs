@@ -123,8 +123,8 @@ fn fencing_refusals_read_as_sentences_with_the_values() {
     );
 }
 
-fn run(uid: &str) -> kruntimes_proto::function::v1::RunRef {
-    kruntimes_proto::function::v1::RunRef {
+fn run(uid: &str) -> kruntimes_proto::runtime::v1::RunRef {
+    kruntimes_proto::runtime::v1::RunRef {
         namespace: "default".into(),
         name: "hello".into(),
         uid: uid.into(),

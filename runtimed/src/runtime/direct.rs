@@ -1,6 +1,6 @@
-//! The direct invoke path, runtimed's end (`DirectInvokeResponse` in
-//! `runtime.proto`): `InvokeFunction` as one framed request and one framed
-//! answer on a Unix socket, without gRPC's HTTP/2. Connections are kept
+//! The direct invoke path, runtimed's end (`runtime.proto`):
+//! `InvokeFunction` as one framed request and one framed answer on a Unix
+//! socket, without gRPC's HTTP/2. Connections are kept
 //! and reused, one call at a time each; a call that fails in any way —
 //! the deadline plus slack passed, the server closed, a malformed answer —
 //! takes its connection with it (closing it cancels the call in the
@@ -11,9 +11,11 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use kruntimes_proto::runtime::MAX_MESSAGE_BYTES;
 use kruntimes_proto::runtime::lease::{recv_bounded, send};
 use kruntimes_proto::runtime::v1 as pb;
+use kruntimes_proto::runtime::{
+    InvokeError, InvokeOutcome, MAX_MESSAGE_BYTES, ServerError, invoke,
+};
 use tokio::net::UnixStream;
 
 /// Connections kept between calls. Calls in flight are bounded elsewhere
@@ -69,7 +71,7 @@ impl Direct {
     }
 
     /// One `InvokeFunction` call on a new or kept connection (see
-    /// [`Self::call`]); a socket that cannot be reached is `UNAVAILABLE`.
+    /// [`Self::call`]); a socket that cannot be reached is unavailable.
     /// runtimed itself connects first ([`Self::connect`]) so that it can go
     /// over gRPC instead.
     #[cfg(test)]
@@ -77,59 +79,47 @@ impl Direct {
         &self,
         req: &pb::InvokeFunctionRequest,
         wait: Duration,
-    ) -> Result<pb::InvokeFunctionResponse, tonic::Status> {
+    ) -> Result<InvokeOutcome, ServerError> {
         match self.connect().await {
             Ok(conn) => self.call(conn, req, wait).await,
             Err(e) => Err(unavailable(&e)),
         }
     }
 
-    /// One `InvokeFunction` call on `conn` (from [`Self::connect`]),
-    /// answered within `wait` (past it the connection is closed, which
-    /// cancels the call, and the answer is `DEADLINE_EXCEEDED`). Failures
-    /// of the socket itself are `UNAVAILABLE`, as on the gRPC channel.
+    /// One `InvokeFunction` call on `conn` (from [`Self::connect`]): the
+    /// outcome the server answered with, within `wait` (past it the
+    /// connection is closed, which cancels the call, and the outcome is a
+    /// timeout). A socket that fails is unavailable, as the gRPC channel
+    /// would be.
     pub async fn call(
         &self,
         conn: UnixStream,
         req: &pb::InvokeFunctionRequest,
         wait: Duration,
-    ) -> Result<pb::InvokeFunctionResponse, tonic::Status> {
+    ) -> Result<InvokeOutcome, ServerError> {
         let call = async {
             send(&conn, req, &[]).await?;
-            let answer = recv_bounded::<pb::DirectInvokeResponse>(&conn, MAX_MESSAGE_BYTES).await?;
-            Ok::<_, std::io::Error>(answer)
+            recv_bounded::<pb::InvokeFunctionResponse>(&conn, MAX_MESSAGE_BYTES).await
         };
         let answer = match tokio::time::timeout(wait, call).await {
             Ok(Ok(answer)) => answer,
             Ok(Err(e)) => return Err(unavailable(&e)),
             Err(_) => {
-                return Err(tonic::Status::deadline_exceeded(
-                    "the runtime server did not answer in time",
-                ));
+                return Ok(Err(InvokeError::Timeout(
+                    "the runtime server did not answer in time".into(),
+                )));
             }
         };
         // A well-formed answer leaves the connection between calls.
-        if answer.code != 0 || answer.response.is_some() {
+        if answer.outcome.is_some() {
             self.keep(conn);
         }
-        answer_of(answer)
+        Ok(invoke::decode(answer))
     }
 }
 
-fn unavailable(e: &std::io::Error) -> tonic::Status {
-    tonic::Status::unavailable(format!("runtime server invoke socket: {e}"))
-}
-
-/// A wire answer as the gRPC call would have ended. An answer that is
-/// neither a response nor a failure is `UNKNOWN`.
-fn answer_of(a: pb::DirectInvokeResponse) -> Result<pb::InvokeFunctionResponse, tonic::Status> {
-    match (a.code, a.response) {
-        (0, Some(response)) => Ok(response),
-        (0, None) => Err(tonic::Status::unknown(
-            "the runtime server answered with neither a response nor a status",
-        )),
-        (code, _) => Err(tonic::Status::new(code.into(), a.message)),
-    }
+fn unavailable(e: &std::io::Error) -> ServerError {
+    ServerError::unavailable(format!("runtime server invoke socket: {e}"))
 }
 
 #[cfg(test)]
@@ -137,16 +127,13 @@ mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
+    use kruntimes_proto::runtime::ErrorKind;
     use tokio::net::UnixListener;
 
     use super::*;
 
     fn output(bytes: &[u8]) -> pb::InvokeFunctionResponse {
-        pb::InvokeFunctionResponse {
-            outcome: Some(pb::invoke_function_response::Outcome::Output(
-                bytes.to_vec(),
-            )),
-        }
+        invoke::encode(Ok(bytes.to_vec()))
     }
 
     fn request(input: &str) -> pb::InvokeFunctionRequest {
@@ -154,27 +141,6 @@ mod tests {
             input: input.as_bytes().to_vec(),
             ..Default::default()
         }
-    }
-
-    #[test]
-    fn a_wire_answer_ends_as_the_grpc_call_would() {
-        let ok = pb::DirectInvokeResponse {
-            response: Some(output(b"{}")),
-            ..Default::default()
-        };
-        assert_eq!(answer_of(ok).unwrap(), output(b"{}"));
-        let failed = answer_of(pb::DirectInvokeResponse {
-            response: None,
-            code: tonic::Code::NotFound as i32,
-            message: "no such handle".into(),
-        })
-        .unwrap_err();
-        assert_eq!(
-            (failed.code(), failed.message()),
-            (tonic::Code::NotFound, "no such handle")
-        );
-        let empty = answer_of(pb::DirectInvokeResponse::default()).unwrap_err();
-        assert_eq!(empty.code(), tonic::Code::Unknown);
     }
 
     /// What the test server saw.
@@ -189,7 +155,7 @@ mod tests {
     /// A server answering each request by `answer` (its input decides).
     fn server(
         dir: &Path,
-        answer: fn(&str) -> Option<pb::DirectInvokeResponse>,
+        answer: fn(&str) -> Option<pb::InvokeFunctionResponse>,
     ) -> (PathBuf, Arc<Seen>) {
         let path = dir.join("runtime.sock.invoke");
         let listener = UnixListener::bind(&path).unwrap();
@@ -230,19 +196,14 @@ mod tests {
         (path, seen)
     }
 
-    fn echo(input: &str) -> Option<pb::DirectInvokeResponse> {
+    fn echo(input: &str) -> Option<pb::InvokeFunctionResponse> {
         match input {
             "close" | "hang" => None,
-            "missing" => Some(pb::DirectInvokeResponse {
-                code: tonic::Code::NotFound as i32,
-                message: "no such handle".into(),
-                ..Default::default()
-            }),
-            "nothing" => Some(pb::DirectInvokeResponse::default()),
-            other => Some(pb::DirectInvokeResponse {
-                response: Some(output(other.as_bytes())),
-                ..Default::default()
-            }),
+            "missing" => Some(invoke::encode(Err(InvokeError::NotRegistered(
+                "no such handle".into(),
+            )))),
+            "nothing" => Some(pb::InvokeFunctionResponse::default()),
+            other => Some(output(other.as_bytes())),
         }
     }
 
@@ -255,12 +216,12 @@ mod tests {
         let direct = Direct::new(path);
         for input in ["1", "2", "3"] {
             let out = direct.invoke(&request(input), WAIT).await.unwrap();
-            assert_eq!(out, output(input.as_bytes()));
+            assert_eq!(out, Ok(input.as_bytes().to_vec()));
         }
-        let missing = direct.invoke(&request("missing"), WAIT).await.unwrap_err();
+        let missing = direct.invoke(&request("missing"), WAIT).await.unwrap();
         assert_eq!(
-            (missing.code(), missing.message()),
-            (tonic::Code::NotFound, "no such handle")
+            missing,
+            Err(InvokeError::NotRegistered("no such handle".into()))
         );
         assert_eq!(
             (seen.accepted.load(Ordering::SeqCst), direct.idle()),
@@ -281,7 +242,7 @@ mod tests {
             .collect();
         for (i, call) in calls.into_iter().enumerate() {
             let out = call.await.unwrap().unwrap();
-            assert_eq!(out, output(i.to_string().as_bytes()));
+            assert_eq!(out, Ok(i.to_string().into_bytes()));
         }
         assert!(seen.accepted.load(Ordering::SeqCst) <= MAX_IDLE + 4);
         assert!(direct.idle() <= MAX_IDLE);
@@ -293,12 +254,21 @@ mod tests {
         let (path, seen) = server(dir.path(), echo);
         let direct = Direct::new(path);
         let closed = direct.invoke(&request("close"), WAIT).await.unwrap_err();
-        assert_eq!(closed.code(), tonic::Code::Unavailable, "{closed:?}");
+        assert_eq!(closed.kind, ErrorKind::Unavailable, "{closed:?}");
         assert_eq!(direct.idle(), 0);
-        let malformed = direct.invoke(&request("nothing"), WAIT).await.unwrap_err();
-        assert_eq!(malformed.code(), tonic::Code::Unknown, "{malformed:?}");
+        let malformed = direct.invoke(&request("nothing"), WAIT).await.unwrap();
+        assert!(
+            matches!(malformed, Err(InvokeError::Crashed(_))),
+            "{malformed:?}"
+        );
         assert_eq!(direct.idle(), 0);
-        direct.invoke(&request("again"), WAIT).await.unwrap();
+        assert!(
+            direct
+                .invoke(&request("again"), WAIT)
+                .await
+                .unwrap()
+                .is_ok()
+        );
         assert_eq!(
             (seen.accepted.load(Ordering::SeqCst), direct.idle()),
             (3, 1)
@@ -313,8 +283,8 @@ mod tests {
         let late = direct
             .invoke(&request("hang"), Duration::from_millis(100))
             .await
-            .unwrap_err();
-        assert_eq!(late.code(), tonic::Code::DeadlineExceeded);
+            .unwrap();
+        assert!(matches!(late, Err(InvokeError::Timeout(_))), "{late:?}");
         assert_eq!(direct.idle(), 0);
         // The server learns its caller is gone (and would cancel the call).
         let deadline = tokio::time::Instant::now() + WAIT;
@@ -332,7 +302,6 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let direct = Direct::new(dir.path().join("absent.invoke"));
         let refused = direct.invoke(&request("1"), WAIT).await.unwrap_err();
-        assert_eq!(refused.code(), tonic::Code::Unavailable);
-        assert!(crate::runtime::unreachable(&refused));
+        assert_eq!(refused.kind, ErrorKind::Unavailable);
     }
 }

@@ -5,7 +5,8 @@
 //!
 //! Scripts: an invocation's JSON input may ask for `{"sleep_ms": N}`,
 //! `{"raise": "message"}` or `{"fail": "aborted" | "deadline" |
-//! "too_large"}`, and is otherwise echoed. A command's argv is a list of
+//! "too_large" | "status"}` (the last a gRPC status instead of an outcome,
+//! as an older custom server might answer), and is otherwise echoed. A command's argv is a list of
 //! steps: `out TEXT`, `err TEXT`, `sleep-ms N`, `exit N`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -15,7 +16,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kruntimes_proto::runtime::v1 as pb;
+use kruntimes_proto::runtime::v1::function_runtime_server::{
+    FunctionRuntime, FunctionRuntimeServer,
+};
 use kruntimes_proto::runtime::v1::runtime_server_server::{RuntimeServer, RuntimeServerServer};
+use kruntimes_proto::runtime::v1::session_runtime_server::{SessionRuntime, SessionRuntimeServer};
+use kruntimes_proto::runtime::{InvokeError, invoke};
 use tokio::sync::Notify;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
@@ -87,7 +93,9 @@ fn serve(fake: Arc<Fake>, socket: &std::path::Path) -> Running {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         let _ = tonic::transport::Server::builder()
-            .add_service(RuntimeServerServer::new(Handle(fake)))
+            .add_service(RuntimeServerServer::new(Handle(fake.clone())))
+            .add_service(FunctionRuntimeServer::new(Handle(fake.clone())))
+            .add_service(SessionRuntimeServer::new(Handle(fake)))
             .serve_with_incoming_shutdown(
                 tokio_stream::wrappers::UnixListenerStream::new(listener),
                 async move {
@@ -177,7 +185,10 @@ impl RuntimeServer for Handle {
         self.0.log("reset".into());
         Ok(Response::new(pb::ResetResponse { dropped: 0 }))
     }
+}
 
+#[tonic::async_trait]
+impl FunctionRuntime for Handle {
     async fn register_function(
         &self,
         req: Request<pb::RegisterFunctionRequest>,
@@ -218,39 +229,53 @@ impl RuntimeServer for Handle {
         &self,
         req: Request<pb::InvokeFunctionRequest>,
     ) -> Result<Response<pb::InvokeFunctionResponse>, Status> {
-        use pb::invoke_function_response::Outcome;
         let r = req.into_inner();
         let held = self
             .0
             .with(|s| s.functions.get(&r.run_uid).map(|f| f.1.clone()));
         if held.as_deref() != Some(r.handle.as_str()) {
-            return Err(Status::not_found("no such handle"));
+            let missing = InvokeError::NotRegistered("no such handle".into());
+            return Ok(Response::new(invoke::encode(Err(missing))));
         }
+        self.0.log(format!("invoke {}", r.invocation_id));
+        // Notes a call whose caller cancelled it before it ended.
+        struct Abandoned<'a>(&'a Fake, Option<String>);
+        impl Drop for Abandoned<'_> {
+            fn drop(&mut self) {
+                if let Some(id) = self.1.take() {
+                    self.0.log(format!("abandoned {id}"));
+                }
+            }
+        }
+        let mut abandoned = Abandoned(&self.0, Some(r.invocation_id.clone()));
         let script: Script = serde_json::from_slice(&r.input).unwrap_or_default();
         if script.sleep_ms > 0 {
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_millis(script.sleep_ms)) => {}
-                _ = self.0.unregistered.notified() => return Err(Status::cancelled("unregistered")),
+                _ = self.0.unregistered.notified() => {
+                    abandoned.1 = None;
+                    return Ok(Response::new(invoke::encode(Err(InvokeError::Stopped))));
+                }
             }
         }
+        abandoned.1 = None;
         self.0.with(|s| s.completed.push(r.invocation_id.clone()));
         let outcome = match (script.raise, script.fail.as_deref()) {
-            (Some(m), _) => Outcome::Error(pb::FunctionError {
-                kind: "ValueError".into(),
-                message: m,
-            }),
-            (_, Some("aborted")) => return Err(Status::aborted("worker exited (exit status: 3)")),
-            (_, Some("deadline")) => return Err(Status::deadline_exceeded("deadline")),
-            (_, Some("too_large")) => {
-                return Err(Status::out_of_range(
-                    "output of 9 bytes exceeds the 1-byte limit",
-                ));
+            (Some(m), _) => Err(InvokeError::function("ValueError", m)),
+            (_, Some("aborted")) => Err(InvokeError::Crashed(
+                "worker exited (exit status: 3)".into(),
+            )),
+            (_, Some("deadline")) => Err(InvokeError::Timeout("deadline".into())),
+            (_, Some("too_large")) => Err(InvokeError::InvalidOutput(
+                "output of 9 bytes exceeds the 1-byte limit".into(),
+            )),
+            (_, Some("status")) => {
+                // A custom server that still answers with a status.
+                return Err(Status::out_of_range("output too large"));
             }
-            _ => Outcome::Output(r.input),
+            _ => Ok(r.input),
         };
-        Ok(Response::new(pb::InvokeFunctionResponse {
-            outcome: Some(outcome),
-        }))
+        Ok(Response::new(invoke::encode(outcome)))
     }
 
     async fn unregister_function(
@@ -270,7 +295,10 @@ impl RuntimeServer for Handle {
     ) -> Result<Response<pb::FunctionStatusResponse>, Status> {
         Err(Status::unimplemented("not scripted"))
     }
+}
 
+#[tonic::async_trait]
+impl SessionRuntime for Handle {
     async fn open_session(
         &self,
         req: Request<pb::OpenSessionRequest>,

@@ -6,6 +6,7 @@
 
 use std::path::Path;
 
+use kruntimes_proto::runtime::InvokeError;
 use kruntimes_proto::runtime::lease::{recv, send};
 use kruntimes_proto::runtime::v1 as pb;
 use kruntimes_proto::runtime::worker::{self, Answer, ExchangeError};
@@ -18,9 +19,10 @@ const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 /// Why no lease was had.
 #[derive(Debug, thiserror::Error)]
 pub enum LeaseError {
-    /// The server refused, with the status it would have answered.
-    #[error("{1}")]
-    Refused(tonic::Code, String),
+    /// The server refused, for the reason an invocation through it would
+    /// have failed with.
+    #[error(transparent)]
+    Refused(InvokeError),
     /// The socket or the handover failed.
     #[error("worker lease: {0}")]
     Io(#[from] std::io::Error),
@@ -46,8 +48,8 @@ impl Lease {
         };
         send(&conn, &req, &[]).await?;
         let (answer, fds) = recv::<pb::WorkerLease>(&conn).await?;
-        if !answer.error.is_empty() {
-            return Err(LeaseError::Refused(answer.code.into(), answer.error));
+        if let Some(refusal) = answer.refusal {
+            return Err(LeaseError::Refused(InvokeError::from_failure(refusal)));
         }
         let [stdin, stdout]: [std::os::fd::OwnedFd; 2] = fds
             .try_into()

@@ -1,6 +1,9 @@
 //! The Runtime Server beside runtimed: the process that runs user code,
-//! reached over a Unix socket (`kruntimes.runtime.v1.RuntimeServer`).
-//! runtimed runs no user process itself.
+//! reached over a Unix socket (the `kruntimes.runtime.v1` contract: its
+//! `RuntimeServer`, `FunctionRuntime` and `SessionRuntime` services).
+//! runtimed runs no user process itself. This module is runtimed's gRPC
+//! edge towards the server: a status the server answers with becomes the
+//! contract's [`ServerError`] here, and nothing past it sees a status.
 //!
 //! A [`Link`] knows whether the server answers and which instance of it:
 //! on first contact it resets the server (whatever it holds belongs to a
@@ -19,16 +22,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use kruntimes_proto::function::v1 as fpb;
 use kruntimes_proto::runtime::v1 as pb;
-use kruntimes_proto::runtime::v1::runtime_server_client::RuntimeServerClient;
-use tonic::transport::Channel;
+use kruntimes_proto::runtime::{self as contract, ErrorKind, ServerError};
 
 pub use self::direct::Direct;
 use crate::registration::RegisterError;
 
-/// A client of the Runtime Server.
-pub type Client = RuntimeServerClient<Channel>;
+/// Clients of the Runtime Server's services.
+pub type Client = contract::Clients;
 
 /// Reason published for Runs while the Runtime Server does not answer.
 pub const UNAVAILABLE_REASON: &str = "RuntimeServerUnavailable";
@@ -74,44 +75,33 @@ impl std::fmt::Debug for Link {
     }
 }
 
-/// Whether a failed call means the server could not be reached (rather
-/// than an answer).
-pub fn unreachable(s: &tonic::Status) -> bool {
-    matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Unknown)
-}
-
 /// A refused `RegisterFunction` or `OpenSession`, classified.
-pub fn refused(s: tonic::Status) -> RegisterError {
-    match s.code() {
-        tonic::Code::InvalidArgument => RegisterError::Invalid(s.message().to_owned()),
-        _ if unreachable(&s) => RegisterError::Unavailable(s.message().to_owned()),
-        _ => RegisterError::Load(s.message().to_owned()),
+pub fn refused(e: ServerError) -> RegisterError {
+    match e.kind {
+        ErrorKind::Invalid => RegisterError::Invalid(e.message),
+        ErrorKind::Unavailable => RegisterError::Unavailable(e.message),
+        _ => RegisterError::Load(e.message),
     }
 }
 
-/// A Run as the server's requests name it.
-pub fn run_ref(run: &fpb::RunRef) -> pb::RunRef {
-    pb::RunRef {
-        namespace: run.namespace.clone(),
-        name: run.name.clone(),
-        uid: run.uid.clone(),
-        runtime: run.runtime.clone(),
+/// Why a server that answers `Info` is not one runtimed can use.
+fn incompatible(info: &pb::InfoResponse) -> Option<String> {
+    // A server from before the contract named itself speaks v1.
+    if !info.contract.is_empty() && info.contract != contract::CONTRACT {
+        return Some(format!(
+            "the runtime server speaks {}; this runtimed speaks {}",
+            info.contract,
+            contract::CONTRACT
+        ));
     }
-}
-
-/// Inline source as the server's requests carry it.
-pub fn source(src: &fpb::Source) -> pb::Source {
-    pb::Source {
-        inline: src.inline.clone(),
-        path: src.inline_path.clone(),
-    }
+    None
 }
 
 impl Link {
     /// A link to the server on `socket` (connected lazily).
     pub fn new(socket: &Path) -> Arc<Self> {
         Arc::new(Self {
-            client: kruntimes_proto::runtime::client(socket),
+            client: contract::Clients::connect_lazy(socket),
             socket: socket.to_path_buf(),
             workers: std::sync::Mutex::new(None),
             direct: std::sync::Mutex::new(None),
@@ -120,7 +110,7 @@ impl Link {
         })
     }
 
-    /// A client for one call.
+    /// Clients for one call.
     pub fn client(&self) -> Client {
         self.client.clone()
     }
@@ -150,10 +140,17 @@ impl Link {
     pub async fn check(&self) -> Change {
         let mut instance = self.instance.lock().await;
         let mut c = self.client();
-        let info = match tokio::time::timeout(CHECK_TIMEOUT, c.info(pb::InfoRequest {})).await {
-            Ok(Ok(r)) => r.into_inner(),
-            Ok(Err(_)) | Err(_) => return self.lost(),
-        };
+        let info =
+            match tokio::time::timeout(CHECK_TIMEOUT, c.server.info(pb::InfoRequest {})).await {
+                Ok(Ok(r)) => r.into_inner(),
+                Ok(Err(_)) | Err(_) => return self.lost(),
+            };
+        if let Some(why) = incompatible(&info) {
+            // Registering on it would fail in ways nobody could read:
+            // treat it as absent, loudly.
+            tracing::error!(reason = %why, "incompatible runtime server");
+            return self.lost();
+        }
         let change = match instance.as_deref() {
             Some(id) if id == info.instance_id => {
                 if self.up.swap(true, Ordering::AcqRel) {
@@ -167,13 +164,15 @@ impl Link {
                 Change::Restarted
             }
             None => {
-                let reset = tokio::time::timeout(CHECK_TIMEOUT, c.reset(pb::ResetRequest {})).await;
+                let reset =
+                    tokio::time::timeout(CHECK_TIMEOUT, c.server.reset(pb::ResetRequest {})).await;
                 match reset {
                     Ok(Ok(r)) => {
                         tracing::info!(
                             name = %info.name,
                             version = %info.version,
                             runtimes = ?info.runtimes,
+                            services = ?info.services,
                             dropped = r.into_inner().dropped,
                             "runtime server connected"
                         );
@@ -266,6 +265,31 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_server_of_another_contract_is_incompatible() {
+        let info = |contract: &str| pb::InfoResponse {
+            contract: contract.into(),
+            ..Default::default()
+        };
+        assert_eq!(incompatible(&info("kruntimes.runtime.v1")), None);
+        assert_eq!(incompatible(&info("")), None);
+        let why = incompatible(&info("kruntimes.runtime.v2")).unwrap();
+        assert!(why.contains("v2") && why.contains("v1"), "{why}");
+    }
+
+    #[test]
+    fn refusals_are_final_unless_the_server_is_unreachable() {
+        let e = |kind| refused(ServerError::new(kind, "why"));
+        assert!(matches!(e(ErrorKind::Invalid), RegisterError::Invalid(_)));
+        assert!(matches!(
+            e(ErrorKind::Unavailable),
+            RegisterError::Unavailable(_)
+        ));
+        for kind in [ErrorKind::Refused, ErrorKind::NotFound, ErrorKind::Internal] {
+            assert!(matches!(e(kind), RegisterError::Load(_)), "{kind:?}");
+        }
+    }
 
     #[tokio::test]
     async fn an_announced_socket_is_a_file_name_beside_the_one_dialled() {

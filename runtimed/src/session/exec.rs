@@ -89,7 +89,7 @@ pub async fn run(
         timeout_ms: u32::try_from(cmd.timeout.as_millis()).unwrap_or(u32::MAX),
         max_output_bytes: MAX_OUTPUT_BYTES as u64,
     };
-    let mut events = match client.run_command(req).await {
+    let mut events = match client.sessions.run_command(req).await {
         Ok(r) => r.into_inner(),
         Err(s) => return failed(id, started, format!("runtime server: {}", s.message())),
     };

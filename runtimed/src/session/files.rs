@@ -5,59 +5,38 @@
 
 use kruntimes_proto::api::ErrorCode;
 use kruntimes_proto::runtime::v1 as rt;
-use kruntimes_proto::runtime::v1::file_operation_request::Op;
+use kruntimes_proto::runtime::{ErrorKind, ServerError};
 use serde::{Deserialize, Serialize};
 
-use super::ops::{MAX_FILE_BYTES, Operation};
+use super::ops::MAX_FILE_BYTES;
 use crate::api_error::ApiError;
-use crate::runtime::{self, Client};
+use crate::runtime::Client;
 
 /// A refusal of the server's, as the API reports it.
-pub fn api_error(s: &tonic::Status) -> ApiError {
-    use tonic::Code;
-    let code = match s.code() {
-        Code::InvalidArgument => ErrorCode::InvalidPath,
-        Code::NotFound => ErrorCode::NotFound,
-        Code::OutOfRange => ErrorCode::PayloadTooLarge,
-        Code::FailedPrecondition => ErrorCode::BadRequest,
-        _ if runtime::unreachable(s) => ErrorCode::NotReady,
-        _ => ErrorCode::Internal,
+pub fn api_error(e: ServerError) -> ApiError {
+    let code = match e.kind {
+        ErrorKind::Invalid => ErrorCode::InvalidPath,
+        ErrorKind::NotFound => ErrorCode::NotFound,
+        ErrorKind::TooLarge => ErrorCode::PayloadTooLarge,
+        ErrorKind::Refused => ErrorCode::BadRequest,
+        ErrorKind::Unavailable => ErrorCode::NotReady,
+        ErrorKind::Internal => ErrorCode::Internal,
     };
     let message = match code {
-        ErrorCode::NotReady => format!("the runtime server is unavailable: {}", s.message()),
-        _ => s.message().to_owned(),
+        ErrorCode::NotReady => format!("the runtime server is unavailable: {}", e.message),
+        _ => e.message,
     };
     ApiError::new(code, message)
-}
-
-/// The server's request for a file mutation (`None` for commands).
-pub fn request(run_uid: &str, op: &Operation) -> Option<rt::FileOperationRequest> {
-    let op = match op {
-        Operation::Command { .. } => return None,
-        Operation::WriteFile { path, content } => Op::Write(rt::WriteFile {
-            path: path.clone(),
-            content: content.clone(),
-        }),
-        Operation::Mkdir { path } => Op::Mkdir(rt::PathRequest { path: path.clone() }),
-        Operation::Delete { path } => Op::Delete(rt::PathRequest { path: path.clone() }),
-        Operation::Rename { from, to } => Op::Rename(rt::RenameRequest {
-            from: from.clone(),
-            to: to.clone(),
-        }),
-    };
-    Some(rt::FileOperationRequest {
-        run_uid: run_uid.to_owned(),
-        op: Some(op),
-    })
 }
 
 /// Runs one file mutation; the error is the operation's failure message.
 pub async fn mutate(mut client: Client, req: rt::FileOperationRequest) -> Result<(), String> {
     client
+        .sessions
         .file_operation(req)
         .await
         .map(drop)
-        .map_err(|s| api_error(&s).message)
+        .map_err(|s| api_error(s.into()).message)
 }
 
 /// Reads a whole file (≤ 32 MiB).
@@ -67,9 +46,9 @@ pub async fn read(mut client: Client, run_uid: &str, path: &str) -> Result<Vec<u
         path: path.to_owned(),
         max_bytes: MAX_FILE_BYTES as u64,
     };
-    match client.read_file(req).await {
+    match client.sessions.read_file(req).await {
         Ok(r) => Ok(r.into_inner().content),
-        Err(s) => Err(api_error(&s)),
+        Err(s) => Err(api_error(s.into())),
     }
 }
 
@@ -127,9 +106,9 @@ pub async fn list(
         limit: limit.map_or(0, |l| u32::try_from(l).unwrap_or(u32::MAX)),
         page_token: page_token.unwrap_or_default().to_owned(),
     };
-    match client.list_files(req).await {
+    match client.sessions.list_files(req).await {
         Ok(r) => Ok(r.into_inner().into()),
-        Err(s) => Err(api_error(&s)),
+        Err(s) => Err(api_error(s.into())),
     }
 }
 
@@ -140,15 +119,16 @@ mod tests {
     #[test]
     fn the_servers_refusals_land_in_the_public_error_table() {
         let cases = [
-            (tonic::Code::InvalidArgument, 400, ErrorCode::InvalidPath),
-            (tonic::Code::NotFound, 404, ErrorCode::NotFound),
-            (tonic::Code::OutOfRange, 413, ErrorCode::PayloadTooLarge),
-            (tonic::Code::FailedPrecondition, 400, ErrorCode::BadRequest),
-            (tonic::Code::Unavailable, 503, ErrorCode::NotReady),
+            (ErrorKind::Invalid, 400, ErrorCode::InvalidPath),
+            (ErrorKind::NotFound, 404, ErrorCode::NotFound),
+            (ErrorKind::TooLarge, 413, ErrorCode::PayloadTooLarge),
+            (ErrorKind::Refused, 400, ErrorCode::BadRequest),
+            (ErrorKind::Unavailable, 503, ErrorCode::NotReady),
+            (ErrorKind::Internal, 500, ErrorCode::Internal),
         ];
-        for (code, status, expected) in cases {
-            let e = api_error(&tonic::Status::new(code, "why"));
-            assert_eq!((e.code, e.code.status()), (expected, status), "{code:?}");
+        for (kind, status, expected) in cases {
+            let e = api_error(ServerError::new(kind, "why"));
+            assert_eq!((e.code, e.code.status()), (expected, status), "{kind:?}");
         }
     }
 

@@ -7,14 +7,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use kruntimes_proto::agent::v1::SessionAssignment;
 use kruntimes_proto::ownership::v1 as own;
-use kruntimes_proto::session::v1 as pb;
 
+use super::Session;
 use super::prepare;
-use super::{CloseMode, Session};
 use crate::local::{LocalPod, Published};
+use crate::registration::Release;
 use crate::registration::{
-    Fence, FenceError, Plan, Record, RegisterError, Registration, Table, addressable_run,
+    Assignment, Fence, FenceError, Plan, Record, RegisterError, Registration, Table,
 };
 use crate::runtime::{self, Change, Link};
 
@@ -33,18 +34,6 @@ pub struct Hosted {
 pub type HostedSession = Registration<Hosted>;
 
 impl HostedSession {
-    /// What `SessionRuntime` reports about it.
-    pub fn info(&self) -> pb::SessionInfo {
-        let st = self.session.status();
-        pb::SessionInfo {
-            run: Some(self.run.clone()),
-            attempt: self.record.attempt,
-            pending_operations: st.pending_operations as u32,
-            idle_ms: st.idle_ms,
-            closing: st.closing,
-        }
-    }
-
     fn idle_expired(&self) -> bool {
         matches!(
             (self.idle_timeout, self.session.idle_for()),
@@ -106,26 +95,23 @@ impl Sessions {
     }
 
     /// Opens a session (see [`crate::registration::rules`]: a retry at the
-    /// same attempt and digest answers with the open session).
-    pub async fn open(
-        &self,
-        req: pb::OpenSessionRequest,
-    ) -> Result<pb::SessionInfo, RegisterError> {
-        let run = addressable_run(req.run.as_ref())?;
+    /// same attempt and digest answers with the open session); returns the
+    /// registration id.
+    pub async fn open(&self, a: Assignment, s: SessionAssignment) -> Result<String, RegisterError> {
         let _change = self.table.change().await;
-        match self.table.plan(&run.uid, req.attempt, &req.digest)? {
-            Plan::Idempotent(h) => return Ok(h.info()),
-            Plan::Supersede(old) => self.remove(&old, CloseMode::Cancel).await,
+        match self.table.plan(&a.run.uid, a.attempt, &a.digest)? {
+            Plan::Idempotent(h) => return Ok(h.record.registration_id.clone()),
+            Plan::Supersede(old) => self.remove(&old, Release::Cancel).await,
             Plan::Create => {}
         }
-        let session = prepare::prepare(&run, &self.link, &req).await?;
+        let session = prepare::prepare(&a, &self.link, &s).await?;
         let hosted = Arc::new(Registration {
-            run,
-            record: Record::issue(req.attempt, req.digest),
+            run: a.run,
+            record: Record::issue(a.attempt, a.digest),
             mode: Hosted {
                 session,
-                idle_timeout: (req.idle_timeout_seconds > 0)
-                    .then(|| Duration::from_secs(req.idle_timeout_seconds.into())),
+                idle_timeout: (s.idle_timeout_seconds > 0)
+                    .then(|| Duration::from_secs(s.idle_timeout_seconds.into())),
                 expired: AtomicBool::new(false),
                 lost: AtomicBool::new(false),
             },
@@ -138,10 +124,10 @@ impl Sessions {
             registration_id = %hosted.record.registration_id,
             "session opened"
         );
-        Ok(hosted.info())
+        Ok(hosted.record.registration_id.clone())
     }
 
-    async fn remove(&self, h: &Arc<HostedSession>, mode: CloseMode) {
+    async fn remove(&self, h: &Arc<HostedSession>, mode: Release) {
         self.publish(h, own::Phase::Draining, "Closing");
         h.session.close(mode).await;
         self.table.remove(h);
@@ -149,7 +135,7 @@ impl Sessions {
     }
 
     /// Closes a session; absent sessions succeed with `false`.
-    pub async fn close(&self, uid: &str, mode: CloseMode) -> bool {
+    pub async fn close(&self, uid: &str, mode: Release) -> bool {
         let _change = self.table.change().await;
         match self.table.get(uid) {
             Some(h) => {
@@ -207,7 +193,7 @@ impl Sessions {
     /// Cancels every session (shutdown).
     pub async fn shutdown(&self) {
         for h in self.table.all() {
-            h.session.close(CloseMode::Cancel).await;
+            h.session.close(Release::Cancel).await;
         }
     }
 }

@@ -38,14 +38,7 @@ fn query(uri: &Uri) -> HashMap<String, String> {
 /// Refuses lexically bad paths before queueing (symlink escapes are caught
 /// when the operation runs: the file system may change meanwhile).
 pub fn check_paths(op: &ops::Operation) -> Result<(), ApiError> {
-    let paths: Vec<&str> = match op {
-        ops::Operation::Command { cwd, .. } => vec![cwd],
-        ops::Operation::WriteFile { path, .. }
-        | ops::Operation::Mkdir { path }
-        | ops::Operation::Delete { path } => vec![path],
-        ops::Operation::Rename { from, to } => vec![from, to],
-    };
-    for p in paths {
+    for p in op.paths() {
         kruntimes_proto::runtime::path::normalize(p)
             .map_err(|e| ApiError::new(ErrorCode::InvalidPath, format!("{p}: {e}")))?;
     }

@@ -9,7 +9,7 @@
 //! - [`ops`], [`outcome`], [`exec`], [`files`]: the operations and their
 //!   results, commands and file operations (run by the Runtime Server).
 //! - [`hosted`]: the sessions this runtimed hosts, keyed by Run UID;
-//!   [`prepare`] turns an `OpenSession` request into a started session.
+//!   [`prepare`] turns a session assignment into a started session.
 //! - [`http`], [`ws`]: the session routes of the dataplane and the WebSocket.
 
 pub mod exec;
@@ -25,4 +25,4 @@ mod worker;
 pub mod ws;
 
 pub use hosted::{Hosted, HostedSession, Sessions};
-pub use queue::{CloseMode, Session, SessionLimits, SessionStatus, SubmitError};
+pub use queue::{Session, SessionLimits, SessionStatus, SubmitError};

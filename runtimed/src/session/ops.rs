@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use kruntimes_proto::runtime::FileOp;
 use serde::Deserialize;
 
 /// Largest file written or read through the API.
@@ -104,30 +105,8 @@ pub enum Operation {
         /// Requested timeout, seconds.
         timeout_seconds: Option<u64>,
     },
-    /// Write a file.
-    WriteFile {
-        /// Path.
-        path: String,
-        /// Content.
-        content: Vec<u8>,
-    },
-    /// Create a directory.
-    Mkdir {
-        /// Path.
-        path: String,
-    },
-    /// Delete.
-    Delete {
-        /// Path.
-        path: String,
-    },
-    /// Rename.
-    Rename {
-        /// Source.
-        from: String,
-        /// Destination.
-        to: String,
-    },
+    /// A file mutation, as the Runtime Server takes it.
+    File(FileOp),
 }
 
 impl Operation {
@@ -135,10 +114,20 @@ impl Operation {
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Command { .. } => "command",
-            Self::WriteFile { .. } => "writeFile",
-            Self::Mkdir { .. } => "mkdir",
-            Self::Delete { .. } => "delete",
-            Self::Rename { .. } => "rename",
+            Self::File(f) => f.kind(),
+        }
+    }
+
+    /// The workspace paths it names.
+    pub fn paths(&self) -> Vec<&str> {
+        match self {
+            Self::Command { cwd, .. } => vec![cwd],
+            Self::File(
+                FileOp::Write { path, .. } | FileOp::Mkdir { path } | FileOp::Delete { path },
+            ) => {
+                vec![path]
+            }
+            Self::File(FileOp::Rename { from, to }) => vec![from, to],
         }
     }
 }
@@ -212,22 +201,22 @@ pub fn validate(req: OperationRequest) -> Result<Operation, String> {
         if content.len() > MAX_FILE_BYTES {
             return Err("writeFile content exceeds 32 MiB".into());
         }
-        return Ok(Operation::WriteFile {
+        return Ok(Operation::File(FileOp::Write {
             path: w.path,
             content,
-        });
+        }));
     }
     if let Some(m) = req.mkdir {
-        return Ok(Operation::Mkdir { path: m.path });
+        return Ok(Operation::File(FileOp::Mkdir { path: m.path }));
     }
     if let Some(d) = req.delete {
-        return Ok(Operation::Delete { path: d.path });
+        return Ok(Operation::File(FileOp::Delete { path: d.path }));
     }
     match req.rename {
-        Some(r) => Ok(Operation::Rename {
+        Some(r) => Ok(Operation::File(FileOp::Rename {
             from: r.from,
             to: r.to,
-        }),
+        })),
         None => Err("no operation".into()),
     }
 }
@@ -267,14 +256,14 @@ mod tests {
         assert!(req(serde_json::json!({"bogus": 1})).is_err());
         assert_eq!(
             req(serde_json::json!({"delete": {"path": "a"}})).unwrap(),
-            Operation::Delete { path: "a".into() }
+            Operation::File(FileOp::Delete { path: "a".into() })
         );
         assert_eq!(
             req(serde_json::json!({"rename": {"from": "a", "to": "b"}})).unwrap(),
-            Operation::Rename {
+            Operation::File(FileOp::Rename {
                 from: "a".into(),
                 to: "b".into()
-            }
+            })
         );
     }
 
@@ -284,10 +273,10 @@ mod tests {
             req(serde_json::json!({"writeFile": {"path": "f", "contentBase64": "aGk="}})).unwrap();
         assert_eq!(
             op,
-            Operation::WriteFile {
+            Operation::File(FileOp::Write {
                 path: "f".into(),
                 content: b"hi".to_vec()
-            }
+            })
         );
         assert!(
             req(serde_json::json!({"writeFile": {"path": "f", "contentBase64": "!!"}})).is_err()

@@ -1,15 +1,14 @@
-//! Turning an `OpenSession` request into a started session: its bounds, the
+//! Turning a session assignment into a started session: its bounds, the
 //! session opened on the Runtime Server, and the queue worker.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use kruntimes_proto::function::v1::RunRef;
+use kruntimes_proto::agent::v1::SessionAssignment;
 use kruntimes_proto::runtime::v1 as rt;
-use kruntimes_proto::session::v1 as pb;
 
 use super::queue::{Session, SessionLimits};
-use crate::registration::RegisterError;
+use crate::registration::{Assignment, RegisterError};
 use crate::runtime::{self, Link};
 
 /// Default number of operations waiting behind the running one.
@@ -22,7 +21,7 @@ const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(300);
 const MAX_OPERATION_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// The bounds a session asks for, defaulted and clamped.
-pub fn limits(req: &pb::OpenSessionRequest) -> SessionLimits {
+pub fn limits(req: &SessionAssignment) -> SessionLimits {
     SessionLimits {
         queue_size: if req.queue_size == 0 {
             DEFAULT_QUEUE_SIZE
@@ -42,19 +41,23 @@ pub fn limits(req: &pb::OpenSessionRequest) -> SessionLimits {
 /// inline source, `main.sh` unless `inlinePath` says otherwise, and the
 /// Run's environment) and starts its queue.
 pub async fn prepare(
-    run: &RunRef,
+    a: &Assignment,
     link: &Arc<Link>,
-    req: &pb::OpenSessionRequest,
+    s: &SessionAssignment,
 ) -> Result<Arc<Session>, RegisterError> {
     let open = rt::OpenSessionRequest {
-        run: Some(runtime::run_ref(run)),
-        attempt: req.attempt,
-        source: req.source.as_ref().map(runtime::source),
-        env: req.env.clone(),
+        run: Some(a.run.clone()),
+        attempt: a.attempt,
+        source: a.source.clone(),
+        env: a.env.clone(),
     };
     let mut client = link.ready().await.map_err(RegisterError::Unavailable)?;
-    client.open_session(open).await.map_err(runtime::refused)?;
-    Ok(Session::open(&run.uid, link.clone(), limits(req)))
+    client
+        .sessions
+        .open_session(open)
+        .await
+        .map_err(|s| runtime::refused(s.into()))?;
+    Ok(Session::open(&a.run.uid, link.clone(), limits(s)))
 }
 
 #[cfg(test)]
@@ -63,7 +66,7 @@ mod tests {
 
     #[test]
     fn limits_default_and_clamp_the_request() {
-        let mut req = pb::OpenSessionRequest::default();
+        let mut req = SessionAssignment::default();
         assert_eq!(limits(&req), SessionLimits::default());
         req.queue_size = 5000;
         req.operation_timeout_seconds = 7200;

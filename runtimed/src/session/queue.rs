@@ -17,6 +17,7 @@ use super::outcome::OperationResult;
 use super::worker::{Job, OpCancels, Worker};
 use super::{exec, files};
 use crate::api_error::ApiError;
+use crate::registration::Release;
 use crate::runtime::Link;
 
 /// Why work was not admitted.
@@ -73,15 +74,6 @@ impl std::fmt::Debug for Session {
             .field("run_uid", &self.run_uid)
             .finish_non_exhaustive()
     }
-}
-
-/// How a session ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CloseMode {
-    /// Finish the accepted operations first.
-    Drain,
-    /// Cancel queued work and terminate the running command.
-    Cancel,
 }
 
 impl Session {
@@ -228,9 +220,9 @@ impl Session {
 
     /// Closes: rejects new work, drains or cancels accepted work, then the
     /// Runtime Server kills what is left and removes the workspace.
-    pub async fn close(&self, mode: CloseMode) {
+    pub async fn close(&self, mode: Release) {
         self.closing.store(true, Ordering::Release);
-        if mode == CloseMode::Cancel {
+        if mode == Release::Cancel {
             let _ = self.cancel.send(true);
         }
         // Dropping the sender lets the worker finish what is queued.
@@ -242,7 +234,7 @@ impl Session {
         let req = rt::CloseSessionRequest {
             run_uid: self.run_uid.clone(),
         };
-        if let Err(e) = self.link.client().close_session(req).await {
+        if let Err(e) = self.link.client().sessions.close_session(req).await {
             tracing::warn!(run_uid = %self.run_uid, error = %e.message(), "runtime server did not close the session");
         }
         tracing::info!(run_uid = %self.run_uid, ?mode, "session closed");

@@ -96,7 +96,7 @@ impl Worker {
     async fn execute(&self, job: &Job, cancel: watch::Receiver<bool>) -> OperationResult {
         let started = Instant::now();
         let client = self.link.client();
-        let op = match &job.op {
+        let file_op = match &job.op {
             Operation::Command {
                 argv,
                 stdin,
@@ -119,12 +119,9 @@ impl Worker {
                 };
                 return exec::run(client, cmd, job.events.clone(), cancel).await;
             }
-            op => files::request(&self.run_uid, op),
+            Operation::File(op) => op,
         };
-        let result = match op {
-            Some(req) => files::mutate(client, req).await,
-            None => Err("not a file operation".into()),
-        };
+        let result = files::mutate(client, file_op.request(&self.run_uid)).await;
         let (state, error) = match result {
             Ok(()) => (OpState::Succeeded, None),
             Err(e) => (OpState::Failed, Some(e)),

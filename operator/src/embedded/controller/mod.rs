@@ -20,9 +20,8 @@ use std::time::{Duration, Instant};
 use kruntimes_api::lifecycle::owner;
 use kruntimes_api::lifecycle::{self, Event, Life, Rules};
 use kruntimes_api::{ModeKind, Run, TerminationMode};
-use kruntimes_proto::function::v1 as pb;
+use kruntimes_proto::agent::v1 as agent;
 use kruntimes_proto::ownership::v1 as own;
-use kruntimes_proto::session::v1 as spb;
 use kruntimes_proto::watch::SourceUpdate;
 
 use pass::set;
@@ -42,25 +41,18 @@ pub struct PodConfig {
 /// Side effects requested by the core.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
-    /// Register a function Run on a Pod; the outcome comes back through
-    /// [`Controller::register_result`].
-    Register {
+    /// Assign a Run to a Pod (register its function, open its session); the
+    /// outcome comes back through [`Controller::register_result`].
+    Assign {
         /// Pod name.
         pod: String,
         /// The request (boxed: it carries the inline source).
-        request: Box<pb::RegisterRequest>,
+        request: Box<agent::AssignRequest>,
     },
-    /// Open a session Run's workspace on a Pod; the outcome comes back
-    /// through [`Controller::register_result`].
-    OpenSession {
-        /// Pod name.
-        pod: String,
-        /// The request (boxed: it carries the inline source).
-        request: Box<spb::OpenSessionRequest>,
-    },
-    /// Close a session; completion comes back through
+    /// Release a Run on a Pod (unregister its function, close its
+    /// session); completion comes back through
     /// [`Controller::release_result`].
-    CloseSession {
+    Release {
         /// Pod name.
         pod: String,
         /// Run UID.
@@ -68,19 +60,9 @@ pub enum Action {
         /// Cancel instead of draining.
         cancel: bool,
     },
-    /// Unregister a function Run; completion comes back through
-    /// [`Controller::release_result`].
-    Unregister {
-        /// Pod name.
-        pod: String,
-        /// Run UID.
-        run_uid: String,
-        /// Drain or cancel.
-        mode: pb::UnregisterMode,
-    },
 }
 
-/// Outcome of a Register or OpenSession RPC.
+/// Outcome of an Assign RPC.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RegisterOutcome {
     /// Registered.
@@ -105,7 +87,7 @@ pub struct Owner {
 /// is not decided about again until it is (or the RPC failed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum InFlight {
-    /// Register/OpenSession at this attempt; `done` once the RPC answered.
+    /// Assign at this attempt; `done` once the RPC answered.
     Register { attempt: u64, done: bool },
     /// Unregister/CloseSession; `done` once the RPC answered.
     Release { done: bool },
@@ -303,7 +285,7 @@ impl Controller {
         self.pass(now)
     }
 
-    /// Records a Register/OpenSession outcome for `uid` at `attempt` (late
+    /// Records an Assign outcome for `uid` at `attempt` (late
     /// outcomes of an older attempt are ignored).
     pub fn register_result(
         &mut self,

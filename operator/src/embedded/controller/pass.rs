@@ -9,8 +9,7 @@ use std::time::{Duration, Instant};
 use kruntimes_api::ModeKind;
 use kruntimes_api::lifecycle::owner::{self, Local, Step};
 use kruntimes_api::lifecycle::{self, Event, Phase, Stop, Transition, control};
-use kruntimes_api::requests::{open_session_request, register_request};
-use kruntimes_proto::function::v1 as pb;
+use kruntimes_api::requests::assign_request;
 use kruntimes_proto::ownership::v1 as own;
 
 use super::{Action, Controller, InFlight, Owner, PodState, RunState};
@@ -144,22 +143,19 @@ impl Controller {
                         attempt,
                         done: false,
                     });
-                    actions.push(match run.mode {
-                        Ok(ModeKind::Session) => Action::OpenSession {
+                    // Only Runs of a mode runtimed hosts are ever placed.
+                    if let Some(request) = assign_request(&run.run, attempt) {
+                        actions.push(Action::Assign {
                             pod: o.pod.clone(),
-                            request: Box::new(open_session_request(&run.run, attempt)),
-                        },
-                        _ => Action::Register {
-                            pod: o.pod.clone(),
-                            request: Box::new(register_request(&run.run, attempt)),
-                        },
-                    });
+                            request: Box::new(request),
+                        });
+                    }
                     // What follows depends on the outcome.
                     return;
                 }
                 Step::Release(stop) => {
                     run.in_flight = Some(InFlight::Release { done: false });
-                    actions.push(release(&o.pod, uid, run.mode.as_ref().ok().copied(), stop));
+                    actions.push(release(&o.pod, uid, stop));
                     return;
                 }
                 Step::RemoveFinalizer => {
@@ -176,7 +172,7 @@ impl Controller {
             if !pod.connected {
                 continue;
             }
-            for (uid, e) in &pod.entries {
+            for uid in pod.entries.keys() {
                 let owned = self
                     .runs
                     .get(uid)
@@ -185,12 +181,7 @@ impl Controller {
                 if owned || self.releasing.contains(&key) {
                     continue;
                 }
-                let mode = if e.mode == own::Mode::Session as i32 {
-                    ModeKind::Session
-                } else {
-                    ModeKind::Function
-                };
-                actions.push(release(name, uid, Some(mode), Stop::Cancel));
+                actions.push(release(name, uid, Stop::Cancel));
                 self.releasing.insert(key);
             }
         }
@@ -295,20 +286,10 @@ pub(super) fn set(run: &mut RunState, t: Transition, now: Instant, backoff: Dura
 }
 
 /// Releases a Run's registration or session on a Pod.
-fn release(pod: &str, uid: &str, mode: Option<ModeKind>, stop: Stop) -> Action {
-    match mode {
-        Some(ModeKind::Session) => Action::CloseSession {
-            pod: pod.to_owned(),
-            run_uid: uid.to_owned(),
-            cancel: stop == Stop::Cancel,
-        },
-        _ => Action::Unregister {
-            pod: pod.to_owned(),
-            run_uid: uid.to_owned(),
-            mode: match stop {
-                Stop::Drain => pb::UnregisterMode::Drain,
-                Stop::Cancel => pb::UnregisterMode::Cancel,
-            },
-        },
+fn release(pod: &str, uid: &str, stop: Stop) -> Action {
+    Action::Release {
+        pod: pod.to_owned(),
+        run_uid: uid.to_owned(),
+        cancel: stop == Stop::Cancel,
     }
 }

@@ -232,7 +232,7 @@ impl BashFunction {
             }
         }
         let ended = match ended {
-            Err(_) => return Err(InvokeError::Timeout(timeout)),
+            Err(_) => return Err(InvokeError::timeout(timeout)),
             Ok(r) => r?,
         };
         if ended.code != 0 {

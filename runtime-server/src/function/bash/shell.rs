@@ -192,7 +192,7 @@ fn read_now(rx: &pipe::Receiver, buf: &mut [u8]) -> nix::Result<usize> {
 }
 
 fn too_large(max_output: usize) -> InvokeError {
-    InvokeError::OutputTooLarge(format!("output exceeds the {max_output}-byte limit"))
+    InvokeError::InvalidOutput(format!("output exceeds the {max_output}-byte limit"))
 }
 
 impl Shell {

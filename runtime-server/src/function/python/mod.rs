@@ -5,13 +5,12 @@
 //! pipes are leased to runtimed ([`PythonFunction::lease`]) while the
 //! server keeps the process and kills its tree when the lease ends.
 //!
-//! Callers never share an exchange: each invocation runs in a task of its
-//! own that holds the worker until its reply arrives or its deadline kills
-//! the worker, whether or not its caller is still waiting. Replies carry
-//! the invocation's sequence number; one that does not match is an error
-//! and the worker is replaced. A crash, a timeout or oversized output
-//! discards the worker's whole process tree; the next invocation starts a
-//! fresh one.
+//! Callers never share an exchange: an invocation holds the worker from
+//! its request to its reply. Replies carry the invocation's sequence
+//! number; one that does not match is an error and the worker is replaced.
+//! A crash, a timeout, oversized output or a caller that goes away
+//! mid-call discards the worker's whole process tree; the next invocation
+//! starts a fresh one.
 
 pub mod spare;
 pub mod worker;
@@ -92,23 +91,33 @@ impl Inner {
         }
     }
 
-    /// One invocation, holding the worker throughout.
+    /// One invocation, holding the worker throughout. If the future is
+    /// dropped before the reply (its caller went away), the worker's pipes
+    /// may be mid-frame: [`Exchange`] kills its tree on the way out, and the
+    /// next invocation starts a fresh worker.
     async fn exchange(
         &self,
         input: &[u8],
         deadline: Instant,
         max_output: usize,
     ) -> Result<Vec<u8>, InvokeError> {
-        let mut slot = self.slot.lock().await;
+        let mut held = Exchange {
+            slot: self.slot.lock().await,
+            running: &self.running,
+            done: false,
+        };
         if *self.stopped.borrow() {
+            held.done = true;
             return Err(InvokeError::Stopped);
         }
         if self.leased.load(Ordering::Acquire) {
+            held.done = true;
             return Err(InvokeError::Leased);
         }
         let timeout = deadline.saturating_duration_since(Instant::now());
         let mut stopped = self.stopped.subscribe();
         let seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
+        let slot = &mut held.slot;
         let work = async {
             if slot.is_none() {
                 tracing::info!(run_uid = %self.spec.run_uid, "starting python worker");
@@ -116,7 +125,7 @@ impl Inner {
                     .start()
                     .await
                     .map_err(|e| InvokeError::Crashed(e.to_string()))?;
-                *slot = Some(p);
+                **slot = Some(p);
                 self.running.store(true, Ordering::Release);
             }
             match slot.as_mut() {
@@ -126,22 +135,46 @@ impl Inner {
         };
         let outcome = tokio::select! {
             r = tokio::time::timeout_at(deadline, work) => {
-                r.unwrap_or(Err(InvokeError::Timeout(timeout)))
+                r.unwrap_or(Err(InvokeError::timeout(timeout)))
             }
             _ = stopped.wait_for(|s| *s) => Err(InvokeError::Stopped),
         };
-        match outcome {
+        let answer = match outcome {
             Ok(Answer::Output(out)) => Ok(out),
-            Ok(Answer::Raised { kind, message }) => Err(InvokeError::Function { kind, message }),
+            Ok(Answer::Raised { kind, message }) => Err(InvokeError::function(kind, message)),
             Err(e) => {
                 // Timeouts, crashes, oversized output and replies out of
                 // step all leave the pipe in an unknown state.
-                if let Some(p) = slot.take() {
+                if let Some(p) = held.slot.take() {
                     p.discard().await;
                 }
                 self.running.store(false, Ordering::Release);
                 Err(e)
             }
+        };
+        held.done = true;
+        answer
+    }
+}
+
+/// The worker as one exchange holds it. Dropped before the exchange is
+/// done — the caller went away mid-call — it kills the worker's tree, whose
+/// pipes may hold half a frame or a reply nobody will read.
+struct Exchange<'a> {
+    slot: tokio::sync::MutexGuard<'a, Option<Process>>,
+    running: &'a AtomicBool,
+    done: bool,
+}
+
+impl Drop for Exchange<'_> {
+    fn drop(&mut self) {
+        if !self.done
+            && let Some(mut p) = self.slot.take()
+        {
+            // Closing the shim's control pipe kills the tree; the shim is
+            // reaped in the background.
+            p.kill();
+            self.running.store(false, Ordering::Release);
         }
     }
 }
@@ -164,20 +197,17 @@ impl PythonFunction {
         Ok(Self { inner })
     }
 
-    /// Runs one invocation. The exchange runs in a task of its own: if this
-    /// future is dropped, the exchange still ends with its reply or at its
-    /// deadline, and its reply is never handed to another call.
+    /// Runs one invocation. Dropping the future ends it at once: the
+    /// worker's tree is killed (see [`Inner::exchange`]), never left to
+    /// finish a call nobody waits for.
     pub async fn invoke(
         &self,
         input: Vec<u8>,
         timeout: Duration,
         max_output: usize,
     ) -> Result<Vec<u8>, InvokeError> {
-        let inner = self.inner.clone();
         let deadline = Instant::now() + timeout;
-        let task = tokio::spawn(async move { inner.exchange(&input, deadline, max_output).await });
-        task.await
-            .unwrap_or_else(|e| Err(InvokeError::Crashed(format!("invocation failed: {e}"))))
+        self.inner.exchange(&input, deadline, max_output).await
     }
 
     /// Leases the worker (starting one first if none runs): the process

@@ -148,7 +148,7 @@ impl Process {
         match exchanged {
             Ok(a) => Ok(a),
             Err(ExchangeError::Pipe(e)) => Err(InvokeError::Crashed(self.exit_reason(e).await)),
-            Err(e @ ExchangeError::TooLarge(..)) => Err(InvokeError::OutputTooLarge(e.to_string())),
+            Err(e @ ExchangeError::TooLarge(..)) => Err(InvokeError::InvalidOutput(e.to_string())),
             Err(e) => Err(InvokeError::Crashed(format!("{e}; worker replaced"))),
         }
     }

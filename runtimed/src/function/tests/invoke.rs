@@ -20,11 +20,14 @@ async fn a_bash_call_goes_over_grpc_when_the_direct_socket_cannot_be_reached() {
         .direct()
         .expect("the announced socket is known");
     assert!(!direct.socket().exists());
-    fx.engine
-        .register(request("bash", 1, "d", "main.run"))
+    register(&fx, request("bash", 1, "d", "main.run"))
         .await
         .unwrap();
-    let out = json(&fx.engine.invoke(call(br#"{"name":"X"}"#)).await.unwrap());
+    let bash = Invocation {
+        runtime: "bash",
+        ..call(br#"{"name":"X"}"#)
+    };
+    let out = json(&fx.engine.invoke(bash).await.unwrap());
     assert_eq!(out["name"], "X");
     assert_eq!(direct.idle(), 0);
     // The fake's gRPC InvokeFunction served it.
@@ -44,7 +47,7 @@ async fn the_servers_failures_land_in_the_public_error_table() {
         "{err:?}"
     );
     type Expect = fn(&EngineError) -> bool;
-    let cases: [(&[u8], Expect); 3] = [
+    let cases: [(&[u8], Expect); 4] = [
         (
             br#"{"fail":"aborted"}"#,
             |e| matches!(e, EngineError::Invoke(InvokeError::Crashed(m)) if m.contains("exit status: 3")),
@@ -53,6 +56,10 @@ async fn the_servers_failures_land_in_the_public_error_table() {
             matches!(e, EngineError::Invoke(InvokeError::Timeout(_)))
         }),
         (br#"{"fail":"too_large"}"#, |e| {
+            matches!(e, EngineError::Invoke(InvokeError::InvalidOutput(_)))
+        }),
+        // A custom server that fails the call with a status instead.
+        (br#"{"fail":"status"}"#, |e| {
             matches!(e, EngineError::Invoke(InvokeError::InvalidOutput(_)))
         }),
     ];
@@ -83,38 +90,50 @@ async fn second_concurrent_invocation_is_busy() {
 }
 
 #[tokio::test]
-async fn an_abandoned_invocation_keeps_its_slot_until_the_server_answers() {
+async fn an_abandoned_invocation_frees_its_slot_and_is_cancelled_on_the_server() {
     let (fx, _) = python().await;
     let engine = fx.engine.clone();
     let abandoned = tokio::spawn(async move {
         let slow = Invocation {
             invocation_id: "alice",
-            ..call(br#"{"sleep_ms":800}"#)
+            ..call(br#"{"sleep_ms":30000}"#)
         };
         engine.invoke(slow).await.map(|_| ())
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    abandoned.abort();
-    let err = fx.engine.invoke(call(b"{}")).await.unwrap_err();
-    assert!(
-        matches!(err, EngineError::Busy),
-        "the slot is still taken: {err:?}"
-    );
+    // Until the server has the call, nothing is abandoned mid-call.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let out = loop {
-        match fx.engine.invoke(call(br#"{"who":"bob"}"#)).await {
-            Err(EngineError::Busy) if std::time::Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            other => break json(&other.unwrap()),
-        }
+    while !fx.server.fake.calls().iter().any(|c| c == "invoke alice") {
+        assert!(std::time::Instant::now() < deadline, "alice never arrived");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The caller goes away: its future is dropped.
+    abandoned.abort();
+    assert!(abandoned.await.unwrap_err().is_cancelled());
+    // The slot is free at once, and bob gets his own answer.
+    let bob = Invocation {
+        invocation_id: "bob",
+        ..call(br#"{"who":"bob"}"#)
     };
-    assert_eq!(out["who"], "bob", "bob gets his own answer");
+    let out = json(&fx.engine.invoke(bob).await.unwrap());
+    assert_eq!(out["who"], "bob");
+    // The server saw alice's call cancelled, not run to its end.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !fx
+        .server
+        .fake
+        .calls()
+        .iter()
+        .any(|c| c == "abandoned alice")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server never saw alice's call cancelled: {:?}",
+            fx.server.fake.calls()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let completed = fx.server.fake.state.lock().unwrap().completed.clone();
-    assert!(
-        completed.contains(&"alice".to_owned()),
-        "the abandoned call ran to its end: {completed:?}"
-    );
+    assert_eq!(completed, ["bob"], "alice's call never ran to its end");
 }
 
 #[tokio::test]

@@ -6,8 +6,8 @@ use super::*;
 async fn idle_registrations_expire_and_report_idle_timeout() {
     let fx = fixture().await;
     let mut req = request("python", 1, "d", "main.invoke");
-    req.idle_timeout_seconds = 1;
-    fx.engine.register(req).await.unwrap();
+    function(&mut req).idle_timeout_seconds = 1;
+    register(&fx, req).await.unwrap();
     tokio::time::sleep(Duration::from_millis(1100)).await;
     fx.engine.expire_idle().await;
     assert_eq!(
@@ -40,16 +40,16 @@ async fn drain_unregister_lets_the_in_flight_invocation_finish() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let existed = fx
         .engine
-        .unregister(UID, &reg.registration_id, pb::UnregisterMode::Drain)
+        .unregister(UID, &reg, Release::Drain)
         .await
         .unwrap();
     assert!(existed);
     let out = json(&slow.await.unwrap().unwrap());
     assert_eq!(out["name"], "drained", "drained work completes");
-    assert!(fx.engine.status(UID).is_none());
+    assert!(fx.engine.current_record(UID).is_none());
     assert!(matches!(
         fx.engine.invoke(call(b"{}")).await,
-        Err(EngineError::NotRegistered)
+        Err(EngineError::Fenced(FenceError::NotRegistered { .. }))
     ));
 }
 
@@ -60,7 +60,7 @@ async fn cancel_unregister_stops_the_in_flight_invocation_on_the_server() {
     let slow = tokio::spawn(async move { engine.invoke(call(br#"{"sleep_ms": 30000}"#)).await });
     tokio::time::sleep(Duration::from_millis(300)).await;
     fx.engine
-        .unregister(UID, &reg.registration_id, pb::UnregisterMode::Cancel)
+        .unregister(UID, &reg, Release::Cancel)
         .await
         .unwrap();
     let err = slow.await.unwrap().unwrap_err();

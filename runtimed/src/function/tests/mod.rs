@@ -11,13 +11,14 @@ mod server;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kruntimes_proto::function::v1 as pb;
+use kruntimes_proto::agent::v1 as agent;
 use kruntimes_proto::ownership::v1 as own;
+use kruntimes_proto::runtime::InvokeError;
+use kruntimes_proto::runtime::v1 as rt;
 
-use super::error::InvokeError;
 use super::{Engine, EngineConfig, EngineError, Invocation, MAX_IO_BYTES};
 use crate::local::LocalPod;
-use crate::registration::{Fence, FenceError, RegisterError};
+use crate::registration::{Fence, FenceError, Mode, RegisterError, Release, assignment};
 use crate::runtime::fake::{self, Served};
 
 struct Fixture {
@@ -41,22 +42,29 @@ async fn fixture() -> Fixture {
     Fixture { server, engine }
 }
 
-/// A fresh engine with a Python function registered at attempt 1.
-async fn python() -> (Fixture, pb::Registration) {
+/// A fresh engine with a Python function registered at attempt 1; its
+/// registration id.
+async fn python() -> (Fixture, String) {
     let fx = fixture().await;
-    let reg = fx
-        .engine
-        .register(request("python", 1, "d", "main.invoke"))
+    let id = register(&fx, request("python", 1, "d", "main.invoke"))
         .await
         .unwrap();
-    (fx, reg)
+    (fx, id)
+}
+
+/// Registers the function `req` assigns; the registration id.
+async fn register(fx: &Fixture, req: agent::AssignRequest) -> Result<String, RegisterError> {
+    match assignment(req)? {
+        (a, Mode::Function(f)) => fx.engine.register(a, f).await,
+        (_, Mode::Session(_)) => panic!("not a function"),
+    }
 }
 
 const UID: &str = "0f0e0d0c-0000-4000-8000-000000000001";
 
-fn request(runtime: &str, attempt: u64, digest: &str, handler: &str) -> pb::RegisterRequest {
-    pb::RegisterRequest {
-        run: Some(pb::RunRef {
+fn request(runtime: &str, attempt: u64, digest: &str, handler: &str) -> agent::AssignRequest {
+    agent::AssignRequest {
+        run: Some(rt::RunRef {
             namespace: "default".into(),
             name: "hello".into(),
             uid: UID.into(),
@@ -64,24 +72,46 @@ fn request(runtime: &str, attempt: u64, digest: &str, handler: &str) -> pb::Regi
         }),
         attempt,
         digest: digest.into(),
-        handler: handler.into(),
-        source: Some(pb::Source {
+        source: Some(rt::Source {
             inline: "def invoke(r): return r".into(),
-            inline_path: String::new(),
+            path: String::new(),
         }),
-        ..Default::default()
+        env: Default::default(),
+        mode: Some(agent::assign_request::Mode::Function(
+            agent::FunctionAssignment {
+                handler: handler.into(),
+                ..Default::default()
+            },
+        )),
     }
 }
 
-fn call<'a>(input: &'a [u8]) -> Invocation<'a> {
+/// The function assignment of `req`, to change its bounds.
+fn function(req: &mut agent::AssignRequest) -> &mut agent::FunctionAssignment {
+    match req.mode.as_mut() {
+        Some(agent::assign_request::Mode::Function(f)) => f,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// An invocation of attempt 1, as the gateway forwards it.
+fn call(input: &[u8]) -> Invocation<'_> {
+    call_at(1, input)
+}
+
+/// An invocation of `attempt`, as the gateway forwards it.
+fn call_at(attempt: u64, input: &[u8]) -> Invocation<'_> {
     Invocation {
         run_uid: UID,
-        fence: None,
-        registration_id: None,
-        namespace_runtime: None,
+        fence: Fence {
+            run_uid: UID,
+            owner_pod_uid: "pod-uid-0",
+            attempt,
+        },
+        namespace: "default",
+        runtime: "python",
         invocation_id: "inv",
         input,
-        timeout: None,
     }
 }
 

@@ -5,33 +5,21 @@ use super::*;
 #[tokio::test]
 async fn registration_is_idempotent_conflicting_superseding_and_fenced() {
     let fx = fixture().await;
-    let r1 = fx
-        .engine
-        .register(request("python", 1, "d1", "main.invoke"))
+    let r1 = register(&fx, request("python", 1, "d1", "main.invoke"))
         .await
         .unwrap();
-    let again = fx
-        .engine
-        .register(request("python", 1, "d1", "main.invoke"))
+    let again = register(&fx, request("python", 1, "d1", "main.invoke"))
         .await
         .unwrap();
-    assert_eq!(r1.registration_id, again.registration_id);
-    let conflict = fx
-        .engine
-        .register(request("python", 1, "d2", "main.invoke"))
-        .await;
+    assert_eq!(r1, again);
+    let conflict = register(&fx, request("python", 1, "d2", "main.invoke")).await;
     assert!(matches!(conflict, Err(RegisterError::Conflict(1))));
 
-    let r2 = fx
-        .engine
-        .register(request("python", 2, "d2", "main.invoke"))
+    let r2 = register(&fx, request("python", 2, "d2", "main.invoke"))
         .await
         .unwrap();
-    assert_ne!(r1.registration_id, r2.registration_id);
-    let stale = fx
-        .engine
-        .register(request("python", 1, "d1", "main.invoke"))
-        .await;
+    assert_ne!(r1, r2);
+    let stale = register(&fx, request("python", 1, "d1", "main.invoke")).await;
     assert!(matches!(
         stale,
         Err(RegisterError::Stale {
@@ -40,33 +28,14 @@ async fn registration_is_idempotent_conflicting_superseding_and_fenced() {
         })
     ));
 
-    // The fenced id can neither invoke nor unregister the newer registration.
-    let old = Invocation {
-        registration_id: Some(&r1.registration_id),
-        ..call(b"{}")
-    };
-    assert!(matches!(
-        fx.engine.invoke(old).await,
-        Err(EngineError::StaleRegistration)
-    ));
-    let err = fx
-        .engine
-        .unregister(UID, &r1.registration_id, pb::UnregisterMode::Drain)
-        .await;
-    assert!(matches!(err, Err(EngineError::StaleRegistration)));
+    // The fenced id cannot unregister the newer registration.
+    let err = fx.engine.unregister(UID, &r1, Release::Drain).await;
+    assert_eq!(err, Err(crate::registration::StaleRegistration));
     assert_eq!(fx.engine.current_record(UID).unwrap().attempt, 2);
 
     // Gateway fencing: a stale attempt is refused.
-    let fenced = Invocation {
-        fence: Some(Fence {
-            run_uid: UID,
-            owner_pod_uid: "pod-uid-0",
-            attempt: 1,
-        }),
-        ..call(b"{}")
-    };
     assert!(matches!(
-        fx.engine.invoke(fenced).await,
+        fx.engine.invoke(call_at(1, b"{}")).await,
         Err(EngineError::Fenced(FenceError::WrongAttempt {
             registered: 2,
             requested: 1,
@@ -74,12 +43,12 @@ async fn registration_is_idempotent_conflicting_superseding_and_fenced() {
         }))
     ));
     let other_pod = Invocation {
-        fence: Some(Fence {
+        fence: Fence {
             run_uid: UID,
             owner_pod_uid: "pod-uid-9",
             attempt: 2,
-        }),
-        ..call(b"{}")
+        },
+        ..call_at(2, b"{}")
     };
     assert!(matches!(
         fx.engine.invoke(other_pod).await,
@@ -88,42 +57,28 @@ async fn registration_is_idempotent_conflicting_superseding_and_fenced() {
 
     assert!(
         fx.engine
-            .unregister(UID, &r2.registration_id, pb::UnregisterMode::Drain)
+            .unregister(UID, &r2, Release::Drain)
             .await
             .unwrap()
     );
-    assert!(
-        !fx.engine
-            .unregister(UID, "", pb::UnregisterMode::Drain)
-            .await
-            .unwrap()
-    );
+    assert!(!fx.engine.unregister(UID, "", Release::Drain).await.unwrap());
     assert!(fx.engine.publisher().entries().is_empty());
 }
 
 #[tokio::test]
 async fn refusals_of_the_server_fail_the_registration() {
     let fx = fixture().await;
-    let load = fx
-        .engine
-        .register(request("python", 1, "d", "main.nope"))
-        .await;
+    let load = register(&fx, request("python", 1, "d", "main.nope")).await;
     assert!(
         matches!(load, Err(RegisterError::Load(ref m)) if m.contains("AttributeError")),
         "{load:?}"
     );
-    let invalid = fx
-        .engine
-        .register(request("python", 1, "d", "main.bad!"))
-        .await;
+    let invalid = register(&fx, request("python", 1, "d", "main.bad!")).await;
     assert!(
         matches!(invalid, Err(RegisterError::Invalid(_))),
         "{invalid:?}"
     );
-    let unknown = fx
-        .engine
-        .register(request("node", 1, "d", "main.invoke"))
-        .await;
+    let unknown = register(&fx, request("node", 1, "d", "main.invoke")).await;
     // runtimed names no backend for it; the server refuses it.
     assert!(
         matches!(unknown, Err(RegisterError::Invalid(_))),
@@ -135,12 +90,10 @@ async fn refusals_of_the_server_fail_the_registration() {
 #[tokio::test]
 async fn superseding_unregisters_the_old_attempt_on_the_server_first() {
     let fx = fixture().await;
-    fx.engine
-        .register(request("python", 1, "d1", "main.invoke"))
+    register(&fx, request("python", 1, "d1", "main.invoke"))
         .await
         .unwrap();
-    fx.engine
-        .register(request("python", 2, "d2", "main.invoke"))
+    register(&fx, request("python", 2, "d2", "main.invoke"))
         .await
         .unwrap();
     let calls = fx.server.fake.calls();

@@ -21,10 +21,7 @@ async fn an_unreachable_server_is_503_and_readiness_says_so() {
             crate::runtime::UNAVAILABLE_REASON.into()
         )
     );
-    let refused = fx
-        .engine
-        .register(request("python", 2, "d2", "main.invoke"))
-        .await;
+    let refused = register(&fx, request("python", 2, "d2", "main.invoke")).await;
     assert!(
         matches!(refused, Err(RegisterError::Unavailable(_))),
         "{refused:?}"

@@ -1,9 +1,11 @@
 //! Opening, re-opening and closing sessions: the registration rules as
 //! sessions apply them, with real workspaces.
 
-use kruntimes_proto::function::v1::RunRef;
+use kruntimes_proto::agent::v1 as agent;
+use kruntimes_proto::runtime::v1::RunRef;
 
 use super::*;
+use crate::registration::{self, Mode};
 use crate::runtime::fake::{self, Served};
 
 const UID: &str = "0f0e0d0c-0000-4000-8000-000000000002";
@@ -15,8 +17,8 @@ async fn sessions() -> (Served, Arc<Sessions>) {
     (server, sessions)
 }
 
-fn open_request(attempt: u64, digest: &str) -> pb::OpenSessionRequest {
-    pb::OpenSessionRequest {
+fn open_request(attempt: u64, digest: &str) -> agent::AssignRequest {
+    agent::AssignRequest {
         run: Some(RunRef {
             namespace: "default".into(),
             name: "sandbox".into(),
@@ -25,17 +27,28 @@ fn open_request(attempt: u64, digest: &str) -> pb::OpenSessionRequest {
         }),
         attempt,
         digest: digest.into(),
+        mode: Some(agent::assign_request::Mode::Session(
+            agent::SessionAssignment::default(),
+        )),
         ..Default::default()
+    }
+}
+
+/// Opens the session `req` assigns, as the Agent service does.
+async fn open(s: &Sessions, req: agent::AssignRequest) -> Result<String, RegisterError> {
+    match registration::assignment(req)? {
+        (a, Mode::Session(m)) => s.open(a, m).await,
+        (_, Mode::Function(_)) => panic!("not a session"),
     }
 }
 
 #[tokio::test]
 async fn reopening_at_the_same_attempt_and_digest_keeps_the_session() {
     let (server, s) = sessions().await;
-    s.open(open_request(1, "d1")).await.unwrap();
+    open(&s, open_request(1, "d1")).await.unwrap();
     let first = s.get(UID).unwrap();
-    let again = s.open(open_request(1, "d1")).await.unwrap();
-    assert_eq!(again.attempt, 1);
+    let again = open(&s, open_request(1, "d1")).await.unwrap();
+    assert_eq!(again, first.record.registration_id);
     let same = s.get(UID).unwrap();
     assert!(Arc::ptr_eq(&first, &same), "the open session answers");
     let opened = server
@@ -50,8 +63,8 @@ async fn reopening_at_the_same_attempt_and_digest_keeps_the_session() {
 #[tokio::test]
 async fn reopening_at_the_same_attempt_with_another_digest_is_refused() {
     let (_server, s) = sessions().await;
-    s.open(open_request(1, "d1")).await.unwrap();
-    let err = s.open(open_request(1, "d2")).await.unwrap_err();
+    open(&s, open_request(1, "d1")).await.unwrap();
+    let err = open(&s, open_request(1, "d2")).await.unwrap_err();
     assert!(matches!(err, RegisterError::Conflict(1)), "{err}");
     assert_eq!(s.get(UID).unwrap().record.digest, "d1", "untouched");
 }
@@ -59,7 +72,7 @@ async fn reopening_at_the_same_attempt_with_another_digest_is_refused() {
 #[tokio::test]
 async fn a_higher_attempt_replaces_the_session_and_a_lower_one_is_stale() {
     let (_server, s) = sessions().await;
-    s.open(open_request(1, "d1")).await.unwrap();
+    open(&s, open_request(1, "d1")).await.unwrap();
     let old = s.get(UID).unwrap();
     let (_, running) = old
         .session
@@ -74,7 +87,7 @@ async fn a_higher_attempt_replaces_the_session_and_a_lower_one_is_stale() {
             None,
         )
         .unwrap();
-    s.open(open_request(2, "d2")).await.unwrap();
+    open(&s, open_request(2, "d2")).await.unwrap();
     let new = s.get(UID).unwrap();
     assert_eq!(new.record.attempt, 2);
     assert_ne!(new.record.registration_id, old.record.registration_id);
@@ -83,7 +96,7 @@ async fn a_higher_attempt_replaces_the_session_and_a_lower_one_is_stale() {
         crate::session::outcome::OpState::Cancelled,
         "the superseded session's work is cancelled"
     );
-    let err = s.open(open_request(1, "d1")).await.unwrap_err();
+    let err = open(&s, open_request(1, "d1")).await.unwrap_err();
     assert!(
         matches!(
             err,
@@ -108,7 +121,7 @@ async fn fenced_requests_reach_only_the_current_attempt_on_this_pod() {
         s.fenced(fence, UID),
         Err(FenceError::NotRegistered { .. })
     ));
-    s.open(open_request(1, "d1")).await.unwrap();
+    open(&s, open_request(1, "d1")).await.unwrap();
     assert!(s.fenced(fence, UID).is_ok());
     assert!(matches!(
         s.fenced(
@@ -135,9 +148,9 @@ async fn fenced_requests_reach_only_the_current_attempt_on_this_pod() {
 #[tokio::test]
 async fn closing_removes_the_session_its_entry_and_its_workspace() {
     let (server, s) = sessions().await;
-    s.open(open_request(1, "d1")).await.unwrap();
+    open(&s, open_request(1, "d1")).await.unwrap();
     assert_eq!(s.pod.publisher().entries().len(), 1);
-    assert!(s.close(UID, CloseMode::Drain).await);
+    assert!(s.close(UID, Release::Drain).await);
     assert!(s.get(UID).is_none());
     assert!(s.pod.publisher().entries().is_empty());
     assert!(
@@ -145,7 +158,7 @@ async fn closing_removes_the_session_its_entry_and_its_workspace() {
         "the server closed it (and removed its workspace)"
     );
     assert!(
-        !s.close(UID, CloseMode::Drain).await,
+        !s.close(UID, Release::Drain).await,
         "absent sessions close fine"
     );
 }
@@ -155,17 +168,23 @@ async fn malformed_runs_are_refused_before_anything_is_created() {
     let (server, s) = sessions().await;
     let mut req = open_request(1, "d1");
     req.run.as_mut().unwrap().uid = "../escape".into();
-    assert!(matches!(s.open(req).await, Err(RegisterError::Invalid(_))));
+    assert!(matches!(
+        open(&s, req).await,
+        Err(RegisterError::Invalid(_))
+    ));
     let mut req = open_request(1, "d1");
     req.run = None;
-    assert!(matches!(s.open(req).await, Err(RegisterError::Invalid(_))));
+    assert!(matches!(
+        open(&s, req).await,
+        Err(RegisterError::Invalid(_))
+    ));
     assert_eq!(server.fake.calls(), ["reset"], "nothing reached the server");
 }
 
 #[tokio::test]
 async fn a_restarted_server_loses_the_session_and_readiness_says_so() {
     let (mut server, s) = sessions().await;
-    s.open(open_request(1, "d1")).await.unwrap();
+    open(&s, open_request(1, "d1")).await.unwrap();
     server.stop().await;
     let lost = server.link.check().await;
     s.server_changed(lost).await;

@@ -73,9 +73,9 @@ async fn command_results_carry_exit_code_and_output() {
     assert_eq!((r.stdout.as_str(), r.stderr.as_str()), ("out\n", "err\n"));
     let missing = run(
         &s,
-        Operation::Delete {
+        Operation::File(kruntimes_proto::runtime::FileOp::Delete {
             path: "missing".into(),
-        },
+        }),
     )
     .await;
     assert_eq!(missing.state, OpState::Failed);
@@ -112,7 +112,7 @@ async fn cancel_close_drops_the_running_command_and_cancels_queued_work() {
     let (_, running) = s.submit(steps(&["sleep-ms", "30000"]), None).unwrap();
     let (_, queued) = s.submit(steps(&["out", "should-not-run"]), None).unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    s.close(CloseMode::Cancel).await;
+    s.close(Release::Cancel).await;
     assert_eq!(running.await.unwrap().state, OpState::Cancelled);
     assert_eq!(queued.await.unwrap().state, OpState::Cancelled);
     let calls = server.fake.calls();
@@ -138,7 +138,7 @@ async fn drain_close_finishes_accepted_work() {
         .submit(steps(&["sleep-ms", "200", "out", "a"]), None)
         .unwrap();
     let (_, b) = s.submit(steps(&["out", "b"]), None).unwrap();
-    s.close(CloseMode::Drain).await;
+    s.close(Release::Drain).await;
     assert_eq!(a.await.unwrap().stdout, "a");
     assert_eq!(b.await.unwrap().stdout, "b");
 }

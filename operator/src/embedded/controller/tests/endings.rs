@@ -14,10 +14,10 @@ fn deleting_a_run_cancels_it_and_frees_capacity_once_released() {
     let actions = c.apply_store(functions(&["b"]), now);
     assert_eq!(
         actions,
-        vec![Action::Unregister {
+        vec![Action::Release {
             pod: "runtimed-0".into(),
             run_uid: a.clone(),
-            mode: pb::UnregisterMode::Cancel
+            cancel: true
         }],
         "b waits until a is released"
     );
@@ -59,10 +59,10 @@ fn idle_timeout_ends_the_run_and_releases_capacity() {
         life(&c, "a"),
         (Phase::Timeout, Some(Reason::IdleTimeout), 1)
     );
-    assert!(actions.contains(&Action::Unregister {
+    assert!(actions.contains(&Action::Release {
         pod: "runtimed-0".into(),
         run_uid: a,
-        mode: pb::UnregisterMode::Cancel
+        cancel: true
     }));
     // b takes the capacity the ended Run no longer holds.
     assert_eq!(registers(&actions), vec![("runtimed-0".into(), 1)]);
@@ -95,13 +95,15 @@ fn drain_termination_finalizes_then_succeeds_and_immediate_cancels() {
         life(&c, "b"),
         (Phase::Cancelled, Some(Reason::Terminated), 1)
     );
-    assert!(actions.iter().any(
-        |x| matches!(x, Action::CloseSession { run_uid, cancel: false, .. } if *run_uid == a)
-    ));
     assert!(
-        actions.iter().any(
-            |x| matches!(x, Action::CloseSession { run_uid, cancel: true, .. } if *run_uid == b)
-        )
+        actions
+            .iter()
+            .any(|x| matches!(x, Action::Release { run_uid, cancel: false, .. } if *run_uid == a))
+    );
+    assert!(
+        actions
+            .iter()
+            .any(|x| matches!(x, Action::Release { run_uid, cancel: true, .. } if *run_uid == b))
     );
     settle(&mut c, actions, now);
     assert_eq!(life(&c, "a"), (Phase::Succeeded, Some(Reason::Drained), 1));
@@ -145,7 +147,7 @@ fn idle_sessions_time_out_and_are_closed() {
     assert_eq!(life(&c, "s").0, Phase::Timeout);
     assert_eq!(
         actions,
-        vec![Action::CloseSession {
+        vec![Action::Release {
             pod: "runtimed-0".into(),
             run_uid: s,
             cancel: true
@@ -167,7 +169,7 @@ fn total_timeout_ends_the_run_and_releases_it() {
     assert_eq!(life(&c, "s"), (Phase::Timeout, Some(Reason::RunTimeout), 1));
     assert_eq!(
         actions,
-        vec![Action::CloseSession {
+        vec![Action::Release {
             pod: "runtimed-0".into(),
             run_uid: s,
             cancel: true

@@ -89,13 +89,20 @@ pub(super) fn uid(c: &Controller, name: &str) -> String {
     by_name(c, name).uid().to_owned()
 }
 
+/// Whether an assignment opens a session.
+pub(super) fn is_session(request: &kruntimes_proto::agent::v1::AssignRequest) -> bool {
+    matches!(
+        request.mode,
+        Some(kruntimes_proto::agent::v1::assign_request::Mode::Session(_))
+    )
+}
+
 pub(super) fn registers(actions: &[Action]) -> Vec<(String, u64)> {
     actions
         .iter()
         .filter_map(|a| match a {
-            Action::Register { pod, request } => Some((pod.clone(), request.attempt)),
-            Action::OpenSession { pod, request } => Some((pod.clone(), request.attempt)),
-            _ => None,
+            Action::Assign { pod, request } => Some((pod.clone(), request.attempt)),
+            Action::Release { .. } => None,
         })
         .collect()
 }
@@ -122,20 +129,16 @@ pub(super) fn settle(c: &mut Controller, mut actions: Vec<Action>, now: Instant)
     while let Some(action) = actions.pop() {
         seen.push(action.clone());
         match action {
-            Action::Register { pod, request } => {
-                let uid = request.run.unwrap().uid;
-                let e = entry(&uid, request.attempt, own::Phase::Ready, "");
-                actions.extend(c.apply_pod(&pod, SourceUpdate::Upsert(e), now));
-                actions.extend(c.register_result(&uid, request.attempt, RegisterOutcome::Ok, now));
-            }
-            Action::OpenSession { pod, request } => {
-                let uid = request.run.unwrap().uid;
+            Action::Assign { pod, request } => {
+                let uid = request.run.clone().unwrap().uid;
                 let mut e = entry(&uid, request.attempt, own::Phase::Ready, "");
-                e.mode = own::Mode::Session as i32;
+                if is_session(&request) {
+                    e.mode = own::Mode::Session as i32;
+                }
                 actions.extend(c.apply_pod(&pod, SourceUpdate::Upsert(e), now));
                 actions.extend(c.register_result(&uid, request.attempt, RegisterOutcome::Ok, now));
             }
-            Action::Unregister { pod, run_uid, .. } | Action::CloseSession { pod, run_uid, .. } => {
+            Action::Release { pod, run_uid, .. } => {
                 actions.extend(c.apply_pod(&pod, SourceUpdate::Delete(run_uid.clone()), now));
                 actions.extend(c.release_result(&pod, &run_uid, now));
             }

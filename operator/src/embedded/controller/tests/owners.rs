@@ -72,17 +72,17 @@ fn a_missing_registration_of_a_ready_function_is_rebuilt_and_orphans_released() 
     let actions = c.apply_pod("runtimed-0", snapshot("u0", vec![orphan]), now);
     assert_eq!(registers(&actions), vec![("runtimed-0".into(), 1)]);
     assert_eq!(life(&c, "a").0, Phase::Ready, "recovery keeps Ready");
-    assert!(actions.contains(&Action::Unregister {
+    assert!(actions.contains(&Action::Release {
         pod: "runtimed-0".into(),
         run_uid: "orphan".into(),
-        mode: pb::UnregisterMode::Cancel
+        cancel: true
     }));
     // The orphan's release is not repeated while in flight.
     let again = c.tick(now);
     assert!(
         !again
             .iter()
-            .any(|a| matches!(a, Action::Unregister { run_uid, .. } if run_uid == "orphan"))
+            .any(|a| matches!(a, Action::Release { run_uid, .. } if run_uid == "orphan"))
     );
 }
 

@@ -92,16 +92,20 @@ fn sessions_take_an_idle_pod_exclusively_and_open_there() {
     let opens: Vec<_> = actions
         .iter()
         .filter_map(|a| match a {
-            Action::OpenSession { request, .. } => Some(request.clone()),
+            Action::Assign { request, .. } if is_session(request) => Some(request.clone()),
             _ => None,
         })
         .collect();
     assert_eq!(opens.len(), 2);
+    let Some(kruntimes_proto::agent::v1::assign_request::Mode::Session(bounds)) = &opens[0].mode
+    else {
+        panic!("not a session: {:?}", opens[0]);
+    };
     assert_eq!(
         (
-            opens[0].queue_size,
-            opens[0].operation_timeout_seconds,
-            opens[0].idle_timeout_seconds
+            bounds.queue_size,
+            bounds.operation_timeout_seconds,
+            bounds.idle_timeout_seconds
         ),
         (4, 30, 60)
     );
