@@ -1,4 +1,5 @@
-//! The one error type of runtimed's API and the one place it is rendered.
+//! runtimed's side of the public API's one error type ([`ApiError`], shared
+//! with the gateway) and the one place it is rendered.
 //!
 //! Every refusal — fencing, engine, session queue, file, body limit — turns
 //! into an [`ApiError`] (a code of the public error table and a message)
@@ -11,53 +12,34 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use kruntimes_proto::api::{self, ErrorBody, ErrorCode};
+use kruntimes_proto::api::{self, ErrorCode};
 
 use crate::registration::FenceError;
 
-/// A refused API request: a stable code and a bounded, human message.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct ApiError {
-    /// The code of the public error table (decides the HTTP status).
-    pub code: ErrorCode,
-    /// What went wrong, for people.
-    pub message: String,
+pub use kruntimes_proto::api::ApiError;
+
+/// The `error` object of the JSON body, as stream and WebSocket events
+/// carry it too.
+pub fn detail(e: &ApiError, invocation_id: Option<&str>) -> serde_json::Value {
+    // A struct of strings always serializes.
+    serde_json::to_value(e.body(invocation_id).error).unwrap_or_default()
 }
 
-impl ApiError {
-    /// An error with `code` and `message`.
-    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self {
-            code,
-            message: message.into(),
-        }
+/// The typed JSON answer to `e`, with `Retry-After` where its code asks
+/// for it.
+fn render(e: &ApiError, invocation_id: Option<&str>) -> Response {
+    let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut resp = (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        e.body(invocation_id).to_json(),
+    )
+        .into_response();
+    if let Some(secs) = e.code.retry_after_secs() {
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
     }
-
-    /// The `error` object of the JSON body, as stream and WebSocket events
-    /// carry it too.
-    pub fn detail(&self, invocation_id: Option<&str>) -> serde_json::Value {
-        let body = ErrorBody::new(self.code, self.message.as_str(), invocation_id);
-        // A struct of strings always serializes.
-        serde_json::to_value(body.error).unwrap_or_default()
-    }
-
-    fn render(&self, invocation_id: Option<&str>) -> Response {
-        let status =
-            StatusCode::from_u16(self.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let body = ErrorBody::new(self.code, self.message.as_str(), invocation_id);
-        let mut resp = (
-            status,
-            [(header::CONTENT_TYPE, "application/json")],
-            body.to_json(),
-        )
-            .into_response();
-        if let Some(secs) = self.code.retry_after_secs() {
-            resp.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
-        }
-        resp
-    }
+    resp
 }
 
 impl From<FenceError> for ApiError {
@@ -143,7 +125,7 @@ impl Reply<'_> {
 
     /// Renders `e` as this request's typed JSON error.
     pub fn error(&self, e: impl Into<ApiError>) -> Response {
-        self.decorate(e.into().render(self.invocation()))
+        self.decorate(render(&e.into(), self.invocation()))
     }
 
     /// Renders a route's outcome: its response, or its error.

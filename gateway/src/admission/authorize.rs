@@ -7,7 +7,7 @@ use http::HeaderMap;
 
 use crate::auth::Identity;
 use crate::auth::cache::{DecisionCache, Outcome};
-use crate::rejection::Rejection;
+use kruntimes_proto::api::ApiError;
 
 use super::RunTarget;
 
@@ -20,8 +20,8 @@ pub fn bearer(headers: &HeaderMap) -> Option<&str> {
 }
 
 /// The bearer token, required (401 without one).
-pub fn require_bearer(headers: &HeaderMap) -> Result<&str, Rejection> {
-    bearer(headers).ok_or_else(Rejection::missing_token)
+pub fn require_bearer(headers: &HeaderMap) -> Result<&str, ApiError> {
+    bearer(headers).ok_or_else(ApiError::missing_token)
 }
 
 /// Authenticates `token` and authorizes it for `target`, the Run the table
@@ -36,33 +36,33 @@ pub async fn authorize(
     token: &str,
     target: &RunTarget<'_>,
     run_name: Option<&str>,
-) -> Result<Arc<Identity>, Rejection> {
+) -> Result<Arc<Identity>, ApiError> {
     let Some(name) = run_name else {
         authenticate(cache, token).await?;
-        return Err(Rejection::unknown_run());
+        return Err(ApiError::unknown_run());
     };
     let outcome = cache.check(token, &target.authz_target(name)).await?;
     decide(outcome, target)
 }
 
 /// Authenticates `token` alone (401 if it is not a caller's).
-pub async fn authenticate(cache: &DecisionCache, token: &str) -> Result<(), Rejection> {
+pub async fn authenticate(cache: &DecisionCache, token: &str) -> Result<(), ApiError> {
     match cache.authenticate(token).await? {
         Ok(_) => Ok(()),
-        Err(why) => Err(Rejection::unauthenticated(&why)),
+        Err(why) => Err(ApiError::unauthenticated(why.to_string())),
     }
 }
 
 /// The identity of an allowed outcome, or the rejection of any other.
-pub fn decide(outcome: Outcome, target: &RunTarget<'_>) -> Result<Arc<Identity>, Rejection> {
+pub fn decide(outcome: Outcome, target: &RunTarget<'_>) -> Result<Arc<Identity>, ApiError> {
     match outcome {
         Outcome::Allowed(id) => Ok(id),
-        Outcome::Denied(id) => Err(Rejection::forbidden(
+        Outcome::Denied(id) => Err(ApiError::forbidden(
             &id.subject,
-            target.verb(),
+            target.verb().as_str(),
             target.namespace,
         )),
-        Outcome::Unauthenticated(why) => Err(Rejection::unauthenticated(&why)),
+        Outcome::Unauthenticated(why) => Err(ApiError::unauthenticated(why.to_string())),
     }
 }
 

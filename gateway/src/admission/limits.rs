@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use http::{HeaderMap, Uri};
 use kruntimes_proto::api::{self, ErrorCode};
 
-use crate::rejection::Rejection;
+use kruntimes_proto::api::ApiError;
 
 /// Request limits.
 #[derive(Debug, Clone)]
@@ -63,7 +63,7 @@ pub fn new_invocation_id() -> String {
     uuid::Uuid::new_v4().to_string()
 }
 
-impl From<LimitError> for Rejection {
+impl From<LimitError> for ApiError {
     fn from(e: LimitError) -> Self {
         let code = match e {
             LimitError::HeadersTooLarge => ErrorCode::HeadersTooLarge,

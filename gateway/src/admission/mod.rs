@@ -33,8 +33,8 @@ use kruntimes_proto::api::SessionOp;
 use pingora::http::RequestHeader;
 
 use crate::auth::cache::{DecisionCache, Outcome};
-use crate::rejection::Rejection;
 use crate::table::{self, Route, Table};
+use kruntimes_proto::api::ApiError;
 
 /// The state admission shares across requests.
 #[derive(Clone)]
@@ -157,7 +157,7 @@ impl Admission {
 
     /// Runs every step on `req` in order, recording what it learns in
     /// `facts`; `Ok` leaves the route in `facts.route`.
-    pub async fn admit(&self, req: &RequestHeader, facts: &mut Facts) -> Result<(), Rejection> {
+    pub async fn admit(&self, req: &RequestHeader, facts: &mut Facts) -> Result<(), ApiError> {
         limits::check_header_bytes(&req.headers, &req.uri, self.limits.max_header_bytes)?;
         let target = RunTarget::parse(req.uri.path())?;
         facts.uid = target.uid.to_owned();

@@ -3,8 +3,8 @@
 
 use std::time::Instant;
 
-use crate::rejection::Rejection;
 use crate::table::{Route, RouteError, Table};
+use kruntimes_proto::api::ApiError;
 
 use super::RunTarget;
 
@@ -55,10 +55,10 @@ impl Lookup {
     /// The route, if the Run is routable and of the mode `target` expects:
     /// 404 for an unknown UID or a Run of the other mode, 503 when not
     /// ready or stale.
-    pub fn into_route(self, target: &RunTarget<'_>) -> Result<Route, Rejection> {
+    pub fn into_route(self, target: &RunTarget<'_>) -> Result<Route, ApiError> {
         let route = self.route?;
         if route.mode() != target.mode() as i32 {
-            return Err(Rejection::wrong_mode(target.uid, target.is_session()));
+            return Err(ApiError::wrong_mode(target.uid, target.is_session()));
         }
         Ok(route)
     }

@@ -6,7 +6,7 @@ use kruntimes_proto::api::{self, ApiPath, SessionOp};
 use kruntimes_proto::ownership::v1::Mode;
 
 use crate::auth::{Target, Verb};
-use crate::rejection::Rejection;
+use kruntimes_proto::api::ApiError;
 
 /// The Run a request addresses, borrowed from its path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,7 +24,7 @@ pub struct RunTarget<'a> {
 impl<'a> RunTarget<'a> {
     /// Parses a request path (without query string); `400 InvalidPath` for
     /// anything but a Run route.
-    pub fn parse(path: &'a str) -> Result<Self, Rejection> {
+    pub fn parse(path: &'a str) -> Result<Self, ApiError> {
         let (namespace, runtime, uid, session) = match api::parse_path(path)? {
             ApiPath::Invoke {
                 namespace,
@@ -38,7 +38,7 @@ impl<'a> RunTarget<'a> {
                 op,
             } => (namespace, runtime, uid, Some(op)),
             ApiPath::Healthz | ApiPath::Readyz | ApiPath::Metrics => {
-                return Err(Rejection::not_a_run_route());
+                return Err(ApiError::not_a_run_route());
             }
         };
         Ok(Self {
@@ -63,10 +63,10 @@ impl<'a> RunTarget<'a> {
     }
 
     /// Rejects any other method than [`Self::method`] (405).
-    pub fn check_method(&self, method: &Method) -> Result<(), Rejection> {
+    pub fn check_method(&self, method: &Method) -> Result<(), ApiError> {
         let expected = self.method();
         if *method != expected {
-            return Err(Rejection::method_not_allowed(&expected));
+            return Err(ApiError::method_not_allowed(expected.as_str()));
         }
         Ok(())
     }

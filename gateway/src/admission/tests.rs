@@ -71,7 +71,7 @@ fn post(path: &str, token: &str) -> RequestHeader {
     )
 }
 
-async fn admit(f: &Fixture, req: &RequestHeader) -> (Result<(), Rejection>, Facts) {
+async fn admit(f: &Fixture, req: &RequestHeader) -> (Result<(), ApiError>, Facts) {
     let mut facts = Facts::default();
     let result = f.admission.admit(req, &mut facts).await;
     (result, facts)
@@ -155,7 +155,7 @@ async fn the_in_flight_limit_is_taken_only_after_authorization() {
     assert_eq!(first, Ok(()));
     // Made-up or missing tokens are 401 and take no slot, even when full.
     let (anon, _) = admit(&f, &request("POST", INVOKE, &[])).await;
-    assert_eq!(anon, Err(Rejection::missing_token()));
+    assert_eq!(anon, Err(ApiError::missing_token()));
     assert_eq!(
         code(&f, &post(INVOKE, "nobody")).await,
         ErrorCode::Unauthenticated
@@ -177,7 +177,7 @@ async fn the_in_flight_limit_is_taken_only_after_authorization() {
 async fn a_missing_token_is_401_before_an_unknown_uid_is_revealed() {
     let f = fixture(true, 10);
     let (result, facts) = admit(&f, &request("POST", UNKNOWN, &[])).await;
-    assert_eq!(result, Err(Rejection::missing_token()));
+    assert_eq!(result, Err(ApiError::missing_token()));
     assert_eq!(facts.subject(), None);
 }
 
@@ -212,7 +212,7 @@ async fn a_run_of_the_other_mode_is_404_after_authorization() {
     let f = fixture(true, 10);
     let path = "/v1/namespaces/default/runtimes/python/runs/5e55:invoke";
     let (result, facts) = admit(&f, &post(path, "alice")).await;
-    assert_eq!(result, Err(Rejection::wrong_mode("5e55", false)));
+    assert_eq!(result, Err(ApiError::wrong_mode("5e55", false)));
     assert_eq!(facts.subject(), Some("alice"));
 }
 

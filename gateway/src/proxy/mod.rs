@@ -2,7 +2,7 @@
 //!
 //! `request_filter` answers the health and version endpoints, reads the
 //! invocation id, then runs [`Admission`] — limits, target, authentication
-//! and authorization, route — answering its [`Rejection`] as typed JSON.
+//! and authorization, route — answering its [`ApiError`] as typed JSON.
 //! `upstream_peer` then names the owner ([`upstream`]),
 //! `upstream_request_filter` strips the bearer token and adds fencing
 //! headers, and `fail_to_proxy` turns upstream failures into 503/504
@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use kruntimes_proto::api::{self, SessionOp};
+use kruntimes_proto::api::{self, ApiError, SessionOp};
 use pingora::ErrorType;
 use pingora::apps::HttpServerOptions;
 use pingora::connectors::ConnectorOptions;
@@ -34,7 +34,7 @@ use crate::admission::{self, Admission, Facts, Limits};
 use crate::auth::cache::DecisionCache;
 use crate::listener::{Connections, InFlight};
 use crate::metrics::Metrics;
-use crate::rejection::Rejection;
+use crate::rejection;
 use crate::table::{self, Route, Table};
 use upstream::Fencing;
 
@@ -191,7 +191,7 @@ impl Gateway {
 }
 
 /// Answers `rejection` and ends the request (`Ok(true)`).
-async fn reject(session: &mut Session, ctx: &Ctx, rejection: &Rejection) -> Result<bool> {
+async fn reject(session: &mut Session, ctx: &Ctx, rejection: &ApiError) -> Result<bool> {
     respond::reject(session, &ctx.invocation_id, rejection).await?;
     drain(session).await;
     Ok(true)
@@ -386,7 +386,7 @@ impl ProxyHttp for Gateway {
             error = %e,
             "request failed"
         );
-        let status = match Rejection::of_proxy_failure(e) {
+        let status = match rejection::of_proxy_failure(e) {
             Some(rejection) if session.response_written().is_none() => {
                 if let Err(err) = respond::reject(session, &ctx.invocation_id, &rejection).await {
                     tracing::debug!(error = %err, "could not write error response");

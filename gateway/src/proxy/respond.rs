@@ -2,12 +2,10 @@
 //! and the plain bodies of the health and metrics endpoints.
 
 use bytes::Bytes;
-use kruntimes_proto::api::{self, ErrorBody, ErrorCode};
+use kruntimes_proto::api::{self, ApiError, ErrorCode};
 use pingora::Result;
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
-
-use crate::rejection::Rejection;
 
 /// The `x-kruntimes-invocation-id` value of an answer. Marked sensitive, so
 /// HTTP/2 sends it as a literal that is never indexed: every answer's id is
@@ -29,10 +27,10 @@ pub fn invocation_id_value(invocation_id: &str) -> Result<http::HeaderValue> {
 /// with `Retry-After` where the code calls for it.
 pub fn error_response(
     invocation_id: &str,
-    rejection: &Rejection,
+    rejection: &ApiError,
 ) -> Result<(ResponseHeader, Bytes)> {
     let code = rejection.code;
-    let body = ErrorBody::new(code, rejection.message.as_ref(), Some(invocation_id)).to_json();
+    let body = rejection.body(Some(invocation_id)).to_json();
     let mut resp = ResponseHeader::build(code.status(), Some(5))?;
     resp.insert_header(http::header::CONTENT_TYPE, "application/json")?;
     resp.insert_header(http::header::CONTENT_LENGTH, body.len().to_string())?;
@@ -50,7 +48,7 @@ pub fn error_response(
 pub async fn reject(
     session: &mut Session,
     invocation_id: &str,
-    rejection: &Rejection,
+    rejection: &ApiError,
 ) -> Result<()> {
     let (resp, body) = error_response(invocation_id, rejection)?;
     if matches!(
@@ -90,7 +88,7 @@ mod tests {
 
     #[test]
     fn errors_are_typed_json_carrying_the_invocation_id() {
-        let rejection = Rejection::new(ErrorCode::Forbidden, "eve may not");
+        let rejection = ApiError::new(ErrorCode::Forbidden, "eve may not");
         let (resp, body) = error_response("inv-1", &rejection).unwrap();
         assert_eq!(resp.status.as_u16(), 403);
         assert_eq!(header(&resp, "content-type"), Some("application/json"));
@@ -124,7 +122,7 @@ mod tests {
             ErrorCode::Overloaded,
             ErrorCode::AuthUnavailable,
         ] {
-            let (resp, _) = error_response("i", &Rejection::new(code, "later")).unwrap();
+            let (resp, _) = error_response("i", &ApiError::new(code, "later")).unwrap();
             assert_eq!(resp.status.as_u16(), 503);
             assert_eq!(header(&resp, "retry-after"), Some("1"), "{code:?}");
         }

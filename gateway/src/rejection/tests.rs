@@ -1,21 +1,24 @@
-use super::*;
 use crate::admission::LimitError;
+use crate::auth::{AuthError, Verb};
+use crate::rejection;
+use crate::table::RouteError;
+use kruntimes_proto::api::{ApiError, PathError};
 
-fn answer(r: &Rejection) -> (u16, &'static str, &str) {
+fn answer(r: &ApiError) -> (u16, &'static str, &str) {
     (r.status(), r.code.as_str(), r.message.as_ref())
 }
 
 #[test]
 fn path_errors_are_400_invalid_path() {
-    let r = Rejection::from(PathError::InvalidSegment("namespace"));
+    let r = ApiError::from(PathError::InvalidSegment("namespace"));
     assert_eq!(
         answer(&r),
         (400, "InvalidPath", "invalid namespace in path")
     );
-    let r = Rejection::from(PathError::UnknownRoute);
+    let r = ApiError::from(PathError::UnknownRoute);
     assert_eq!(answer(&r), (400, "InvalidPath", "no such route"));
     assert_eq!(
-        answer(&Rejection::not_a_run_route()),
+        answer(&ApiError::not_a_run_route()),
         (400, "InvalidPath", "not a Run route")
     );
 }
@@ -30,34 +33,34 @@ fn limit_violations_get_their_own_statuses() {
         (LimitError::Overloaded, 503, "Overloaded"),
     ];
     for (e, status, code) in cases {
-        let r = Rejection::from(e);
+        let r = ApiError::from(e);
         assert_eq!((r.status(), r.code.as_str()), (status, code), "{e:?}");
         assert_eq!(r.message, e.to_string());
     }
     assert_eq!(
-        Rejection::from(LimitError::BodyTooLarge(1024)).message,
+        ApiError::from(LimitError::BodyTooLarge(1024)).message,
         "body exceeds 1024 bytes"
     );
 }
 
 #[test]
 fn rejected_credentials_are_401_and_an_unreachable_backend_503() {
-    let r = Rejection::from(AuthError::Unauthenticated("token expired".into()));
+    let r = ApiError::from(AuthError::Unauthenticated("token expired".into()));
     assert_eq!(answer(&r), (401, "Unauthenticated", "token expired"));
-    let r = Rejection::from(AuthError::Unavailable("tokenreview timed out".into()));
+    let r = ApiError::from(AuthError::Unavailable("tokenreview timed out".into()));
     assert_eq!(
         answer(&r),
         (503, "AuthUnavailable", "tokenreview timed out")
     );
     assert_eq!(
-        answer(&Rejection::missing_token()),
+        answer(&ApiError::missing_token()),
         (401, "Unauthenticated", "missing bearer token")
     );
 }
 
 #[test]
 fn denied_callers_are_told_who_they_are_and_what_they_may_not_use() {
-    let r = Rejection::forbidden("eve", Verb::Session, "team-a");
+    let r = ApiError::forbidden("eve", Verb::Session.as_str(), "team-a");
     assert_eq!(
         answer(&r),
         (
@@ -70,28 +73,28 @@ fn denied_callers_are_told_who_they_are_and_what_they_may_not_use() {
 
 #[test]
 fn unknown_runs_are_404_and_unroutable_runs_503() {
-    let r = Rejection::from(RouteError::NotFound);
-    assert_eq!(r, Rejection::unknown_run());
+    let r = ApiError::from(RouteError::NotFound);
+    assert_eq!(r, ApiError::unknown_run());
     assert_eq!(
         answer(&r),
         (404, "NotFound", "no such run in this namespace and runtime")
     );
-    let r = Rejection::from(RouteError::NotReady("run is not ready"));
+    let r = ApiError::from(RouteError::NotReady("run is not ready"));
     assert_eq!(answer(&r), (503, "NotReady", "run is not ready"));
-    let r = Rejection::from(RouteError::Stale("owner is unreachable"));
+    let r = ApiError::from(RouteError::Stale("owner is unreachable"));
     assert_eq!(
         answer(&r),
         (503, "OwnerUnavailable", "owner is unreachable")
     );
-    let r = Rejection::wrong_mode("u1", true);
+    let r = ApiError::wrong_mode("u1", true);
     assert_eq!(answer(&r), (404, "NotFound", "run u1 is not a session run"));
-    let r = Rejection::wrong_mode("u1", false);
+    let r = ApiError::wrong_mode("u1", false);
     assert_eq!(r.message, "run u1 is not a function run");
 }
 
 #[test]
 fn other_methods_are_405_naming_the_one_the_route_takes() {
-    let r = Rejection::method_not_allowed(&http::Method::GET);
+    let r = ApiError::method_not_allowed(http::Method::GET.as_str());
     assert_eq!(
         answer(&r),
         (405, "MethodNotAllowed", "this route takes GET")
@@ -99,7 +102,7 @@ fn other_methods_are_405_naming_the_one_the_route_takes() {
 }
 
 fn proxy_failure(etype: pingora::ErrorType) -> Option<(u16, &'static str)> {
-    let r = Rejection::of_proxy_failure(&pingora::Error::new(etype))?;
+    let r = rejection::of_proxy_failure(&pingora::Error::new(etype))?;
     Some((r.status(), r.code.as_str()))
 }
 
@@ -117,10 +120,10 @@ fn owners_that_cannot_be_reached_are_503_and_slow_ones_504() {
     for etype in [ReadTimedout, WriteTimedout] {
         assert_eq!(proxy_failure(etype), Some((504, "DeadlineExceeded")));
     }
-    let r = Rejection::of_proxy_failure(&pingora::Error::new(ReadTimedout)).unwrap();
+    let r = rejection::of_proxy_failure(&pingora::Error::new(ReadTimedout)).unwrap();
     assert_eq!(r.message, "owner did not answer before the deadline");
     let upstream = pingora::Error::new(ConnectionClosed).into_up();
-    let r = Rejection::of_proxy_failure(&upstream).unwrap();
+    let r = rejection::of_proxy_failure(&upstream).unwrap();
     assert_eq!(
         answer(&r),
         (503, "OwnerUnavailable", "owner is unreachable")
@@ -130,7 +133,7 @@ fn owners_that_cannot_be_reached_are_503_and_slow_ones_504() {
 #[test]
 fn streamed_bodies_over_the_limit_are_413() {
     let e = pingora::Error::explain(pingora::ErrorType::HTTPStatus(413), "over").into_down();
-    let r = Rejection::of_proxy_failure(&e).unwrap();
+    let r = rejection::of_proxy_failure(&e).unwrap();
     assert_eq!(
         answer(&r),
         (413, "PayloadTooLarge", "request body over the limit")
@@ -143,10 +146,10 @@ fn clients_that_went_away_get_no_answer_and_other_client_errors_400() {
     for etype in [WriteError, ReadError, ConnectionClosed] {
         let name = etype.as_str();
         let e = pingora::Error::new(etype).into_down();
-        assert_eq!(Rejection::of_proxy_failure(&e), None, "{name}");
+        assert_eq!(rejection::of_proxy_failure(&e), None, "{name}");
     }
     let e = pingora::Error::new(InvalidHTTPHeader).into_down();
-    let r = Rejection::of_proxy_failure(&e).unwrap();
+    let r = rejection::of_proxy_failure(&e).unwrap();
     assert_eq!(answer(&r), (400, "BadRequest", "request failed"));
     assert_eq!(proxy_failure(InternalError), Some((500, "Internal")));
 }

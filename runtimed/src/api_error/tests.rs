@@ -65,11 +65,11 @@ async fn finished_routes_are_decorated_whatever_their_outcome() {
 fn stream_events_carry_the_same_error_object() {
     let e = ApiError::new(ErrorCode::Internal, "operation was dropped");
     assert_eq!(
-        e.detail(Some("inv-1")),
+        detail(&e, Some("inv-1")),
         serde_json::json!({"code": "Internal", "message": "operation was dropped", "invocationId": "inv-1"})
     );
     assert_eq!(
-        e.detail(None),
+        detail(&e, None),
         serde_json::json!({"code": "Internal", "message": "operation was dropped"})
     );
 }

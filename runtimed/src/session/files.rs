@@ -36,7 +36,7 @@ pub async fn mutate(mut client: Client, req: rt::FileOperationRequest) -> Result
         .file_operation(req)
         .await
         .map(drop)
-        .map_err(|s| api_error(s.into()).message)
+        .map_err(|s| api_error(s.into()).message.into_owned())
 }
 
 /// Reads a whole file (≤ 32 MiB).

@@ -187,8 +187,10 @@ fn stream(h: &Arc<HostedSession>, op: ops::Operation, r: &Reply<'_>) -> Result<R
             },
             Err(_) => Event::Failed {
                 sequence: seq,
-                error: ApiError::new(ErrorCode::Internal, "operation was dropped")
-                    .detail(Some(&invocation_id)),
+                error: crate::api_error::detail(
+                    &ApiError::new(ErrorCode::Internal, "operation was dropped"),
+                    Some(&invocation_id),
+                ),
             },
         };
         let _ = tx.send(Ok(line(&last))).await;

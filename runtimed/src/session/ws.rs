@@ -48,7 +48,7 @@ async fn expiry(expires: Option<std::time::SystemTime>) {
 
 /// A `failed` event; `operation_id` names the operation it ends, if any.
 fn failure(e: impl Into<ApiError>, operation_id: Option<&str>) -> Value {
-    let mut error = e.into().detail(None);
+    let mut error = crate::api_error::detail(&e.into(), None);
     if let Some(id) = operation_id {
         error["operationId"] = id.into();
     }

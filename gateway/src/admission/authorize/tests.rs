@@ -38,18 +38,18 @@ fn other_schemes_empty_tokens_and_no_header_are_401_missing_token() {
         assert_eq!(bearer(&authorization(value)), None, "{value:?}");
         assert_eq!(
             require_bearer(&authorization(value)),
-            Err(Rejection::missing_token())
+            Err(ApiError::missing_token())
         );
     }
     assert_eq!(
         require_bearer(&HeaderMap::new()),
-        Err(Rejection::missing_token())
+        Err(ApiError::missing_token())
     );
 }
 
 /// Authorizes `token` for Run `u1` of `team-a`, named `run_name` by the
 /// table (`None`: unknown UID).
-async fn decision(token: &str, run_name: Option<&str>) -> Result<String, Rejection> {
+async fn decision(token: &str, run_name: Option<&str>) -> Result<String, ApiError> {
     authorize(&cache(), token, &target("team-a"), run_name)
         .await
         .map(|id| id.subject.clone())
@@ -66,7 +66,10 @@ async fn an_allowed_caller_gets_its_subject() {
 #[tokio::test]
 async fn an_authenticated_caller_without_the_grant_is_403() {
     let r = decision("eve", Some("hello")).await.unwrap_err();
-    assert_eq!(r, Rejection::forbidden("eve", Verb::Invoke, "team-a"));
+    assert_eq!(
+        r,
+        ApiError::forbidden("eve", Verb::Invoke.as_str(), "team-a")
+    );
     assert_eq!(r.status(), 403);
 }
 
@@ -82,7 +85,7 @@ async fn an_invalid_token_is_401_whether_or_not_the_run_exists() {
 async fn an_unknown_run_is_404_once_the_caller_is_authenticated() {
     // Even a caller with no grant at all: the UID names no Run to check.
     for token in ["alice", "eve"] {
-        assert_eq!(decision(token, None).await, Err(Rejection::unknown_run()));
+        assert_eq!(decision(token, None).await, Err(ApiError::unknown_run()));
     }
 }
 
@@ -108,10 +111,14 @@ fn outcomes_become_the_subject_or_a_rejection() {
     );
     assert_eq!(
         decide(Outcome::Denied(alice), &t).map(|id| id.subject.clone()),
-        Err(Rejection::forbidden("alice", Verb::Session, "team-a"))
+        Err(ApiError::forbidden(
+            "alice",
+            Verb::Session.as_str(),
+            "team-a"
+        ))
     );
     assert_eq!(
         decide(Outcome::Unauthenticated("token expired".into()), &t).map(|id| id.subject.clone()),
-        Err(Rejection::unauthenticated("token expired"))
+        Err(ApiError::unauthenticated("token expired"))
     );
 }

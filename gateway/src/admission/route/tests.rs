@@ -37,7 +37,7 @@ fn table(now: Instant) -> Table {
 }
 
 /// The route of `t`, looked up in `table` at `now`.
-fn route(table: &Table, t: &RunTarget<'_>, now: Instant) -> Result<Route, Rejection> {
+fn route(table: &Table, t: &RunTarget<'_>, now: Instant) -> Result<Route, ApiError> {
     lookup(table, t, now).into_route(t)
 }
 
@@ -57,7 +57,7 @@ fn an_unknown_uid_is_404_and_has_no_name() {
     let now = Instant::now();
     let l = lookup(&table(now), &invoke("nope"), now);
     assert_eq!(l.run_name(), None);
-    assert_eq!(l.into_route(&invoke("nope")), Err(Rejection::unknown_run()));
+    assert_eq!(l.into_route(&invoke("nope")), Err(ApiError::unknown_run()));
 }
 
 #[test]
@@ -69,7 +69,7 @@ fn a_uid_of_another_namespace_or_runtime_is_404_and_has_no_name() {
     ] {
         let l = lookup(&table(now), &t, now);
         assert_eq!(l.run_name(), None);
-        assert_eq!(l.into_route(&t), Err(Rejection::unknown_run()));
+        assert_eq!(l.into_route(&t), Err(ApiError::unknown_run()));
     }
 }
 
@@ -77,7 +77,7 @@ fn a_uid_of_another_namespace_or_runtime_is_404_and_has_no_name() {
 fn a_run_of_the_other_mode_is_404() {
     let now = Instant::now();
     let r = route(&table(now), &invoke("s1"), now).unwrap_err();
-    assert_eq!(r, Rejection::wrong_mode("s1", false));
+    assert_eq!(r, ApiError::wrong_mode("s1", false));
     let session = target("default", "python", "f1", Some(SessionOp::Status));
     let r = route(&table(now), &session, now).unwrap_err();
     assert_eq!(

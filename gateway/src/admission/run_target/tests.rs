@@ -72,7 +72,7 @@ fn health_and_metrics_paths_are_not_run_routes() {
     for path in ["/healthz", "/readyz", "/metrics"] {
         assert_eq!(
             RunTarget::parse(path).unwrap_err(),
-            Rejection::not_a_run_route()
+            ApiError::not_a_run_route()
         );
     }
 }
