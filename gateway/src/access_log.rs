@@ -18,7 +18,7 @@
 use std::cell::RefCell;
 use std::time::{Duration, SystemTime};
 
-use kruntimes_support::logbuf::LogBuffer;
+use kruntimes_process::logbuf::LogBuffer;
 use serde::Serialize;
 
 /// The tracing target the line is filtered and labelled under.
@@ -54,7 +54,7 @@ thread_local! {
 }
 
 impl AccessLog {
-    /// Logs into `buffer` (the one [`kruntimes_support::init_buffered_logging`]
+    /// Logs into `buffer` (the one [`kruntimes_process::init_buffered_logging`]
     /// drains).
     pub fn new(buffer: LogBuffer) -> Self {
         Self { buffer }

@@ -46,7 +46,7 @@ use crate::proxy::{Gateway, Upstream};
 use crate::table::Table;
 use crate::watch::InternalTls;
 
-pub use kruntimes_support::init_logging;
+pub use kruntimes_process::init_logging;
 
 /// `GET /version`: this build (no secret, no configuration). The commit is
 /// what `KRUNTIMES_GIT_COMMIT` said at build time (image builds set it).
@@ -208,7 +208,7 @@ fn upstream(args: &Args) -> anyhow::Result<Upstream> {
 pub fn run(args: Args) -> anyhow::Result<()> {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     // The access log is written on the request path: buffered, off it.
-    let log = kruntimes_support::init_buffered_logging();
+    let log = kruntimes_process::init_buffered_logging();
     let served = serve(args, log.clone());
     // The last batch: the requests served while draining, or what was
     // logged before a setup error. A refused write is counted, not fatal.
@@ -217,21 +217,21 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 }
 
 /// [`run`], with its log buffer.
-fn serve(args: Args, log: kruntimes_support::logbuf::LogBuffer) -> anyhow::Result<()> {
+fn serve(args: Args, log: kruntimes_process::logbuf::LogBuffer) -> anyhow::Result<()> {
     // Its memory holds the TLS keys and callers' tokens.
-    kruntimes_support::confine::forbid_inspection()?;
+    kruntimes_process::confine::forbid_inspection()?;
     if args.https_listen.is_none() && args.http_listen.is_none() {
         anyhow::bail!("at least one of --https-listen and --http-listen is required");
     }
     let listeners = usize::from(args.https_listen.is_some())
         + usize::from(args.http_listen.is_some())
         + usize::from(args.metrics_listen.is_some());
-    kruntimes_support::listen::check_bound_against_limit(
+    kruntimes_process::listen::check_bound_against_limit(
         "gateway",
         args.max_connections,
         listeners,
         256,
-        kruntimes_support::listen::raise_open_file_limit(),
+        kruntimes_process::listen::raise_open_file_limit(),
     );
     let metrics = Arc::new(Metrics::new()?);
     metrics.watch_log_drops(log.dropped());
@@ -239,7 +239,7 @@ fn serve(args: Args, log: kruntimes_support::logbuf::LogBuffer) -> anyhow::Resul
         args.staleness_secs,
     ))));
     let connections = Arc::new(listener::Connections::default());
-    let limits = kruntimes_support::listen::Limits {
+    let limits = kruntimes_process::listen::Limits {
         max_connections: args.max_connections,
         handshake: Duration::from_millis(args.handshake_timeout_ms),
     };
@@ -248,7 +248,7 @@ fn serve(args: Args, log: kruntimes_support::logbuf::LogBuffer) -> anyhow::Resul
     // thread later.
     let counters = metrics.clone();
     let parts = |name: &'static str, addr: &str, tls| {
-        let stats = Arc::new(kruntimes_support::listen::Stats::default());
+        let stats = Arc::new(kruntimes_process::listen::Stats::default());
         counters.watch_listener(name, stats.clone());
         let counts = listener::ListenerMetrics {
             open: counters.open_connections.with_label_values(&[name]),

@@ -1,5 +1,5 @@
 //! The gateway's public listeners: the bounded accept loop shared with the
-//! other daemons ([`kruntimes_support::listen`]) in front of Pingora's HTTP
+//! other daemons ([`kruntimes_process::listen`]) in front of Pingora's HTTP
 //! proxy, so a flood of unauthenticated sockets cannot take the process's
 //! descriptors or keep slots forever.
 //!
@@ -36,7 +36,7 @@ use pingora::server::ListenFds;
 use pingora::server::ShutdownWatch;
 use prometheus::{IntCounter, IntGauge};
 
-use kruntimes_support::listen::{self, Limits, Stats};
+use kruntimes_process::listen::{self, Limits, Stats};
 
 mod connections;
 mod workers;

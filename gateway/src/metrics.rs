@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use kruntimes_support::listen::Stats;
+use kruntimes_process::listen::Stats;
 use prometheus::{
     Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
     Registry,
@@ -39,7 +39,7 @@ pub struct Metrics {
     /// The hot series, resolved once: an invoke's latency and its 200s.
     pub invoke: HotSeries,
     listeners: std::sync::Mutex<Vec<(&'static str, Arc<Stats>)>>,
-    log_drops: std::sync::OnceLock<kruntimes_support::logbuf::Dropped>,
+    log_drops: std::sync::OnceLock<kruntimes_process::logbuf::Dropped>,
 }
 
 /// Series of the `invoke` route resolved at start, so the request path does
@@ -73,7 +73,7 @@ impl Metrics {
 
     /// Reports `counter` (the log writer's dropped lines) as
     /// `log_lines_dropped_total`.
-    pub fn watch_log_drops(&self, counter: kruntimes_support::logbuf::Dropped) {
+    pub fn watch_log_drops(&self, counter: kruntimes_process::logbuf::Dropped) {
         let _ = self.log_drops.set(counter);
     }
 }

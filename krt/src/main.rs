@@ -340,7 +340,7 @@ fn main() -> anyhow::Result<()> {
     // (`krt up` the signing key and the control plane's): out of reach of
     // other processes of this uid, user code above all.
     if !matches!(cli.command, Command::RuntimeServer { .. }) {
-        kruntimes_support::confine::forbid_inspection()?;
+        kruntimes_process::confine::forbid_inspection()?;
     }
     match cli.command {
         Command::Gateway {

@@ -284,8 +284,8 @@ async fn first_certificates(
 /// Runs the operator until SIGTERM or Ctrl-C.
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    kruntimes_support::init_logging();
-    kruntimes_support::confine::forbid_inspection()?;
+    kruntimes_process::init_logging();
+    kruntimes_process::confine::forbid_inspection()?;
     let client = kruntimes_support::kube::client(args.kubeconfig.as_deref()).await?;
     let ca_configmap = match &args.ca_configmap {
         Some(s) => Some(
@@ -355,7 +355,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             watch_tls,
         },
         listener,
-        kruntimes_support::shutdown_signal(),
+        kruntimes_process::shutdown_signal(),
     )
     .await
 }

@@ -88,7 +88,7 @@ fn parse_socket_mode(s: &str) -> Result<u32, String> {
     }
 }
 
-pub use kruntimes_support::{init_logging, shutdown_signal};
+pub use kruntimes_process::{init_logging, shutdown_signal};
 
 /// Runs `args`: the shim (exits with its child's status) or the server.
 /// `shim_prefix` is what the executable needs before `shim` to reach this
@@ -134,8 +134,8 @@ fn confine(args: &ServeArgs) -> anyhow::Result<()> {
     for (tree, protected) in &plan.refused {
         tracing::warn!(tree = %tree.display(), protected = %protected.display(), "not allowlisted: it would reach a protected path");
     }
-    let c = kruntimes_support::confine::Confinement::with_system(&plan.read_only, &plan.read_write);
-    let done = kruntimes_support::confine::confine(&c).context("confine the runtime server")?;
+    let c = kruntimes_process::confine::Confinement::with_system(&plan.read_only, &plan.read_write);
+    let done = kruntimes_process::confine::confine(&c).context("confine the runtime server")?;
     if done.landlock_full {
         tracing::info!(
             read_only = plan.read_only.len(),
@@ -233,12 +233,11 @@ pub async fn serve(
         functions,
         until_stopped(stopped.clone()),
     ));
-    let serving = service
-        .routes(&mut tonic::transport::Server::builder())
-        .serve_with_incoming_shutdown(
-            UnixListenerStream::new(listener),
-            until_stopped(stopped.clone()),
-        );
+    let serving = tonic::transport::Server::builder().serve_with_incoming_shutdown(
+        service.routes(),
+        UnixListenerStream::new(listener),
+        until_stopped(stopped.clone()),
+    );
     tokio::pin!(serving);
     let ended = tokio::select! {
         r = &mut serving => Some(r),

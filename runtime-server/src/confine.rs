@@ -1,6 +1,6 @@
 //! What the Runtime Server — and so every user process it starts — may
 //! reach of the file system, decided once at start-up and applied with
-//! [`kruntimes_support::confine`] before any thread or process exists.
+//! [`kruntimes_process::confine`] before any thread or process exists.
 //!
 //! The allowlist is a pure function of what the server is told and what it
 //! finds ([`plan`]): the system trees, the directories on its `PATH` (and

@@ -20,6 +20,7 @@ use tonic::{Request, Response, Status};
 
 use crate::error::Error;
 use crate::function::Functions;
+use crate::routes::Routes;
 use crate::session::{Sessions, exec, files};
 use crate::validate;
 
@@ -53,29 +54,21 @@ impl Service {
         })
     }
 
-    /// The three tonic services, with the contract's message limits, on
-    /// `builder`.
-    pub fn routes(
-        self: &Arc<Self>,
-        builder: &mut tonic::transport::Server,
-    ) -> tonic::transport::server::Router {
+    /// The three tonic services, with the contract's message limits, as
+    /// one service to serve.
+    pub fn routes(self: &Arc<Self>) -> Routes {
         let handle = Handle(self.clone());
-        builder
-            .add_service(
-                RuntimeServerServer::new(handle.clone())
-                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                    .max_encoding_message_size(MAX_MESSAGE_BYTES),
-            )
-            .add_service(
-                FunctionRuntimeServer::new(handle.clone())
-                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                    .max_encoding_message_size(MAX_MESSAGE_BYTES),
-            )
-            .add_service(
-                SessionRuntimeServer::new(handle)
-                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                    .max_encoding_message_size(MAX_MESSAGE_BYTES),
-            )
+        Routes::new(
+            RuntimeServerServer::new(handle.clone())
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            FunctionRuntimeServer::new(handle.clone())
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            SessionRuntimeServer::new(handle)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        )
     }
 
     /// Stops everything (shutdown).

@@ -113,7 +113,7 @@ pub struct Args {
     pub kubeconfig: Option<PathBuf>,
 }
 
-pub use kruntimes_support::{init_logging, shutdown_signal};
+pub use kruntimes_process::{init_logging, shutdown_signal};
 
 /// The dataplane and gRPC listener on `addr`: the one handed over, or a
 /// new one.
@@ -176,13 +176,13 @@ pub async fn run(args: Args, handed_over: Option<std::net::TcpListener>) -> anyh
     // runtimed holds the keys and (in Kubernetes) the ServiceAccount token:
     // no process of its uid without CAP_SYS_PTRACE may read its memory or
     // environment.
-    kruntimes_support::confine::forbid_inspection()?;
-    kruntimes_support::listen::check_bound_against_limit(
+    kruntimes_process::confine::forbid_inspection()?;
+    kruntimes_process::listen::check_bound_against_limit(
         "runtimed",
         args.max_connections,
         1,
         128,
-        kruntimes_support::listen::raise_open_file_limit(),
+        kruntimes_process::listen::raise_open_file_limit(),
     );
     if args.kubernetes && (args.pod_uid.is_none() || args.pod_namespace.is_none()) {
         anyhow::bail!("--kubernetes needs --pod-uid and --pod-namespace (from the downward API)");
@@ -298,14 +298,14 @@ pub async fn run(args: Args, handed_over: Option<std::net::TcpListener>) -> anyh
         anyhow::bail!("no listener");
     };
     tracing::info!(name = %args.name, pod_uid = %pod_uid, address = %address, "runtimed serving");
-    let stats = std::sync::Arc::new(kruntimes_support::listen::Stats::default());
+    let stats = std::sync::Arc::new(kruntimes_process::listen::Stats::default());
     if let Some(addr) = args.metrics_listen {
         let l = tokio::net::TcpListener::bind(addr).await?;
         tokio::spawn(crate::metrics::serve(l, stats.clone(), sessions.clone()));
     }
     let cfg = ServeConfig {
         listener,
-        limits: kruntimes_support::listen::Limits {
+        limits: kruntimes_process::listen::Limits {
             max_connections: args.max_connections,
             handshake: Duration::from_millis(args.handshake_timeout_ms),
         },

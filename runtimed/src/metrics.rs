@@ -121,7 +121,7 @@ pub fn registration(ok: bool) {
 }
 
 /// Brings the connection counters up to `stats`.
-fn sync_connections(m: &Metrics, stats: &kruntimes_support::listen::Stats) {
+fn sync_connections(m: &Metrics, stats: &kruntimes_process::listen::Stats) {
     for (event, now) in [
         (
             "refused_at_bound",
@@ -140,7 +140,7 @@ fn sync_connections(m: &Metrics, stats: &kruntimes_support::listen::Stats) {
 
 /// The Prometheus text of every metric; `pending` is the number of session
 /// operations queued or running now.
-pub fn render(stats: Option<&kruntimes_support::listen::Stats>, pending: i64) -> Vec<u8> {
+pub fn render(stats: Option<&kruntimes_process::listen::Stats>, pending: i64) -> Vec<u8> {
     let Some(m) = get() else {
         return Vec::new();
     };
@@ -154,7 +154,7 @@ pub fn render(stats: Option<&kruntimes_support::listen::Stats>, pending: i64) ->
 /// Serves `GET /metrics` on `listener` until the process ends.
 pub async fn serve(
     listener: tokio::net::TcpListener,
-    stats: Arc<kruntimes_support::listen::Stats>,
+    stats: Arc<kruntimes_process::listen::Stats>,
     sessions: Arc<crate::session::Sessions>,
 ) {
     kruntimes_support::metrics::serve(listener, move || {
@@ -173,7 +173,7 @@ mod tests {
         invocation("function_error", 0.01);
         registration(true);
         registration(false);
-        let stats = kruntimes_support::listen::Stats::default();
+        let stats = kruntimes_process::listen::Stats::default();
         stats.refused_at_bound.fetch_add(3, Ordering::Relaxed);
         let text = String::from_utf8(render(Some(&stats), 2)).unwrap();
         for needle in [

@@ -1,69 +1,10 @@
-//! Process plumbing shared by the kruntimes daemons (operator, runtimed,
-//! gateway, `krt up`, the Runtime Server): JSON logging, the shutdown
-//! signal, process confinement ([`confine`]: Landlock, capabilities,
-//! `no_new_privs`, non-dumpable), the bounded accept loop of every TCP
-//! listener ([`listen`]), and the Kubernetes client, reflector
-//! caches and finalizer patch that the operator and runtimed's cluster
-//! adapter both use. Nothing here decides anything about a Run.
+//! The cluster side of the daemons' plumbing (operator, runtimed's
+//! Kubernetes adapter, the gateway, `krt`): the Kubernetes client, the
+//! reflector caches and the finalizer patch ([`kube`]), and the Prometheus
+//! listener ([`metrics`]). Nothing here decides anything about a Run.
+//! What every process needs, the Runtime Server included, is in the
+//! kube-free `kruntimes-process`.
 #![forbid(unsafe_code)]
 
-pub mod confine;
 pub mod kube;
-pub mod listen;
-pub mod logbuf;
 pub mod metrics;
-
-/// JSON logs to stderr, filtered by `RUST_LOG` (default `info`). Calling it
-/// twice is harmless.
-pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .json()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
-}
-
-/// [`init_logging`] for a process that logs on its request path (the
-/// gateway's access log): lines go through a [`logbuf::LogBuffer`],
-/// written to stderr in batches by a thread of their own, so a request
-/// never waits on a write or makes a system call to log (an idle process
-/// does not wake that thread at all). Returns the buffer: lines formatted
-/// elsewhere ([`logbuf::LogBuffer::push`]) join the same stream, and its
-/// counter of lines dropped when full feeds a metric.
-pub fn init_buffered_logging() -> logbuf::LogBuffer {
-    let buf = logbuf::LogBuffer::new(logbuf::MAX_PENDING);
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // Already installed (a second call): the lines pushed directly still
-    // need a writer, so the buffer is drained either way.
-    let _ = tracing_subscriber::fmt()
-        .json()
-        .with_env_filter(filter)
-        .with_writer(buf.clone())
-        .try_init();
-    if buf
-        .drain_to(std::io::stderr(), logbuf::FLUSH_EVERY)
-        .is_err()
-    {
-        // No thread to write with: nothing will be logged. Say so once.
-        eprintln!("kruntimes: cannot start the log writer thread; logs are lost");
-    }
-    buf
-}
-
-/// Resolves on SIGTERM or Ctrl-C.
-pub async fn shutdown_signal() {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        }
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
-}

@@ -3,9 +3,9 @@
 //! cluster-wide table.
 
 use kruntimes_certs::TlsFiles;
+use kruntimes_process::listen::{self, Limits, Listener};
 use kruntimes_proto::ownership::v1::ownership_table_server::OwnershipTableServer;
 use kruntimes_proto::watch::Publisher;
-use kruntimes_support::listen::{self, Limits, Listener};
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
 fn read(path: &std::path::Path) -> anyhow::Result<Vec<u8>> {

@@ -8,7 +8,7 @@ pub mod controller;
 mod rpc;
 pub mod store;
 
-use kruntimes_support::listen::{self, Limits, Listener};
+use kruntimes_process::listen::{self, Limits, Listener};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //! certificate from the internal CA; the peer's common name then decides what
 //! it may call.
 //!
-//! The port holds under abuse ([`kruntimes_support::listen`]): accept errors
+//! The port holds under abuse ([`kruntimes_process::listen`]): accept errors
 //! never end the loop, connections are bounded, a TLS handshake has a
 //! deadline, and so do the request headers of an HTTP/1 connection.
 
@@ -14,7 +14,7 @@ use axum::Router;
 use axum::routing::any;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::service::TowerToHyperService;
-use kruntimes_support::listen::{self, Limits, Listener, Stats};
+use kruntimes_process::listen::{self, Limits, Listener, Stats};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;

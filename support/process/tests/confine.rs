@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use kruntimes_support::confine::{Confinement, confine, forbid_inspection};
+use kruntimes_process::confine::{Confinement, confine, forbid_inspection};
 
 const PROBE_ENV: &str = "KRUNTIMES_CONFINE_PROBE_DIR";
 
