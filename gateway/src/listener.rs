@@ -38,12 +38,14 @@ use prometheus::{IntCounter, IntGauge};
 
 use kruntimes_process::listen::{self, Limits, Stats};
 
+mod bind;
 mod connections;
 mod workers;
 
+pub use bind::{Binder, https_acceptor};
 use connections::{Connection, between_requests_for, idle_for};
 pub use connections::{Connections, InFlight};
-pub use workers::{WorkerService, Workers};
+pub use workers::Workers;
 
 /// Counters of one listener, beside its [`Stats`].
 #[derive(Debug, Clone)]
@@ -108,11 +110,15 @@ impl<A> PublicListener<A> {
         connections: Arc<Connections>,
         stats: Arc<Stats>,
         metrics: ListenerMetrics,
-    ) -> anyhow::Result<Self> {
-        let socket = std::net::TcpListener::bind(&config.addr)
-            .map_err(|e| anyhow::anyhow!("bind {} ({}): {e}", config.addr, config.name))?;
-        socket.set_nonblocking(true)?;
-        let local = socket.local_addr()?;
+    ) -> crate::Result<Self> {
+        let bind = |source| crate::Error::Bind {
+            name: config.name,
+            addr: config.addr.clone(),
+            source,
+        };
+        let socket = std::net::TcpListener::bind(&config.addr).map_err(bind)?;
+        socket.set_nonblocking(true).map_err(bind)?;
+        let local = socket.local_addr().map_err(bind)?;
         Ok(Self {
             name: config.name,
             socket: Some(socket),
@@ -140,26 +146,19 @@ impl<A> PublicListener<A> {
         connections: Arc<Connections>,
         stats: Arc<Stats>,
         metrics: ListenerMetrics,
-    ) -> anyhow::Result<Self> {
-        anyhow::ensure!(
-            apps.len() == workers.len(),
-            "{} apps for {} workers",
-            apps.len(),
-            workers.len()
-        );
+    ) -> crate::Result<Self> {
+        if apps.len() != workers.len() || apps.is_empty() {
+            let why = format!("{} apps for {} workers", apps.len(), workers.len());
+            return Err(crate::Error::setup("listener", why));
+        }
         let mut apps = apps.into_iter();
         let first = apps
             .next()
-            .ok_or_else(|| anyhow::anyhow!("a listener needs a worker"))?;
+            .ok_or_else(|| crate::Error::setup("listener", "a listener needs a worker"))?;
         let mut listener = Self::bind(config, first, connections, stats, metrics)?;
         listener.apps.extend(apps);
         listener.workers = Some(workers);
         Ok(listener)
-    }
-
-    /// The bound address.
-    pub fn local_addr(&self) -> SocketAddr {
-        self.local
     }
 }
 

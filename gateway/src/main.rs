@@ -8,5 +8,6 @@ static ALLOCATOR: kruntimes_alloc::Allocator = kruntimes_alloc::Allocator;
 
 fn main() -> anyhow::Result<()> {
     kruntimes_alloc::tune();
-    kruntimes_gateway::run(kruntimes_gateway::Args::parse())
+    let config = kruntimes_gateway::Args::parse().into_config()?;
+    Ok(kruntimes_gateway::run(config)?)
 }

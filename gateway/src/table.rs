@@ -212,11 +212,6 @@ impl Table {
         self.control.entries.len()
     }
 
-    /// Whether there are no assignments.
-    pub fn is_empty(&self) -> bool {
-        self.control.entries.is_empty()
-    }
-
     /// The name of the Run with this UID in that namespace/Runtime, if the
     /// control plane knows it (routable or not).
     pub fn run_name(&self, namespace: &str, runtime: &str, uid: &str) -> Option<String> {

@@ -351,7 +351,7 @@ fn main() -> anyhow::Result<()> {
                 exit_with_parent();
             }
             // Pingora owns its runtimes; run it outside of any tokio runtime.
-            kruntimes_gateway::run(*args)
+            Ok(kruntimes_gateway::run(args.into_config()?)?)
         }
         Command::Runtimed {
             args,

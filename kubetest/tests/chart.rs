@@ -489,7 +489,7 @@ fn every_rendered_flag_is_one_the_binaries_parse() {
             std::iter::once("kruntimes-gateway".to_string()).chain(gw.clone()),
         )
         .unwrap_or_else(|e| panic!("{}: the gateway refuses {gw:?}: {e}", r.what));
-        assert_eq!(parsed.auth, kruntimes_gateway::config::AuthMode::Kubernetes);
+        assert_eq!(parsed.auth, kruntimes_gateway::AuthMode::Kubernetes);
         assert!(parsed.access_log);
         assert_eq!(parsed.https_listen.is_some(), parsed.tls_cert.is_some());
         // The Pod outlives the gateway's shutdown grace by 10 s.

@@ -23,7 +23,9 @@ pub mod limits;
 pub mod route;
 pub mod run_target;
 
-pub use limits::{InFlight, InFlightLimit, LimitError, Limits};
+#[cfg(test)]
+pub use limits::LimitError;
+pub use limits::{InFlight, InFlightLimit, Limits};
 pub use run_target::RunTarget;
 
 use std::sync::{Arc, RwLock};

@@ -10,6 +10,7 @@ pub mod cache;
 pub mod jwt;
 pub mod kube;
 pub mod policy;
+pub mod setup;
 #[cfg(test)]
 pub(crate) mod testing;
 

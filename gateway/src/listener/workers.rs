@@ -73,11 +73,6 @@ impl Workers {
         self.workers.len()
     }
 
-    /// Whether there are none (never: [`Self::new`] makes one at least).
-    pub fn is_empty(&self) -> bool {
-        self.workers.is_empty()
-    }
-
     /// The Pingora service that runs worker `index` on `threads` threads
     /// (the server's when `None`).
     pub fn service(self: &Arc<Self>, index: usize, threads: Option<usize>) -> WorkerService {

@@ -92,7 +92,7 @@ pub fn build(
     server: &HttpServerOptions,
     client: &ConnectorOptions,
     workers: usize,
-) -> anyhow::Result<Vec<Arc<HttpProxy<Gateway>>>> {
+) -> crate::Result<Vec<Arc<HttpProxy<Gateway>>>> {
     let upstream = gateway.upstream.clone();
     // In service before the connectors load their files: a rotation while
     // they load leaves every peer carrying its pair.
@@ -107,9 +107,11 @@ pub fn build(
             service
                 .app_logic_mut()
                 .map(|built| Arc::new(std::mem::replace(built, stand_in)))
-                .ok_or_else(|| anyhow::anyhow!("Pingora built a proxy service without its proxy"))
+                .ok_or_else(|| {
+                    crate::Error::setup("proxy", "Pingora built a proxy service without its proxy")
+                })
         })
-        .collect::<anyhow::Result<Vec<_>>>()?;
+        .collect::<crate::Result<Vec<_>>>()?;
     upstream.connector_loaded(loaded);
     Ok(proxies)
 }

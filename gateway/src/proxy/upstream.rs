@@ -44,6 +44,30 @@ pub struct Upstream {
 }
 
 impl Upstream {
+    /// The upstream of `config`: its client pair loaded (and reloaded when
+    /// rotated), its internal CA checked.
+    pub fn from_config(config: &crate::Config) -> crate::Result<Self> {
+        let internal = &config.internal;
+        // Checked here for a clear error: Pingora's connector panics on a
+        // CA bundle it cannot load.
+        kruntimes_certs::check_ca_bundle(&internal.ca)
+            .map_err(|e| crate::Error::setup("internal CA", e))?;
+        let cert_key = client_cert(&internal.client_cert, &internal.client_key).map_err(|e| {
+            crate::Error::setup(
+                "client certificate",
+                format!("load {}: {e}", internal.client_cert.display()),
+            )
+        })?;
+        cert_key.watch(config.listen.tls_reload);
+        Ok(Self {
+            cert_key,
+            connector_pair: Arc::default(),
+            server_name: internal.runtimed_server_name.clone(),
+            connect_timeout: config.connect_timeout,
+            default_timeout: config.default_timeout,
+        })
+    }
+
     /// The peer of `route`'s owner; `websocket` for a session socket.
     pub fn peer(&self, route: &Route, websocket: bool) -> Result<HttpPeer> {
         let addr: SocketAddr = route.address().parse().map_err(|_| {

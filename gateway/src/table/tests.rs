@@ -151,7 +151,7 @@ fn reconnect_resnapshot_restores_routing_and_drops_deleted_runs() {
         t.route("default", "python", "u1", now + Duration::from_secs(20)),
         Err(RouteError::NotFound)
     );
-    assert!(t.is_empty());
+    assert_eq!(t.len(), 0);
 }
 
 #[test]

@@ -2,8 +2,9 @@
 //! runtimed, gateway, `krt up`) and the untrusted Runtime Server alike: JSON
 //! logging ([`init_logging`], and [`logbuf`] for a process that logs on its
 //! request path), the shutdown signal, process confinement ([`confine`]:
-//! Landlock, capabilities, `no_new_privs`, non-dumpable) and the bounded
-//! accept loop of every TCP listener ([`listen`]).
+//! Landlock, capabilities, `no_new_privs`, non-dumpable), the bounded
+//! accept loop of every TCP listener ([`listen`]) and the rule every
+//! daemon's flags follow ([`config`]: each also an environment variable).
 //!
 //! Nothing here knows Kubernetes, a Run or a credential: the Runtime
 //! Server links this crate and nothing of the cluster side
@@ -11,6 +12,7 @@
 //! use).
 #![forbid(unsafe_code)]
 
+pub mod config;
 pub mod confine;
 pub mod listen;
 pub mod logbuf;

@@ -14,9 +14,9 @@ pub mod access_review;
 pub mod sa_keys;
 pub mod token_review;
 
-pub use access_review::{SubjectAccessReviewAuthorizer, access_review};
+pub use access_review::SubjectAccessReviewAuthorizer;
 pub use sa_keys::ServiceAccountJwtAuthenticator;
-pub use token_review::{TokenReviewAuthenticator, jwt_expiry};
+pub use token_review::TokenReviewAuthenticator;
 
 use std::fmt::Debug;
 use std::time::{Duration, Instant};
