@@ -143,11 +143,6 @@ fn serve(config: Config, log: kruntimes_process::logbuf::LogBuffer) -> Result<()
         256,
         kruntimes_process::listen::raise_open_file_limit(),
     );
-    // Fail at start on unreadable files; later reads follow rotations.
-    let internal = &config.internal;
-    for p in [&internal.ca, &internal.client_cert, &internal.client_key] {
-        error::read(p)?;
-    }
     let metrics = Arc::new(Metrics::new()?);
     metrics.watch_log_drops(log.dropped());
     let table = Arc::new(RwLock::new(Table::new(config.staleness)));
@@ -166,6 +161,11 @@ fn serve(config: Config, log: kruntimes_process::logbuf::LogBuffer) -> Result<()
         }
         None => None,
     };
+    // Then fail at start on unreadable files; later reads follow rotations.
+    let internal = &config.internal;
+    for p in [&internal.ca, &internal.client_cert, &internal.client_key] {
+        error::read(p)?;
+    }
     let auth = auth::setup::decision_cache(&config.auth, &config.cache, &metrics)?;
     let mut gateway = Gateway::new(
         table.clone(),

@@ -192,7 +192,7 @@ enum Command {
     #[command(hide = true)]
     Runtimed {
         #[command(flatten)]
-        args: Box<kruntimes_runtimed::cli::Args>,
+        args: Box<kruntimes_runtimed::Args>,
         /// Exit when the parent process exits.
         #[arg(long)]
         exit_with_parent: bool,
@@ -201,7 +201,7 @@ enum Command {
     #[command(hide = true)]
     RuntimeServer {
         #[command(flatten)]
-        args: kruntimes_runtime_server::cli::Args,
+        args: kruntimes_runtime_server::Args,
         /// Exit when the parent process exits.
         #[arg(long)]
         exit_with_parent: bool,
@@ -210,7 +210,7 @@ enum Command {
     #[command(hide = true)]
     Operator {
         #[command(flatten)]
-        args: Box<kruntimes_operator::cli::Args>,
+        args: Box<kruntimes_operator::Args>,
         /// Exit when the parent process exits.
         #[arg(long)]
         exit_with_parent: bool,
@@ -359,13 +359,14 @@ fn main() -> anyhow::Result<()> {
         } => {
             // Before any thread (the parent watch's, the runtime's): it
             // edits the environment.
-            let handed_over = kruntimes_runtimed::cli::handed_over_listener()?;
+            let config = args.into_config()?;
+            let handed_over = kruntimes_runtimed::handed_over_listener()?;
             if e {
                 exit_with_parent();
             }
-            kruntimes_runtimed::cli::init_logging();
-            tokio::runtime::Runtime::new()?
-                .block_on(kruntimes_runtimed::cli::run(*args, handed_over))
+            kruntimes_runtimed::init_logging();
+            let runtime = tokio::runtime::Runtime::new()?;
+            Ok(runtime.block_on(kruntimes_runtimed::run(config, handed_over))?)
         }
         Command::RuntimeServer {
             args,
@@ -374,7 +375,7 @@ fn main() -> anyhow::Result<()> {
             if e {
                 exit_with_parent();
             }
-            kruntimes_runtime_server::cli::main(args, &["runtime-server"])
+            Ok(kruntimes_runtime_server::main(args, &["runtime-server"])?)
         }
         Command::Operator {
             args,
@@ -383,7 +384,8 @@ fn main() -> anyhow::Result<()> {
             if e {
                 exit_with_parent();
             }
-            tokio::runtime::Runtime::new()?.block_on(kruntimes_operator::cli::run(*args))
+            let config = args.into_config()?;
+            Ok(tokio::runtime::Runtime::new()?.block_on(kruntimes_operator::run(config))?)
         }
         Command::Up(args) => {
             let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();

@@ -469,7 +469,7 @@ mod tests {
         assert!(metrics_address_taken(taken));
         // The public address is the user's choice: reported, not replaced.
         assert!(!metrics_address_taken(
-            "Error: bind 127.0.0.1:8443 (https): Address already in use (os error 98)"
+            "Error: cannot listen for https on 127.0.0.1:8443: Address already in use (os error 98)"
         ));
         // A metrics address that is bad for another reason stays an error.
         assert!(!metrics_address_taken(

@@ -422,7 +422,7 @@ fn krt_up_reports_a_gateway_that_cannot_start_in_its_own_words() {
         &["up", "--gateway-addr", &addr],
     );
     fails_with(out.clone(), 1, "the gateway exited during start-up");
-    fails_with(out, 1, &format!("bind {addr} (https)"));
+    fails_with(out, 1, &format!("cannot listen for https on {addr}"));
 }
 
 /// `krt runtimed` as `krt up` starts it (TLS files, a Runtime Server

@@ -17,7 +17,7 @@ use std::collections::BTreeSet;
 use chart_support::*;
 use k8s_openapi::api::core::v1::Service;
 use kruntimes_kubetest::helm::chart_dir;
-use kruntimes_operator::cli::{InternalTls, PublicTlsArg};
+use kruntimes_operator::{InternalTls, PublicTlsArg};
 
 #[test]
 fn chart_app_version_is_the_workspace_version() {
@@ -468,13 +468,16 @@ fn every_rendered_flag_is_one_the_binaries_parse() {
     );
     for r in &renders {
         let op = args(&r.operator());
-        let parsed = kruntimes_operator::cli::Args::try_parse_from(
+        let parsed = kruntimes_operator::Args::try_parse_from(
             std::iter::once("kruntimes-operator".to_string()).chain(op.clone()),
         )
         .unwrap_or_else(|e| panic!("{}: the operator refuses {op:?}: {e}", r.what));
         assert_eq!(parsed.system_namespace, NAMESPACE);
         assert_eq!(parsed.internal_tls, InternalTls::Managed, "{}", r.what);
-        kruntimes_operator::cli::managed_tls(&parsed)
+        parsed
+            .clone()
+            .into_config()
+            .map(|c| c.managed_tls().cloned())
             .unwrap_or_else(|e| panic!("{}: {e:#}", r.what))
             .expect("managed TLS");
         assert_eq!(

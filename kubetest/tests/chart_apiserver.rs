@@ -262,7 +262,12 @@ async fn helm_install_upgrade_and_uninstall_keep_what_the_operator_owns() {
     // ConfigMap.
     let operator = operator_client(&server).await;
     let cli = operator_cli(&Rendered::new(&helm, &[], &[]));
-    let tls = kruntimes_operator::cli::managed_tls(&cli).unwrap().unwrap();
+    let tls = cli
+        .clone()
+        .into_config()
+        .map(|c| c.managed_tls().cloned())
+        .unwrap()
+        .unwrap();
     let done = certificates::ensure(&operator, &tls)
         .await
         .unwrap_or_else(|e| panic!("the first pass as the operator: {e:#}"));
@@ -323,7 +328,10 @@ async fn helm_install_upgrade_and_uninstall_keep_what_the_operator_owns() {
     );
     assert_eq!(owners(&secrets.get(&internal_ca).await.unwrap()).len(), 1);
     let keep = operator_cli(&Rendered::new(&helm, &[], &["tls.keepAfterUninstall=true"]));
-    let keep = kruntimes_operator::cli::managed_tls(&keep)
+    let keep = keep
+        .clone()
+        .into_config()
+        .map(|c| c.managed_tls().cloned())
         .unwrap()
         .unwrap();
     certificates::ensure(&operator, &keep)
@@ -450,7 +458,12 @@ async fn helm_install_upgrade_and_uninstall_keep_what_the_operator_owns() {
         &[&values],
         &["operator.extraSecretNamespaces={team-a}"],
     ));
-    let tls = kruntimes_operator::cli::managed_tls(&cli).unwrap().unwrap();
+    let tls = cli
+        .clone()
+        .into_config()
+        .map(|c| c.managed_tls().cloned())
+        .unwrap()
+        .unwrap();
     let done = certificates::ensure(&operator, &tls)
         .await
         .unwrap_or_else(|e| panic!("existingSecret as the operator: {e:#}"));

@@ -4,10 +4,17 @@
 //! custom resources, Runtime Deployments, finalizers). Both are thin
 //! adapters over the same pure parts — the lifecycle core of
 //! `kruntimes-api` and the capacity [`scheduler`] — and both publish the
-//! ownership table the gateway routes from.
+//! ownership table the gateway routes from. The operator's entry is
+//! [`run`], from flags ([`Args`]) validated into a [`Config`].
 #![forbid(unsafe_code)]
 
-pub mod cli;
 pub mod cluster;
+mod config;
+mod daemon;
 pub mod embedded;
+mod error;
 pub mod scheduler;
+
+pub use config::{Args, Config, ConfigError, InternalTls, InternalTlsConfig, PublicTlsArg};
+pub use daemon::run;
+pub use error::{Error, Result};

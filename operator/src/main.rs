@@ -5,5 +5,6 @@ use clap::Parser;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    kruntimes_operator::cli::run(kruntimes_operator::cli::Args::parse()).await
+    let config = kruntimes_operator::Args::parse().into_config()?;
+    Ok(kruntimes_operator::run(config).await?)
 }

@@ -12,36 +12,40 @@
 //! the worker's tree with it, so it can never shift the worker's replies
 //! onto the next caller.
 //!
-//! - [`cli`]: flags and the main loop; [`service`]: the contract's three
+//! - [`Args`] validated once into a [`Config`], and [`main`]/[`serve`]
+//!   (the `daemon` module); `service`: the contract's three
 //!   gRPC services over [`validate`]d requests, served as one by
-//!   [`routes`]; [`error`]: the one error and its status codes;
-//!   [`lease`]: the worker fast path, Python workers' pipes handed to
-//!   runtimed with SCM_RIGHTS; [`direct`]: the direct invoke path,
+//!   `routes`; [`error`]: the one error and its status codes;
+//!   `lease`: the worker fast path, Python workers' pipes handed to
+//!   runtimed with SCM_RIGHTS; `direct`: the direct invoke path,
 //!   `InvokeFunction` without HTTP/2 (Bash functions' hot path).
-//! - [`function`]: registrations and their backends; [`session`]:
+//! - [`function`]: registrations and their backends; `session`:
 //!   workspaces, commands and files.
-//! - [`confine`]: what of the file system the server and its user code
+//! - `confine`: what of the file system the server and its user code
 //!   may reach.
-//! - [`contain`], [`env`], [`source`], [`logs`], [`held`]: process trees,
+//! - [`contain`], `env`, `source`, `logs`, `held`: process trees,
 //!   the user processes' environment, inline source, their stderr, what is
 //!   held per Run UID.
 #![forbid(unsafe_code)]
 
-pub mod accept;
-pub mod cli;
-pub mod confine;
+mod accept;
+mod config;
+mod confine;
 pub mod contain;
-pub mod direct;
-pub mod env;
+mod daemon;
+mod direct;
+mod env;
 pub mod error;
 pub mod function;
-pub mod held;
-pub mod lease;
-pub mod logs;
-pub mod routes;
-pub mod service;
-pub mod session;
-pub mod source;
+mod held;
+mod lease;
+mod logs;
+mod routes;
+mod service;
+mod session;
+mod source;
 pub mod validate;
 
+pub use config::{Args, Config, ConfigError, Mode, ServeArgs};
+pub use daemon::{ServeError, init_logging, main, serve, shutdown_signal};
 pub use error::{Error, Result};

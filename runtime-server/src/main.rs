@@ -3,5 +3,6 @@
 use clap::Parser;
 
 fn main() -> anyhow::Result<()> {
-    kruntimes_runtime_server::cli::main(kruntimes_runtime_server::cli::Args::parse(), &[])
+    kruntimes_runtime_server::main(kruntimes_runtime_server::Args::parse(), &[])?;
+    Ok(())
 }

@@ -16,20 +16,32 @@
 //! ownership table), [`registration`] (the registration table and its
 //! rules), [`runtime`] (the link to the Runtime Server), [`api_error`] (the
 //! API error and its rendering) and [`periodic`] (background passes).
+//!
+//! Its surface is small: flags ([`Args`]) validated into a [`Config`], the
+//! listener handed over by whoever started it
+//! ([`handed_over_listener`]), and [`run`] ([`daemon`]).
 #![forbid(unsafe_code)]
 
-pub mod api_error;
-pub mod cli;
-pub mod cluster;
-pub mod dataplane;
-pub mod function;
-pub mod host;
-pub mod local;
-pub mod metrics;
-pub mod periodic;
-pub mod registration;
-pub mod runtime;
-pub mod session;
+mod api_error;
+mod cluster;
+mod config;
+mod daemon;
+mod dataplane;
+mod error;
+mod function;
+mod host;
+mod listener;
+mod local;
+mod metrics;
+mod periodic;
+mod registration;
+mod runtime;
+mod session;
 
-pub use dataplane::{ServeConfig, serve};
-pub use function::{Engine, EngineConfig};
+pub use config::{Args, Config, ConfigError, KubernetesConfig, TlsConfig};
+pub use daemon::run;
+pub use dataplane::PeerPolicy;
+pub use error::{Error, Result};
+pub use function::EngineConfig;
+pub use kruntimes_process::init_logging;
+pub use listener::handed_over_listener;

@@ -3,9 +3,10 @@
 use clap::Parser;
 
 fn main() -> anyhow::Result<()> {
-    let args = kruntimes_runtimed::cli::Args::parse();
+    let config = kruntimes_runtimed::Args::parse().into_config()?;
     // Before the runtime's threads: it edits the environment.
-    let handed_over = kruntimes_runtimed::cli::handed_over_listener()?;
-    kruntimes_runtimed::cli::init_logging();
-    tokio::runtime::Runtime::new()?.block_on(kruntimes_runtimed::cli::run(args, handed_over))
+    let handed_over = kruntimes_runtimed::handed_over_listener()?;
+    kruntimes_runtimed::init_logging();
+    let runtime = tokio::runtime::Runtime::new()?;
+    Ok(runtime.block_on(kruntimes_runtimed::run(config, handed_over))?)
 }

@@ -12,11 +12,6 @@ use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Reg
 /// The process's metrics.
 pub struct Metrics {
     registry: Registry,
-    /// Invocations finished, by `outcome` (`ok`, `function_error`,
-    /// `timeout`, `worker_crashed`, `error`).
-    pub invocations: IntCounterVec,
-    /// Their duration, by `outcome`.
-    pub invocation_duration: HistogramVec,
     /// Registrations, by `result` (`ok`, `refused`).
     pub registrations: IntCounterVec,
     /// Session operations queued or running, over every session.
@@ -24,13 +19,24 @@ pub struct Metrics {
     /// What the TLS port did, by `event` (`refused_at_bound`,
     /// `accept_error`, `handshake_timeout`).
     pub connections: IntCounterVec,
-    /// The children of `invocations` and `invocation_duration` for each of
-    /// [`OUTCOMES`], resolved once: the invocation path does no label lookup.
+    /// The children of `invocations_total` and
+    /// `invocation_duration_seconds` (by `outcome`) for each of
+    /// [`OUTCOMES`], resolved once: the invocation path does no label
+    /// lookup.
     by_outcome: Vec<(prometheus::IntCounter, prometheus::Histogram)>,
 }
 
 /// The invocation outcomes, as labelled.
-pub const OUTCOMES: [&str; 5] = ["ok", "function_error", "timeout", "worker_crashed", "error"];
+/// `abandoned`: its caller went away before it ended. `error`, the last,
+/// also counts any outcome not listed.
+pub const OUTCOMES: [&str; 6] = [
+    "ok",
+    "function_error",
+    "timeout",
+    "worker_crashed",
+    "abandoned",
+    "error",
+];
 
 fn build() -> prometheus::Result<Metrics> {
     let registry = Registry::new_custom(Some("kruntimes_runtimed".into()), None)?;
@@ -81,8 +87,6 @@ fn build() -> prometheus::Result<Metrics> {
     Ok(Metrics {
         by_outcome,
         registry,
-        invocations,
-        invocation_duration,
         registrations,
         session_operations,
         connections,

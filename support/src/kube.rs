@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use anyhow::Context as _;
 use futures::StreamExt;
 use kruntimes_api::{FINALIZER, Run};
 use kube::api::{Api, Patch, PatchParams};
@@ -13,18 +12,41 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 
+/// Why no Kubernetes client could be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The kubeconfig named could not be read or used.
+    #[error("kubeconfig {}: {source}", path.display())]
+    Kubeconfig {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: kube::config::KubeconfigError,
+    },
+    /// No kubeconfig named, and none found (nor an in-cluster
+    /// configuration).
+    #[error("no kubeconfig and no in-cluster configuration: {0}")]
+    Infer(#[from] kube::config::InferConfigError),
+    /// The configuration does not make a client.
+    #[error("kubernetes client: {0}")]
+    Client(#[from] kube::Error),
+}
+
 /// A client from `kubeconfig`, or else `KUBECONFIG` / `~/.kube/config`, or
 /// else the in-cluster configuration.
-pub async fn client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
+pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client, ClientError> {
     let config = match kubeconfig {
         Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("read kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
+            let bad = |source| ClientError::Kubeconfig {
+                path: path.to_owned(),
+                source,
+            };
+            let kc = kube::config::Kubeconfig::read_from(path).map_err(bad)?;
+            kube::Config::from_custom_kubeconfig(kc, &Default::default())
+                .await
+                .map_err(bad)?
         }
-        None => kube::Config::infer()
-            .await
-            .context("no kubeconfig and no in-cluster configuration")?,
+        None => kube::Config::infer().await?,
     };
     Ok(kube::Client::try_from(config)?)
 }
@@ -63,7 +85,7 @@ where
 
 /// Adds or removes the cleanup finalizer, guarded by the Run's
 /// `resourceVersion`; returns the updated Run.
-pub async fn set_finalizer(client: &kube::Client, run: &Run, add: bool) -> anyhow::Result<Run> {
+pub async fn set_finalizer(client: &kube::Client, run: &Run, add: bool) -> kube::Result<Run> {
     let mut finalizers: Vec<String> = run.finalizers().to_vec();
     finalizers.retain(|f| f != FINALIZER);
     if add {
@@ -82,7 +104,6 @@ pub async fn set_finalizer(client: &kube::Client, run: &Run, add: bool) -> anyho
             &Patch::Merge(patch),
         )
         .await
-        .map_err(Into::into)
 }
 
 /// A JSON merge patch turning `old` into `new` (removed keys become null).

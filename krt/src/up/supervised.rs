@@ -209,10 +209,10 @@ mod tests {
 
     #[test]
     fn a_failure_is_the_last_error_report_without_its_backtrace() {
-        let log = "{\"level\":\"INFO\"}\nError: first\nError: bind 127.0.0.1:1 (https): Address in use\n\nCaused by:\n    x\n\nStack backtrace:\n   0: main\n";
+        let log = "{\"level\":\"INFO\"}\nError: first\nError: cannot listen for https on 127.0.0.1:1: Address in use\n\nCaused by:\n    x\n\nStack backtrace:\n   0: main\n";
         assert_eq!(
             failure_of(log),
-            "Error: bind 127.0.0.1:1 (https): Address in use\n\nCaused by:\n    x"
+            "Error: cannot listen for https on 127.0.0.1:1: Address in use\n\nCaused by:\n    x"
         );
         assert_eq!(failure_of("Error: at once\n"), "Error: at once");
         // A panic or a kill leaves no report: the end of the log.

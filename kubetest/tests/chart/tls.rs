@@ -6,8 +6,8 @@ use std::collections::BTreeSet;
 
 use super::chart_support::*;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kruntimes_operator::cli::{InternalTls, PublicTlsArg};
 use kruntimes_operator::cluster::certificates::PublicTls;
+use kruntimes_operator::{InternalTls, PublicTlsArg};
 use serde_json::Value;
 
 /// The TLS modes: `(ci file, public TLS of the operator, gateway serving Secret, whether the
@@ -45,7 +45,12 @@ fn a_plain_http_gateway_has_no_public_tls_to_issue_or_publish() {
     let a = operator_cli(&Rendered::ci(&helm, "protocols-http-values.yaml"));
     assert_eq!(a.internal_tls, InternalTls::Managed);
     assert_eq!(a.public_tls, PublicTlsArg::None);
-    let m = kruntimes_operator::cli::managed_tls(&a).unwrap().unwrap();
+    let m = a
+        .clone()
+        .into_config()
+        .map(|c| c.managed_tls().cloned())
+        .unwrap()
+        .unwrap();
     assert_eq!(m.public, PublicTls::None);
 }
 
@@ -93,7 +98,10 @@ fn the_operator_manages_the_internal_tls_and_the_public_tls_of_its_mode() {
             a.tls_cert.is_none() && a.tls_key.is_none() && a.client_ca.is_none(),
             "{what}"
         );
-        let m = kruntimes_operator::cli::managed_tls(&a)
+        let m = a
+            .clone()
+            .into_config()
+            .map(|c| c.managed_tls().cloned())
             .unwrap()
             .expect("managed TLS");
         assert_eq!(m.namespace, NAMESPACE, "{what}");

@@ -169,10 +169,10 @@ pub fn secret_of_volume(t: &PodTemplateSpec, name: &str) -> Option<String> {
 }
 
 /// The operator's rendered arguments, parsed by its own flag parser.
-pub fn operator_cli(r: &Rendered) -> kruntimes_operator::cli::Args {
+pub fn operator_cli(r: &Rendered) -> kruntimes_operator::Args {
     use clap::Parser as _;
     let a = args(&r.operator());
-    kruntimes_operator::cli::Args::try_parse_from(
+    kruntimes_operator::Args::try_parse_from(
         std::iter::once("kruntimes-operator".to_string()).chain(a.clone()),
     )
     .unwrap_or_else(|e| panic!("{}: the operator refuses {a:?}: {e}", r.what))

@@ -9,6 +9,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kruntimes_api::MAX_CA_BUNDLE_BYTES;
 use kube::api::Api;
 
+use crate::error::Doing as _;
+
 /// How long the CA bundle read from the ConfigMap is reused.
 pub const CA_REFRESH: Duration = Duration::from_secs(10);
 
@@ -48,13 +50,14 @@ impl CaBundle {
     }
 
     /// `Ok(None)` when the ConfigMap or its key is absent.
-    async fn read(&self, client: &kube::Client) -> anyhow::Result<Option<String>> {
+    async fn read(&self, client: &kube::Client) -> crate::Result<Option<String>> {
         let Some((ns, name)) = self.source.as_ref() else {
             return Ok(None);
         };
         let Some(cm) = Api::<ConfigMap>::namespaced(client.clone(), ns)
             .get_opt(name)
-            .await?
+            .await
+            .doing(|| format!("read ConfigMap {ns}/{name}"))?
         else {
             return Ok(None);
         };

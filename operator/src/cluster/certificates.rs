@@ -23,7 +23,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use anyhow::Context as _;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kruntimes_api::Runtime;
@@ -36,6 +35,7 @@ use time::OffsetDateTime;
 
 mod owners;
 
+use crate::error::Doing as _;
 pub use owners::Owners;
 use owners::adopt;
 
@@ -166,16 +166,16 @@ fn secret(
 }
 
 /// Creates `s`, or replaces the existing one at its `resourceVersion`.
-async fn write(api: &Api<Secret>, s: Secret) -> anyhow::Result<()> {
+async fn write(api: &Api<Secret>, s: Secret) -> crate::Result<()> {
     let name = s.name_any();
     if s.metadata.resource_version.is_some() {
         api.replace(&name, &PostParams::default(), &s)
             .await
-            .with_context(|| format!("replace Secret {name}"))?;
+            .doing(|| format!("replace Secret {name}"))?;
     } else {
         api.create(&PostParams::default(), &s)
             .await
-            .with_context(|| format!("create Secret {name}"))?;
+            .doing(|| format!("create Secret {name}"))?;
     }
     Ok(())
 }
@@ -189,11 +189,11 @@ async fn ensure_ca(
     owners: &Owners,
     now: OffsetDateTime,
     out: &mut Ensured,
-) -> anyhow::Result<CaState> {
+) -> crate::Result<CaState> {
     let held = api
         .get_opt(name)
         .await
-        .with_context(|| format!("read Secret {name}"))?;
+        .doing(|| format!("read Secret {name}"))?;
     let field = |key: &str| held.as_ref().map(|s| text(s, key)).unwrap_or_default();
     let (cert, key) = (field("tls.crt"), field("tls.key"));
     let (next_cert, next_key, previous) =
@@ -302,12 +302,12 @@ async fn ensure_leaf(
     owners: &Owners,
     now: OffsetDateTime,
     out: &mut Ensured,
-) -> anyhow::Result<()> {
+) -> crate::Result<()> {
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let held = api
         .get_opt(name)
         .await
-        .with_context(|| format!("read Secret {namespace}/{name}"))?;
+        .doing(|| format!("read Secret {namespace}/{name}"))?;
     let (cert, key, bundle) = held
         .as_ref()
         .map(|s| (text(s, "tls.crt"), text(s, "tls.key"), text(s, "ca.crt")))
@@ -353,7 +353,7 @@ async fn ensure_leaf(
 }
 
 /// One pass: every CA, leaf and the bundle ConfigMap made current.
-pub async fn ensure(client: &kube::Client, cfg: &ManagedTls) -> anyhow::Result<Ensured> {
+pub async fn ensure(client: &kube::Client, cfg: &ManagedTls) -> crate::Result<Ensured> {
     ensure_at(client, cfg, OffsetDateTime::now_utc()).await
 }
 
@@ -363,7 +363,7 @@ pub async fn ensure_at(
     client: &kube::Client,
     cfg: &ManagedTls,
     now: OffsetDateTime,
-) -> anyhow::Result<Ensured> {
+) -> crate::Result<Ensured> {
     let mut out = Ensured::default();
     let api: Api<Secret> = Api::namespaced(client.clone(), &cfg.namespace);
     let days = cfg.lifetimes.leaf_days;
@@ -460,7 +460,7 @@ pub async fn ensure_at(
     let runtimes = Api::<Runtime>::all(client.clone())
         .list(&ListParams::default())
         .await
-        .context("list Runtimes")?;
+        .doing(|| "list Runtimes".into())?;
     namespaces.extend(runtimes.items.iter().filter_map(|r| r.namespace()));
     for ns in &namespaces {
         // Elsewhere, the Runtimes that need it own it: it goes with the last.
@@ -524,13 +524,13 @@ async fn publish_bundle(
     cfg: &ManagedTls,
     bundle: &str,
     owners: &Owners,
-) -> anyhow::Result<()> {
+) -> crate::Result<()> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &cfg.namespace);
     let name = &cfg.ca_configmap;
     let held = api
         .get_opt(name)
         .await
-        .with_context(|| format!("read ConfigMap {name}"))?;
+        .doing(|| format!("read ConfigMap {name}"))?;
     if let Some(cm) = held.as_ref().filter(|c| {
         c.data
             .as_ref()
@@ -554,9 +554,13 @@ async fn publish_bundle(
     cm.metadata.owner_references =
         owners.resolved(cm.metadata.owner_references.as_deref().unwrap_or_default());
     if cm.metadata.resource_version.is_some() {
-        api.replace(name, &PostParams::default(), &cm).await?;
+        api.replace(name, &PostParams::default(), &cm)
+            .await
+            .doing(|| format!("replace ConfigMap {name}"))?;
     } else {
-        api.create(&PostParams::default(), &cm).await?;
+        api.create(&PostParams::default(), &cm)
+            .await
+            .doing(|| format!("create ConfigMap {name}"))?;
     }
     tracing::info!(configmap = %name, "public CA bundle published");
     Ok(())
@@ -564,21 +568,29 @@ async fn publish_bundle(
 
 /// Writes the ownership watch's own material (from `<prefix>-operator`)
 /// to `dir` as `tls.crt`, `tls.key` and `ca.crt` (the key 0600).
-pub async fn write_own(client: &kube::Client, cfg: &ManagedTls, dir: &Path) -> anyhow::Result<()> {
+pub async fn write_own(client: &kube::Client, cfg: &ManagedTls, dir: &Path) -> crate::Result<()> {
     let api: Api<Secret> = Api::namespaced(client.clone(), &cfg.namespace);
     let name = format!("{}-operator", cfg.internal_prefix);
     let s = api
         .get(&name)
         .await
-        .with_context(|| format!("read Secret {name}"))?;
-    std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+        .doing(|| format!("read Secret {name}"))?;
+    std::fs::create_dir_all(dir).map_err(|source| crate::Error::File {
+        what: "create",
+        path: dir.to_owned(),
+        source,
+    })?;
     for (key, private) in [("tls.crt", false), ("ca.crt", false), ("tls.key", true)] {
         let path = dir.join(key);
         let body = text(&s, key);
         if private {
             kruntimes_certs::write_private(&path, body.as_bytes())?;
         } else {
-            std::fs::write(&path, body).with_context(|| format!("write {}", path.display()))?;
+            std::fs::write(&path, body).map_err(|source| crate::Error::File {
+                what: "write",
+                path: path.clone(),
+                source,
+            })?;
         }
     }
     Ok(())

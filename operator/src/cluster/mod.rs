@@ -25,7 +25,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use anyhow::Context as _;
 use k8s_openapi::api::core::v1::Pod;
 use kruntimes_api::{Run, Runtime};
 use kruntimes_certs::TlsFiles;
@@ -37,6 +36,7 @@ use kube::api::Api;
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 
+use crate::error::Doing as _;
 use decide::{Op, Settings};
 use views::RUNTIME_LABEL;
 use workloads::PodSettings;
@@ -84,7 +84,7 @@ pub async fn run(
     cfg: ClusterConfig,
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<()> {
+) -> crate::Result<()> {
     let notify = Arc::new(tokio::sync::Notify::new());
     let runs = spawn_reflector(
         Api::<Run>::all(client.clone()),
@@ -107,8 +107,8 @@ pub async fn run(
             runs.wait_until_ready().await?;
             pods.wait_until_ready().await?;
             runtimes.wait_until_ready().await
-        } => r.context("initial list")?,
-        _ = tokio::time::sleep(Duration::from_secs(60)) => anyhow::bail!("initial list timed out"),
+        } => r?,
+        _ = tokio::time::sleep(Duration::from_secs(60)) => return Err(crate::Error::InitialListTimedOut),
     }
     tracing::info!("operator caches synced");
     let mut op = Operator {
@@ -190,7 +190,7 @@ pub async fn run(
 impl Operator {
     /// One global decision pass over every Run, then the Runtimes and the
     /// published table.
-    async fn pass(&mut self) -> anyhow::Result<()> {
+    async fn pass(&mut self) -> crate::Result<()> {
         let settings = Settings {
             gateway_url: self.cfg.gateway_url.clone(),
             ca_bundle: self.ca.get(&self.client).await,
@@ -232,8 +232,12 @@ impl Operator {
                 "finalizer"
             };
             let result = match &op {
-                Op::AddFinalizer { .. } => set_finalizer(&self.client, run, true).await,
-                Op::RemoveFinalizer { .. } => set_finalizer(&self.client, run, false).await,
+                Op::AddFinalizer { .. } => set_finalizer(&self.client, run, true)
+                    .await
+                    .doing(|| format!("add the finalizer of {namespace}/{name}")),
+                Op::RemoveFinalizer { .. } => set_finalizer(&self.client, run, false)
+                    .await
+                    .doing(|| format!("remove the finalizer of {namespace}/{name}")),
                 Op::Status { status, .. } => {
                     tracing::info!(
                         namespace = %namespace,
@@ -250,7 +254,7 @@ impl Operator {
             if let Some(m) = metrics::get() {
                 let outcome = match &result {
                     Ok(_) => "ok",
-                    Err(e) if writes::is_stale(e) => "conflict",
+                    Err(e) if e.is_stale() => "conflict",
                     Err(_) => "error",
                 };
                 m.writes.with_label_values(&[kind, outcome]).inc();
@@ -280,7 +284,7 @@ impl Operator {
                 }
                 // A conflict means a newer version exists (or the Run is
                 // gone): the next pass decides again on it.
-                Err(e) if writes::is_stale(&e) => {
+                Err(e) if e.is_stale() => {
                     tracing::debug!(error = %e, "operation not applied: stale decision")
                 }
                 Err(e) => failed.push(format!("{namespace}/{name}: {e}")),
@@ -308,7 +312,10 @@ impl Operator {
             .replace_all(views::ownership_entries(&after, &pods));
         match failed.as_slice() {
             [] => Ok(()),
-            [first, ..] => anyhow::bail!("{} writes failed, first {first}", failed.len()),
+            [first, ..] => Err(crate::Error::Writes {
+                failed: failed.len(),
+                first: first.clone(),
+            }),
         }
     }
 }

@@ -13,6 +13,7 @@ use serde_json::json;
 
 use super::decide::PodInfo;
 use super::workloads::{self, PodSettings};
+use crate::error::Doing as _;
 
 /// Applies `rt`'s Deployment and Service when their rendered content changed
 /// since the last apply recorded in `applied`, then writes its status.
@@ -22,7 +23,7 @@ pub(super) async fn reconcile(
     settings: &PodSettings,
     rt: &Runtime,
     pods: &[PodInfo],
-) -> anyhow::Result<()> {
+) -> crate::Result<()> {
     let ns = rt.namespace().unwrap_or_default();
     let key = format!("{ns}/{}", rt.name_any());
     let deployment = workloads::deployment(rt, settings);
@@ -36,13 +37,15 @@ pub(super) async fn reconcile(
         d["kind"] = json!("Deployment");
         Api::<Deployment>::namespaced(client.clone(), &ns)
             .patch(&name, &pp, &Patch::Apply(d))
-            .await?;
+            .await
+            .doing(|| format!("apply Deployment {ns}/{name}"))?;
         let mut s = serde_json::to_value(&service)?;
         s["apiVersion"] = json!("v1");
         s["kind"] = json!("Service");
         Api::<Service>::namespaced(client.clone(), &ns)
             .patch(&name, &pp, &Patch::Apply(s))
-            .await?;
+            .await
+            .doing(|| format!("apply Service {ns}/{name}"))?;
         tracing::info!(runtime = %key, "runtime deployment and service applied");
         applied.insert(key, fingerprint);
     }
@@ -62,7 +65,8 @@ pub(super) async fn reconcile(
                 &PatchParams::default(),
                 &Patch::Merge(json!({ "status": status })),
             )
-            .await?;
+            .await
+            .doing(|| format!("patch the status of Runtime {ns}/{}", rt.name_any()))?;
     }
     Ok(())
 }

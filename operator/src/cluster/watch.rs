@@ -8,10 +8,7 @@ use kruntimes_proto::ownership::v1::ownership_table_server::OwnershipTableServer
 use kruntimes_proto::watch::Publisher;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
-fn read(path: &std::path::Path) -> anyhow::Result<Vec<u8>> {
-    use anyhow::Context as _;
-    std::fs::read(path).with_context(|| format!("read {}", path.display()))
-}
+use crate::error::read;
 
 /// Serves `publisher` on `listener` until `stop` turns true.
 pub(super) fn serve(
@@ -20,7 +17,7 @@ pub(super) fn serve(
     clients: Vec<String>,
     listener: tokio::net::TcpListener,
     mut stop: tokio::sync::watch::Receiver<bool>,
-) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+) -> crate::Result<tokio::task::JoinHandle<()>> {
     let tls = ServerTlsConfig::new()
         .identity(Identity::from_pem(read(&tls.cert)?, read(&tls.key)?))
         .client_ca_root(Certificate::from_pem(read(&tls.ca)?))

@@ -11,6 +11,8 @@ use kube::runtime::reflector::{self, Store};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
+use crate::error::{Doing as _, Result};
+
 /// Writes `status` as a JSON merge patch of `runs/status`, guarded by the
 /// Run's `resourceVersion`: a decision made on a stale object conflicts.
 /// A terminal phase gets its `completionTime`.
@@ -18,7 +20,7 @@ pub(super) async fn patch_status(
     client: &kube::Client,
     run: &Run,
     status: &RunStatus,
-) -> anyhow::Result<Run> {
+) -> Result<Run> {
     let mut status = status.clone();
     if status.phase.is_some_and(|p| p.is_terminal()) && status.completion_time.is_none() {
         status.completion_time = Some(Time(k8s_openapi::jiff::Timestamp::now()));
@@ -37,7 +39,7 @@ pub(super) async fn patch_status(
             &Patch::Merge(patch),
         )
         .await
-        .map_err(Into::into)
+        .doing(|| format!("patch the status of {}", run.name_any()))
 }
 
 /// Waits (bounded by 5 s) until `runs` holds every object in `written` at
@@ -67,17 +69,6 @@ pub(super) async fn catch_up(runs: &Store<Run>, written: &[Run]) {
     }
 }
 
-/// Whether a write failed because its decision was stale: the object
-/// changed (409 Conflict) or is gone (404). The next pass decides again;
-/// any other failure counts against the pass.
-pub(super) fn is_stale(e: &anyhow::Error) -> bool {
-    matches!(
-        e.downcast_ref::<kube::Error>(),
-        Some(kube::Error::Api(s))
-            if s.is_conflict() || s.is_not_found() || s.code == 409 || s.code == 404
-    )
-}
-
 /// Whether resourceVersion `have` is `want` or later. Versions are opaque
 /// strings to clients; etcd-backed servers use increasing integers, which is
 /// the only order assumed here (anything else compares by equality).
@@ -91,23 +82,6 @@ fn at_least(have: &str, want: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn conflicts_and_missing_objects_are_stale_decisions() {
-        let status = |code, reason: &str| {
-            anyhow::Error::from(kube::Error::Api(Box::new(kube::core::Status {
-                code,
-                reason: reason.into(),
-                ..Default::default()
-            })))
-        };
-        assert!(is_stale(&status(409, "Conflict")));
-        assert!(is_stale(&status(409, "")));
-        assert!(is_stale(&status(404, "NotFound")));
-        assert!(!is_stale(&status(500, "InternalError")));
-        assert!(!is_stale(&status(422, "Invalid")));
-        assert!(!is_stale(&anyhow::anyhow!("connection refused")));
-    }
 
     #[test]
     fn resource_versions_compare_numerically_when_they_can() {

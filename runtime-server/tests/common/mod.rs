@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use kruntimes_proto::runtime::Clients;
 use kruntimes_proto::runtime::v1 as pb;
-use kruntimes_runtime_server::cli::{ServeArgs, serve};
 use kruntimes_runtime_server::contain::Shim;
+use kruntimes_runtime_server::{Config, ServeError, serve};
 use tokio_stream::StreamExt;
 
 pub const UID: &str = "0f0e0d0c-0000-4000-8000-0000000000aa";
@@ -17,27 +17,18 @@ pub struct Server {
     pub dir: tempfile::TempDir,
     pub client: Clients,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    task: Option<tokio::task::JoinHandle<Result<(), ServeError>>>,
 }
 
 pub async fn start() -> Server {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("rs.sock");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let args = ServeArgs {
-        socket: Some(socket.clone()),
-        work_root: Some(dir.path().join("work")),
-        python: "python3".into(),
-        python_spares: 0,
-        socket_mode: 0o600,
-        // In-process: confinement is main()'s, tested with the binary.
-        no_confine: true,
-        allow_read: Vec::new(),
-        run_logs: None,
-        protect: Vec::new(),
-    };
+    // In process: unconfined (confinement is main()'s, tested with the binary).
+    let mut config = Config::new(&socket, dir.path().join("work")).unwrap();
+    config.python_spares = 0;
     let shim = Shim::new(env!("CARGO_BIN_EXE_runtime-server"), &[]);
-    let task = tokio::spawn(serve(args, shim, async move {
+    let task = tokio::spawn(serve(config, shim, async move {
         let _ = stopped.await;
     }));
     while !socket.exists() {

@@ -32,6 +32,23 @@ use serde_json::json;
 use crate::host::Host;
 use crate::registration::{RegisterError, Release};
 
+/// Why the Kubernetes loop stopped, or a step of it failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A watch's cache went away before its first list.
+    #[error("watch: {0}")]
+    Watch(#[from] kube::runtime::reflector::store::WriterDropped),
+    /// An API call failed.
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+    /// The loop ended before its first lists were in.
+    #[error("the loop ended before its first lists")]
+    Ended,
+    /// The loop's task panicked.
+    #[error("panicked: {0}")]
+    Panicked(String),
+}
+
 /// Field manager of runtimed's status writes.
 pub const FIELD_MANAGER: &str = "runtimed";
 
@@ -66,7 +83,7 @@ pub async fn run(
     pod: PodIdentity,
     synced: tokio::sync::oneshot::Sender<()>,
     shutdown: impl std::future::Future<Output = ()>,
-) -> anyhow::Result<()> {
+) -> Result<(), Error> {
     let notify = Arc::new(tokio::sync::Notify::new());
     let runs = spawn_reflector(
         Api::<Run>::all(client.clone()),
@@ -220,7 +237,7 @@ impl Agent {
         }
     }
 
-    async fn act(&self, run: &mut Run, facts: &Facts, step: Step) -> anyhow::Result<()> {
+    async fn act(&self, run: &mut Run, facts: &Facts, step: Step) -> Result<(), Error> {
         let uid = run.uid().unwrap_or_default();
         match step {
             Step::Register => {
@@ -282,7 +299,7 @@ impl Agent {
 
     /// Applies the owner's view of the status (a transition of the
     /// lifecycle core), guarded by the Run's `resourceVersion`.
-    async fn report(&self, run: &mut Run, t: &Transition) -> anyhow::Result<()> {
+    async fn report(&self, run: &mut Run, t: &Transition) -> Result<(), Error> {
         let status = run.status.clone().unwrap_or_default();
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let ready = Condition {

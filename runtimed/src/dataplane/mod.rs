@@ -9,5 +9,5 @@ pub mod dispatch;
 pub mod peer;
 pub mod server;
 
-pub use peer::{PeerIdentity, PeerPolicy};
-pub use server::{ServeConfig, router, serve};
+pub use peer::PeerPolicy;
+pub use server::{ServeConfig, serve};

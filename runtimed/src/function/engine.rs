@@ -12,7 +12,7 @@ use kruntimes_proto::ownership::v1 as own;
 use kruntimes_proto::runtime::v1 as rt;
 use kruntimes_proto::watch::Publisher;
 
-pub use super::config::{EngineConfig, MAX_IO_BYTES};
+use super::config::EngineConfig;
 use super::prepare;
 use super::registered::{Function, Registered, State};
 use crate::local::LocalPod;
@@ -40,11 +40,6 @@ impl Engine {
             link,
             functions: Table::default(),
         })
-    }
-
-    /// Static configuration.
-    pub fn config(&self) -> &EngineConfig {
-        &self.cfg
     }
 
     /// The local ownership table.
@@ -250,7 +245,8 @@ impl Engine {
         }
     }
 
-    /// The current record of a Run (tests and diagnostics).
+    /// The current record of a Run.
+    #[cfg(test)]
     pub fn current_record(&self, uid: &str) -> Option<Record> {
         self.functions.get(uid).map(|f| f.record.clone())
     }

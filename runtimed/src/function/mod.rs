@@ -19,6 +19,7 @@ pub mod registered;
 
 pub use config::{EngineConfig, MAX_IO_BYTES};
 pub use engine::Engine;
+#[cfg(test)]
 pub use error::EngineError;
 pub use invoke::Invocation;
 

@@ -6,9 +6,7 @@
 pub mod rules;
 pub mod table;
 
-pub use rules::{
-    Fence, FenceError, IdCheck, Record, RegisterDecision, check_fence, check_id, decide_register,
-};
+pub use rules::{Fence, FenceError, IdCheck, Record, check_id};
 pub use table::{Plan, Registration, Table};
 
 use std::collections::HashMap;

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use super::rules::{RegisterDecision, check_fence, decide_register};
 use super::*;
 
 fn rec(attempt: u64, digest: &str, id: &str) -> Record {

@@ -46,6 +46,7 @@ impl Direct {
     }
 
     /// Connections kept between calls now.
+    #[cfg(test)]
     pub fn idle(&self) -> usize {
         self.idle.lock().unwrap_or_else(|p| p.into_inner()).len()
     }

@@ -24,5 +24,5 @@ pub mod queue;
 mod worker;
 pub mod ws;
 
-pub use hosted::{Hosted, HostedSession, Sessions};
-pub use queue::{Session, SessionLimits, SessionStatus, SubmitError};
+pub use hosted::{HostedSession, Sessions};
+pub use queue::Session;

@@ -3,7 +3,6 @@
 //! certificates with the installation), or nobody (`keep_after_uninstall`).
 //! [`Owners`] is the pure rule; [`adopt`] applies it to an object kept as it is.
 
-use anyhow::Context as _;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kruntimes_api::Runtime;
@@ -11,6 +10,7 @@ use kube::ResourceExt as _;
 use kube::api::{Api, PostParams};
 
 use super::{Ensured, ManagedTls};
+use crate::error::Doing as _;
 
 /// The owners the operator's objects should have: `add` (kept once, after
 /// the owners already there) and none of those `drop` matches; every other
@@ -66,7 +66,7 @@ pub(super) fn owner_ref(api_version: &str, kind: &str, name: &str, uid: &str) ->
 /// written before they were known, by an older operator, or before
 /// `keep_after_uninstall` changed): the object read, replaced at its
 /// `resourceVersion` (the chart grants `update` by name, never `patch`).
-pub(super) async fn adopt<K>(api: &Api<K>, held: &K, owners: &Owners) -> anyhow::Result<()>
+pub(super) async fn adopt<K>(api: &Api<K>, held: &K, owners: &Owners) -> crate::Result<()>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
 {
@@ -80,7 +80,7 @@ where
     object.meta_mut().owner_references = Some(all).filter(|a| !a.is_empty());
     api.replace(&name, &PostParams::default(), &object)
         .await
-        .with_context(|| format!("set the owners of {name}"))?;
+        .doing(|| format!("set the owners of {name}"))?;
     tracing::info!(object = %name, owners = count, "owners set");
     Ok(())
 }
@@ -93,7 +93,7 @@ pub(super) async fn release_owners(
     client: &kube::Client,
     cfg: &ManagedTls,
     out: &mut Ensured,
-) -> anyhow::Result<Owners> {
+) -> crate::Result<Owners> {
     let Some(name) = &cfg.owner_deployment else {
         return Ok(Owners::default());
     };
@@ -106,7 +106,7 @@ pub(super) async fn release_owners(
     let found = Api::<Deployment>::namespaced(client.clone(), &cfg.namespace)
         .get_opt(name)
         .await
-        .with_context(|| format!("read Deployment {name}"))?;
+        .doing(|| format!("read Deployment {name}"))?;
     match found.and_then(|d| d.uid()) {
         Some(uid) => Ok(Owners {
             add: vec![owner_ref("apps/v1", "Deployment", name, &uid)],

@@ -1,17 +1,19 @@
-//! Flags and entry point of `kruntimes-operator` (Kubernetes mode), shared
-//! by the binary and `krt operator`.
+//! The operator's configuration (Kubernetes mode): flags ([`Args`], each
+//! also read from a `KRUNTIMES_OPERATOR_*` variable), validated once into a
+//! typed [`Config`] ([`Args::into_config`]); nothing past this module reads
+//! a flag. Shared by the binary and `krt operator`.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
-use crate::cluster::certificates::{self, ManagedTls, PublicTls};
-use crate::cluster::workloads::{self, PodSettings};
-use crate::cluster::{self, ClusterConfig};
-use anyhow::Context as _;
 use clap::Parser;
 use kruntimes_certs::TlsFiles;
 use kruntimes_certs::managed::Lifetimes;
 
-/// Operator flags (also readable from `KRUNTIMES_OPERATOR_*` variables).
+use crate::cluster::certificates::{ManagedTls, PublicTls};
+use crate::cluster::workloads::{self, PodSettings};
+
+/// Operator flags. Defaults are documented once, here.
 #[derive(Debug, Clone, Parser)]
 #[command(
     name = "kruntimes-operator",
@@ -177,7 +179,8 @@ pub struct Args {
     #[arg(
         long,
         env = "KRUNTIMES_OPERATOR_CERTIFICATE_CHECK_SECS",
-        default_value_t = 3600
+        default_value_t = 3600,
+        value_parser = clap::value_parser!(u64).range(1..)
     )]
     pub certificate_check_secs: u64,
     /// Validity of issued leaf certificates, days.
@@ -218,144 +221,154 @@ pub enum PublicTlsArg {
     None,
 }
 
-/// The managed-TLS settings of `args`, when `--internal-tls=managed`.
-pub fn managed_tls(args: &Args) -> anyhow::Result<Option<ManagedTls>> {
-    if args.internal_tls != InternalTls::Managed {
-        return Ok(None);
-    }
-    let (namespace, configmap) = args
-        .ca_configmap
-        .as_deref()
-        .and_then(|s| s.split_once('/'))
-        .context("--internal-tls=managed needs --ca-configmap=namespace/name (where the CA bundle is published)")?;
-    // A leaf must be renewable (its last third) long before its CA is.
-    anyhow::ensure!(
-        args.leaf_validity_days.max(1) * 3 <= args.ca_validity_days.max(1),
-        "--leaf-validity-days ({}) must be at most a third of --ca-validity-days ({})",
-        args.leaf_validity_days,
-        args.ca_validity_days
-    );
-    Ok(Some(ManagedTls {
-        namespace: namespace.to_owned(),
-        public: match args.public_tls {
-            PublicTlsArg::Managed => PublicTls::Managed,
-            PublicTlsArg::Provided => PublicTls::Provided,
-            PublicTlsArg::None => PublicTls::None,
-        },
-        public_ca_secret: args.public_ca_secret.clone(),
-        gateway_secret: args.gateway_tls_secret.clone(),
-        gateway_names: args.gateway_names.clone(),
-        internal_prefix: args.internal_tls_prefix.clone(),
-        runtimed_secret: args.internal_tls_secret.clone(),
-        operator_names: args.watch_names.clone(),
-        ca_configmap: configmap.to_owned(),
-        lifetimes: Lifetimes {
-            ca_days: args.ca_validity_days.max(1),
-            leaf_days: args.leaf_validity_days.max(1),
-        },
-        owner_deployment: args.owner_deployment.clone(),
-        keep_after_uninstall: args.keep_after_uninstall,
-    }))
+/// Why the flags do not make an operator.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// `--ca-configmap` is not `namespace/name`.
+    #[error("--ca-configmap must be namespace/name")]
+    BadCaConfigMap,
+    /// Managed TLS with nowhere to publish the CA bundle.
+    #[error(
+        "--internal-tls=managed needs --ca-configmap=namespace/name (where the CA bundle is published)"
+    )]
+    ManagedWithoutConfigMap,
+    /// Leaves that could not be renewed long before their CA.
+    #[error("--leaf-validity-days ({leaf}) must be at most a third of --ca-validity-days ({ca})")]
+    LeafOutlivesCa {
+        /// Leaf validity, days.
+        leaf: i64,
+        /// CA validity, days.
+        ca: i64,
+    },
+    /// Files TLS without its files.
+    #[error("{0} is required with --internal-tls=files")]
+    Missing(&'static str),
 }
 
-/// Runs [`certificates::ensure`] until it succeeds (backing off 1 s → 30 s),
-/// then writes the watch's own material.
-async fn first_certificates(
-    client: &kube::Client,
-    tls: &ManagedTls,
-    dir: &std::path::Path,
-) -> anyhow::Result<()> {
-    let mut wait = std::time::Duration::from_secs(1);
-    loop {
-        match certificates::ensure(client, tls).await {
-            Ok(done) => {
-                tracing::info!(issued = done.issued.len(), "managed certificates ready");
-                return certificates::write_own(client, tls, dir).await;
-            }
-            Err(e) => {
-                tracing::warn!(error = %format!("{e:#}"), retry_in_s = wait.as_secs(), "managed certificates not ready");
-                tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(std::time::Duration::from_secs(30));
-            }
+/// The operator, validated: what [`crate::run`] builds from.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Kubeconfig (else the in-cluster configuration).
+    pub kubeconfig: Option<PathBuf>,
+    /// Public base URL of the gateway.
+    pub gateway_url: String,
+    /// The ConfigMap whose `ca.crt` is published, as `(namespace, name)`.
+    pub ca_configmap: Option<(String, String)>,
+    /// Namespace of shared Runtimes.
+    pub system_namespace: String,
+    /// What Runtime Pods are rendered with.
+    pub pods: PodSettings,
+    /// Where the ownership watch listens.
+    pub watch_listen: String,
+    /// Client CNs allowed to watch.
+    pub watch_clients: Vec<String>,
+    /// Where metrics are served.
+    pub metrics_listen: Option<String>,
+    /// Where the internal TLS comes from.
+    pub internal_tls: InternalTlsConfig,
+}
+
+/// Where the operator's internal TLS comes from.
+#[derive(Debug, Clone)]
+pub enum InternalTlsConfig {
+    /// Files someone else provides: the watch's serving pair and client CA.
+    Files(TlsFiles),
+    /// Secrets the operator keeps, its own material written to `dir` and
+    /// checked every `check`.
+    Managed {
+        /// What it keeps (boxed: the larger variant by far).
+        tls: Box<ManagedTls>,
+        /// Where its own watch material is written.
+        dir: PathBuf,
+        /// How often the certificates are checked.
+        check: Duration,
+    },
+}
+
+impl Config {
+    /// The managed-TLS settings, when `--internal-tls=managed`.
+    pub fn managed_tls(&self) -> Option<&ManagedTls> {
+        match &self.internal_tls {
+            InternalTlsConfig::Managed { tls, .. } => Some(tls),
+            InternalTlsConfig::Files(_) => None,
         }
     }
 }
 
-/// Runs the operator until SIGTERM or Ctrl-C.
-pub async fn run(args: Args) -> anyhow::Result<()> {
-    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    kruntimes_process::init_logging();
-    kruntimes_process::confine::forbid_inspection()?;
-    let client = kruntimes_support::kube::client(args.kubeconfig.as_deref()).await?;
-    let ca_configmap = match &args.ca_configmap {
-        Some(s) => Some(
-            s.split_once('/')
-                .map(|(ns, name)| (ns.to_owned(), name.to_owned()))
-                .context("--ca-configmap must be namespace/name")?,
-        ),
-        None => None,
-    };
-    let managed = managed_tls(&args)?;
-    let watch_tls = match &managed {
-        Some(tls) => {
-            first_certificates(&client, tls, &args.managed_tls_dir).await?;
-            let (client, tls, dir) = (client.clone(), tls.clone(), args.managed_tls_dir.clone());
-            let every = std::time::Duration::from_secs(args.certificate_check_secs.max(1));
-            tokio::spawn(async move {
-                loop {
-                    tokio::time::sleep(every).await;
-                    match certificates::ensure(&client, &tls).await {
-                        Ok(done) if !done.issued.is_empty() => {
-                            tracing::info!(issued = ?done.issued, "managed certificates renewed");
-                            if let Err(e) = certificates::write_own(&client, &tls, &dir).await {
-                                tracing::warn!(error = %format!("{e:#}"), "watch material not rewritten");
-                            }
-                        }
-                        Ok(_) => {}
-                        Err(e) => {
-                            tracing::warn!(error = %format!("{e:#}"), "managed certificates not checked")
-                        }
-                    }
+impl Args {
+    /// Validates the flags once into the operator's [`Config`].
+    pub fn into_config(self) -> Result<Config, ConfigError> {
+        let ca_configmap = match &self.ca_configmap {
+            Some(s) => Some(
+                s.split_once('/')
+                    .filter(|(ns, name)| !ns.is_empty() && !name.is_empty())
+                    .map(|(ns, name)| (ns.to_owned(), name.to_owned()))
+                    .ok_or(ConfigError::BadCaConfigMap)?,
+            ),
+            None => None,
+        };
+        let internal_tls = match self.internal_tls {
+            InternalTls::Managed => {
+                let (namespace, configmap) = ca_configmap
+                    .clone()
+                    .ok_or(ConfigError::ManagedWithoutConfigMap)?;
+                // A leaf must be renewable (its last third) long before its
+                // CA is.
+                if self.leaf_validity_days * 3 > self.ca_validity_days {
+                    return Err(ConfigError::LeafOutlivesCa {
+                        leaf: self.leaf_validity_days,
+                        ca: self.ca_validity_days,
+                    });
                 }
-            });
-            TlsFiles {
-                cert: args.managed_tls_dir.join("tls.crt"),
-                key: args.managed_tls_dir.join("tls.key"),
-                ca: args.managed_tls_dir.join("ca.crt"),
+                InternalTlsConfig::Managed {
+                    tls: Box::new(ManagedTls {
+                        namespace,
+                        public: match self.public_tls {
+                            PublicTlsArg::Managed => PublicTls::Managed,
+                            PublicTlsArg::Provided => PublicTls::Provided,
+                            PublicTlsArg::None => PublicTls::None,
+                        },
+                        public_ca_secret: self.public_ca_secret,
+                        gateway_secret: self.gateway_tls_secret,
+                        gateway_names: self.gateway_names,
+                        internal_prefix: self.internal_tls_prefix,
+                        runtimed_secret: self.internal_tls_secret.clone(),
+                        operator_names: self.watch_names,
+                        ca_configmap: configmap,
+                        lifetimes: Lifetimes {
+                            ca_days: self.ca_validity_days,
+                            leaf_days: self.leaf_validity_days,
+                        },
+                        owner_deployment: self.owner_deployment,
+                        keep_after_uninstall: self.keep_after_uninstall,
+                    }),
+                    dir: self.managed_tls_dir,
+                    check: Duration::from_secs(self.certificate_check_secs),
+                }
             }
-        }
-        None => TlsFiles {
-            cert: args.tls_cert.clone().context("--tls-cert is required")?,
-            key: args.tls_key.clone().context("--tls-key is required")?,
-            ca: args.client_ca.clone().context("--client-ca is required")?,
-        },
-    };
-    let listener = tokio::net::TcpListener::bind(&args.watch_listen)
-        .await
-        .with_context(|| format!("listen on {}", args.watch_listen))?;
-    if let Some(addr) = &args.metrics_listen {
-        let l = tokio::net::TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("listen on {addr}"))?;
-        tokio::spawn(cluster::metrics::serve(l));
-    }
-    tracing::info!(watch = %listener.local_addr()?, "kruntimes-operator starting");
-    cluster::run(
-        client,
-        ClusterConfig {
-            gateway_url: args.gateway_url,
+            InternalTls::Files => InternalTlsConfig::Files(TlsFiles {
+                cert: self.tls_cert.ok_or(ConfigError::Missing("--tls-cert"))?,
+                key: self.tls_key.ok_or(ConfigError::Missing("--tls-key"))?,
+                ca: self.client_ca.ok_or(ConfigError::Missing("--client-ca"))?,
+            }),
+        };
+        Ok(Config {
+            kubeconfig: self.kubeconfig,
+            gateway_url: self.gateway_url,
             ca_configmap,
-            system_namespace: args.system_namespace,
+            system_namespace: self.system_namespace,
             pods: PodSettings {
-                runtimed_image: args.runtimed_image,
-                internal_tls_secret: args.internal_tls_secret,
-                service_account: args.runtime_service_account,
+                runtimed_image: self.runtimed_image,
+                internal_tls_secret: self.internal_tls_secret,
+                service_account: self.runtime_service_account,
             },
-            watch_clients: args.watch_clients,
-            watch_tls,
-        },
-        listener,
-        kruntimes_process::shutdown_signal(),
-    )
-    .await
+            watch_listen: self.watch_listen,
+            watch_clients: self.watch_clients,
+            metrics_listen: self.metrics_listen,
+            internal_tls,
+        })
+    }
 }
+
+#[cfg(test)]
+mod tests;

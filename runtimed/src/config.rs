@@ -1,0 +1,274 @@
+//! runtimed's configuration: flags ([`Args`], each also read from a
+//! `KRUNTIMES_RUNTIMED_*` variable), validated once into a typed
+//! [`Config`] ([`Args::into_config`]); nothing past this module reads a
+//! flag. Shared by the `runtimed` binary and `krt runtimed`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use kruntimes_process::listen::Limits;
+
+use crate::dataplane::PeerPolicy;
+use crate::function::EngineConfig;
+
+/// Bound on loading a handler at registration.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// runtimed flags. Defaults are documented once, here.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "runtimed", about = "kruntimes per-Pod daemon")]
+pub struct Args {
+    /// Instance (Pod) name, reported as X-Kruntimes-Served-By.
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_NAME")]
+    pub name: String,
+    /// Instance UID; a new random one per process start when omitted.
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_POD_UID")]
+    pub pod_uid: Option<String>,
+    /// Listen address for gRPC and the dataplane (one TLS port). Outside
+    /// Kubernetes, a listening socket handed over by systemd's socket
+    /// activation (`LISTEN_FDS=1`, descriptor 3; `krt up` starts runtimed
+    /// so) is served instead, and must be bound to this address (any port
+    /// when it names port 0).
+    #[arg(
+        long,
+        env = "KRUNTIMES_RUNTIMED_LISTEN",
+        default_value = "127.0.0.1:7443"
+    )]
+    pub listen: SocketAddr,
+    /// Address published to the gateway (defaults to --listen).
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_ADVERTISE")]
+    pub advertise: Option<String>,
+    /// Serving certificate (PEM).
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_TLS_CERT")]
+    pub tls_cert: PathBuf,
+    /// Serving key (PEM).
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_TLS_KEY")]
+    pub tls_key: PathBuf,
+    /// Internal CA that client certificates must chain to.
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_CLIENT_CA")]
+    pub client_ca: PathBuf,
+    /// The serving certificate files are re-read when their directory
+    /// changes (inotify) and at least this often, seconds: the backstop for
+    /// file systems without change notifications. New handshakes get a
+    /// rotated pair; connections are kept.
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_TLS_RELOAD_SECS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub tls_reload_secs: u64,
+    /// Client CNs allowed on the dataplane.
+    #[arg(
+        long,
+        env = "KRUNTIMES_RUNTIMED_DATAPLANE_CLIENTS",
+        value_delimiter = ',',
+        default_value = "kruntimes-gateway"
+    )]
+    pub dataplane_clients: Vec<String>,
+    /// Client CNs allowed to call the `Agent` service (the control plane).
+    #[arg(
+        long,
+        env = "KRUNTIMES_RUNTIMED_CONTROL_CLIENTS",
+        value_delimiter = ',',
+        default_value = "kruntimes-control-plane"
+    )]
+    pub control_clients: Vec<String>,
+    /// Unix socket of this Pod's Runtime Server, which runs the user code.
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_RUNTIME_SERVER")]
+    pub runtime_server: PathBuf,
+    /// Ignored: the Runtime Server owns the Runs' working directories
+    /// (accepted so older Pod specs keep starting).
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_WORK_ROOT", hide = true)]
+    pub work_root: Option<PathBuf>,
+    /// Default invocation timeout, seconds.
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_DEFAULT_TIMEOUT_SECS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub default_timeout_secs: u64,
+    /// Maximum invocation timeout, seconds.
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_MAX_TIMEOUT_SECS", default_value_t = 300,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_timeout_secs: u64,
+    /// Open connections to the TLS port at most; one more is closed at once.
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_MAX_CONNECTIONS", default_value_t = 1024,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_connections: usize,
+    /// Bound on a connection's TLS handshake, milliseconds.
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_HANDSHAKE_TIMEOUT_MS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub handshake_timeout_ms: u64,
+    /// Listen address of `GET /metrics` (plain HTTP; keep it off the
+    /// public network).
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Bound on reading an HTTP/1 request's headers, milliseconds.
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_HEADER_TIMEOUT_MS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub header_timeout_ms: u64,
+    /// The built-in backend of this Pod's Runtime (`Runtime.spec.backend`);
+    /// by default chosen from each Run's runtime name.
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_BACKEND")]
+    pub backend: Option<kruntimes_proto::runtime::Backend>,
+    /// Kubernetes mode: watch the Runs assigned to this Pod (by
+    /// `--pod-uid`), register them and report their status.
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_KUBERNETES")]
+    pub kubernetes: bool,
+    /// Namespace of this Pod (Kubernetes mode).
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_POD_NAMESPACE")]
+    pub pod_namespace: Option<String>,
+    /// Kubeconfig (Kubernetes mode); in-cluster configuration when omitted.
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+}
+
+/// Why the flags do not make a runtimed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// Kubernetes mode without its Pod's identity.
+    #[error("--kubernetes needs --pod-uid and --pod-namespace (from the downward API)")]
+    NoPodIdentity,
+    /// Kubernetes mode with nothing to publish.
+    #[error("--kubernetes needs --advertise or a fixed --listen port")]
+    NoAdvertisedAddress,
+    /// An address to publish that is not one.
+    #[error("--advertise {0:?} is not HOST:PORT or [IPV6]:PORT")]
+    BadAdvertise(String),
+    /// A default invocation timeout over the maximum.
+    #[error("--default-timeout-secs ({default}) is over --max-timeout-secs ({max})")]
+    DefaultOverMax {
+        /// The default.
+        default: u64,
+        /// The maximum.
+        max: u64,
+    },
+}
+
+/// runtimed, validated: what [`crate::run`] builds from.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Instance (Pod) name.
+    pub name: String,
+    /// Instance UID (a new random one per start when unset).
+    pub pod_uid: Option<String>,
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// What to publish to the gateway (else the bound address).
+    pub advertise: Option<String>,
+    /// The serving certificate and the CA clients chain to.
+    pub tls: TlsConfig,
+    /// Who may call what.
+    pub peers: PeerPolicy,
+    /// The Runtime Server's socket.
+    pub runtime_server: PathBuf,
+    /// Invocation bounds and the backend.
+    pub engine: EngineConfig,
+    /// Connection bound and handshake deadline.
+    pub limits: Limits,
+    /// Bound on an HTTP/1 request's headers.
+    pub header_timeout: Duration,
+    /// Where metrics are served.
+    pub metrics_listen: Option<SocketAddr>,
+    /// Kubernetes mode, when on.
+    pub kubernetes: Option<KubernetesConfig>,
+}
+
+/// The serving certificate and the CA clients chain to.
+#[derive(Debug, Clone)]
+pub struct TlsConfig {
+    /// Certificate (PEM).
+    pub cert: PathBuf,
+    /// Key (PEM).
+    pub key: PathBuf,
+    /// Client CA (PEM).
+    pub client_ca: PathBuf,
+    /// How often the files are re-read at the latest.
+    pub reload: Duration,
+}
+
+/// Kubernetes mode: the Pod runtimed plays and how to reach the API.
+#[derive(Debug, Clone)]
+pub struct KubernetesConfig {
+    /// The Pod's namespace.
+    pub pod_namespace: String,
+    /// Kubeconfig (else the in-cluster configuration).
+    pub kubeconfig: Option<PathBuf>,
+}
+
+impl Args {
+    /// Validates the flags once into runtimed's [`Config`].
+    pub fn into_config(self) -> Result<Config, ConfigError> {
+        let kubernetes = if self.kubernetes {
+            let (Some(pod_namespace), Some(_)) = (self.pod_namespace, &self.pod_uid) else {
+                return Err(ConfigError::NoPodIdentity);
+            };
+            if self.advertise.is_none() && self.listen.port() == 0 {
+                return Err(ConfigError::NoAdvertisedAddress);
+            }
+            Some(KubernetesConfig {
+                pod_namespace,
+                kubeconfig: self.kubeconfig,
+            })
+        } else {
+            None
+        };
+        if self.default_timeout_secs > self.max_timeout_secs {
+            return Err(ConfigError::DefaultOverMax {
+                default: self.default_timeout_secs,
+                max: self.max_timeout_secs,
+            });
+        }
+        Ok(Config {
+            name: self.name,
+            pod_uid: self.pod_uid,
+            listen: self.listen,
+            advertise: self.advertise.as_deref().map(advertised).transpose()?,
+            tls: TlsConfig {
+                cert: self.tls_cert,
+                key: self.tls_key,
+                client_ca: self.client_ca,
+                reload: Duration::from_secs(self.tls_reload_secs),
+            },
+            peers: PeerPolicy {
+                dataplane_clients: self.dataplane_clients,
+                control_clients: self.control_clients,
+            },
+            runtime_server: self.runtime_server,
+            engine: EngineConfig {
+                default_timeout: Duration::from_secs(self.default_timeout_secs),
+                max_timeout: Duration::from_secs(self.max_timeout_secs),
+                start_timeout: START_TIMEOUT,
+                backend: self.backend,
+            },
+            limits: Limits {
+                max_connections: self.max_connections,
+                handshake: Duration::from_millis(self.handshake_timeout_ms),
+            },
+            header_timeout: Duration::from_millis(self.header_timeout_ms),
+            metrics_listen: self.metrics_listen,
+            kubernetes,
+        })
+    }
+}
+
+/// The address to publish for `--advertise`: `HOST:PORT` or `[IPV6]:PORT`
+/// as given, and a bare `IPV6:PORT` — what `$(POD_IP):7443` expands to on
+/// an IPv6 cluster — with the brackets it needs.
+pub fn advertised(raw: &str) -> Result<String, ConfigError> {
+    if raw.parse::<SocketAddr>().is_ok() {
+        return Ok(raw.to_owned());
+    }
+    if let Some((host, port)) = raw.rsplit_once(':')
+        && let (Ok(ip), Ok(port)) = (host.parse::<std::net::Ipv6Addr>(), port.parse::<u16>())
+    {
+        return Ok(SocketAddr::from((ip, port)).to_string());
+    }
+    match raw.rsplit_once(':') {
+        Some((host, port))
+            if !host.is_empty() && !host.contains(':') && port.parse::<u16>().is_ok() =>
+        {
+            Ok(raw.to_owned())
+        }
+        _ => Err(ConfigError::BadAdvertise(raw.to_owned())),
+    }
+}
+
+#[cfg(test)]
+mod tests;
