@@ -3,7 +3,7 @@
 
 use anyhow::Context as _;
 
-pub use crate::target::embedded::ClientConfig;
+pub use kruntimes_client::embedded::ClientConfig;
 
 /// An HTTP client trusting the stack's public CA.
 pub fn http_client(cfg: &ClientConfig) -> anyhow::Result<reqwest::Client> {

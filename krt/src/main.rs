@@ -9,10 +9,8 @@
 
 mod client;
 mod cmd;
-mod gateway;
-mod kubeauth;
+mod exit;
 mod pki;
-mod target;
 mod up;
 
 use std::path::PathBuf;
@@ -23,7 +21,7 @@ use clap::{Parser, Subcommand};
 use kruntimes_api::Phase;
 
 use cmd::Output;
-use target::{Selector, Target};
+use kruntimes_client::{Selector, Target};
 
 /// The allocator of the production build ([`kruntimes_alloc`]).
 #[global_allocator]
@@ -420,7 +418,7 @@ fn main() -> anyhow::Result<()> {
 async fn client_verb(cli: Cli) -> i32 {
     match client_verb_inner(cli).await {
         Ok(code) => code,
-        Err(e) => gateway::report(&e),
+        Err(e) => exit::report(&e),
     }
 }
 

@@ -2,8 +2,8 @@
 
 use anyhow::Context as _;
 
-use crate::gateway;
-use crate::target::{self, Target};
+use kruntimes_client::gateway;
+use kruntimes_client::{self as client, Target};
 
 /// Invokes `namespace/name` with `body` and prints its output.
 pub async fn invoke(
@@ -14,7 +14,7 @@ pub async fn invoke(
     invocation_id: Option<&str>,
 ) -> anyhow::Result<()> {
     let run = t.run_of_mode(namespace, name, "function").await?;
-    let url = target::endpoint(&run)?;
+    let url = client::endpoint(&run)?;
     let gw = t.gateway(&run).await?;
     let mut req = gw
         .http()

@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt as _;
 use kube::api::{Api, ListParams, LogParams};
 
-use crate::target::{RunInfo, Target};
+use kruntimes_client::{RunInfo, Target};
 
 type Lines = Pin<Box<dyn Stream<Item = anyhow::Result<String>> + Send>>;
 

@@ -1,4 +1,4 @@
-//! krt's verbs, each over a [`crate::target::Target`] so it works the same
+//! krt's verbs, each over a [`kruntimes_client::Target`] so it works the same
 //! against `krt up` and a cluster.
 
 pub mod invoke;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use kruntimes_api::Phase;
 
 use super::{Output, print_doc, read_input, yaml_documents};
-use crate::target::{RunInfo, Target};
+use kruntimes_client::{RunInfo, Target};
 
 /// `krt runs`.
 pub async fn list(t: &Target, namespace: Option<&str>, output: Output) -> anyhow::Result<()> {

@@ -4,7 +4,7 @@
 use anyhow::Context as _;
 
 use super::{Output, print_doc};
-use crate::target::{RuntimeInfo, Target};
+use kruntimes_client::{RuntimeInfo, Target};
 
 fn header() {
     println!(

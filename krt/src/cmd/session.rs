@@ -10,8 +10,8 @@ use base64::Engine as _;
 use kruntimes_api::{EnvVar, Phase, Run, RunMode, RunSpec, SessionMode, TerminationMode};
 use serde_json::json;
 
-use crate::gateway::{self, Gateway};
-use crate::target::{self, Target};
+use kruntimes_client::gateway::{self, Gateway};
+use kruntimes_client::{self as client, Target};
 
 /// `krt session …`
 #[derive(Debug, clap::Subcommand)]
@@ -121,7 +121,7 @@ fn session_run(
 /// The session's URL and a gateway client for it.
 async fn session(t: &Target, namespace: &str, name: &str) -> anyhow::Result<(String, Gateway)> {
     let r = t.run_of_mode(namespace, name, "session").await?;
-    let url = target::endpoint(&r)?.to_owned();
+    let url = client::endpoint(&r)?.to_owned();
     Ok((url, t.gateway(&r).await?))
 }
 

@@ -1,6 +1,6 @@
 //! `krt version`: this build, and the components it can reach.
 
-use crate::target::Target;
+use kruntimes_client::Target;
 
 /// This build's version, git commit and date (set by `build.rs`).
 pub fn this_build() -> String {

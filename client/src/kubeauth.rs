@@ -5,17 +5,19 @@
 
 use std::collections::HashMap;
 
-use anyhow::{Context as _, bail};
 use kube::config::{AuthInfo, ExecConfig};
 use secrecy::ExposeSecret as _;
 
+use crate::{Error, Result};
+
 /// The bearer token `auth` presents, if it presents one.
-pub fn bearer_token(auth: &AuthInfo) -> anyhow::Result<Option<String>> {
+pub fn bearer_token(auth: &AuthInfo) -> Result<Option<String>> {
     if let Some(t) = &auth.token {
         return Ok(Some(t.expose_secret().to_owned()));
     }
     if let Some(f) = &auth.token_file {
-        let t = std::fs::read_to_string(f).with_context(|| format!("read token file {f}"))?;
+        let t = std::fs::read_to_string(f)
+            .map_err(|e| Error::Credentials(format!("read token file {f}: {e}")))?;
         return Ok(Some(t.trim().to_owned()));
     }
     if let Some(exec) = &auth.exec {
@@ -26,11 +28,10 @@ pub fn bearer_token(auth: &AuthInfo) -> anyhow::Result<Option<String>> {
 
 /// Runs an exec credential plugin (`client.authentication.k8s.io`) and
 /// returns `status.token` of the `ExecCredential` it prints.
-fn exec_token(exec: &ExecConfig) -> anyhow::Result<String> {
-    let command = exec
-        .command
-        .as_deref()
-        .context("the kubeconfig's exec plugin names no command")?;
+fn exec_token(exec: &ExecConfig) -> Result<String> {
+    let command = exec.command.as_deref().ok_or_else(|| {
+        Error::Credentials("the kubeconfig's exec plugin names no command".into())
+    })?;
     let mut cmd = std::process::Command::new(command);
     cmd.args(exec.args.iter().flatten());
     for env in exec.env.iter().flatten() {
@@ -47,29 +48,33 @@ fn exec_token(exec: &ExecConfig) -> anyhow::Result<String> {
     cmd.stdin(std::process::Stdio::null());
     let out = cmd
         .output()
-        .with_context(|| format!("run exec credential plugin {command}"))?;
+        .map_err(|e| Error::Credentials(format!("run exec credential plugin {command}: {e}")))?;
     if !out.status.success() {
-        bail!(
+        return Err(Error::Credentials(format!(
             "exec credential plugin {command} failed ({}): {}",
             out.status,
             String::from_utf8_lossy(&out.stderr).trim()
-        );
+        )));
     }
-    parse_exec_credential(&out.stdout)
-        .with_context(|| format!("exec credential plugin {command} printed no token"))
+    parse_exec_credential(&out.stdout).map_err(|why| {
+        Error::Credentials(format!(
+            "exec credential plugin {command} printed no token: {why}"
+        ))
+    })
 }
 
 /// `status.token` of an `ExecCredential` document.
-fn parse_exec_credential(stdout: &[u8]) -> anyhow::Result<String> {
+fn parse_exec_credential(stdout: &[u8]) -> Result<String, String> {
     #[derive(serde::Deserialize)]
     struct Credential {
         status: Option<HashMap<String, serde_json::Value>>,
     }
-    let c: Credential = serde_json::from_slice(stdout).context("not an ExecCredential")?;
+    let c: Credential =
+        serde_json::from_slice(stdout).map_err(|e| format!("not an ExecCredential: {e}"))?;
     c.status
         .and_then(|s| s.get("token").and_then(|t| t.as_str()).map(str::to_owned))
         .filter(|t| !t.is_empty())
-        .context("ExecCredential has no status.token (client certificates are not accepted by the gateway)")
+        .ok_or_else(|| "ExecCredential has no status.token (client certificates are not accepted by the gateway)".into())
 }
 
 #[cfg(test)]

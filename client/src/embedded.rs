@@ -6,12 +6,10 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context as _, bail};
 use kruntimes_api::TerminationMode;
 use serde::{Deserialize, Serialize};
 
-use super::{RunInfo, RuntimeInfo, Selector};
-use crate::gateway::Gateway;
+use crate::{Error, Gateway, Result, RunInfo, RuntimeInfo, Selector};
 
 /// `STATE_DIR/client.json`: how clients reach the gateway.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -122,29 +120,27 @@ pub struct Embedded {
     token: Option<String>,
 }
 
-fn read_state<T: serde::de::DeserializeOwned>(dir: &Path, name: &str) -> anyhow::Result<T> {
-    let p = dir.join(name);
-    let text = std::fs::read(&p).with_context(|| {
-        format!(
-            "read {} (is `krt up` running with this --state-dir? For a cluster pass --kubeconfig, --context or --cluster)",
-            p.display()
-        )
+fn read_state<T: serde::de::DeserializeOwned>(dir: &Path, name: &str) -> Result<T> {
+    let path = dir.join(name);
+    let text = std::fs::read(&path).map_err(|source| Error::NoStack {
+        path: path.clone(),
+        source,
     })?;
-    serde_json::from_slice(&text).with_context(|| format!("parse {}", p.display()))
+    serde_json::from_slice(&text).map_err(|e| Error::file("parse", &path, e))
 }
 
 /// JSON is YAML: a manifest the store reads, written whole (write, then
 /// rename) so it never sees half a file.
-fn write_manifest(path: &Path, doc: &serde_json::Value) -> anyhow::Result<()> {
+fn write_manifest(path: &Path, doc: &serde_json::Value) -> Result<()> {
     let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, serde_json::to_vec_pretty(doc)?)?;
-    std::fs::rename(&tmp, path)?;
-    Ok(())
+    let text = serde_json::to_vec_pretty(doc).map_err(|e| Error::Invalid(e.to_string()))?;
+    std::fs::write(&tmp, text).map_err(|e| Error::file("write", &tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| Error::file("write", path, e))
 }
 
 impl Embedded {
     /// The stack of `sel.state_dir`.
-    pub fn open(sel: &Selector) -> anyhow::Result<Self> {
+    pub fn open(sel: &Selector) -> Result<Self> {
         let client: ClientConfig = read_state(&sel.state_dir, "client.json")?;
         Ok(Self {
             dir: sel.state_dir.clone(),
@@ -168,12 +164,12 @@ impl Embedded {
         &self.client
     }
 
-    fn status(&self) -> anyhow::Result<RunsFile> {
+    fn status(&self) -> Result<RunsFile> {
         read_state(&self.dir, "runs.json")
     }
 
     /// Every Run (of `namespace`, or all).
-    pub fn runs(&self, namespace: Option<&str>) -> anyhow::Result<Vec<RunInfo>> {
+    pub fn runs(&self, namespace: Option<&str>) -> Result<Vec<RunInfo>> {
         Ok(self
             .status()?
             .runs
@@ -184,26 +180,29 @@ impl Embedded {
     }
 
     /// One Run and its row.
-    pub fn run(&self, namespace: &str, name: &str) -> anyhow::Result<(RunInfo, serde_json::Value)> {
+    pub fn run(&self, namespace: &str, name: &str) -> Result<(RunInfo, serde_json::Value)> {
         let row = self
             .status()?
             .runs
             .into_iter()
             .find(|r| r.namespace == namespace && r.name == name)
-            .with_context(|| format!("run {namespace}/{name} not found"))?;
-        let raw = serde_json::to_value(&row)?;
+            .ok_or_else(|| Error::NotFound {
+                namespace: namespace.into(),
+                name: name.into(),
+            })?;
+        let raw = serde_json::to_value(&row).map_err(|e| Error::Invalid(e.to_string()))?;
         Ok((row.into(), raw))
     }
 
-    fn runs_dir(&self) -> anyhow::Result<&Path> {
+    fn runs_dir(&self) -> Result<&Path> {
         self.client
             .runs_dir
             .as_deref()
-            .context("client.json has no runsDir (restart krt up)")
+            .ok_or_else(|| Error::Unsupported("client.json has no runsDir (restart krt up)".into()))
     }
 
     /// The file `krt apply` or `krt session create` wrote for a Run.
-    fn own_file(&self, namespace: &str, name: &str) -> anyhow::Result<Option<PathBuf>> {
+    fn own_file(&self, namespace: &str, name: &str) -> Result<Option<PathBuf>> {
         let dir = self.runs_dir()?;
         Ok(["apply", "session"]
             .iter()
@@ -212,19 +211,19 @@ impl Embedded {
     }
 
     /// Writes each Run into the store (`apply-NS-NAME.yaml`).
-    pub fn apply(&self, docs: Vec<serde_json::Value>) -> anyhow::Result<Vec<String>> {
+    pub fn apply(&self, docs: Vec<serde_json::Value>) -> Result<Vec<String>> {
         let dir = self.runs_dir()?.to_path_buf();
         let mut out = Vec::new();
         for doc in docs {
             let kind = doc["kind"].as_str().unwrap_or_default();
             if kind != kruntimes_api::RUN_KIND {
-                bail!(
+                return Err(Error::Unsupported(format!(
                     "krt up serves Runs only ({kind:?} is a cluster object; its Runtime Pods are the runtimed instances of --runtimed and --capacity)"
-                );
+                )));
             }
             let name = doc["metadata"]["name"]
                 .as_str()
-                .context("a Run needs metadata.name")?
+                .ok_or_else(|| Error::Invalid("a Run needs metadata.name".into()))?
                 .to_owned();
             let ns = doc["metadata"]["namespace"]
                 .as_str()
@@ -245,36 +244,32 @@ impl Embedded {
     }
 
     /// Removes the file krt wrote for the Run.
-    pub fn delete(&self, namespace: &str, name: &str) -> anyhow::Result<()> {
+    pub fn delete(&self, namespace: &str, name: &str) -> Result<()> {
         match self.own_file(namespace, name)? {
-            Some(p) => Ok(std::fs::remove_file(&p)?),
-            None => bail!(
+            Some(p) => std::fs::remove_file(&p).map_err(|e| Error::file("remove", &p, e)),
+            None => Err(Error::Unsupported(format!(
                 "run {namespace}/{name} was not created by krt apply or krt session create; remove it from its manifest in {}",
                 self.runs_dir()?.display()
-            ),
+            ))),
         }
     }
 
     /// Sets `spec.termination` in the file krt wrote for the Run.
-    pub fn terminate(
-        &self,
-        namespace: &str,
-        name: &str,
-        mode: TerminationMode,
-    ) -> anyhow::Result<()> {
-        let path = self.own_file(namespace, name)?.with_context(|| {
-            format!("run {namespace}/{name} was not created by krt apply or krt session create; set spec.termination in its manifest")
+    pub fn terminate(&self, namespace: &str, name: &str, mode: TerminationMode) -> Result<()> {
+        let path = self.own_file(namespace, name)?.ok_or_else(|| {
+            Error::Unsupported(format!("run {namespace}/{name} was not created by krt apply or krt session create; set spec.termination in its manifest"))
         })?;
-        let mut doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&path)?)
-            .with_context(|| format!("parse {}", path.display()))?;
+        let text = std::fs::read(&path).map_err(|e| Error::file("read", &path, e))?;
+        let mut doc: serde_json::Value =
+            serde_json::from_slice(&text).map_err(|e| Error::file("parse", &path, e))?;
         doc["spec"]["termination"] = serde_json::json!({ "mode": mode });
         write_manifest(&path, &doc)
     }
 
     /// The stack's gateway with `client.json`'s token (or `--token`).
-    pub fn gateway(&self) -> anyhow::Result<Gateway> {
+    pub fn gateway(&self) -> Result<Gateway> {
         let ca = std::fs::read(&self.client.ca_file)
-            .with_context(|| format!("read {}", self.client.ca_file.display()))?;
+            .map_err(|e| Error::file("read", &self.client.ca_file, e))?;
         Gateway::new(
             Some(&ca),
             self.token.as_deref().unwrap_or(&self.client.token),
@@ -282,7 +277,7 @@ impl Embedded {
     }
 
     /// The runtimed instances, as one pool.
-    pub fn runtimes(&self) -> anyhow::Result<Vec<RuntimeInfo>> {
+    pub fn runtimes(&self) -> Result<Vec<RuntimeInfo>> {
         let status = self.status()?;
         Ok(vec![RuntimeInfo {
             name: "embedded".into(),

@@ -3,15 +3,13 @@
 //! bundles from `Run.status.endpoint`, and the caller's own token from the
 //! kubeconfig for the gateway.
 
-use anyhow::{Context as _, bail};
 use base64::Engine as _;
 use kruntimes_api::{ModeKind, Phase, Run, Runtime, TerminationMode};
 use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 
-use super::{RunInfo, RuntimeInfo, Selector};
-use crate::gateway::Gateway;
-use crate::kubeauth;
+use crate::error::KubeContext as _;
+use crate::{Error, Gateway, Result, RunInfo, RuntimeInfo, Selector, kubeauth};
 
 /// Field manager of krt's writes.
 pub const FIELD_MANAGER: &str = "krt";
@@ -27,26 +25,43 @@ pub struct Cluster {
 impl Cluster {
     /// Connects with `--kubeconfig` / `--context`, else `KUBECONFIG`,
     /// `~/.kube/config` or the in-cluster service account.
-    pub async fn connect(sel: &Selector) -> anyhow::Result<Self> {
+    pub async fn connect(sel: &Selector) -> Result<Self> {
         let opts = kube::config::KubeConfigOptions {
             context: sel.context.clone(),
             ..Default::default()
         };
         let config = match &sel.kubeconfig {
             Some(path) => {
-                let kc = kube::config::Kubeconfig::read_from(path)
-                    .with_context(|| format!("read kubeconfig {}", path.display()))?;
-                kube::Config::from_custom_kubeconfig(kc, &opts).await?
+                let kc =
+                    kube::config::Kubeconfig::read_from(path).map_err(|e| Error::KubeConfig {
+                        what: format!("read kubeconfig {}", path.display()),
+                        reason: e.to_string(),
+                    })?;
+                kube::Config::from_custom_kubeconfig(kc, &opts)
+                    .await
+                    .map_err(|e| Error::KubeConfig {
+                        what: format!("use kubeconfig {}", path.display()),
+                        reason: e.to_string(),
+                    })?
             }
-            None if sel.context.is_some() => kube::Config::from_kubeconfig(&opts).await?,
-            None => kube::Config::infer()
-                .await
-                .context("no kubeconfig and no in-cluster configuration")?,
+            None if sel.context.is_some() => {
+                kube::Config::from_kubeconfig(&opts)
+                    .await
+                    .map_err(|e| Error::KubeConfig {
+                        what: "use the kubeconfig".into(),
+                        reason: e.to_string(),
+                    })?
+            }
+            None => kube::Config::infer().await.map_err(|e| Error::KubeConfig {
+                what: "no kubeconfig and no in-cluster configuration".into(),
+                reason: e.to_string(),
+            })?,
         };
         Ok(Self {
             auth: config.auth_info.clone(),
             default_namespace: config.default_namespace.clone(),
-            client: kube::Client::try_from(config)?,
+            client: kube::Client::try_from(config)
+                .doing(|| "build the Kubernetes client".into())?,
             token: sel.token.clone(),
         })
     }
@@ -62,14 +77,15 @@ impl Cluster {
     }
 
     /// Every Run (of `namespace`, or all).
-    pub async fn runs(&self, namespace: Option<&str>) -> anyhow::Result<Vec<RunInfo>> {
+    pub async fn runs(&self, namespace: Option<&str>) -> Result<Vec<RunInfo>> {
         let api: Api<Run> = match namespace {
             Some(ns) => Api::namespaced(self.client.clone(), ns),
             None => Api::all(self.client.clone()),
         };
         let mut runs: Vec<RunInfo> = api
             .list(&ListParams::default())
-            .await?
+            .await
+            .doing(|| "list runs".into())?
             .items
             .iter()
             .map(info)
@@ -79,31 +95,32 @@ impl Cluster {
     }
 
     /// One Run and its object.
-    pub async fn run(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> anyhow::Result<(RunInfo, serde_json::Value)> {
+    pub async fn run(&self, namespace: &str, name: &str) -> Result<(RunInfo, serde_json::Value)> {
         let run = self.get(namespace, name).await?;
-        Ok((info(&run), serde_json::to_value(&run)?))
+        let raw = serde_json::to_value(&run).map_err(|e| Error::Invalid(e.to_string()))?;
+        Ok((info(&run), raw))
     }
 
-    async fn get(&self, namespace: &str, name: &str) -> anyhow::Result<Run> {
+    async fn get(&self, namespace: &str, name: &str) -> Result<Run> {
         Api::<Run>::namespaced(self.client.clone(), namespace)
             .get_opt(name)
-            .await?
-            .with_context(|| format!("run {namespace}/{name} not found"))
+            .await
+            .doing(|| format!("get run {namespace}/{name}"))?
+            .ok_or_else(|| Error::NotFound {
+                namespace: namespace.into(),
+                name: name.into(),
+            })
     }
 
     /// Server-side applies Runs and Runtimes.
-    pub async fn apply(&self, docs: Vec<serde_json::Value>) -> anyhow::Result<Vec<String>> {
+    pub async fn apply(&self, docs: Vec<serde_json::Value>) -> Result<Vec<String>> {
         let pp = PatchParams::apply(FIELD_MANAGER);
         let mut out = Vec::new();
         for mut doc in docs {
             let kind = doc["kind"].as_str().unwrap_or_default().to_owned();
             let name = doc["metadata"]["name"]
                 .as_str()
-                .context("an object needs metadata.name")?
+                .ok_or_else(|| Error::Invalid("an object needs metadata.name".into()))?
                 .to_owned();
             let ns = doc["metadata"]["namespace"]
                 .as_str()
@@ -115,28 +132,32 @@ impl Cluster {
                     Api::<Run>::namespaced(self.client.clone(), &ns)
                         .patch(&name, &pp, &Patch::Apply(&doc))
                         .await
-                        .with_context(|| format!("apply run {ns}/{name}"))?;
+                        .doing(|| format!("apply run {ns}/{name}"))?;
                     out.push(format!("run.kruntimes.io/{name} applied"));
                 }
                 "Runtime" => {
                     Api::<Runtime>::namespaced(self.client.clone(), &ns)
                         .patch(&name, &pp, &Patch::Apply(&doc))
                         .await
-                        .with_context(|| format!("apply runtime {ns}/{name}"))?;
+                        .doing(|| format!("apply runtime {ns}/{name}"))?;
                     out.push(format!("runtime.kruntimes.io/{name} applied"));
                 }
-                other => bail!("krt applies Runs and Runtimes, not {other:?}"),
+                other => {
+                    return Err(Error::Unsupported(format!(
+                        "krt applies Runs and Runtimes, not {other:?}"
+                    )));
+                }
             }
         }
         Ok(out)
     }
 
     /// Deletes a Run (its owner releases it through the finalizer).
-    pub async fn delete(&self, namespace: &str, name: &str) -> anyhow::Result<()> {
+    pub async fn delete(&self, namespace: &str, name: &str) -> Result<()> {
         Api::<Run>::namespaced(self.client.clone(), namespace)
             .delete(name, &DeleteParams::default())
             .await
-            .with_context(|| format!("delete run {namespace}/{name}"))?;
+            .doing(|| format!("delete run {namespace}/{name}"))?;
         Ok(())
     }
 
@@ -147,18 +168,18 @@ impl Cluster {
         namespace: &str,
         name: &str,
         mode: TerminationMode,
-    ) -> anyhow::Result<()> {
+    ) -> Result<()> {
         let patch = serde_json::json!({"spec": {"termination": {"mode": mode}}});
         Api::<Run>::namespaced(self.client.clone(), namespace)
             .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
-            .with_context(|| format!("terminate run {namespace}/{name}"))?;
+            .doing(|| format!("terminate run {namespace}/{name}"))?;
         Ok(())
     }
 
     /// The gateway for `run`: its `status.endpoint.caBundle` and the
     /// caller's token (`--token`, or the kubeconfig's).
-    pub async fn gateway(&self, run: &RunInfo) -> anyhow::Result<Gateway> {
+    pub async fn gateway(&self, run: &RunInfo) -> Result<Gateway> {
         let obj = self.get(&run.namespace, &run.name).await?;
         let ca = obj
             .status
@@ -167,25 +188,29 @@ impl Cluster {
             .and_then(|e| e.ca_bundle.as_deref())
             .map(|b| base64::engine::general_purpose::STANDARD.decode(b))
             .transpose()
-            .context("status.endpoint.caBundle is not base64")?;
+            .map_err(|e| Error::Invalid(format!("status.endpoint.caBundle is not base64: {e}")))?;
         let token = match &self.token {
             Some(t) => t.clone(),
-            None => kubeauth::bearer_token(&self.auth)?.context(
-                "the kubeconfig's user has no bearer token (the gateway authenticates tokens with TokenReview): pass --token",
-            )?,
+            None => kubeauth::bearer_token(&self.auth)?.ok_or_else(|| {
+                Error::Credentials(
+                    "the kubeconfig's user has no bearer token (the gateway authenticates tokens with TokenReview): pass --token".into(),
+                )
+            })?,
         };
         Gateway::new(ca.as_deref(), &token)
     }
 
     /// Every Runtime with its replicas and the capacity its Runs use.
-    pub async fn runtimes(&self) -> anyhow::Result<Vec<RuntimeInfo>> {
+    pub async fn runtimes(&self) -> Result<Vec<RuntimeInfo>> {
         let runtimes = Api::<Runtime>::all(self.client.clone())
             .list(&ListParams::default())
-            .await?
+            .await
+            .doing(|| "list runtimes".into())?
             .items;
         let runs = Api::<Run>::all(self.client.clone())
             .list(&ListParams::default())
-            .await?
+            .await
+            .doing(|| "list runs".into())?
             .items;
         let mut out: Vec<RuntimeInfo> = runtimes
             .iter()

@@ -1,20 +1,32 @@
-//! Where krt's verbs act: the embedded stack of `krt up` (its state
-//! directory) or a Kubernetes cluster (a kubeconfig, a context, or the
-//! in-cluster service account). Both answer the same questions — which
-//! Runs exist, how to create, end and delete one, where a Run's endpoint is
-//! and which token reaches it — so every verb works the same in both modes.
+//! The kruntimes client library: where a caller acts — the embedded stack
+//! of `krt up` (its state directory) or a Kubernetes cluster (a kubeconfig,
+//! a context, or the in-cluster service account) — and calls through the
+//! gateway. Both targets answer the same questions — which Runs exist, how
+//! to create, end and delete one, where a Run's endpoint is and which token
+//! reaches it — so every verb of `krt` (and a future dashboard) works the
+//! same in both modes.
+//!
+//! - [`Target`], opened from a [`Selector`]: [`embedded`] or [`cluster`].
+//! - [`gateway`]: an HTTPS client for a Run's endpoint and the typed error
+//!   ([`ApiError`]) the gateway or runtimed answer with.
+//! - [`Error`]: why a call failed, one enum; the API's refusals are
+//!   [`Error::Api`].
+#![forbid(unsafe_code)]
 
 pub mod cluster;
 pub mod embedded;
+mod error;
+pub mod gateway;
+mod kubeauth;
+
+pub use error::{Error, Result};
+pub use gateway::{ApiError, Gateway};
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
 use kruntimes_api::{Phase, Run, TerminationMode};
 use serde::Serialize;
-
-use crate::gateway::Gateway;
 
 /// A Run as the verbs show it, in either mode.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -114,7 +126,7 @@ pub enum Target {
 
 impl Target {
     /// Opens the target the flags select.
-    pub async fn open(sel: &Selector) -> anyhow::Result<Self> {
+    pub async fn open(sel: &Selector) -> Result<Self> {
         if sel.is_cluster() {
             Ok(Self::Cluster(Box::new(
                 cluster::Cluster::connect(sel).await?,
@@ -125,7 +137,7 @@ impl Target {
     }
 
     /// Every Run (of `namespace`, or all).
-    pub async fn runs(&self, namespace: Option<&str>) -> anyhow::Result<Vec<RunInfo>> {
+    pub async fn runs(&self, namespace: Option<&str>) -> Result<Vec<RunInfo>> {
         match self {
             Self::Embedded(e) => e.runs(namespace),
             Self::Cluster(c) => c.runs(namespace).await,
@@ -133,11 +145,7 @@ impl Target {
     }
 
     /// One Run, with its full object (for `-o json|yaml`).
-    pub async fn run(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> anyhow::Result<(RunInfo, serde_json::Value)> {
+    pub async fn run(&self, namespace: &str, name: &str) -> Result<(RunInfo, serde_json::Value)> {
         match self {
             Self::Embedded(e) => e.run(namespace, name),
             Self::Cluster(c) => c.run(namespace, name).await,
@@ -146,7 +154,7 @@ impl Target {
 
     /// Creates or updates Runs (and, on a cluster, Runtimes); returns one
     /// line per object.
-    pub async fn apply(&self, docs: Vec<serde_json::Value>) -> anyhow::Result<Vec<String>> {
+    pub async fn apply(&self, docs: Vec<serde_json::Value>) -> Result<Vec<String>> {
         match self {
             Self::Embedded(e) => e.apply(docs),
             Self::Cluster(c) => c.apply(docs).await,
@@ -154,13 +162,13 @@ impl Target {
     }
 
     /// Creates a Run from its typed form.
-    pub async fn create(&self, run: &Run) -> anyhow::Result<()> {
-        let doc = serde_json::to_value(run)?;
+    pub async fn create(&self, run: &Run) -> Result<()> {
+        let doc = serde_json::to_value(run).map_err(|e| Error::Invalid(e.to_string()))?;
         self.apply(vec![doc]).await.map(drop)
     }
 
     /// Deletes a Run.
-    pub async fn delete(&self, namespace: &str, name: &str) -> anyhow::Result<()> {
+    pub async fn delete(&self, namespace: &str, name: &str) -> Result<()> {
         match self {
             Self::Embedded(e) => e.delete(namespace, name),
             Self::Cluster(c) => c.delete(namespace, name).await,
@@ -173,7 +181,7 @@ impl Target {
         namespace: &str,
         name: &str,
         mode: TerminationMode,
-    ) -> anyhow::Result<()> {
+    ) -> Result<()> {
         match self {
             Self::Embedded(e) => e.terminate(namespace, name, mode),
             Self::Cluster(c) => c.terminate(namespace, name, mode).await,
@@ -181,7 +189,7 @@ impl Target {
     }
 
     /// How to call `run` through the gateway.
-    pub async fn gateway(&self, run: &RunInfo) -> anyhow::Result<Gateway> {
+    pub async fn gateway(&self, run: &RunInfo) -> Result<Gateway> {
         match self {
             Self::Embedded(e) => e.gateway(),
             Self::Cluster(c) => c.gateway(run).await,
@@ -189,7 +197,7 @@ impl Target {
     }
 
     /// The Runtime pools.
-    pub async fn runtimes(&self) -> anyhow::Result<Vec<RuntimeInfo>> {
+    pub async fn runtimes(&self) -> Result<Vec<RuntimeInfo>> {
         match self {
             Self::Embedded(e) => e.runtimes(),
             Self::Cluster(c) => c.runtimes().await,
@@ -204,7 +212,7 @@ impl Target {
         name: &str,
         phases: &[Phase],
         timeout: Duration,
-    ) -> anyhow::Result<RunInfo> {
+    ) -> Result<RunInfo> {
         let want: Vec<String> = phases.iter().map(|p| format!("{p:?}")).collect();
         let deadline = Instant::now() + timeout;
         loop {
@@ -213,43 +221,49 @@ impl Target {
                     return Ok(r);
                 }
                 if r.ended() {
-                    bail!(
-                        "run {namespace}/{name} ended {} ({}: {})",
-                        r.phase,
-                        r.reason,
-                        r.message
-                    );
+                    return Err(Error::Ended {
+                        namespace: namespace.into(),
+                        name: name.into(),
+                        phase: r.phase,
+                        reason: r.reason,
+                        message: r.message,
+                    });
                 }
             }
             if Instant::now() > deadline {
-                bail!("run {namespace}/{name} did not reach {want:?} within {timeout:?}");
+                return Err(Error::WaitTimedOut {
+                    namespace: namespace.into(),
+                    name: name.into(),
+                    wanted: want,
+                    timeout,
+                });
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
     /// A Run that exists and is of `mode`.
-    pub async fn run_of_mode(
-        &self,
-        namespace: &str,
-        name: &str,
-        mode: &str,
-    ) -> anyhow::Result<RunInfo> {
+    pub async fn run_of_mode(&self, namespace: &str, name: &str, mode: &str) -> Result<RunInfo> {
         let (r, _) = self.run(namespace, name).await?;
         if r.mode != mode {
-            bail!(
-                "run {namespace}/{name} is a {} run, not a {mode} run",
-                r.mode
-            );
+            return Err(Error::WrongMode {
+                namespace: namespace.into(),
+                name: name.into(),
+                mode: r.mode,
+                wanted: mode.into(),
+            });
         }
         Ok(r)
     }
 }
 
 /// The endpoint of `r`, or why it has none yet.
-pub fn endpoint(r: &RunInfo) -> anyhow::Result<&str> {
+pub fn endpoint(r: &RunInfo) -> Result<&str> {
     match r.endpoint.as_deref() {
         Some(e) => Ok(e),
-        None => bail!("run {} has no endpoint yet ({})", r.key(), r.phase),
+        None => Err(Error::NoEndpoint {
+            run: r.key(),
+            phase: r.phase.clone(),
+        }),
     }
 }
