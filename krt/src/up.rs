@@ -262,17 +262,77 @@ async fn wait_ready(client: &reqwest::Client, url: &str, deadline: Duration) -> 
     }
 }
 
+/// The state directory's folders, created and resolved.
+struct Dirs {
+    state: PathBuf,
+    runs: PathBuf,
+    logs: PathBuf,
+}
+
+impl Dirs {
+    fn create(state_dir: &Path, args: &UpArgs) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(state_dir)?;
+        let state = state_dir.canonicalize()?;
+        let runs = args.runs.clone().unwrap_or_else(|| state.join("runs"));
+        std::fs::create_dir_all(&runs)?;
+        let runs = runs.canonicalize()?;
+        let logs = state.join("logs");
+        std::fs::create_dir_all(&logs)?;
+        Ok(Self { state, runs, logs })
+    }
+}
+
+/// The stack's processes, not yet started: per instance a Runtime Server
+/// and its runtimed (each runtimed's listener bound here and handed over:
+/// never free for another process to take between this pick and its
+/// start), then the gateway.
+struct Processes {
+    children: Vec<Supervised>,
+    pods: Vec<PodConfig>,
+    gateway_at: usize,
+}
+
+impl Processes {
+    fn plan(pki: &Pki, args: &UpArgs, dirs: &Dirs, control: SocketAddr) -> anyhow::Result<Self> {
+        let mut children = Vec::new();
+        let mut pods = Vec::new();
+        for i in 0..args.runtimed {
+            let name = format!("runtimed-{i}");
+            let (addr, listener) = bind_port(args.runtimed_ip)?;
+            pods.push(PodConfig {
+                name: name.clone(),
+                address: addr.to_string(),
+                capacity: args.capacity,
+            });
+            let (server, socket) = runtime_server(&dirs.state, &dirs.logs, &name)?;
+            children.push(server);
+            let log = dirs.logs.join(format!("{name}.log"));
+            let mut d = runtimed(pki, &name, addr, &socket, log);
+            d.args.extend(args.runtimed_flags.iter().cloned());
+            d.hand_over(listener);
+            children.push(d);
+        }
+        let mut gateway = Supervised::new(
+            "gateway".into(),
+            args.gateway_addr.clone(),
+            gateway_args(pki, args, control),
+            dirs.logs.join("gateway.log"),
+        );
+        gateway.set_metrics(free_port(std::net::Ipv4Addr::LOCALHOST.into())?);
+        children.push(gateway);
+        Ok(Self {
+            gateway_at: children.len() - 1,
+            children,
+            pods,
+        })
+    }
+}
+
 /// Runs the stack until SIGINT/SIGTERM.
 pub async fn up(state_dir: &Path, args: UpArgs) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("locate the krt executable")?;
-    std::fs::create_dir_all(state_dir)?;
-    let state_dir = state_dir.canonicalize()?;
-    let runs_dir = args.runs.clone().unwrap_or_else(|| state_dir.join("runs"));
-    std::fs::create_dir_all(&runs_dir)?;
-    let runs_dir = runs_dir.canonicalize()?;
-    let logs = state_dir.join("logs");
-    std::fs::create_dir_all(&logs)?;
-    let pki = pki::generate(&state_dir.join("pki"))?;
+    let dirs = Dirs::create(state_dir, &args)?;
+    let pki = pki::generate(&dirs.state.join("pki"))?;
     let token = pki::issue_token(
         &pki.jwt_private,
         "krt-admin",
@@ -286,36 +346,11 @@ pub async fn up(state_dir: &Path, args: UpArgs) -> anyhow::Result<()> {
         "https://{}",
         args.gateway_addr.replace("0.0.0.0", "127.0.0.1")
     );
-
-    let mut children = Vec::new();
-    let mut pods = Vec::new();
-    for i in 0..args.runtimed {
-        let name = format!("runtimed-{i}");
-        // Bound here and handed over: never free for another process to
-        // take between this pick and runtimed's start.
-        let (addr, listener) = bind_port(args.runtimed_ip)?;
-        pods.push(PodConfig {
-            name: name.clone(),
-            address: addr.to_string(),
-            capacity: args.capacity,
-        });
-        let (server, socket) = runtime_server(&state_dir, &logs, &name)?;
-        children.push(server);
-        let mut d = runtimed(&pki, &name, addr, &socket, logs.join(format!("{name}.log")));
-        d.args.extend(args.runtimed_flags.iter().cloned());
-        d.hand_over(listener);
-        children.push(d);
-    }
-    let metrics_addr = free_port(std::net::Ipv4Addr::LOCALHOST.into())?;
-    let mut gateway = Supervised::new(
-        "gateway".into(),
-        args.gateway_addr.clone(),
-        gateway_args(&pki, &args, control_addr),
-        logs.join("gateway.log"),
-    );
-    gateway.set_metrics(metrics_addr);
-    children.push(gateway);
-    let gateway_at = children.len() - 1;
+    let Processes {
+        mut children,
+        pods,
+        gateway_at,
+    } = Processes::plan(&pki, &args, &dirs, control_addr)?;
     for c in &mut children {
         c.spawn(&exe)?;
     }
@@ -326,14 +361,14 @@ pub async fn up(state_dir: &Path, args: UpArgs) -> anyhow::Result<()> {
         token,
         internal_ca_file: Some(pki.tls.internal_ca.clone()),
         control_plane: Some(control_addr.to_string()),
-        runs_dir: Some(runs_dir.clone()),
+        runs_dir: Some(dirs.runs.clone()),
     };
-    write_private_json(&state_dir.join("client.json"), &client_cfg)?;
+    write_private_json(&dirs.state.join("client.json"), &client_cfg)?;
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let cp_cfg = EmbeddedConfig {
-        runs_dir: runs_dir.clone(),
-        state_dir: state_dir.clone(),
+        runs_dir: dirs.runs.clone(),
+        state_dir: dirs.state.clone(),
         pods,
         gateway_url: gateway_url.clone(),
         tls: TlsFiles {
@@ -354,30 +389,56 @@ pub async fn up(state_dir: &Path, args: UpArgs) -> anyhow::Result<()> {
 
     let http = crate::client::http_client(&client_cfg)?;
     let readyz = format!("{gateway_url}/readyz");
-    // The metrics port was free when picked, but another process may bind
-    // it before the gateway does: a port of krt's own choosing is picked
-    // again, a few times.
+    gateway_started(
+        &exe,
+        &http,
+        &readyz,
+        &mut children[gateway_at],
+        &mut control,
+    )
+    .await?;
+    write_processes(&dirs.state, &children)?;
+    println!(
+        "kruntimes ready: gateway {gateway_url}, runs from {}, state in {} (Ctrl-C to stop)",
+        dirs.runs.display(),
+        dirs.state.display()
+    );
+
+    supervise_until_stopped(&exe, &dirs.state, &args, &mut children, &mut control).await?;
+    println!("kruntimes stopping");
+    let _ = stop_tx.send(true);
+    stop(&mut children).await;
+    let _ = tokio::time::timeout(Duration::from_secs(3), control).await;
+    Ok(())
+}
+
+/// Waits until the gateway answers `readyz`. A gateway that cannot start
+/// (an address taken, a bad flag) is reported at once, in its own words,
+/// not after the wait — except a taken metrics port: it was free when
+/// picked, but another process may bind it before the gateway does, so a
+/// port of krt's own choosing is picked again, a few times.
+async fn gateway_started<R: std::fmt::Debug>(
+    exe: &Path,
+    http: &reqwest::Client,
+    readyz: &str,
+    gateway: &mut Supervised,
+    control: &mut tokio::task::JoinHandle<R>,
+) -> anyhow::Result<()> {
     let mut metrics_picks = 1;
     loop {
         tokio::select! {
-            r = wait_ready(&http, &readyz, Duration::from_secs(60)) => {
-                r?;
-                break;
-            }
-            r = &mut control => {
+            r = wait_ready(http, readyz, Duration::from_secs(60)) => return r,
+            r = &mut *control => {
                 anyhow::bail!("control plane stopped during start-up: {:?}", r);
             }
-            // A gateway that cannot start (an address taken, a bad flag) is
-            // reported at once, in its own words, not after the wait.
-            status = exited(&mut children[gateway_at]) => {
-                let gateway = &mut children[gateway_at];
+            status = exited(gateway) => {
                 let text = gateway.log_of_this_run();
                 let failure = failure_of(&text);
                 if metrics_picks < METRICS_PICKS && metrics_address_taken(failure) {
                     metrics_picks += 1;
                     tracing::warn!(taken = ?gateway.metrics, "the gateway's metrics port was taken; picking another");
                     gateway.set_metrics(free_port(std::net::Ipv4Addr::LOCALHOST.into())?);
-                    gateway.spawn(&exe)?;
+                    gateway.spawn(exe)?;
                     continue;
                 }
                 anyhow::bail!(
@@ -388,37 +449,43 @@ pub async fn up(state_dir: &Path, args: UpArgs) -> anyhow::Result<()> {
             }
         }
     }
-    write_processes(&state_dir, &children)?;
-    println!(
-        "kruntimes ready: gateway {gateway_url}, runs from {}, state in {} (Ctrl-C to stop)",
-        runs_dir.display(),
-        state_dir.display()
-    );
+}
 
+/// Restarts children that exit until SIGINT/SIGTERM, the control plane
+/// stopping, or (with `--exit-with-parent`) the parent going away.
+async fn supervise_until_stopped<R: std::fmt::Debug>(
+    exe: &Path,
+    state_dir: &Path,
+    args: &UpArgs,
+    children: &mut [Supervised],
+    control: &mut tokio::task::JoinHandle<R>,
+) -> anyhow::Result<()> {
     let parent = crate::parent_pid();
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut poll = tokio::time::interval(Duration::from_millis(200));
     loop {
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => break,
-            _ = term.recv() => break,
-            r = &mut control => {
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+            _ = term.recv() => return Ok(()),
+            r = &mut *control => {
                 tracing::error!(result = ?r, "control plane stopped");
-                break;
+                return Ok(());
             }
             _ = poll.tick() => {
                 if args.exit_with_parent && crate::parent_pid() != parent {
-                    break;
+                    return Ok(());
                 }
-                if supervise(&exe, &mut children)? {
-                    write_processes(&state_dir, &children)?;
+                if supervise(exe, children)? {
+                    write_processes(state_dir, children)?;
                 }
             }
         }
     }
-    println!("kruntimes stopping");
-    let _ = stop_tx.send(true);
-    for c in &mut children {
+}
+
+/// SIGTERM to every child, then SIGKILL to those still running 5 s later.
+async fn stop(children: &mut [Supervised]) {
+    for c in children.iter() {
         if let Some(pid) = c.pid() {
             let _ = nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(pid as i32),
@@ -426,7 +493,7 @@ pub async fn up(state_dir: &Path, args: UpArgs) -> anyhow::Result<()> {
             );
         }
     }
-    for c in &mut children {
+    for c in children.iter_mut() {
         if let Some(child) = c.child.as_mut()
             && tokio::time::timeout(Duration::from_secs(5), child.wait())
                 .await
@@ -435,8 +502,6 @@ pub async fn up(state_dir: &Path, args: UpArgs) -> anyhow::Result<()> {
             let _ = child.kill().await;
         }
     }
-    let _ = tokio::time::timeout(Duration::from_secs(3), control).await;
-    Ok(())
 }
 
 /// `STATE_DIR/processes.json`: each child's pid and listen address.

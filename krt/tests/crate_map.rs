@@ -3,6 +3,8 @@
 //! build) dependencies on workspace crates are listed below it — the rule
 //! the page states. `krt`, the bench and the test kits may use anything.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::{BTreeMap, BTreeSet};
 
 /// May use any crate of the workspace.
