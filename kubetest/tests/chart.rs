@@ -474,12 +474,7 @@ fn every_rendered_flag_is_one_the_binaries_parse() {
         .unwrap_or_else(|e| panic!("{}: the operator refuses {op:?}: {e}", r.what));
         assert_eq!(parsed.system_namespace, NAMESPACE);
         assert_eq!(parsed.internal_tls, InternalTls::Managed, "{}", r.what);
-        parsed
-            .clone()
-            .into_config()
-            .map(|c| c.managed_tls().cloned())
-            .unwrap_or_else(|e| panic!("{}: {e:#}", r.what))
-            .expect("managed TLS");
+        managed_tls(&parsed, &r.what);
         assert_eq!(
             Some(parsed.gateway_url.as_str()),
             flag(&op, "--gateway-url")

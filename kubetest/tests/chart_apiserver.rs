@@ -262,12 +262,7 @@ async fn helm_install_upgrade_and_uninstall_keep_what_the_operator_owns() {
     // ConfigMap.
     let operator = operator_client(&server).await;
     let cli = operator_cli(&Rendered::new(&helm, &[], &[]));
-    let tls = cli
-        .clone()
-        .into_config()
-        .map(|c| c.managed_tls().cloned())
-        .unwrap()
-        .unwrap();
+    let tls = managed_tls(&cli, "the default values");
     let done = certificates::ensure(&operator, &tls)
         .await
         .unwrap_or_else(|e| panic!("the first pass as the operator: {e:#}"));
@@ -328,12 +323,7 @@ async fn helm_install_upgrade_and_uninstall_keep_what_the_operator_owns() {
     );
     assert_eq!(owners(&secrets.get(&internal_ca).await.unwrap()).len(), 1);
     let keep = operator_cli(&Rendered::new(&helm, &[], &["tls.keepAfterUninstall=true"]));
-    let keep = keep
-        .clone()
-        .into_config()
-        .map(|c| c.managed_tls().cloned())
-        .unwrap()
-        .unwrap();
+    let keep = managed_tls(&keep, "tls.keepAfterUninstall=true");
     certificates::ensure(&operator, &keep)
         .await
         .unwrap_or_else(|e| panic!("disowning as the operator: {e:#}"));
@@ -458,12 +448,7 @@ async fn helm_install_upgrade_and_uninstall_keep_what_the_operator_owns() {
         &[&values],
         &["operator.extraSecretNamespaces={team-a}"],
     ));
-    let tls = cli
-        .clone()
-        .into_config()
-        .map(|c| c.managed_tls().cloned())
-        .unwrap()
-        .unwrap();
+    let tls = managed_tls(&cli, "operator.extraSecretNamespaces={team-a}");
     let done = certificates::ensure(&operator, &tls)
         .await
         .unwrap_or_else(|e| panic!("existingSecret as the operator: {e:#}"));

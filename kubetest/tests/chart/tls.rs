@@ -45,12 +45,7 @@ fn a_plain_http_gateway_has_no_public_tls_to_issue_or_publish() {
     let a = operator_cli(&Rendered::ci(&helm, "protocols-http-values.yaml"));
     assert_eq!(a.internal_tls, InternalTls::Managed);
     assert_eq!(a.public_tls, PublicTlsArg::None);
-    let m = a
-        .clone()
-        .into_config()
-        .map(|c| c.managed_tls().cloned())
-        .unwrap()
-        .unwrap();
+    let m = managed_tls(&a, "publicTLS none");
     assert_eq!(m.public, PublicTls::None);
 }
 
@@ -98,12 +93,7 @@ fn the_operator_manages_the_internal_tls_and_the_public_tls_of_its_mode() {
             a.tls_cert.is_none() && a.tls_key.is_none() && a.client_ca.is_none(),
             "{what}"
         );
-        let m = a
-            .clone()
-            .into_config()
-            .map(|c| c.managed_tls().cloned())
-            .unwrap()
-            .expect("managed TLS");
+        let m = managed_tls(&a, &what);
         assert_eq!(m.namespace, NAMESPACE, "{what}");
         assert_eq!(m.ca_configmap, name("gateway-ca"), "{what}");
         assert_eq!(

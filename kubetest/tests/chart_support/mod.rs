@@ -178,6 +178,21 @@ pub fn operator_cli(r: &Rendered) -> kruntimes_operator::Args {
     .unwrap_or_else(|e| panic!("{}: the operator refuses {a:?}: {e}", r.what))
 }
 
+/// What the operator keeps under `--internal-tls=managed`, from `args`
+/// validated as the operator validates them; `label` names the case when
+/// they are refused or name no managed TLS.
+pub fn managed_tls(
+    args: &kruntimes_operator::Args,
+    label: &str,
+) -> kruntimes_operator::cluster::certificates::ManagedTls {
+    args.clone()
+        .into_config()
+        .unwrap_or_else(|e| panic!("{label}: {e:#}"))
+        .managed_tls()
+        .cloned()
+        .unwrap_or_else(|| panic!("{label}: managed TLS"))
+}
+
 /// The in-cluster DNS names of Service `service` of the release namespace.
 pub fn service_names(service: &str) -> Vec<String> {
     vec![
