@@ -47,11 +47,9 @@ pub fn of_api_error(e: &ApiError) -> i32 {
 /// Prints `e` and returns the exit code it maps to.
 pub fn report(e: &anyhow::Error) -> i32 {
     eprintln!("error: {e:#}");
-    let answered = e
-        .downcast_ref::<kruntimes_client::Error>()
+    e.downcast_ref::<kruntimes_client::Error>()
         .and_then(kruntimes_client::Error::api)
-        .or_else(|| e.downcast_ref::<ApiError>());
-    answered.map_or(EXIT_LOCAL, of_api_error)
+        .map_or(EXIT_LOCAL, of_api_error)
 }
 
 #[cfg(test)]
@@ -88,10 +86,9 @@ mod tests {
         )))
         .context("invoke default/x");
         assert_eq!(report(&e), 17);
-        assert_eq!(
-            report(&anyhow::Error::from(answered(429, Some(ErrorCode::Busy)))),
-            20
-        );
-        assert_eq!(report(&anyhow::Error::from(answered(502, None))), EXIT_HTTP);
+        let busy = kruntimes_client::Error::Api(answered(429, Some(ErrorCode::Busy)));
+        assert_eq!(report(&anyhow::Error::from(busy)), 20);
+        let plain = kruntimes_client::Error::Api(answered(502, None));
+        assert_eq!(report(&anyhow::Error::from(plain)), EXIT_HTTP);
     }
 }
