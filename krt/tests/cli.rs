@@ -7,8 +7,6 @@
 // Test helpers panic on failure: that is how a test fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
@@ -16,7 +14,7 @@ use kruntimes_kubetest::cluster::Cluster;
 use kruntimes_kubetest::{ApiServer, Subject, User};
 use serde_json::Value;
 
-use common::PY;
+use kruntimes_testkit::prelude::PY;
 
 const KRT: &str = env!("CARGO_BIN_EXE_krt");
 
@@ -255,7 +253,7 @@ fn session_verbs(base: &[&str], dir: &Path, ns: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_verb_works_against_krt_up() {
-    let stack = common::start(2, vec![], &[]);
+    let stack = kruntimes_testkit::fixtures::start(2, vec![], &[]);
     let state = stack.state_dir().display().to_string();
     let dir = tempfile::tempdir().unwrap();
     let dir_path = dir.path().to_owned();

@@ -1,10 +1,8 @@
 //! Function invokes end to end: real `krt up`, real TLS, real Python and Bash.
 
-mod common;
-
 use std::collections::BTreeSet;
 
-use common::*;
+use kruntimes_testkit::prelude::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_and_bash_are_served_in_one_hop_by_their_owners_on_both_instances() {

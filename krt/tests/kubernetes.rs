@@ -8,7 +8,6 @@
 // Test helpers panic on failure: that is how a test fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
 #[path = "kubernetes/support.rs"]
 mod support;
 

@@ -1,11 +1,9 @@
 //! Operating the stack: probes and metrics, the plain HTTP listener, idle
 //! timeout, and clean shutdown.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use kruntimes_testkit::prelude::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probes_and_metrics_report_the_gateway_state() {

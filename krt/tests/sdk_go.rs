@@ -9,7 +9,6 @@
 // Test helpers panic on failure: that is how a test fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
 mod sdk;
 
 use std::path::Path;

@@ -1,11 +1,9 @@
 //! Session (sandbox) Runs end to end through the gateway.
 
-mod common;
-
 use std::time::Duration;
 
 use base64::Engine as _;
-use common::*;
+use kruntimes_testkit::prelude::*;
 
 fn sandbox(name: &str, extra: &str) -> (String, String) {
     (

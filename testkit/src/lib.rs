@@ -13,6 +13,19 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use serde_json::Value;
 
+mod binary;
+pub mod fixtures;
+pub mod wire;
+
+pub use binary::{KRT_VARIABLE, krt_binary};
+
+/// What an end-to-end test file imports: the stack, its fixtures and the
+/// readers of answers.
+pub mod prelude {
+    pub use crate::fixtures::*;
+    pub use crate::wire::*;
+}
+
 /// Waits until `log()` holds every line the gateway at `gateway` logged
 /// before the call. The gateway writes its log in batches, in order, up to
 /// a second apart: this sends it an invoke of no Run, carrying a fresh

@@ -11,7 +11,7 @@ use kruntimes_kubetest::{ApiServer, Subject, User};
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
-use crate::common::PY;
+use kruntimes_testkit::prelude::PY;
 
 pub(crate) fn rbac(file: &str) -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -36,7 +36,7 @@ pub const FUNCTION: &str = "sdk-hello";
 pub fn handler() -> String {
     format!(
         "{}\n_greet = invoke\n\n\ndef invoke(request):\n    if request.get(\"crash\"):\n        os._exit(3)\n    if request.get(\"big\"):\n        return \"x\" * (2 * 1024 * 1024)\n    return _greet(request)\n",
-        crate::common::PY
+        kruntimes_testkit::prelude::PY
     )
 }
 /// The namespace of the harness's Runs and grants.

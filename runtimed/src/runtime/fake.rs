@@ -1,7 +1,7 @@
 //! A scripted Runtime Server for runtimed's own tests, served over a real
 //! Unix socket so the client code under test is the production one. It
 //! runs no process: the real server is tested in `runtime-server/`, and the
-//! two together end to end in `krt/tests/`.
+//! two together end to end in `runtimed/tests/`.
 //!
 //! Scripts: an invocation's JSON input may ask for `{"sleep_ms": N}`,
 //! `{"raise": "message"}` or `{"fail": "aborted" | "deadline" |

@@ -1,63 +1,12 @@
-//! Shared pieces of the end-to-end tests.
+//! Reading the gateway's answers: JSON bodies, typed errors, a session's
+//! WebSocket, Prometheus series.
 
 // Test helpers panic on failure: that is how a test fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-#![allow(dead_code)]
 
-use kruntimes_testkit::{Options, Stack, function_run};
+use crate::Stack;
 
-/// A Python handler that greets, reports its pid, raises or sleeps on request.
-pub const PY: &str = r#"import os, time
-
-def invoke(request):
-    if request.get("raise"):
-        raise ValueError("bad " + str(request["raise"]))
-    if request.get("sleep"):
-        time.sleep(request["sleep"])
-    return {"message": "hello " + request.get("name", "world"), "pid": os.getpid()}
-"#;
-
-/// A Bash handler that greets.
-pub const SH: &str = r#"greet() {
-  local name
-  name=$(printf '%s' "$1" | sed -n 's/.*"name"[[:space:]]*:[[:space:]]*"\([^"]*\)".*/\1/p')
-  printf '{"message": "hello %s"}\n' "${name:-world}"
-}
-"#;
-
-pub fn python_run(name: &str) -> (String, String) {
-    (
-        format!("{name}.yaml"),
-        function_run(name, "python", "main.invoke", "main.py", PY, ""),
-    )
-}
-
-pub fn python_run_with(name: &str, extra: &str) -> (String, String) {
-    (
-        format!("{name}.yaml"),
-        function_run(name, "python", "main.invoke", "main.py", PY, extra),
-    )
-}
-
-pub fn bash_run(name: &str) -> (String, String) {
-    (
-        format!("{name}.yaml"),
-        function_run(name, "bash", "hello.greet", "hello.sh", SH, ""),
-    )
-}
-
-pub fn start(runtimed: usize, runs: Vec<(String, String)>, extra_args: &[&str]) -> Stack {
-    Stack::start(
-        std::path::Path::new(env!("CARGO_BIN_EXE_krt")),
-        Options {
-            runtimed,
-            runs,
-            extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
-        },
-    )
-    .expect("start the embedded stack")
-}
-
+/// The JSON body of `resp`; panics, showing the body, when it is not JSON.
 pub async fn json(resp: reqwest::Response) -> serde_json::Value {
     let bytes = resp.bytes().await.expect("body");
     serde_json::from_slice(&bytes)

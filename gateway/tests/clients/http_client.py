@@ -1,4 +1,4 @@
-"""One request with Python's http.client or httpx, for krt/tests/client_errors.rs.
+"""One request with Python's http.client or httpx, for gateway/tests/client_errors.rs.
 
 usage: http_client.py http.client|httpx METHOD URL CA_FILE BODY_FILE|- [NAME=VALUE ...]
 The bearer token, if any, comes from KRT_TOKEN. Prints the status on the

@@ -9,15 +9,13 @@
 // Test helpers panic on failure: that is how a test fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::*;
 use futures::{SinkExt as _, StreamExt as _};
 use kruntimes_kubetest::{ApiServer, Subject, User};
 use kruntimes_testkit::Stack;
+use kruntimes_testkit::prelude::*;
 use serde_json::json;
 use tokio_tungstenite::tungstenite::Message;
 
@@ -182,7 +180,7 @@ async fn a_revoked_permission_ends_the_socket_on_its_next_operation() {
     let kubeconfig = server.write_kubeconfig(User::Gateway).unwrap();
     let ttl = 4u64;
     let mut stack = Stack::start(
-        Path::new(env!("CARGO_BIN_EXE_krt")),
+        kruntimes_testkit::krt_binary(),
         kruntimes_testkit::Options {
             runtimed: 1,
             runs: vec![sandbox("sbx", "a")],

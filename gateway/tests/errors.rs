@@ -1,11 +1,12 @@
 //! Every error row of the public API, end to end: typed JSON, the right
 //! status, Retry-After where due, nothing leaked.
 
-mod common;
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 
-use common::*;
+use kruntimes_testkit::prelude::*;
+use kruntimes_testkit::{Stack, read_pids};
 
 const UNKNOWN_UID: &str = "00000000-0000-4000-8000-000000000000";
 
@@ -261,8 +262,12 @@ async fn every_error_row_is_a_typed_error() {
 
     // 429: one in-flight invocation per function Run.
     let slow_url = stack.endpoint("slow-a").unwrap();
-    let first = tokio::spawn(post(slow_url.clone()).body(r#"{"sleep": 2}"#).send());
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let first = tokio::spawn(
+        post(slow_url.clone())
+            .body(r#"{"sleep": 2, "started": "started"}"#)
+            .send(),
+    );
+    running(&stack, "slow-a").await;
     expect_error(
         post(slow_url.clone()).body("{}").send().await.unwrap(),
         429,
@@ -273,10 +278,10 @@ async fn every_error_row_is_a_typed_error() {
     // 503 Overloaded: the gateway's in-flight limit (2) is reached.
     let second = tokio::spawn(
         post(stack.endpoint("slow-b").unwrap())
-            .body(r#"{"sleep": 2}"#)
+            .body(r#"{"sleep": 2, "started": "started"}"#)
             .send(),
     );
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    running(&stack, "slow-b").await;
     expect_error(
         post(url.clone()).body("{}").send().await.unwrap(),
         503,
@@ -323,4 +328,13 @@ async fn every_error_row_is_a_typed_error() {
         assert!(!logs.contains(t.as_str()), "a token leaked into the logs");
     }
     assert!(!logs.contains(secret), "a payload leaked into the logs");
+}
+
+/// Waits until the call sent to Run `name` with `"started": "started"` is
+/// running its handler (which holds the Run's one invocation slot).
+async fn running(stack: &Stack, name: &str) {
+    let started = stack.work_dir(name).unwrap().join("started");
+    read_pids(&started, 1, Duration::from_secs(60))
+        .await
+        .unwrap();
 }

@@ -9,10 +9,8 @@
 // Test helpers panic on failure: that is how a test fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use base64::Engine as _;
-use common::*;
+use kruntimes_testkit::prelude::*;
 use kruntimes_testkit::{Stack, function_run};
 use serde_json::{Value, json};
 

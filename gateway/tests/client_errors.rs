@@ -1,6 +1,6 @@
 //! Error replies every client reads: each error row below is sent by
 //! `curl` over HTTP/1.1 and over HTTP/2, Python's `http.client`, httpx and
-//! Go's `net/http` (`krt/tests/clients/`), and each must read the status
+//! Go's `net/http` (`gateway/tests/clients/`), and each must read the status
 //! and the typed JSON body — the 413 of a 2 MiB body still arriving
 //! included, which the gateway answers and then drains (bounded) so the
 //! client can finish sending and read it.
@@ -8,12 +8,10 @@
 // Test helpers panic on failure: that is how a test fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::*;
+use kruntimes_testkit::prelude::*;
 use serde_json::Value;
 
 const UNKNOWN_UID: &str = "00000000-0000-4000-8000-000000000000";

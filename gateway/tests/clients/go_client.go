@@ -1,4 +1,4 @@
-// One request with Go's net/http, for krt/tests/client_errors.rs.
+// One request with Go's net/http, for gateway/tests/client_errors.rs.
 //
 // usage: go run go_client.go METHOD URL CA_FILE BODY_FILE|- [NAME=VALUE ...]
 // The bearer token, if any, comes from KRT_TOKEN. Prints the status on the

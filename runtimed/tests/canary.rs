@@ -6,10 +6,8 @@
 // Test helpers panic on failure: that is how a test fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::*;
 use kruntimes_testkit::function_run;
+use kruntimes_testkit::prelude::*;
 
 const LOUD_PY: &str = r#"import sys
 

@@ -8,12 +8,10 @@
 // Test helpers panic on failure: that is how a test fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
 use futures::{SinkExt, StreamExt};
+use kruntimes_testkit::prelude::*;
 use kruntimes_testkit::{Stack, function_run, read_pids, wait_gone};
 
 /// Waits for a process to go (deadlines of 3 s, kill loops, a loaded

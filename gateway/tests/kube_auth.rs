@@ -6,8 +6,6 @@
 // Test helpers panic on failure: that is how a test fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -15,7 +13,7 @@ use kruntimes_kubetest::{ApiServer, Subject, User};
 use kruntimes_testkit::{Stack, function_run};
 use serde_json::Value;
 
-use common::{PY, series_value};
+use kruntimes_testkit::prelude::{PY, series_value};
 
 fn rbac(file: &str) -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -91,7 +89,7 @@ async fn stack_as(server: &ApiServer, gateway_flags: &[&str], token: &str) -> (S
         args.push(format!("--gateway-flag={f}"));
     }
     let mut stack = Stack::start(
-        Path::new(env!("CARGO_BIN_EXE_krt")),
+        kruntimes_testkit::krt_binary(),
         kruntimes_testkit::Options {
             runtimed: 1,
             runs: vec![("hello.yaml".into(), manifest)],

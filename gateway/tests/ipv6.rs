@@ -6,9 +6,7 @@
 // Test helpers panic on failure: that is how a test fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::*;
+use kruntimes_testkit::prelude::*;
 use serde_json::json;
 
 fn sandbox(name: &str) -> (String, String) {
