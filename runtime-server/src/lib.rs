@@ -26,6 +26,12 @@
 //! - [`contain`], `env`, `source`, `logs`, `held`: process trees,
 //!   the user processes' environment, inline source, their stderr, what is
 //!   held per Run UID.
+//!
+//! No other crate links more than [`main`] and its [`Args`] (`krt runtime-server`; runtimed
+//! talks to this server only over the contract); [`contain`], [`function`],
+//! [`validate`] and [`error`] are public for this crate's own integration
+//! tests (`tests/shim.rs`, `tests/functions.rs`), which drive real process
+//! trees and interpreters through them.
 #![forbid(unsafe_code)]
 
 mod accept;
