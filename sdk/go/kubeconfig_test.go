@@ -106,8 +106,8 @@ func TestAFunctionIsLookedUpOnceAndAgainAfterA404(t *testing.T) {
 	}
 }
 
-func TestASandboxThatNeverGetsReadyIsEndedImmediately(t *testing.T) {
-	var patches []string
+func TestASandboxThatEndsBeforeReadyIsDeleted(t *testing.T) {
+	var deletes []string
 	kube, _ := fake(t, func(w http.ResponseWriter, r *http.Request) {
 		switch r.Method {
 		case http.MethodPost:
@@ -115,10 +115,9 @@ func TestASandboxThatNeverGetsReadyIsEndedImmediately(t *testing.T) {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(201)
 			_, _ = w.Write(b)
-		case http.MethodPatch:
-			b, _ := io.ReadAll(r.Body)
-			patches = append(patches, string(b))
-			writeJSON(w, 200, kubeRun("Cancelled", "session", ""))
+		case http.MethodDelete:
+			deletes = append(deletes, r.URL.Path)
+			writeJSON(w, 200, map[string]any{"kind": "Status", "apiVersion": "v1", "status": "Success"})
 		default:
 			run := kubeRun("Failed", "session", "")
 			run["status"].(map[string]any)["reason"] = "RegistrationFailed"
@@ -134,8 +133,49 @@ func TestASandboxThatNeverGetsReadyIsEndedImmediately(t *testing.T) {
 	if !errors.As(err, &ended) || ended.Reason != "RegistrationFailed" {
 		t.Fatal(err)
 	}
-	if len(patches) != 1 || patches[0] != `{"spec":{"termination":{"mode":"Immediate"}}}` {
-		t.Errorf("patches %v", patches)
+	if len(deletes) != 1 || !strings.HasSuffix(deletes[0], "/namespaces/a/runs/hello") {
+		t.Errorf("deletes %v", deletes)
+	}
+}
+
+func TestASandboxThatWaitsTooLongSaysWhyAndIsDeletedEvenIfAlreadyGone(t *testing.T) {
+	var deletes int
+	kube, _ := fake(t, func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodPost:
+			b, _ := io.ReadAll(r.Body)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(201)
+			_, _ = w.Write(b)
+		case http.MethodDelete:
+			deletes++
+			writeJSON(w, 404, map[string]any{"kind": "Status", "apiVersion": "v1", "status": "Failure",
+				"reason": "NotFound", "code": 404, "message": "runs.kruntimes.io \"hello\" not found"})
+		default:
+			run := kubeRun("Pending", "session", "")
+			status := run["status"].(map[string]any)
+			status["reason"] = "Unschedulable"
+			status["message"] = "waiting for a ready bash Pod with free capacity"
+			writeJSON(w, 200, run)
+		}
+	})
+	c, err := NewFromKubeconfig(writeKubeconfig(t, kube, contextFor("    token: t\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err = c.CreateSandbox(ctx, SandboxOptions{Name: "hello"})
+	var timeout *WaitTimeoutError
+	if !errors.As(err, &timeout) || timeout.Phase != "Pending" || timeout.Reason != "Unschedulable" {
+		t.Fatal(err)
+	}
+	want := "(phase Pending, Unschedulable: waiting for a ready bash Pod with free capacity)"
+	if !strings.Contains(err.Error(), want) {
+		t.Errorf("%q lacks %q", err.Error(), want)
+	}
+	if deletes != 1 {
+		t.Errorf("%d deletes", deletes)
 	}
 }
 
@@ -287,5 +327,13 @@ func TestTheStateDirStoreWritesAndTerminatesManifests(t *testing.T) {
 	}
 	if err := store.terminate(ctx, "default", "not-mine", "Drain"); !errors.Is(err, ErrUnsupported) {
 		t.Error(err)
+	}
+	for range 2 { // the second finds it already gone: no error
+		if err := store.delete(ctx, "default", "s"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if entries, _ := os.ReadDir(runs); len(entries) != 0 {
+		t.Errorf("left %v", entries)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -45,13 +46,16 @@ func (r RunInfo) Ended() bool {
 	return false
 }
 
-// runStore is where Runs live: get, create, terminate.
+// runStore is where Runs live: get, create, terminate, delete.
 type runStore interface {
 	// get answers a *NotFoundError for a Run that does not exist.
 	get(ctx context.Context, namespace, name string) (*RunInfo, error)
 	create(ctx context.Context, manifest map[string]any) error
 	// terminate sets spec.termination.mode (Drain or Immediate).
 	terminate(ctx context.Context, namespace, name, mode string) error
+	// delete deletes the Run (its owner releases what it held); a Run
+	// already gone is no error.
+	delete(ctx context.Context, namespace, name string) error
 	// source is the Source of the errors it answers.
 	source() string
 }
@@ -100,6 +104,14 @@ func (k *kubeRuns) terminate(ctx context.Context, namespace, name, mode string) 
 	_, err := k.dyn.Resource(runsResource).Namespace(namespace).
 		Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 	if err != nil {
+		return kubeError(err)
+	}
+	return nil
+}
+
+func (k *kubeRuns) delete(ctx context.Context, namespace, name string) error {
+	err := k.dyn.Resource(runsResource).Namespace(namespace).Delete(ctx, name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
 		return kubeError(err)
 	}
 	return nil
@@ -237,6 +249,17 @@ func (s *stateDirRuns) terminate(_ context.Context, namespace, name, mode string
 	return s.write(path, doc)
 }
 
+func (s *stateDirRuns) delete(_ context.Context, namespace, name string) error {
+	path, err := s.manifestPath(namespace, name)
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
 // sessionManifest is a session Run (docs/sessions.md).
 func sessionManifest(name, namespace string, o SandboxOptions) map[string]any {
 	session := map[string]any{}
@@ -270,9 +293,12 @@ func sessionManifest(name, namespace string, o SandboxOptions) map[string]any {
 }
 
 // WaitTimeoutError is a Run that did not reach what was awaited before the
-// context ended.
+// context ended. Phase and Reason are the Run's when last seen (empty when it
+// was not listed); Last says it in words, with the status message that says
+// why a Pending Run waits.
 type WaitTimeoutError struct {
 	Namespace, Name, What, Last string
+	Phase, Reason               string
 	Err                         error
 }
 
@@ -286,7 +312,7 @@ func (e *WaitTimeoutError) Unwrap() error { return e.Err }
 // *RunEndedError, one the store does not list yet is waited for.
 func waitFor(ctx context.Context, store runStore, namespace, name, what string, want func(*RunInfo) bool) (*RunInfo, error) {
 	delay := 50 * time.Millisecond
-	last := "not listed"
+	var seen *RunInfo
 	for {
 		run, err := store.get(ctx, namespace, name)
 		var nf *NotFoundError
@@ -296,13 +322,35 @@ func waitFor(ctx context.Context, store runStore, namespace, name, what string, 
 		case err == nil && run.Ended():
 			return nil, &RunEndedError{Namespace: namespace, Name: name, Phase: run.Phase, Reason: run.Reason, Detail: run.Message}
 		case err == nil:
-			last = "phase " + run.Phase
+			seen = run
 		case !errors.As(err, &nf):
 			return nil, err
 		}
 		if err := sleep(ctx, delay); err != nil {
-			return nil, &WaitTimeoutError{Namespace: namespace, Name: name, What: what, Last: last, Err: err}
+			e := &WaitTimeoutError{Namespace: namespace, Name: name, What: what, Last: lastSeen(seen), Err: err}
+			if seen != nil {
+				e.Phase, e.Reason = seen.Phase, seen.Reason
+			}
+			return nil, e
 		}
 		delay = min(2*delay, 500*time.Millisecond)
 	}
+}
+
+// lastSeen is what a wait saw last: the phase, and why the Run waits when
+// its status says.
+func lastSeen(run *RunInfo) string {
+	if run == nil {
+		return "not listed"
+	}
+	var why []string
+	for _, part := range []string{run.Reason, run.Message} {
+		if part != "" {
+			why = append(why, part)
+		}
+	}
+	if len(why) == 0 {
+		return "phase " + run.Phase
+	}
+	return "phase " + run.Phase + ", " + strings.Join(why, ": ")
 }

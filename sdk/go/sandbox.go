@@ -74,7 +74,8 @@ func bounded(ctx context.Context, d time.Duration) (context.Context, context.Can
 
 // CreateSandbox creates a session Run and waits until it is Ready and routed
 // (the context bounds the wait; without a deadline, 60 s). A Run that never
-// gets there is ended Immediate before the error is returned.
+// gets there is deleted before the error is returned; a *WaitTimeoutError
+// says why it still waited.
 func (c *Client) CreateSandbox(ctx context.Context, o SandboxOptions) (*Sandbox, error) {
 	store, err := c.store()
 	if err != nil {
@@ -91,10 +92,10 @@ func (c *Client) CreateSandbox(ctx context.Context, o SandboxOptions) (*Sandbox,
 	}
 	s, err := c.ready(ctx, store, ns, name)
 	if err != nil {
-		// Never leave a half-made sandbox holding a Pod.
+		// Never leave a half-made sandbox behind: deleted, it holds no Pod and waits for none.
 		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		_ = store.terminate(cleanup, ns, name, "Immediate")
+		_ = store.delete(cleanup, ns, name)
 		return nil, err
 	}
 	return s, nil

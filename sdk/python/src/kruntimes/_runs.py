@@ -104,6 +104,10 @@ class RunStore:
         """Sets ``spec.termination.mode`` (``Drain`` or ``Immediate``)."""
         raise NotImplementedError
 
+    def delete(self, namespace: str, name: str) -> Flow[None]:
+        """Deletes the Run (its owner releases whatever it held); a Run already gone is no error."""
+        raise NotImplementedError
+
 
 class KubernetesRuns(RunStore):
     """Runs in the Kubernetes API."""
@@ -133,6 +137,12 @@ class KubernetesRuns(RunStore):
         patch = json.dumps({"spec": {"termination": {"mode": mode}}}).encode()
         yield Call(KUBERNETES, "PATCH", self._path(namespace, name), content=patch,
                    headers={"Content-Type": "application/merge-patch+json"})
+
+    def delete(self, namespace: str, name: str) -> Flow[None]:
+        try:
+            yield Call(KUBERNETES, "DELETE", self._path(namespace, name))
+        except NotFoundError:
+            pass
 
 
 class StateDirRuns(RunStore):
@@ -192,6 +202,10 @@ class StateDirRuns(RunStore):
         self._write(path, doc)
         return done(None)
 
+    def delete(self, namespace: str, name: str) -> Flow[None]:
+        self.manifest_path(namespace, name).unlink(missing_ok=True)
+        return done(None)
+
 
 def wait_for(store: RunStore, namespace: str, name: str, want: Callable[[RunInfo], bool], what: str,
              timeout: float) -> Flow[RunInfo]:
@@ -209,7 +223,16 @@ def wait_for(store: RunStore, namespace: str, name: str, want: Callable[[RunInfo
             raise RunEndedError(f"run {namespace}/{name} ended {run.phase}{detail} before {what}",
                                 phase=run.phase, reason=run.reason)
         if time.monotonic() > deadline:
-            last = f"phase {run.phase}" if run is not None else "not listed"
-            raise WaitTimeoutError(f"run {namespace}/{name}: {what} not reached within {timeout:g}s ({last})")
+            raise WaitTimeoutError(f"run {namespace}/{name}: {what} not reached within {timeout:g}s "
+                                   f"({_last_seen(run)})",
+                                   phase=run.phase if run else "", reason=run.reason if run else "")
         yield Sleep(delay)
         delay = min(delay * 2, 0.5)
+
+
+def _last_seen(run: Optional[RunInfo]) -> str:
+    """What a wait saw last: the phase, and why the Run waits when its status says."""
+    if run is None:
+        return "not listed"
+    why = ": ".join(part for part in (run.reason, run.message) if part)
+    return f"phase {run.phase}, {why}" if why else f"phase {run.phase}"

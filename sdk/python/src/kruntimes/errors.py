@@ -258,9 +258,18 @@ class NetworkError(KruntimesError):
 
 
 class WaitTimeoutError(KruntimesError):
-    """A Run did not reach the awaited phase in time."""
+    """A Run did not reach the awaited phase in time.
+
+    ``phase`` and ``reason`` are the Run's when last seen (empty if it was not listed); the
+    message adds the status message, which says why a ``Pending`` Run waits.
+    """
 
     default_code = "WaitTimeout"
+
+    def __init__(self, message: str, *, phase: str = "", reason: str = "", **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.phase = phase
+        self.reason = reason
 
 
 class RunEndedError(KruntimesError):

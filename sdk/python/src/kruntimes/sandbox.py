@@ -123,9 +123,9 @@ class _SandboxBase:
         try:
             return (yield from _SandboxBase._ready(client, ns, name, o.ready_timeout))
         except KruntimesError:
-            # Never leave a half-made sandbox holding a Pod.
+            # Never leave a half-made sandbox behind: deleted, it holds no Pod and waits for none.
             try:
-                yield from store.terminate(ns, name, "Immediate")
+                yield from store.delete(ns, name)
             except KruntimesError:
                 pass
             raise
@@ -192,8 +192,9 @@ class Sandbox(_SandboxBase):
         ``idle_timeout``, ``queue_size`` and ``operation_timeout`` (seconds) are the
         Run's ``spec.mode.session`` fields and ``timeout`` its ``spec.timeout`` (total
         lifetime, seconds). Raises :class:`~kruntimes.RunEndedError` if the Run ends
-        first and :class:`~kruntimes.WaitTimeoutError` after ``ready_timeout`` seconds
-        (the Run is then ended ``Immediate``).
+        first and :class:`~kruntimes.WaitTimeoutError` after ``ready_timeout`` seconds (its
+        message says why the Run still waits, e.g. ``Unschedulable: waiting for a ready bash
+        Pod with free capacity``); either way the Run it created is deleted.
         """
         o = _Create(runtime, name, namespace, env, idle_timeout, queue_size, operation_timeout, timeout, ready_timeout)
         return cls(client, client._drive(cls._create(client, o)))

@@ -185,3 +185,18 @@ def test_a_full_session_queue_is_busy(client, runtime):
         for t in threads:
             t.join()
         assert not sb.files.exists("queued.txt"), "a refused operation never ran"
+
+
+def test_a_sandbox_that_gives_up_waiting_leaves_no_run_behind(client, runtime):
+    name = "sandbox-gives-up"
+    # A ready_timeout no sandbox can meet: the wait runs out on its first look.
+    with pytest.raises(kruntimes.WaitTimeoutError) as e:
+        Sandbox.create(client, name=name, runtime=runtime, ready_timeout=0)
+    message = str(e.value)
+    assert message.startswith(f"run {client.namespace}/{name}: Ready not reached within 0s ("), message
+    assert e.value.phase in ("", "Pending", "Scheduled"), message
+    # The Run it created is deleted: it neither holds a Pod nor waits for one.
+    deadline = time.monotonic() + 30
+    while client.get_run(name) is not None:
+        assert time.monotonic() < deadline, f"{name} still there: {client.get_run(name)}"
+        time.sleep(0.1)

@@ -161,7 +161,7 @@ def test_a_function_without_an_endpoint_is_not_ready_and_a_session_is_not_a_func
     assert "session" in str(e.value)
 
 
-def test_a_sandbox_that_never_gets_ready_is_ended_immediately():
+def test_a_sandbox_that_ends_before_ready_is_deleted():
     def answer(call):
         if call.method == "POST":
             return ok(call.json, 201)
@@ -169,8 +169,8 @@ def test_a_sandbox_that_never_gets_ready_is_ended_immediately():
             doc = kube_run("Failed", mode="session")
             doc["status"].update(reason="RegistrationFailed", message="no bash")
             return ok(doc)
-        assert call.method == "PATCH"
-        assert call.content == b'{"spec": {"termination": {"mode": "Immediate"}}}'
+        assert call.method == "DELETE"
+        assert call.url.endswith("/namespaces/a/runs/hello")
         return ok({})
 
     c, fake = client(answer)
@@ -181,7 +181,28 @@ def test_a_sandbox_that_never_gets_ready_is_ended_immediately():
     manifest = fake.calls[0].json
     assert manifest["spec"] == {"runtime": "bash", "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}],
                                 "mode": {"session": {"queueSize": 0}}, "timeout": 60}
-    assert [call.method for call in fake.calls] == ["POST", "GET", "PATCH"]
+    assert [call.method for call in fake.calls] == ["POST", "GET", "DELETE"]
+
+
+def test_a_sandbox_that_waits_too_long_says_why_and_is_deleted_even_if_already_gone():
+    def answer(call):
+        if call.method == "POST":
+            return ok(call.json, 201)
+        if call.method == "GET":
+            doc = kube_run("Pending", mode="session")
+            doc["status"].update(reason="Unschedulable", message="waiting for a ready bash Pod with free capacity")
+            return ok(doc)
+        assert call.method == "DELETE"
+        return error(404, "NotFound")
+
+    c, fake = client(answer)
+    c._runs = KubernetesRuns()
+    with pytest.raises(kruntimes.WaitTimeoutError) as e:
+        Sandbox.create(c, name="hello", namespace="a", ready_timeout=0)
+    assert (e.value.phase, e.value.reason) == ("Pending", "Unschedulable")
+    assert str(e.value).endswith("Ready not reached within 0s (phase Pending, Unschedulable: waiting for a "
+                                 "ready bash Pod with free capacity)"), str(e.value)
+    assert [call.method for call in fake.calls] == ["POST", "GET", "DELETE"]
 
 
 def test_connecting_by_endpoint_probes_the_status_route_only():
@@ -225,3 +246,6 @@ def test_the_state_dir_store_writes_and_terminates_manifests(tmp_path):
     assert sorted(p.name for p in runs_dir.iterdir()) == ["session-default-s.yaml"]
     with pytest.raises(kruntimes.UnsupportedError):
         drive(store.terminate("default", "not-mine", "Drain"), lambda c: None)
+    drive(store.delete("default", "s"), lambda c: None)
+    assert list(runs_dir.iterdir()) == []
+    drive(store.delete("default", "s"), lambda c: None)  # already gone: no error
