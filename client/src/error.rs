@@ -81,7 +81,7 @@ pub enum Error {
         message: String,
     },
     /// A wait ran out of time.
-    #[error("run {namespace}/{name} did not reach {wanted:?} within {timeout:?}")]
+    #[error("run {namespace}/{name} did not reach {wanted:?} within {timeout:?} ({last})")]
     WaitTimedOut {
         /// Namespace.
         namespace: String,
@@ -91,6 +91,9 @@ pub enum Error {
         wanted: Vec<String>,
         /// How long.
         timeout: Duration,
+        /// What the wait saw last ([`crate::last_seen`]): the phase, and why
+        /// the Run waits when its status says.
+        last: String,
     },
     /// What was asked cannot be done on this target (the message says what
     /// to do instead).

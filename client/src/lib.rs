@@ -29,7 +29,7 @@ use kruntimes_api::{Phase, Run, TerminationMode};
 use serde::Serialize;
 
 /// A Run as the verbs show it, in either mode.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunInfo {
     /// Name.
@@ -215,6 +215,7 @@ impl Target {
     ) -> Result<RunInfo> {
         let want: Vec<String> = phases.iter().map(|p| format!("{p:?}")).collect();
         let deadline = Instant::now() + timeout;
+        let mut seen = None;
         loop {
             if let Ok((r, _)) = self.run(namespace, name).await {
                 if want.contains(&r.phase) {
@@ -229,6 +230,7 @@ impl Target {
                         message: r.message,
                     });
                 }
+                seen = Some(r);
             }
             if Instant::now() > deadline {
                 return Err(Error::WaitTimedOut {
@@ -236,6 +238,7 @@ impl Target {
                     name: name.into(),
                     wanted: want,
                     timeout,
+                    last: last_seen(seen.as_ref()),
                 });
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -265,5 +268,58 @@ pub fn endpoint(r: &RunInfo) -> Result<&str> {
             run: r.key(),
             phase: r.phase.clone(),
         }),
+    }
+}
+
+/// What a wait saw of a Run last: its phase, and why it waits when its
+/// status says (`phase Pending, Unschedulable: waiting for …`), or that it
+/// was never listed.
+pub fn last_seen(run: Option<&RunInfo>) -> String {
+    let Some(r) = run else {
+        return "not listed".into();
+    };
+    let why: Vec<&str> = [r.reason.as_str(), r.message.as_str()]
+        .into_iter()
+        .filter(|part| !part.is_empty())
+        .collect();
+    if why.is_empty() {
+        format!("phase {}", r.phase)
+    } else {
+        format!("phase {}, {}", r.phase, why.join(": "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(phase: &str, reason: &str, message: &str) -> RunInfo {
+        RunInfo {
+            phase: phase.into(),
+            reason: reason.into(),
+            message: message.into(),
+            ..RunInfo::default()
+        }
+    }
+
+    #[test]
+    fn a_wait_that_runs_out_says_what_it_saw_last_and_why() {
+        assert_eq!(last_seen(None), "not listed");
+        assert_eq!(
+            last_seen(Some(&run("Scheduled", "", ""))),
+            "phase Scheduled"
+        );
+        assert_eq!(
+            last_seen(Some(&run(
+                "Pending",
+                "Unschedulable",
+                "waiting for a ready bash Pod with free capacity"
+            ))),
+            "phase Pending, Unschedulable: waiting for a ready bash Pod with free capacity"
+        );
+        assert_eq!(
+            last_seen(Some(&run("Pending", "", "only a message"))),
+            "phase Pending, only a message"
+        );
     }
 }

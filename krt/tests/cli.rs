@@ -87,6 +87,25 @@ fn function_verbs(base: &[&str], dir: &Path, name: &str, ns: &str) {
         ],
     ));
     assert!(waited.contains("Ready"), "{waited}");
+    // A wait that runs out says what it saw last, and why.
+    fails_with(
+        krt(
+            base,
+            &[
+                "-n",
+                ns,
+                "wait",
+                "run",
+                name,
+                "--for",
+                "Succeeded",
+                "--timeout",
+                "1s",
+            ],
+        ),
+        1,
+        "within 1s (phase Ready, Registered",
+    );
     let runs = ok(krt(base, &["-n", ns, "runs", "-o", "json"]));
     let runs: Vec<Value> = serde_json::from_str(&runs).unwrap();
     let me = runs.iter().find(|r| r["name"] == name).expect("listed");
