@@ -179,6 +179,44 @@ func TestASandboxThatWaitsTooLongSaysWhyAndIsDeletedEvenIfAlreadyGone(t *testing
 	}
 }
 
+func TestACallerWhoMayNotDeleteRunsStillEndsTheSandboxThatNeverCameUp(t *testing.T) {
+	var methods []string
+	var patches []string
+	kube, _ := fake(t, func(w http.ResponseWriter, r *http.Request) {
+		methods = append(methods, r.Method)
+		switch r.Method {
+		case http.MethodPost:
+			b, _ := io.ReadAll(r.Body)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(201)
+			_, _ = w.Write(b)
+		case http.MethodDelete:
+			writeJSON(w, 403, map[string]any{"kind": "Status", "apiVersion": "v1", "status": "Failure",
+				"reason": "Forbidden", "code": 403, "message": "cannot delete runs"})
+		case http.MethodPatch:
+			b, _ := io.ReadAll(r.Body)
+			patches = append(patches, string(b))
+			writeJSON(w, 200, kubeRun("Cancelled", "session", ""))
+		default:
+			writeJSON(w, 200, kubeRun("Pending", "session", ""))
+		}
+	})
+	c, err := NewFromKubeconfig(writeKubeconfig(t, kube, contextFor("    token: t\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err = c.CreateSandbox(ctx, SandboxOptions{Name: "hello"})
+	var timeout *WaitTimeoutError
+	if !errors.As(err, &timeout) {
+		t.Fatal(err)
+	}
+	if len(patches) != 1 || patches[0] != `{"spec":{"termination":{"mode":"Immediate"}}}` {
+		t.Errorf("patches %v (calls %v)", patches, methods)
+	}
+}
+
 // pki is a CA with a server certificate for 127.0.0.1 and a client one.
 type pki struct {
 	caPEM                 []byte

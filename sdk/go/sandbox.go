@@ -95,7 +95,10 @@ func (c *Client) CreateSandbox(ctx context.Context, o SandboxOptions) (*Sandbox,
 		// Never leave a half-made sandbox behind: deleted, it holds no Pod and waits for none.
 		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		_ = store.delete(cleanup, ns, name)
+		if store.delete(cleanup, ns, name) != nil {
+			// A caller who may not delete Runs still ends it, so it holds no Pod.
+			_ = store.terminate(cleanup, ns, name, "Immediate")
+		}
 		return nil, err
 	}
 	return s, nil

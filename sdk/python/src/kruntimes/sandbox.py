@@ -124,10 +124,14 @@ class _SandboxBase:
             return (yield from _SandboxBase._ready(client, ns, name, o.ready_timeout))
         except KruntimesError:
             # Never leave a half-made sandbox behind: deleted, it holds no Pod and waits for none.
+            # A caller who may not delete Runs still ends it, so it holds no Pod.
             try:
                 yield from store.delete(ns, name)
             except KruntimesError:
-                pass
+                try:
+                    yield from store.terminate(ns, name, "Immediate")
+                except KruntimesError:
+                    pass
             raise
 
     @staticmethod

@@ -249,3 +249,22 @@ def test_the_state_dir_store_writes_and_terminates_manifests(tmp_path):
     drive(store.delete("default", "s"), lambda c: None)
     assert list(runs_dir.iterdir()) == []
     drive(store.delete("default", "s"), lambda c: None)  # already gone: no error
+
+
+def test_a_caller_who_may_not_delete_runs_still_ends_the_sandbox_that_never_came_up():
+    def answer(call):
+        if call.method == "POST":
+            return ok(call.json, 201)
+        if call.method == "GET":
+            return ok(kube_run("Pending", mode="session"))
+        if call.method == "DELETE":
+            return error(403, "Forbidden")
+        assert call.method == "PATCH"
+        assert call.content == b'{"spec": {"termination": {"mode": "Immediate"}}}'
+        return ok({})
+
+    c, fake = client(answer)
+    c._runs = KubernetesRuns()
+    with pytest.raises(kruntimes.WaitTimeoutError):
+        Sandbox.create(c, name="hello", namespace="a", ready_timeout=0)
+    assert [call.method for call in fake.calls] == ["POST", "GET", "DELETE", "PATCH"]
