@@ -19,6 +19,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -106,8 +107,11 @@ func TestAFunctionIsLookedUpOnceAndAgainAfterA404(t *testing.T) {
 	}
 }
 
-func TestASandboxThatEndsBeforeReadyIsDeleted(t *testing.T) {
-	var deletes []string
+// createSandboxOn runs CreateSandbox (Run "hello" of namespace a) against a
+// fake API server that echoes the create, answers every GET with run and
+// hands every other request (DELETE, PATCH) to other.
+func createSandboxOn(t *testing.T, ctx context.Context, run map[string]any, other http.HandlerFunc) error {
+	t.Helper()
 	kube, _ := fake(t, func(w http.ResponseWriter, r *http.Request) {
 		switch r.Method {
 		case http.MethodPost:
@@ -115,57 +119,60 @@ func TestASandboxThatEndsBeforeReadyIsDeleted(t *testing.T) {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(201)
 			_, _ = w.Write(b)
-		case http.MethodDelete:
-			deletes = append(deletes, r.URL.Path)
-			writeJSON(w, 200, map[string]any{"kind": "Status", "apiVersion": "v1", "status": "Success"})
-		default:
-			run := kubeRun("Failed", "session", "")
-			run["status"].(map[string]any)["reason"] = "RegistrationFailed"
+		case http.MethodGet:
 			writeJSON(w, 200, run)
+		default:
+			other(w, r)
 		}
 	})
 	c, err := NewFromKubeconfig(writeKubeconfig(t, kube, contextFor("    token: t\n")))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.CreateSandbox(context.Background(), SandboxOptions{Name: "hello"})
+	_, err = c.CreateSandbox(ctx, SandboxOptions{Name: "hello"})
+	return err
+}
+
+// kubeStatus is the API server's Status document for code and reason.
+func kubeStatus(code int, reason string) map[string]any {
+	return map[string]any{"kind": "Status", "apiVersion": "v1", "status": "Failure",
+		"reason": reason, "code": code, "message": strings.ToLower(reason)}
+}
+
+// sessionRun is a session Run in phase with status reason and message.
+func sessionRun(phase, reason, message string) map[string]any {
+	run := kubeRun(phase, "session", "")
+	status := run["status"].(map[string]any)
+	status["reason"], status["message"] = reason, message
+	return run
+}
+
+func TestASandboxThatEndsBeforeReadyIsDeleted(t *testing.T) {
+	var deletes []string
+	err := createSandboxOn(t, context.Background(), sessionRun("Failed", "RegistrationFailed", "no bash"),
+		func(w http.ResponseWriter, r *http.Request) {
+			deletes = append(deletes, r.Method+" "+r.URL.Path)
+			writeJSON(w, 200, map[string]any{"kind": "Status", "apiVersion": "v1", "status": "Success"})
+		})
 	var ended *RunEndedError
 	if !errors.As(err, &ended) || ended.Reason != "RegistrationFailed" {
 		t.Fatal(err)
 	}
-	if len(deletes) != 1 || !strings.HasSuffix(deletes[0], "/namespaces/a/runs/hello") {
+	if len(deletes) != 1 || deletes[0] != "DELETE /apis/kruntimes.io/v1alpha1/namespaces/a/runs/hello" {
 		t.Errorf("deletes %v", deletes)
 	}
 }
 
 func TestASandboxThatWaitsTooLongSaysWhyAndIsDeletedEvenIfAlreadyGone(t *testing.T) {
-	var deletes int
-	kube, _ := fake(t, func(w http.ResponseWriter, r *http.Request) {
-		switch r.Method {
-		case http.MethodPost:
-			b, _ := io.ReadAll(r.Body)
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(201)
-			_, _ = w.Write(b)
-		case http.MethodDelete:
-			deletes++
-			writeJSON(w, 404, map[string]any{"kind": "Status", "apiVersion": "v1", "status": "Failure",
-				"reason": "NotFound", "code": 404, "message": "runs.kruntimes.io \"hello\" not found"})
-		default:
-			run := kubeRun("Pending", "session", "")
-			status := run["status"].(map[string]any)
-			status["reason"] = "Unschedulable"
-			status["message"] = "waiting for a ready bash Pod with free capacity"
-			writeJSON(w, 200, run)
-		}
-	})
-	c, err := NewFromKubeconfig(writeKubeconfig(t, kube, contextFor("    token: t\n")))
-	if err != nil {
-		t.Fatal(err)
-	}
+	var others []string
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	_, err = c.CreateSandbox(ctx, SandboxOptions{Name: "hello"})
+	err := createSandboxOn(t, ctx,
+		sessionRun("Pending", "Unschedulable", "waiting for a ready bash Pod with free capacity"),
+		func(w http.ResponseWriter, r *http.Request) {
+			others = append(others, r.Method)
+			writeJSON(w, 404, kubeStatus(404, "NotFound"))
+		})
 	var timeout *WaitTimeoutError
 	if !errors.As(err, &timeout) || timeout.Phase != "Pending" || timeout.Reason != "Unschedulable" {
 		t.Fatal(err)
@@ -174,46 +181,32 @@ func TestASandboxThatWaitsTooLongSaysWhyAndIsDeletedEvenIfAlreadyGone(t *testing
 	if !strings.Contains(err.Error(), want) {
 		t.Errorf("%q lacks %q", err.Error(), want)
 	}
-	if deletes != 1 {
-		t.Errorf("%d deletes", deletes)
+	if len(others) != 1 || others[0] != http.MethodDelete {
+		t.Errorf("requests after the wait: %v", others)
 	}
 }
 
 func TestACallerWhoMayNotDeleteRunsStillEndsTheSandboxThatNeverCameUp(t *testing.T) {
-	var methods []string
-	var patches []string
-	kube, _ := fake(t, func(w http.ResponseWriter, r *http.Request) {
-		methods = append(methods, r.Method)
-		switch r.Method {
-		case http.MethodPost:
-			b, _ := io.ReadAll(r.Body)
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(201)
-			_, _ = w.Write(b)
-		case http.MethodDelete:
-			writeJSON(w, 403, map[string]any{"kind": "Status", "apiVersion": "v1", "status": "Failure",
-				"reason": "Forbidden", "code": 403, "message": "cannot delete runs"})
-		case http.MethodPatch:
-			b, _ := io.ReadAll(r.Body)
-			patches = append(patches, string(b))
-			writeJSON(w, 200, kubeRun("Cancelled", "session", ""))
-		default:
-			writeJSON(w, 200, kubeRun("Pending", "session", ""))
-		}
-	})
-	c, err := NewFromKubeconfig(writeKubeconfig(t, kube, contextFor("    token: t\n")))
-	if err != nil {
-		t.Fatal(err)
-	}
+	var others []string
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	_, err = c.CreateSandbox(ctx, SandboxOptions{Name: "hello"})
+	err := createSandboxOn(t, ctx, sessionRun("Pending", "", ""), func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodDelete {
+			others = append(others, r.Method)
+			writeJSON(w, 403, kubeStatus(403, "Forbidden"))
+			return
+		}
+		b, _ := io.ReadAll(r.Body)
+		others = append(others, r.Method+" "+string(b))
+		writeJSON(w, 200, kubeRun("Cancelled", "session", ""))
+	})
 	var timeout *WaitTimeoutError
 	if !errors.As(err, &timeout) {
 		t.Fatal(err)
 	}
-	if len(patches) != 1 || patches[0] != `{"spec":{"termination":{"mode":"Immediate"}}}` {
-		t.Errorf("patches %v (calls %v)", patches, methods)
+	want := []string{"DELETE", `PATCH {"spec":{"termination":{"mode":"Immediate"}}}`}
+	if !slices.Equal(others, want) {
+		t.Errorf("requests after the wait: %q, want %q", others, want)
 	}
 }
 

@@ -161,48 +161,69 @@ def test_a_function_without_an_endpoint_is_not_ready_and_a_session_is_not_a_func
     assert "session" in str(e.value)
 
 
-def test_a_sandbox_that_ends_before_ready_is_deleted():
+def session_run(phase, reason="", message=""):
+    doc = kube_run(phase, mode="session")
+    doc["status"].update(reason=reason, message=message)
+    return doc
+
+
+def create_sandbox_on(run, other, expect, **kwargs):
+    """Sandbox.create("hello" in namespace a) against an API server that echoes the create, answers
+    every GET with ``run`` and every other request with ``other(call)``; expects ``expect`` raised
+    and returns it with the fake's calls."""
+
     def answer(call):
         if call.method == "POST":
             return ok(call.json, 201)
         if call.method == "GET":
-            doc = kube_run("Failed", mode="session")
-            doc["status"].update(reason="RegistrationFailed", message="no bash")
-            return ok(doc)
+            return ok(run)
+        return other(call)
+
+    c, fake = client(answer)
+    c._runs = KubernetesRuns()
+    with pytest.raises(expect) as e:
+        Sandbox.create(c, name="hello", namespace="a", **kwargs)
+    return e.value, fake.calls
+
+
+def test_a_sandbox_that_ends_before_ready_is_deleted():
+    def delete(call):
         assert call.method == "DELETE"
         assert call.url.endswith("/namespaces/a/runs/hello")
         return ok({})
 
-    c, fake = client(answer)
-    c._runs = KubernetesRuns()
-    with pytest.raises(kruntimes.RunEndedError) as e:
-        Sandbox.create(c, name="hello", namespace="a", env={"B": "2", "A": "1"}, queue_size=0, timeout=60)
-    assert (e.value.phase, e.value.reason) == ("Failed", "RegistrationFailed")
-    manifest = fake.calls[0].json
-    assert manifest["spec"] == {"runtime": "bash", "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}],
-                                "mode": {"session": {"queueSize": 0}}, "timeout": 60}
-    assert [call.method for call in fake.calls] == ["POST", "GET", "DELETE"]
+    e, calls = create_sandbox_on(session_run("Failed", "RegistrationFailed", "no bash"), delete,
+                                 kruntimes.RunEndedError, env={"B": "2", "A": "1"}, queue_size=0, timeout=60)
+    assert (e.phase, e.reason) == ("Failed", "RegistrationFailed")
+    assert calls[0].json["spec"] == {"runtime": "bash",
+                                     "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}],
+                                     "mode": {"session": {"queueSize": 0}}, "timeout": 60}
+    assert [call.method for call in calls] == ["POST", "GET", "DELETE"]
 
 
 def test_a_sandbox_that_waits_too_long_says_why_and_is_deleted_even_if_already_gone():
-    def answer(call):
-        if call.method == "POST":
-            return ok(call.json, 201)
-        if call.method == "GET":
-            doc = kube_run("Pending", mode="session")
-            doc["status"].update(reason="Unschedulable", message="waiting for a ready bash Pod with free capacity")
-            return ok(doc)
+    def gone(call):
         assert call.method == "DELETE"
         return error(404, "NotFound")
 
-    c, fake = client(answer)
-    c._runs = KubernetesRuns()
-    with pytest.raises(kruntimes.WaitTimeoutError) as e:
-        Sandbox.create(c, name="hello", namespace="a", ready_timeout=0)
-    assert (e.value.phase, e.value.reason) == ("Pending", "Unschedulable")
-    assert str(e.value).endswith("Ready not reached within 0s (phase Pending, Unschedulable: waiting for a "
-                                 "ready bash Pod with free capacity)"), str(e.value)
-    assert [call.method for call in fake.calls] == ["POST", "GET", "DELETE"]
+    waiting = session_run("Pending", "Unschedulable", "waiting for a ready bash Pod with free capacity")
+    e, calls = create_sandbox_on(waiting, gone, kruntimes.WaitTimeoutError, ready_timeout=0)
+    assert (e.phase, e.reason) == ("Pending", "Unschedulable")
+    assert str(e).endswith("Ready not reached within 0s (phase Pending, Unschedulable: waiting for a "
+                           "ready bash Pod with free capacity)"), str(e)
+    assert [call.method for call in calls] == ["POST", "GET", "DELETE"]
+
+
+def test_a_caller_who_may_not_delete_runs_still_ends_the_sandbox_that_never_came_up():
+    def forbidden(call):
+        if call.method == "DELETE":
+            return error(403, "Forbidden")
+        assert call.method == "PATCH"
+        assert call.content == b'{"spec": {"termination": {"mode": "Immediate"}}}'
+        return ok({})
+
+    _, calls = create_sandbox_on(session_run("Pending"), forbidden, kruntimes.WaitTimeoutError, ready_timeout=0)
+    assert [call.method for call in calls] == ["POST", "GET", "DELETE", "PATCH"]
 
 
 def test_connecting_by_endpoint_probes_the_status_route_only():
@@ -249,22 +270,3 @@ def test_the_state_dir_store_writes_and_terminates_manifests(tmp_path):
     drive(store.delete("default", "s"), lambda c: None)
     assert list(runs_dir.iterdir()) == []
     drive(store.delete("default", "s"), lambda c: None)  # already gone: no error
-
-
-def test_a_caller_who_may_not_delete_runs_still_ends_the_sandbox_that_never_came_up():
-    def answer(call):
-        if call.method == "POST":
-            return ok(call.json, 201)
-        if call.method == "GET":
-            return ok(kube_run("Pending", mode="session"))
-        if call.method == "DELETE":
-            return error(403, "Forbidden")
-        assert call.method == "PATCH"
-        assert call.content == b'{"spec": {"termination": {"mode": "Immediate"}}}'
-        return ok({})
-
-    c, fake = client(answer)
-    c._runs = KubernetesRuns()
-    with pytest.raises(kruntimes.WaitTimeoutError):
-        Sandbox.create(c, name="hello", namespace="a", ready_timeout=0)
-    assert [call.method for call in fake.calls] == ["POST", "GET", "DELETE", "PATCH"]
