@@ -38,7 +38,12 @@ fn build() -> Result<PathBuf, String> {
         .parent()
         .and_then(Path::parent)
         .ok_or_else(|| format!("{} is not in a cargo target directory", exe.display()))?;
-    let args = cargo_args(profile_dir)?;
+    // The package of the running test (cargo sets this at run time too): its
+    // checkout's workspace is the one to build, whichever checkout built
+    // this library.
+    let package = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
+    let args = cargo_args(profile_dir, &package)?;
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut command = Command::new(&cargo);
     command.args(&args);
@@ -106,8 +111,9 @@ fn cargo_test_env(
 }
 
 /// The arguments that build `krt` into `profile_dir` (`<target>/<profile>`)
-/// as `cargo test --workspace` does.
-fn cargo_args(profile_dir: &Path) -> Result<Vec<String>, String> {
+/// as `cargo test --workspace` does in the workspace of the package at
+/// `package`.
+fn cargo_args(profile_dir: &Path, package: &Path) -> Result<Vec<String>, String> {
     let profile = profile_dir
         .file_name()
         .and_then(|p| p.to_str())
@@ -115,9 +121,6 @@ fn cargo_args(profile_dir: &Path) -> Result<Vec<String>, String> {
     let target_dir = profile_dir
         .parent()
         .ok_or_else(|| format!("{} has no target directory", profile_dir.display()))?;
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .ok_or("testkit is not inside a workspace")?;
     let mut args: Vec<String> = [
         "test",
         "--workspace",
@@ -136,7 +139,7 @@ fn cargo_args(profile_dir: &Path) -> Result<Vec<String>, String> {
     }
     args.extend([
         "--manifest-path".into(),
-        workspace.join("Cargo.toml").to_string_lossy().into_owned(),
+        package.join("Cargo.toml").to_string_lossy().into_owned(),
         "--target-dir".into(),
         target_dir.to_string_lossy().into_owned(),
     ]);
@@ -156,19 +159,20 @@ mod tests {
 
     #[test]
     fn krt_is_built_as_the_workspace_tests_build_it_into_the_same_directory() {
-        let args = cargo_args(Path::new("/t/target/debug")).unwrap();
+        let args = cargo_args(Path::new("/t/target/debug"), Path::new("/w/gateway")).unwrap();
         assert_eq!(&args[..3], ["test", "--workspace", "--no-run"]);
         assert_eq!(value_of(&args, "--test"), KRT_TEST);
         assert!(!args.iter().any(|a| a == "--release" || a == "--profile"));
         assert_eq!(value_of(&args, "--target-dir"), "/t/target");
-        assert!(value_of(&args, "--manifest-path").ends_with("/Cargo.toml"));
+        // The running test's own checkout, whichever one built testkit.
+        assert_eq!(value_of(&args, "--manifest-path"), "/w/gateway/Cargo.toml");
     }
 
     #[test]
     fn the_profile_follows_the_directory_the_test_runs_from() {
-        let release = cargo_args(Path::new("/t/target/release")).unwrap();
+        let release = cargo_args(Path::new("/t/target/release"), Path::new("/w/krt")).unwrap();
         assert!(release.iter().any(|a| a == "--release"));
-        let custom = cargo_args(Path::new("/t/target/fast")).unwrap();
+        let custom = cargo_args(Path::new("/t/target/fast"), Path::new("/w/krt")).unwrap();
         assert_eq!(value_of(&custom, "--profile"), "fast");
     }
 
