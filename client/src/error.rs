@@ -91,8 +91,8 @@ pub enum Error {
         wanted: Vec<String>,
         /// How long.
         timeout: Duration,
-        /// What the wait saw last ([`crate::last_seen`]): the phase, and why
-        /// the Run waits when its status says.
+        /// What the wait saw last: the phase, and why the Run waits when its
+        /// status says.
         last: String,
     },
     /// What was asked cannot be done on this target (the message says what

@@ -274,7 +274,7 @@ pub fn endpoint(r: &RunInfo) -> Result<&str> {
 /// What a wait saw of a Run last: its phase, and why it waits when its
 /// status says (`phase Pending, Unschedulable: waiting for …`), or that it
 /// was never listed.
-pub fn last_seen(run: Option<&RunInfo>) -> String {
+fn last_seen(run: Option<&RunInfo>) -> String {
     let Some(r) = run else {
         return "not listed".into();
     };

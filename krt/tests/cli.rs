@@ -72,23 +72,7 @@ fn function_verbs(base: &[&str], dir: &Path, name: &str, ns: &str) {
         applied.contains(&format!("run.kruntimes.io/{name}")),
         "{applied}"
     );
-    let waited = ok(krt(
-        base,
-        &[
-            "-n",
-            ns,
-            "wait",
-            "run",
-            name,
-            "--for",
-            "Ready",
-            "--timeout",
-            "60s",
-        ],
-    ));
-    assert!(waited.contains("Ready"), "{waited}");
-    // A wait that runs out says what it saw last, and why.
-    fails_with(
+    let wait = |phase: &str, timeout: &str| {
         krt(
             base,
             &[
@@ -98,11 +82,17 @@ fn function_verbs(base: &[&str], dir: &Path, name: &str, ns: &str) {
                 "run",
                 name,
                 "--for",
-                "Succeeded",
+                phase,
                 "--timeout",
-                "1s",
+                timeout,
             ],
-        ),
+        )
+    };
+    let waited = ok(wait("Ready", "60s"));
+    assert!(waited.contains("Ready"), "{waited}");
+    // A wait that runs out says what it saw last, and why.
+    fails_with(
+        wait("Succeeded", "1s"),
         1,
         "within 1s (phase Ready, Registered",
     );
