@@ -1,6 +1,9 @@
 //! The `Runtime` resource: a pool of warm Runtime Pods that Runs are
 //! scheduled onto.
 
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -57,16 +60,37 @@ fn one() -> i32 {
 }
 
 /// `spec.capacity`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Capacity {
     /// Runs one Pod may own at once (a session Run needs a whole Pod).
     #[schemars(range(min = 1, max = 1024))]
     pub runs: u32,
+    /// What one Pod offers its Runs' `spec.resources.requests` (`cpu`,
+    /// `memory`, `ephemeral-storage`, extended names). A standard name left
+    /// out is not accounted; an extended name left out cannot be requested.
+    /// The `runtime` container's limits are derived from it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(length(max = 16))]
+    pub resources: BTreeMap<String, Quantity>,
 }
 
 impl Default for Capacity {
     fn default() -> Self {
-        Self { runs: 8 }
+        Self {
+            runs: 8,
+            resources: BTreeMap::new(),
+        }
+    }
+}
+
+impl Capacity {
+    /// What the scheduler accounts: run slots and the resources, or the
+    /// first invalid quantity.
+    pub fn scheduler(&self) -> Result<kruntimes_core::scheduler::Capacity, String> {
+        Ok(kruntimes_core::scheduler::Capacity {
+            runs: self.runs,
+            resources: crate::quantity::resources(&self.resources, "spec.capacity.resources")?,
+        })
     }
 }
 

@@ -272,7 +272,7 @@ pub fn endpoint(r: &RunInfo) -> Result<&str> {
 }
 
 /// What a wait saw of a Run last: its phase, and why it waits when its
-/// status says (`phase Pending, Unschedulable: waiting for …`), or that it
+/// status says (`phase Pending, NoIdlePod: 0/2 bash Pods can take this session: …`), or that it
 /// was never listed.
 fn last_seen(run: Option<&RunInfo>) -> String {
     let Some(r) = run else {
@@ -312,10 +312,10 @@ mod tests {
         assert_eq!(
             last_seen(Some(&run(
                 "Pending",
-                "Unschedulable",
-                "waiting for a ready bash Pod with free capacity"
+                "NoIdlePod",
+                "0/2 bash Pods can take this session: 2 busy (a session needs an idle Pod)"
             ))),
-            "phase Pending, Unschedulable: waiting for a ready bash Pod with free capacity"
+            "phase Pending, NoIdlePod: 0/2 bash Pods can take this session: 2 busy (a session needs an idle Pod)"
         );
         assert_eq!(
             last_seen(Some(&run("Pending", "", "only a message"))),

@@ -303,6 +303,7 @@ impl Processes {
                 name: name.clone(),
                 address: addr.to_string(),
                 capacity: args.capacity,
+                resources: Default::default(),
             });
             let (server, socket) = runtime_server(&dirs.state, &dirs.logs, &name)?;
             children.push(server);

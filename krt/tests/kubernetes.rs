@@ -516,13 +516,9 @@ async fn a_session_run_holds_a_pod_alone_and_serves_commands() {
         .await
         .unwrap();
     let waiter = cluster
-        .wait_run(
-            "a",
-            "waiter",
-            Duration::from_secs(20),
-            "Unschedulable",
-            |v| v["status"]["reason"] == "Unschedulable",
-        )
+        .wait_run("a", "waiter", Duration::from_secs(20), "NoIdlePod", |v| {
+            v["status"]["reason"] == "NoIdlePod"
+        })
         .await
         .unwrap();
     assert_eq!(waiter["status"]["phase"], "Pending");

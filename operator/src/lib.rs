@@ -2,9 +2,9 @@
 //! `krt up` ([`embedded`]: a directory of Run manifests, runtimed driven
 //! over gRPC) and the Kubernetes operator ([`cluster`]: Runs and Runtimes as
 //! custom resources, Runtime Deployments, finalizers). Both are thin
-//! adapters over the same pure parts — the lifecycle core of
-//! `kruntimes-api` and the capacity [`scheduler`] — and both publish the
-//! ownership table the gateway routes from. The operator's entry is
+//! adapters over `kruntimes-core`'s one decision pass (lifecycle and
+//! scheduler) — each builds a snapshot and carries the operations out — and
+//! both publish the ownership table the gateway routes from. The operator's entry is
 //! [`run`], from flags ([`Args`]) validated into a [`Config`].
 #![forbid(unsafe_code)]
 
@@ -13,7 +13,6 @@ mod config;
 mod daemon;
 pub mod embedded;
 mod error;
-pub mod scheduler;
 
 pub use config::{Args, Config, ConfigError, InternalTls, InternalTlsConfig, PublicTlsArg};
 pub use daemon::run;

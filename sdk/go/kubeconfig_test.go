@@ -168,16 +168,16 @@ func TestASandboxThatWaitsTooLongSaysWhyAndIsDeletedEvenIfAlreadyGone(t *testing
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	err := createSandboxOn(t, ctx,
-		sessionRun("Pending", "Unschedulable", "waiting for a ready bash Pod with free capacity"),
+		sessionRun("Pending", "NoIdlePod", "0/2 bash Pods can take this session: 2 busy (a session needs an idle Pod)"),
 		func(w http.ResponseWriter, r *http.Request) {
 			others = append(others, r.Method)
 			writeJSON(w, 404, kubeStatus(404, "NotFound"))
 		})
 	var timeout *WaitTimeoutError
-	if !errors.As(err, &timeout) || timeout.Phase != "Pending" || timeout.Reason != "Unschedulable" {
+	if !errors.As(err, &timeout) || timeout.Phase != "Pending" || timeout.Reason != "NoIdlePod" {
 		t.Fatal(err)
 	}
-	want := "(phase Pending, Unschedulable: waiting for a ready bash Pod with free capacity)"
+	want := "(phase Pending, NoIdlePod: 0/2 bash Pods can take this session: 2 busy (a session needs an idle Pod))"
 	if !strings.Contains(err.Error(), want) {
 		t.Errorf("%q lacks %q", err.Error(), want)
 	}

@@ -9,15 +9,19 @@ mod status;
 
 use std::collections::BTreeMap;
 
+use kruntimes_core::lifecycle::{Life, Rules};
+use kruntimes_core::{ModeKind, Resources, TerminationMode};
 use kruntimes_proto::api::dns_label;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 pub use spec::{
-    EnvVar, FunctionMode, ModeKind, RetryPolicy, Run, RunMode, RunSpec, SessionMode, SourceSpec,
-    TaskMode, Termination, TerminationMode,
+    EnvVar, FunctionMode, RetryPolicy, Run, RunMode, RunResources, RunSpec, SessionMode,
+    SourceSpec, TaskMode, Termination,
 };
 pub use status::{Endpoint, RunStatus};
+
+use kruntimes_core::scheduler::queue::{MAX_PRIORITY, MIN_PRIORITY};
 
 impl Run {
     /// Namespace, `default` when the manifest names none.
@@ -103,7 +107,48 @@ impl Run {
                 ));
             }
         }
+        self.requests()?;
+        if let Some(p) = self.spec.priority
+            && !(MIN_PRIORITY..=MAX_PRIORITY).contains(&p)
+        {
+            return Err(format!(
+                "spec.priority {p} is outside {MIN_PRIORITY} to {MAX_PRIORITY}"
+            ));
+        }
+        if let Some(a) = &self.spec.affinity {
+            a.validate()?;
+        }
         Ok(kind)
+    }
+
+    /// `spec.resources.requests` in thousandths, or the first invalid one.
+    pub fn requests(&self) -> Result<Resources, String> {
+        match &self.spec.resources {
+            Some(r) => crate::quantity::resources(&r.requests, "spec.resources.requests"),
+            None => Ok(Resources::new()),
+        }
+    }
+
+    /// `spec.priority` (0 when unset).
+    pub fn priority(&self) -> i32 {
+        self.spec.priority.unwrap_or(0)
+    }
+
+    /// The life its status records (a new Run: `Pending`, attempt 0).
+    pub fn life(&self) -> Life {
+        self.status
+            .as_ref()
+            .map(RunStatus::life)
+            .unwrap_or_default()
+    }
+
+    /// The lifecycle rules of the Run, whose (validated) mode is `mode`.
+    pub fn rules(&self, mode: ModeKind) -> Rules {
+        Rules {
+            mode,
+            max_retries: self.spec.retry_policy.max_retries,
+            termination: self.termination(),
+        }
     }
 
     /// Requested termination, if any.
@@ -112,11 +157,17 @@ impl Run {
     }
 
     /// Whether `other` has the same execution inputs (runtime, source, mode,
-    /// env: the fields the API server keeps immutable). `termination`,
-    /// `timeout` and `retryPolicy` may change in place.
+    /// env, resources, affinity: the fields the API server keeps
+    /// immutable). `termination`, `timeout`, `retryPolicy` and `priority`
+    /// may change in place.
     pub fn same_inputs(&self, other: &Run) -> bool {
         let (a, b) = (&self.spec, &other.spec);
-        a.runtime == b.runtime && a.source == b.source && a.mode == b.mode && a.env == b.env
+        a.runtime == b.runtime
+            && a.source == b.source
+            && a.mode == b.mode
+            && a.env == b.env
+            && a.resources == b.resources
+            && a.affinity == b.affinity
     }
 
     /// The environment as a map.

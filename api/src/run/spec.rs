@@ -1,6 +1,11 @@
 //! `spec` of a Run: what it runs (runtime, source, mode, env) and how it
 //! may end (retry policy, timeout, termination).
 
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kruntimes_core::TerminationMode;
+use kruntimes_core::scheduler::affinity::Affinity;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -33,6 +38,8 @@ use super::RunStatus;
     validation = Rule::new("has(self.source) == has(oldSelf.source) && (!has(self.source) || self.source == oldSelf.source)").message("spec.source is immutable"),
     validation = Rule::new("self.mode == oldSelf.mode").message("spec.mode is immutable"),
     validation = Rule::new("has(self.env) == has(oldSelf.env) && (!has(self.env) || self.env == oldSelf.env)").message("spec.env is immutable"),
+    validation = Rule::new("has(self.resources) == has(oldSelf.resources) && (!has(self.resources) || self.resources == oldSelf.resources)").message("spec.resources is immutable"),
+    validation = Rule::new("has(self.affinity) == has(oldSelf.affinity) && (!has(self.affinity) || self.affinity == oldSelf.affinity)").message("spec.affinity is immutable"),
     validation = Rule::new("!has(oldSelf.termination) || (has(self.termination) && (self.termination.mode == oldSelf.termination.mode || self.termination.mode == 'Immediate'))").message("spec.termination can only be set once, or moved from Drain to Immediate"),
 )]
 pub struct RunSpec {
@@ -59,6 +66,30 @@ pub struct RunSpec {
     /// Monotonic: once set it can only move from `Drain` to `Immediate`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub termination: Option<Termination>,
+    /// What the Run reserves on its Pod (immutable). A Pod admits a Run
+    /// only while the requests of all its Runs fit its Runtime's
+    /// `spec.capacity.resources`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<RunResources>,
+    /// Queue priority, -1000 to 1000 (default 0): higher is placed first,
+    /// a waiting Run gains one every 10 s; nothing running is ever evicted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = -1000, max = 1000))]
+    pub priority: Option<i32>,
+    /// Which Runs this Run shares a Pod with, or must not (immutable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+}
+
+/// `spec.resources`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunResources {
+    /// Amounts reserved on the Pod (`cpu`, `memory`, `ephemeral-storage`,
+    /// or an extended name the Runtime declares).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(length(max = 16))]
+    pub requests: BTreeMap<String, Quantity>,
 }
 
 /// `spec.source`.
@@ -168,36 +199,4 @@ pub struct Termination {
     /// `Drain` finishes accepted work; `Immediate` cancels it.
     #[serde(default)]
     pub mode: TerminationMode,
-}
-
-/// How a Run ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, JsonSchema)]
-pub enum TerminationMode {
-    /// Let in-flight work finish.
-    #[default]
-    Drain,
-    /// Cancel in-flight work.
-    Immediate,
-}
-
-/// Which mode a valid Run has.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum ModeKind {
-    /// Task.
-    Task,
-    /// Function.
-    Function,
-    /// Session.
-    Session,
-}
-
-impl ModeKind {
-    /// Lowercase name as shown by `krt runs`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Task => "task",
-            Self::Function => "function",
-            Self::Session => "session",
-        }
-    }
 }

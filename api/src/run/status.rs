@@ -4,8 +4,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use kruntimes_core::lifecycle::{Life, Phase, Reason};
+
 use super::Run;
-use crate::lifecycle::Phase;
 
 /// `status` of a Run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, JsonSchema)]
@@ -53,6 +54,17 @@ pub struct RunStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+}
+
+impl RunStatus {
+    /// The life it records: phase, a reason this version knows, attempt.
+    pub fn life(&self) -> Life {
+        Life {
+            phase: self.phase.unwrap_or(Phase::Pending),
+            reason: self.reason.as_deref().and_then(Reason::parse),
+            attempt: self.attempt.unwrap_or(0).max(0) as u64,
+        }
+    }
 }
 
 /// `status.endpoint`.

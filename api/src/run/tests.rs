@@ -125,3 +125,82 @@ fn endpoints_name_the_public_route_of_each_mode() {
         "http://gw/v1/namespaces/default/runtimes/python/sessions/u-1"
     );
 }
+
+#[test]
+fn scheduling_fields_are_validated_and_read() {
+    let m = parse(&format!(
+        "{HELLO}  resources:\n    requests:\n      cpu: 250m\n      memory: 64Mi\n  priority: 10\n  affinity:\n    runAntiAffinity:\n      required:\n        - labelSelector:\n            matchLabels: {{app: web}}\n"
+    ));
+    assert_eq!(m.validate(), Ok(ModeKind::Function));
+    let r = m.requests().unwrap();
+    assert_eq!(
+        (r.get("cpu"), r.get("memory")),
+        (250, 64 * 1024 * 1024 * 1000)
+    );
+    assert_eq!(m.priority(), 10);
+    assert_eq!(m.spec.affinity.as_ref().unwrap().required_anti().len(), 1);
+
+    let mut bad = m.clone();
+    bad.spec.priority = Some(1001);
+    assert!(bad.validate().unwrap_err().contains("spec.priority 1001"));
+    let mut bad = m.clone();
+    bad.spec.resources.as_mut().unwrap().requests.insert(
+        "memory".into(),
+        k8s_openapi::apimachinery::pkg::api::resource::Quantity("-1Gi".into()),
+    );
+    assert!(
+        bad.validate()
+            .unwrap_err()
+            .starts_with("spec.resources.requests.memory:")
+    );
+    let mut bad = m;
+    bad.spec
+        .affinity
+        .as_mut()
+        .unwrap()
+        .run_anti_affinity
+        .as_mut()
+        .unwrap()
+        .required[0]
+        .label_selector
+        .match_expressions
+        .push(crate::Requirement {
+            key: "app".into(),
+            operator: crate::Operator::Exists,
+            values: vec!["x".into()],
+        });
+    assert!(bad.validate().unwrap_err().contains("takes no values"));
+}
+
+#[test]
+fn scheduling_inputs_are_immutable_but_priority_may_change() {
+    let a = parse(HELLO);
+    let mut b = a.clone();
+    b.spec.priority = Some(5);
+    assert!(a.same_inputs(&b));
+    b.spec.resources = Some(RunResources::default());
+    assert!(!a.same_inputs(&b));
+    let mut c = a.clone();
+    c.spec.affinity = Some(crate::Affinity::default());
+    assert!(!a.same_inputs(&c));
+}
+
+#[test]
+fn a_status_gives_the_life_it_records() {
+    assert_eq!(
+        RunStatus::default().life(),
+        crate::lifecycle::Life::default()
+    );
+    let status = RunStatus {
+        phase: Some(crate::Phase::Ready),
+        reason: Some("Registered".into()),
+        attempt: Some(2),
+        ..Default::default()
+    };
+    let life = status.life();
+    assert_eq!(
+        (life.phase, life.reason, life.attempt),
+        (crate::Phase::Ready, Some(crate::Reason::Registered), 2)
+    );
+    assert_eq!(parse(HELLO).life(), crate::lifecycle::Life::default());
+}

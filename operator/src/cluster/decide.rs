@@ -1,22 +1,23 @@
-//! The operator's decisions in Kubernetes mode. Pure: views of Runs, Pods
-//! and Runtimes in, operations out. The adapter ([`super::run`]) turns the
-//! operations into API calls guarded by `resourceVersion` preconditions, so a
-//! decision made on stale views fails and is made again on fresh ones.
+//! The operator's share of a pass in Kubernetes mode: the snapshot it hands
+//! to the core's one decision pass ([`kruntimes_core::pass::decide`], the
+//! same the embedded control plane runs) and the API writes the core's
+//! operations become. Pure: views of Runs, Pods and Runtimes in, writes
+//! out. The adapter ([`super::run`]) guards each write with the
+//! `resourceVersion` it was decided on, so a decision made on stale views
+//! fails and is made again on fresh ones.
 //!
-//! Every phase change comes from the lifecycle core: [`control::decide`]
-//! for each Run (validation, `spec.timeout`, owner loss, termination before
-//! a Pod), and [`lifecycle::apply`] with the scheduler's outcome. The owner
-//! runtimed drives the rest with [`kruntimes_api::lifecycle::owner`]. This
-//! module adds only what is Kubernetes-specific: finalizers, the Runtime a
-//! Run resolves to, and the status object the transitions are written into.
+//! What is Kubernetes-specific stays here: finalizers, the namespaces a
+//! Runtime is looked up in, and the status object (endpoint, assignment,
+//! conditions) a transition is written into.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
-use kruntimes_api::lifecycle::{self, Event, Life, Rules, Transition, control};
-use kruntimes_api::{Endpoint, ModeKind, RunStatus, TerminationMode, bounded_message};
-
-use crate::scheduler::{self, PendingRun, PodView};
+use kruntimes_api::lifecycle::{Life, Transition};
+use kruntimes_api::{Affinity, Endpoint, ModeKind, RunStatus, TerminationMode, bounded_message};
+use kruntimes_core::Resources;
+use kruntimes_core::pass::{self, OwnerRef, PodFacts, Report, RunFacts};
+use kruntimes_core::scheduler::{Capacity, Framework, Labels};
 
 /// A Run as the operator sees it.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,6 +28,8 @@ pub struct RunView {
     pub name: String,
     /// UID.
     pub uid: String,
+    /// `metadata.labels`.
+    pub labels: Labels,
     /// `spec.runtime`.
     pub runtime: String,
     /// The valid mode, or why the spec is invalid.
@@ -39,6 +42,12 @@ pub struct RunView {
     pub max_retries: u32,
     /// `spec.termination.mode`.
     pub termination: Option<TerminationMode>,
+    /// `spec.resources.requests` (empty when invalid: the mode says why).
+    pub requests: Resources,
+    /// `spec.priority`.
+    pub priority: i32,
+    /// `spec.affinity`.
+    pub affinity: Affinity,
     /// `metadata.deletionTimestamp` is set.
     pub deleting: bool,
     /// Carries the cleanup finalizer.
@@ -49,15 +58,7 @@ pub struct RunView {
 
 impl RunView {
     fn life(&self) -> Life {
-        Life::of(Some(&self.status))
-    }
-
-    fn rules(&self, mode: ModeKind) -> Rules {
-        Rules {
-            mode,
-            max_retries: self.max_retries,
-            termination: self.termination,
-        }
+        self.status.life()
     }
 }
 
@@ -87,8 +88,8 @@ pub struct RuntimeInfo {
     pub namespace: String,
     /// Name.
     pub name: String,
-    /// `spec.capacity.runs`.
-    pub capacity: u32,
+    /// What each of its Pods offers.
+    pub capacity: Capacity,
 }
 
 /// Operator settings the decisions depend on.
@@ -130,21 +131,18 @@ pub enum Op {
     },
 }
 
-/// Key of a Runtime (`namespace/name`).
-fn runtime_key(ns: &str, name: &str) -> String {
-    format!("{ns}/{name}")
+/// The writes of one pass and the scheduler's counts.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Plan {
+    /// The writes, in order.
+    pub ops: Vec<Op>,
+    /// Scheduling counts (metrics).
+    pub report: Report,
 }
 
-/// The Runtime a Run uses: the one of its own namespace, else the system
-/// namespace's.
-pub fn resolve_runtime<'a>(
-    run: &RunView,
-    runtimes: &'a BTreeMap<String, RuntimeInfo>,
-    s: &Settings,
-) -> Option<&'a RuntimeInfo> {
-    runtimes
-        .get(&runtime_key(&run.namespace, &run.runtime))
-        .or_else(|| runtimes.get(&runtime_key(&s.system_namespace, &run.runtime)))
+/// Key of a Runtime (`namespace/name`), also the pool of its Pods.
+fn runtime_key(ns: &str, name: &str) -> String {
+    format!("{ns}/{name}")
 }
 
 /// The public URL of a Run.
@@ -160,33 +158,29 @@ pub fn endpoint(run: &RunView, s: &Settings) -> Endpoint {
     Endpoint::at(&s.gateway_url, &path, s.ca_bundle.clone())
 }
 
-/// Whether the Pod that owns `run` (by UID) still exists and is not being
-/// deleted.
-pub fn owner_alive(run: &RunView, pods: &[PodInfo]) -> bool {
-    match (&run.status.assigned_pod, &run.status.assigned_pod_uid) {
-        (Some(name), Some(uid)) => pods
-            .iter()
-            .any(|p| &p.name == name && &p.uid == uid && !p.terminating),
-        _ => false,
-    }
-}
-
-/// The status after an operator transition: phase, reason, attempt and
-/// message from the core; a Run back in `Pending` loses its assignment; the
-/// operator's writes always clear the owner's `Ready` condition.
-fn transitioned(status: &RunStatus, t: &Transition) -> RunStatus {
-    let mut status = status.clone();
+/// The status after a transition: phase, reason, attempt and message from
+/// the core, the assignment it binds or clears, the endpoint of a Run that
+/// has one; the operator's writes always clear the owner's `Ready`
+/// condition.
+fn transitioned(run: &RunView, t: &Transition, bind: Option<&OwnerRef>, s: &Settings) -> RunStatus {
+    let mut status = run.status.clone();
     status.phase = Some(t.phase);
     status.reason = Some(t.reason.as_str().to_owned());
     status.message = bounded_message(&t.message);
     if t.attempt > 0 {
         status.attempt = Some(t.attempt as i64);
     }
-    if t.clears_assignment() {
+    if let Some(owner) = bind {
+        status.assigned_pod = Some(owner.pod.clone());
+        status.assigned_pod_uid = Some(owner.pod_uid.clone());
+    } else if t.clears_assignment() {
         status.assigned_pod = None;
         status.assigned_pod_uid = None;
     }
     status.conditions = vec![];
+    if matches!(run.mode, Ok(ModeKind::Function | ModeKind::Session)) {
+        status.endpoint = Some(endpoint(run, s));
+    }
     // completionTime is set by the adapter (it knows the clock).
     status
 }
@@ -199,173 +193,139 @@ fn status_op(run: &RunView, status: RunStatus) -> Option<Op> {
     })
 }
 
-/// Every operation the current views call for, deterministic in the order
-/// of `runs` (sorted by creation time, then namespace and name).
+/// The core's snapshot of the views.
+fn snapshot(
+    runs: &[RunView],
+    pods: &[PodInfo],
+    runtimes: &[RuntimeInfo],
+    s: &Settings,
+    now: SystemTime,
+) -> pass::Snapshot {
+    let known: BTreeSet<(&str, &str)> = runtimes
+        .iter()
+        .map(|r| (r.namespace.as_str(), r.name.as_str()))
+        .collect();
+    let capacity: BTreeMap<String, &Capacity> = runtimes
+        .iter()
+        .map(|r| (runtime_key(&r.namespace, &r.name), &r.capacity))
+        .collect();
+    let runs = runs
+        .iter()
+        .map(|r| {
+            let owner = match (&r.status.assigned_pod, &r.status.assigned_pod_uid) {
+                (Some(pod), Some(uid)) => Some(OwnerRef {
+                    pod: pod.clone(),
+                    pod_uid: uid.clone(),
+                }),
+                _ => None,
+            };
+            let age = now.duration_since(r.created).unwrap_or(Duration::ZERO);
+            RunFacts {
+                uid: r.uid.clone(),
+                namespace: r.namespace.clone(),
+                name: r.name.clone(),
+                runtime: r.runtime.clone(),
+                labels: r.labels.clone(),
+                pool: pass::resolve_pool(
+                    &r.namespace,
+                    &r.runtime,
+                    |ns, rt| known.contains(&(ns, rt)),
+                    &s.system_namespace,
+                ),
+                mode: r.mode.clone(),
+                life: r.life(),
+                message: r.status.message.clone().unwrap_or_default(),
+                max_retries: r.max_retries,
+                termination: r.termination,
+                timeout: r.timeout,
+                age,
+                created: r
+                    .created
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64),
+                owner,
+                deleting: r.deleting,
+                has_finalizer: r.has_finalizer,
+                backing_off: false,
+                requests: r.requests.clone(),
+                priority: r.priority,
+                affinity: r.affinity.clone(),
+            }
+        })
+        .collect();
+    let pods = pods
+        .iter()
+        .map(|p| {
+            let pool = runtime_key(&p.namespace, &p.runtime);
+            PodFacts {
+                name: p.name.clone(),
+                uid: p.uid.clone(),
+                capacity: capacity
+                    .get(&pool)
+                    .map(|c| (*c).clone())
+                    .unwrap_or_default(),
+                // A Pod of no known Runtime takes nothing (capacity 0).
+                ready: p.ready && p.address.is_some(),
+                alive: !p.terminating,
+                pool,
+            }
+        })
+        .collect();
+    pass::Snapshot {
+        runs,
+        pods,
+        hold_placement: false,
+    }
+}
+
+/// Every write the current views call for, in the core's order (creation
+/// time, then namespace and name), and the scheduler's counts.
 pub fn reconcile(
     runs: &[RunView],
     pods: &[PodInfo],
     runtimes: &[RuntimeInfo],
     s: &Settings,
     now: SystemTime,
-) -> Vec<Op> {
-    let mut runs: Vec<&RunView> = runs.iter().collect();
-    runs.sort_by(|a, b| {
-        a.created
-            .cmp(&b.created)
-            .then_with(|| a.namespace.cmp(&b.namespace))
-            .then_with(|| a.name.cmp(&b.name))
-    });
-    let runtimes: BTreeMap<String, RuntimeInfo> = runtimes
-        .iter()
-        .map(|r| (runtime_key(&r.namespace, &r.name), r.clone()))
-        .collect();
+) -> Plan {
+    let snap = snapshot(runs, pods, runtimes, s, now);
+    let plan = pass::decide(&snap, &Framework::default());
     let mut ops = Vec::new();
-    // Runs waiting for a Pod, per Runtime key.
-    let mut pending: BTreeMap<String, Vec<&RunView>> = BTreeMap::new();
-
-    for run in &runs {
-        let life = run.life();
-        if run.deleting {
-            // The living owner releases the Run and its finalizer; without
-            // one, nobody else will.
-            if run.has_finalizer && !owner_alive(run, pods) {
-                ops.push(Op::RemoveFinalizer {
-                    namespace: run.namespace.clone(),
-                    name: run.name.clone(),
-                });
+    let mut written = BTreeSet::new();
+    for op in &plan.ops {
+        match op {
+            pass::Op::AddFinalizer { run } => ops.push(Op::AddFinalizer {
+                namespace: runs[*run].namespace.clone(),
+                name: runs[*run].name.clone(),
+            }),
+            pass::Op::RemoveFinalizer { run } => ops.push(Op::RemoveFinalizer {
+                namespace: runs[*run].namespace.clone(),
+                name: runs[*run].name.clone(),
+            }),
+            pass::Op::Status {
+                run,
+                transition,
+                bind,
+            } => {
+                let r = &runs[*run];
+                written.insert(*run);
+                ops.extend(status_op(r, transitioned(r, transition, bind.as_ref(), s)));
             }
-            continue;
-        }
-        if !run.has_finalizer && !life.phase.is_terminal() {
-            ops.push(Op::AddFinalizer {
-                namespace: run.namespace.clone(),
-                name: run.name.clone(),
-            });
-        }
-        let owner = match (&run.status.assigned_pod, &run.status.assigned_pod_uid) {
-            (Some(pod), Some(_)) if !owner_alive(run, pods) => control::Owner::Lost { pod },
-            (Some(_), Some(_)) => control::Owner::Alive,
-            _ => control::Owner::Unassigned,
-        };
-        let facts = control::Facts {
-            life,
-            mode: run.mode.as_ref().copied().map_err(String::as_str),
-            max_retries: run.max_retries,
-            termination: run.termination,
-            timeout: run.timeout,
-            age: now.duration_since(run.created).unwrap_or(Duration::ZERO),
-            owner,
-        };
-        match control::decide(&facts) {
-            control::Decision::Nothing => {}
-            control::Decision::Apply(t) => {
-                ops.extend(status_op(run, transitioned(&run.status, &t)));
-            }
-            control::Decision::OwnerDrives => {
-                // The owner drives the Run from here; the operator only keeps
-                // the endpoint current (a rotated CA bundle, a new URL).
-                let mut status = run.status.clone();
-                status.endpoint = Some(endpoint(run, s));
-                ops.extend(status_op(run, status));
-            }
-            control::Decision::NeedsPod => match resolve_runtime(run, &runtimes, s) {
-                Some(rt) => pending
-                    .entry(runtime_key(&rt.namespace, &rt.name))
-                    .or_default()
-                    .push(run),
-                None => {
-                    let searched = format!("namespace {} or {}", run.namespace, s.system_namespace);
-                    let event = Event::RuntimeMissing {
-                        runtime: &run.runtime,
-                        searched: &searched,
-                    };
-                    if let Ok(mode) = run.mode
-                        && let Some(t) = lifecycle::apply(&life, &run.rules(mode), &event)
-                    {
-                        let mut status = transitioned(&run.status, &t);
-                        status.endpoint = Some(endpoint(run, s));
-                        ops.extend(status_op(run, status));
-                    }
-                }
-            },
         }
     }
-
-    for (key, waiting) in pending {
-        if let Some(rt) = runtimes.get(&key) {
-            place(rt, waiting, &runs, pods, s, &mut ops);
+    // A Run its owner drives keeps a current endpoint (a rotated CA bundle,
+    // a new gateway URL); everything else of its status is the owner's.
+    for &i in &plan.owned {
+        let r = &runs[i];
+        if r.deleting || written.contains(&i) || r.life().phase.is_terminal() {
+            continue;
         }
+        let mut status = r.status.clone();
+        status.endpoint = Some(endpoint(r, s));
+        ops.extend(status_op(r, status));
     }
-    ops
-}
-
-/// Places the Runs waiting for one Runtime: sessions first (they need a
-/// whole idle Pod), then oldest first.
-fn place(
-    rt: &RuntimeInfo,
-    mut waiting: Vec<&RunView>,
-    runs: &[&RunView],
-    pods: &[PodInfo],
-    s: &Settings,
-    ops: &mut Vec<Op>,
-) {
-    let pods: Vec<&PodInfo> = pods
-        .iter()
-        .filter(|p| p.namespace == rt.namespace && p.runtime == rt.name)
-        .collect();
-    let views: Vec<PodView> = pods
-        .iter()
-        .map(|p| {
-            let holders: Vec<&&RunView> = runs
-                .iter()
-                .filter(|r| {
-                    r.status.assigned_pod_uid.as_deref() == Some(p.uid.as_str())
-                        && r.life().phase.holds_capacity()
-                })
-                .collect();
-            PodView {
-                name: p.name.clone(),
-                ready: p.ready && p.address.is_some(),
-                capacity: rt.capacity,
-                used: holders.len() as u32,
-                exclusive: holders.iter().any(|r| r.mode == Ok(ModeKind::Session)),
-            }
-        })
-        .collect();
-    waiting.sort_by_key(|r| r.mode != Ok(ModeKind::Session));
-    let requests: Vec<PendingRun> = waiting
-        .iter()
-        .map(|r| PendingRun {
-            key: format!("{}/{}", r.namespace, r.name),
-            exclusive: r.mode == Ok(ModeKind::Session),
-        })
-        .collect();
-    let placed: BTreeMap<String, String> =
-        scheduler::schedule(&requests, &views).into_iter().collect();
-    for run in waiting {
-        let Ok(mode) = run.mode else {
-            continue;
-        };
-        let key = format!("{}/{}", run.namespace, run.name);
-        let pod = placed
-            .get(&key)
-            .and_then(|name| pods.iter().find(|p| &p.name == name));
-        let event = match pod {
-            Some(p) => Event::Assigned { pod: &p.name },
-            None => Event::Unplaced {
-                runtime: &run.runtime,
-            },
-        };
-        let Some(t) = lifecycle::apply(&run.life(), &run.rules(mode), &event) else {
-            continue;
-        };
-        let mut status = transitioned(&run.status, &t);
-        status.endpoint = Some(endpoint(run, s));
-        if let Some(p) = pod {
-            status.assigned_pod = Some(p.name.clone());
-            status.assigned_pod_uid = Some(p.uid.clone());
-        }
-        ops.extend(status_op(run, status));
+    Plan {
+        ops,
+        report: plan.report,
     }
 }
 

@@ -1,6 +1,7 @@
 //! The operator's Prometheus metrics, served on `--metrics-listen` (plain
 //! HTTP, `GET /metrics`): decision passes and their duration, the phases it
-//! decided, its writes by result (conflicts included) and Runtime errors.
+//! decided, its writes by result (conflicts included), scheduling cycles
+//! and Filter rejections by plugin and reason, and Runtime errors.
 //! Labels are fixed sets — never a Run, a namespace or a subject.
 
 use std::sync::LazyLock;
@@ -22,6 +23,11 @@ pub struct Metrics {
     pub writes: IntCounterVec,
     /// Runtimes whose Deployment could not be reconciled.
     pub runtime_errors: IntCounter,
+    /// Scheduling cycles, by `result` (`bound`, `unplaced`).
+    pub cycles: IntCounterVec,
+    /// Pods a Filter turned away, by `plugin` and `reason` (the
+    /// scheduler's fixed rejection set).
+    pub filter_rejections: IntCounterVec,
 }
 
 fn build() -> prometheus::Result<Metrics> {
@@ -55,6 +61,19 @@ fn build() -> prometheus::Result<Metrics> {
         "runtime_errors_total",
         "Runtimes whose Deployment could not be reconciled.",
     )?;
+    let cycles = IntCounterVec::new(
+        Opts::new("scheduling_cycles_total", "Scheduling cycles, by result."),
+        &["result"],
+    )?;
+    let filter_rejections = IntCounterVec::new(
+        Opts::new(
+            "filter_rejections_total",
+            "Runtime Pods a scheduler Filter turned away, by plugin and reason.",
+        ),
+        &["plugin", "reason"],
+    )?;
+    registry.register(Box::new(cycles.clone()))?;
+    registry.register(Box::new(filter_rejections.clone()))?;
     registry.register(Box::new(passes.clone()))?;
     registry.register(Box::new(pass_duration.clone()))?;
     registry.register(Box::new(decisions.clone()))?;
@@ -67,6 +86,8 @@ fn build() -> prometheus::Result<Metrics> {
         decisions,
         writes,
         runtime_errors,
+        cycles,
+        filter_rejections,
     })
 }
 
@@ -99,6 +120,10 @@ mod tests {
         m.decisions.with_label_values(&["Scheduled"]).inc();
         m.writes.with_label_values(&["status", "conflict"]).inc();
         m.runtime_errors.inc();
+        m.cycles.with_label_values(&["bound"]).inc();
+        m.filter_rejections
+            .with_label_values(&["RuntimePodAvailability", "NoFreeSlot"])
+            .inc();
         let text = String::from_utf8(render()).unwrap();
         for needle in [
             "kruntimes_operator_passes_total{result=\"ok\"}",
@@ -106,6 +131,8 @@ mod tests {
             "kruntimes_operator_decisions_total{phase=\"Scheduled\"}",
             "kruntimes_operator_writes_total{kind=\"status\",result=\"conflict\"}",
             "kruntimes_operator_runtime_errors_total 1",
+            "kruntimes_operator_scheduling_cycles_total{result=\"bound\"}",
+            "kruntimes_operator_filter_rejections_total{plugin=\"RuntimePodAvailability\",reason=\"NoFreeSlot\"}",
         ] {
             assert!(text.contains(needle), "{needle} missing:\n{text}");
         }

@@ -217,7 +217,20 @@ impl Operator {
         // again at the end of the pass.
         let mut written_views: Vec<decide::RunView> = Vec::new();
         let mut failed: Vec<String> = Vec::new();
-        for op in decide::reconcile(&views, &pods, &infos, &settings, SystemTime::now()) {
+        let plan = decide::reconcile(&views, &pods, &infos, &settings, SystemTime::now());
+        if let Some(m) = metrics::get() {
+            let r = &plan.report;
+            m.cycles.with_label_values(&["bound"]).inc_by(r.placed);
+            m.cycles
+                .with_label_values(&["unplaced"])
+                .inc_by(r.cycles.saturating_sub(r.placed));
+            for ((plugin, reason), n) in &r.rejections {
+                m.filter_rejections
+                    .with_label_values(&[plugin, reason])
+                    .inc_by(*n);
+            }
+        }
+        for op in plan.ops {
             let (Op::AddFinalizer { namespace, name }
             | Op::RemoveFinalizer { namespace, name }
             | Op::Status {

@@ -7,8 +7,8 @@ use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::Pod;
 pub use kruntimes_api::RUNTIME_LABEL;
-use kruntimes_api::lifecycle::Life;
-use kruntimes_api::{FINALIZER, ModeKind, Run, Runtime};
+use kruntimes_api::{FINALIZER, ModeKind, Run, Runtime, quantity, table};
+use kruntimes_core::scheduler::Capacity;
 use kruntimes_proto::ownership::v1 as own;
 use kube::{Resource, ResourceExt};
 
@@ -23,7 +23,11 @@ pub fn run_view(run: &Run) -> RunView {
         namespace: run.namespace().unwrap_or_default(),
         name: run.name_any(),
         uid: run.uid().unwrap_or_default(),
+        labels: run.labels().clone(),
         runtime: spec.runtime.clone(),
+        requests: run.requests().unwrap_or_default(),
+        priority: run.priority(),
+        affinity: spec.affinity.clone().unwrap_or_default(),
         mode,
         created: run
             .meta()
@@ -80,11 +84,29 @@ pub fn pod_info(pod: &Pod) -> Option<PodInfo> {
 }
 
 /// The operator's view of a Runtime.
+/// A capacity quantity the API server let through but that does not parse
+/// offers nothing: Runs requesting it wait with `InsufficientResources`.
 pub fn runtime_info(rt: &Runtime) -> RuntimeInfo {
+    let resources = rt
+        .spec
+        .capacity
+        .resources
+        .iter()
+        .map(|(name, q)| {
+            let milli = quantity::milli(&q.0).unwrap_or_else(|e| {
+                tracing::warn!(runtime = %rt.name_any(), resource = %name, error = %e, "invalid capacity quantity counts as 0");
+                0
+            });
+            (name.clone(), milli)
+        })
+        .collect();
     RuntimeInfo {
         namespace: rt.namespace().unwrap_or_default(),
         name: rt.name_any(),
-        capacity: rt.spec.capacity.runs,
+        capacity: Capacity {
+            runs: rt.spec.capacity.runs,
+            resources,
+        },
     }
 }
 
@@ -115,7 +137,7 @@ pub fn ownership_entries(runs: &[RunView], pods: &[PodInfo]) -> Vec<own::Ownersh
         .filter(|r| matches!(r.mode, Ok(ModeKind::Function | ModeKind::Session)))
         .filter(|r| !r.deleting)
         .map(|r| {
-            let life = Life::of(Some(&r.status));
+            let life = r.status.life();
             let owner = r
                 .status
                 .assigned_pod_uid
@@ -139,7 +161,7 @@ pub fn ownership_entries(runs: &[RunView], pods: &[PodInfo]) -> Vec<own::Ownersh
                 },
                 owner,
                 attempt: life.attempt,
-                phase: life.phase.table_phase() as i32,
+                phase: table::published(life.phase),
                 limits: None,
                 reason: r.status.reason.clone().unwrap_or_default(),
             }

@@ -22,6 +22,7 @@ impl Embedded {
                 name: format!("pod-{i}"),
                 address: format!("127.0.0.1:{}", 9000 + i),
                 capacity: 4,
+                resources: Default::default(),
             })
             .collect();
         let mut e = Self {

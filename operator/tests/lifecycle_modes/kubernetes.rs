@@ -74,7 +74,11 @@ impl Kubernetes {
             namespace: "default".into(),
             name: "r".into(),
             uid: "run-uid".into(),
+            labels: Default::default(),
             runtime: "python".into(),
+            requests: Default::default(),
+            priority: 0,
+            affinity: Default::default(),
             mode: run.validate(),
             created: self.created,
             timeout: spec.timeout,
@@ -95,7 +99,10 @@ impl Kubernetes {
         let runtimes = [RuntimeInfo {
             namespace: "kruntimes-system".into(),
             name: "python".into(),
-            capacity: 4,
+            capacity: Capacity {
+                runs: 4,
+                resources: Default::default(),
+            },
         }];
         let settings = Settings {
             gateway_url: "https://gw".into(),
@@ -103,7 +110,7 @@ impl Kubernetes {
             system_namespace: "kruntimes-system".into(),
         };
         let mut changed = false;
-        for op in decide::reconcile(&[run], &pods, &runtimes, &settings, self.now) {
+        for op in decide::reconcile(&[run], &pods, &runtimes, &settings, self.now).ops {
             if let Op::Status { status, .. } = op {
                 self.run.as_mut().unwrap().status = *status;
                 changed = true;
@@ -128,7 +135,7 @@ impl Kubernetes {
                 mine: run.status.assigned_pod_uid.as_deref()
                     == Some(self.pods[i].info.uid.as_str()),
                 pod_gone: false,
-                life: Life::of(Some(&run.status)),
+                life: run.status.life(),
                 rules,
                 deleting: false,
                 has_finalizer: true,
@@ -139,7 +146,7 @@ impl Kubernetes {
                 match step {
                     Step::Report(t) => self.report(&t),
                     Step::Register => {
-                        let life = Life::of(Some(&self.run.as_ref().unwrap().status));
+                        let life = self.run.as_ref().unwrap().status.life();
                         let outcome = if self.refuse {
                             Err("ImportError: no module main")
                         } else {
@@ -147,7 +154,7 @@ impl Kubernetes {
                                 run.uid.clone(),
                                 Local {
                                     attempt: life.attempt,
-                                    phase: own::Phase::Ready,
+                                    phase: Some(TablePhase::Ready),
                                     reason: String::new(),
                                 },
                             );
@@ -200,7 +207,7 @@ impl Mode for Kubernetes {
             IdleExpires => {
                 let i = self.owner_index();
                 for l in self.pods[i].locals.values_mut() {
-                    l.phase = own::Phase::Failed;
+                    l.phase = Some(TablePhase::Failed);
                     l.reason = "IdleTimeout".into();
                 }
             }
@@ -226,7 +233,7 @@ impl Mode for Kubernetes {
 
     fn observe(&self) -> (Phase, Option<Reason>, u64) {
         let run = self.run.as_ref().expect("the Run exists");
-        let l = Life::of(Some(&run.status));
+        let l = run.status.life();
         (l.phase, l.reason, l.attempt)
     }
 }

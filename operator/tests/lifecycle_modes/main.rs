@@ -15,11 +15,12 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime};
 
 use kruntimes_api::lifecycle::owner::{self, Local, Step};
-use kruntimes_api::lifecycle::{Life, Rules};
+use kruntimes_api::lifecycle::{Rules, TablePhase};
 use kruntimes_api::{
     FunctionMode, ModeKind, Phase, Reason, Run, RunMode, RunSpec, RunStatus, SessionMode, TaskMode,
     Termination, TerminationMode,
 };
+use kruntimes_core::scheduler::Capacity;
 use kruntimes_operator::cluster::decide::{self, Op, PodInfo, RunView, RuntimeInfo, Settings};
 use kruntimes_operator::embedded::controller::{Action, Controller, PodConfig, RegisterOutcome};
 use kruntimes_proto::ownership::v1 as own;
@@ -186,7 +187,7 @@ fn rules() -> Vec<Rule> {
             0,
             function(),
             vec![],
-            (Pending, Reason::Unschedulable, 0),
+            (Pending, Reason::NoIdlePod, 0),
         ),
         rule(
             "an invalid spec fails",

@@ -18,10 +18,9 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kruntimes_api::lifecycle::owner::{self, Facts, Local, Step};
-use kruntimes_api::lifecycle::{Life, Phase, Rules, Stop, Transition};
+use kruntimes_api::lifecycle::{Phase, Stop, Transition};
 use kruntimes_api::requests::assign_request;
-use kruntimes_api::{API_VERSION, FINALIZER, ModeKind, RUN_KIND, Run};
-use kruntimes_proto::ownership::v1 as own;
+use kruntimes_api::{API_VERSION, FINALIZER, ModeKind, RUN_KIND, Run, table};
 use kruntimes_support::kube::{set_finalizer, spawn_reflector};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::Store;
@@ -137,16 +136,7 @@ impl Agent {
             .publisher()
             .entries()
             .into_iter()
-            .map(|e| {
-                (
-                    e.run_uid.clone(),
-                    Local {
-                        attempt: e.attempt,
-                        phase: own::Phase::try_from(e.phase).unwrap_or(own::Phase::Unspecified),
-                        reason: e.reason,
-                    },
-                )
-            })
+            .map(|e| (e.run_uid.clone(), table::local(&e)))
             .collect()
     }
 
@@ -196,15 +186,15 @@ impl Agent {
             // An invalid or task-mode Run is never assigned (the operator
             // ends it); only its local state, if any, is released.
             let rules = match run.validate() {
-                Ok(mode) => Rules::of(&run, mode),
-                Err(_) => Rules::of(&run, ModeKind::Function),
+                Ok(mode) => run.rules(mode),
+                Err(_) => run.rules(ModeKind::Function),
             };
             let status = run.status.as_ref();
             let facts = Facts {
                 mine: status.and_then(|s| s.assigned_pod_uid.as_deref())
                     == Some(self.pod.uid.as_str()),
                 pod_gone,
-                life: Life::of(status),
+                life: run.life(),
                 rules,
                 deleting: run.meta().deletion_timestamp.is_some(),
                 has_finalizer: run.finalizers().iter().any(|f| f == FINALIZER),
@@ -263,7 +253,7 @@ impl Agent {
                 }
                 // The life the Register step was decided on has moved to
                 // Running by the report before it.
-                let life = Life::of(run.status.as_ref());
+                let life = run.life();
                 match owner::registered(
                     &life,
                     &facts.rules,

@@ -1,6 +1,17 @@
 use super::*;
 use kruntimes_api::Phase as RunPhase;
 
+/// The writes of a pass.
+fn reconcile(
+    runs: &[RunView],
+    pods: &[PodInfo],
+    runtimes: &[RuntimeInfo],
+    s: &Settings,
+    now: SystemTime,
+) -> Vec<Op> {
+    super::reconcile(runs, pods, runtimes, s, now).ops
+}
+
 const T0: u64 = 1_800_000_000;
 
 fn at(secs: u64) -> SystemTime {
@@ -20,7 +31,11 @@ fn run(name: &str, created: u64) -> RunView {
         namespace: "a".into(),
         name: name.into(),
         uid: format!("uid-{name}"),
+        labels: Labels::new(),
         runtime: "python".into(),
+        requests: Resources::new(),
+        priority: 0,
+        affinity: Affinity::default(),
         mode: Ok(ModeKind::Function),
         created: at(created),
         timeout: None,
@@ -55,7 +70,10 @@ fn runtime(capacity: u32) -> RuntimeInfo {
     RuntimeInfo {
         namespace: "kruntimes-system".into(),
         name: "python".into(),
-        capacity,
+        capacity: Capacity {
+            runs: capacity,
+            resources: Resources::new(),
+        },
     }
 }
 
@@ -114,7 +132,7 @@ fn capacity_is_respected_and_ready_runs_keep_consuming_it() {
     let s = statuses(&ops);
     assert_eq!(s["r1"].phase, Some(RunPhase::Scheduled));
     assert_eq!(s["r2"].phase, Some(RunPhase::Pending));
-    assert_eq!(s["r2"].reason.as_deref(), Some("Unschedulable"));
+    assert_eq!(s["r2"].reason.as_deref(), Some("NoIdlePod"));
     assert!(!s.contains_key("old"));
 }
 
@@ -170,7 +188,10 @@ fn a_runtime_in_the_runs_namespace_wins_over_the_system_one() {
     let local = RuntimeInfo {
         namespace: "a".into(),
         name: "python".into(),
-        capacity: 1,
+        capacity: Capacity {
+            runs: 1,
+            resources: Resources::new(),
+        },
     };
     let mut lp = pod("local");
     lp.namespace = "a".into();

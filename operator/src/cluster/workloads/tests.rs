@@ -21,7 +21,10 @@ fn runtime_with(backend: Option<Backend>) -> Runtime {
         "python",
         RuntimeSpec {
             replicas: 3,
-            capacity: Capacity { runs: 4 },
+            capacity: Capacity {
+                runs: 4,
+                resources: Default::default(),
+            },
             image: "ghcr.io/kruntimes/python:1".into(),
             backend,
             ..Default::default()

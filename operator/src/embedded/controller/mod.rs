@@ -3,13 +3,13 @@
 //! every output is an [`Action`] for the adapter to perform over gRPC; Run
 //! status and the ownership table are read back from the state.
 //!
-//! Each input is followed by one decision pass over every Run — the same
-//! shape as the Kubernetes operator's: the lifecycle core's
-//! [`control::decide`] for the control plane's share (validation,
-//! `spec.timeout`, owner loss, termination before a Pod, placement), then
-//! [`owner::decide`] on behalf of each living owner (registration,
-//! readiness, termination, idle expiry, release), fed with that runtimed's
-//! own ownership table. Both modes therefore follow the same rules.
+//! Each input is followed by one decision pass: the core's
+//! [`kruntimes_core::pass::decide`] — the same pass the Kubernetes operator
+//! runs — for the control plane's share (validation, `spec.timeout`, owner
+//! loss, termination before a Pod, scheduling), then [`owner::decide`] on
+//! behalf of each living owner (registration, readiness, termination, idle
+//! expiry, release), fed with that runtimed's own ownership table. Both
+//! modes therefore follow the same rules.
 
 mod pass;
 mod view;
@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use kruntimes_api::lifecycle::owner;
 use kruntimes_api::lifecycle::{self, Event, Life, Rules};
 use kruntimes_api::{ModeKind, Run, TerminationMode};
+use kruntimes_core::Resources;
 use kruntimes_proto::agent::v1 as agent;
 use kruntimes_proto::ownership::v1 as own;
 use kruntimes_proto::watch::SourceUpdate;
@@ -36,6 +37,9 @@ pub struct PodConfig {
     pub address: String,
     /// `runs` capacity.
     pub capacity: u32,
+    /// Resources its Runs' requests are accounted against (none: not
+    /// accounted).
+    pub resources: Resources,
 }
 
 /// Side effects requested by the core.
@@ -75,13 +79,7 @@ pub enum RegisterOutcome {
 
 /// The Pod that owns a Run: its name and the instance (UID) it had when
 /// the Run was assigned.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Owner {
-    /// Pod name.
-    pub pod: String,
-    /// Pod instance UID at assignment.
-    pub pod_uid: String,
-}
+pub use kruntimes_core::pass::OwnerRef as Owner;
 
 /// An owner step sent but not yet reflected in the owner's table: the Run
 /// is not decided about again until it is (or the RPC failed).
@@ -121,7 +119,7 @@ impl RunState {
     }
 
     fn rules(&self) -> Option<Rules> {
-        self.mode.as_ref().ok().map(|m| Rules::of(&self.run, *m))
+        self.mode.as_ref().ok().map(|m| self.run.rules(*m))
     }
 
     fn owned_by(&self, pod: &str, pod_uid: Option<&str>) -> bool {

@@ -1,109 +1,169 @@
-//! The decision pass that follows every input of the [`Controller`]: the
-//! control plane's share of the lifecycle for each Run, the owner's share on
-//! behalf of each living runtimed, the release of orphaned registrations,
-//! then placement.
+//! The embedded control plane's share of a pass: the snapshot it hands to
+//! the core's one decision pass ([`kruntimes_core::pass::decide`]), the
+//! operations it carries out on its state, then the owner's steps it takes
+//! on behalf of each living runtimed and the release of orphaned
+//! registrations.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use kruntimes_api::ModeKind;
-use kruntimes_api::lifecycle::owner::{self, Local, Step};
-use kruntimes_api::lifecycle::{self, Event, Phase, Stop, Transition, control};
+use kruntimes_api::lifecycle::owner::{self, Step};
+use kruntimes_api::lifecycle::{Stop, Transition};
 use kruntimes_api::requests::assign_request;
-use kruntimes_proto::ownership::v1 as own;
+use kruntimes_api::table;
+use kruntimes_core::pass::{self, Op, PodFacts, RunFacts};
+use kruntimes_core::scheduler::{Capacity, Framework};
 
-use super::{Action, Controller, InFlight, Owner, PodState, RunState};
-use crate::scheduler::{PendingRun, PodView, schedule};
+use super::{Action, Controller, InFlight, PodState, RunState};
+
+/// The embedded stack's one pool: every runtimed serves every Runtime name.
+const POOL: &str = "";
 
 impl Controller {
-    /// Whether `o` is still the Pod it was at assignment and not away past
-    /// its grace period.
-    fn owner_view<'a>(&self, o: &'a Owner, now: Instant) -> control::Owner<'a> {
-        let Some(pod) = self.pods.get(&o.pod) else {
-            return control::Owner::Lost { pod: &o.pod };
-        };
-        let same = pod.uid.as_deref() == Some(o.pod_uid.as_str());
-        let away = !pod.connected
-            && pod
-                .lost_at
-                .is_some_and(|t| now.duration_since(t) >= self.owner_grace);
-        if same && !away {
-            control::Owner::Alive
-        } else {
-            control::Owner::Lost { pod: &o.pod }
-        }
-    }
-
-    /// One decision pass over every Run, then placement.
+    /// One decision pass over every Run, then the owners' steps. An owner
+    /// step that changes a Run (it ended, or was released and forgotten)
+    /// may free capacity: the pass then runs again, so a waiting Run takes
+    /// it now rather than on the next input (a few rounds at most).
     pub(super) fn pass(&mut self, now: Instant) -> Vec<Action> {
         let mut actions = Vec::new();
-        let uids: Vec<String> = self.runs.keys().cloned().collect();
-        for uid in &uids {
-            self.decide_run(uid, now, &mut actions);
+        for _ in 0..4 {
+            if !self.round(now, &mut actions) {
+                break;
+            }
         }
         self.release_orphans(&mut actions);
-        self.place(now, &mut actions);
         actions
     }
 
-    fn decide_run(&mut self, uid: &str, now: Instant, actions: &mut Vec<Action>) {
-        let backoff = self.retry_backoff;
-        let Some(run) = self.runs.get(uid) else {
-            return;
-        };
-        let owner = match &run.owner {
-            Some(o) => self.owner_view(o, now),
-            None => control::Owner::Unassigned,
-        };
-        if run.deleting {
-            // Released by a living owner first; otherwise forgotten.
-            if !matches!(owner, control::Owner::Alive) {
-                self.runs.remove(uid);
-                return;
-            }
-        } else {
-            let facts = control::Facts {
-                life: run.life,
-                mode: run.mode.as_ref().map(|m| *m).map_err(String::as_str),
-                max_retries: run.run.spec.retry_policy.max_retries,
-                termination: run.run.termination(),
-                timeout: run.run.spec.timeout,
-                age: now.duration_since(run.created),
-                owner,
-            };
-            let decision = control::decide(&facts);
-            let alive = matches!(owner, control::Owner::Alive);
-            if let control::Decision::Apply(t) = decision
-                && let Some(run) = self.runs.get_mut(uid)
-            {
-                set(run, t, now, backoff);
-            }
-            if !alive {
-                return;
+    /// The core's pass and the owners' steps once; whether an owner step
+    /// changed a Run.
+    fn round(&mut self, now: Instant, actions: &mut Vec<Action>) -> bool {
+        let hold = self.placement_held(now);
+        let (uids, snapshot) = self.snapshot(now, hold);
+        let plan = pass::decide(&snapshot, &Framework::default());
+        for op in plan.ops {
+            match op {
+                // Every Run of the store carries its finalizer.
+                Op::AddFinalizer { .. } => {}
+                // No living owner will release it: forget it.
+                Op::RemoveFinalizer { run } => {
+                    self.runs.remove(&uids[run]);
+                }
+                Op::Status {
+                    run,
+                    transition,
+                    bind,
+                } => {
+                    let backoff = self.retry_backoff;
+                    let Some(state) = self.runs.get_mut(&uids[run]) else {
+                        continue;
+                    };
+                    if let Some(owner) = bind {
+                        tracing::info!(uid = %uids[run], pod = %owner.pod, attempt = transition.attempt, "run scheduled");
+                        state.owner = Some(owner);
+                        state.retry_at = None;
+                    }
+                    set(state, transition, now, backoff);
+                }
             }
         }
-        self.owner_steps(uid, now, actions);
+        let mut seen = std::collections::BTreeSet::new();
+        let mut changed = false;
+        for run in plan.owned {
+            if seen.insert(run) {
+                changed |= self.owner_steps(&uids[run], now, actions);
+            }
+        }
+        changed
     }
 
-    /// What the owner does about `uid`, carried out on its behalf.
-    fn owner_steps(&mut self, uid: &str, now: Instant, actions: &mut Vec<Action>) {
+    /// Whether placement still waits for every runtimed's first table (or
+    /// the start-up hold to pass).
+    fn placement_held(&mut self, now: Instant) -> bool {
+        if let Some(until) = self.hold_until {
+            if now < until && self.pods.values().any(|p| p.uid.is_none()) {
+                return true;
+            }
+            self.hold_until = None;
+        }
+        false
+    }
+
+    /// The core's snapshot of the state, with the UID of each Run by index.
+    fn snapshot(&self, now: Instant, hold_placement: bool) -> (Vec<String>, pass::Snapshot) {
+        let uids: Vec<String> = self.runs.keys().cloned().collect();
+        let runs = self
+            .runs
+            .values()
+            .map(|r| RunFacts {
+                uid: r.uid().to_owned(),
+                namespace: r.run.namespace_or_default().to_owned(),
+                name: r.run.name_str().to_owned(),
+                runtime: r.run.spec.runtime.clone(),
+                labels: r.run.metadata.labels.clone().unwrap_or_default(),
+                pool: Ok(POOL.to_owned()),
+                mode: r.mode.clone(),
+                life: r.life,
+                message: r.message.clone(),
+                max_retries: r.run.spec.retry_policy.max_retries,
+                termination: r.run.termination(),
+                timeout: r.run.spec.timeout,
+                age: now.duration_since(r.created),
+                created: r.seq,
+                owner: r.owner.clone(),
+                deleting: r.deleting,
+                has_finalizer: true,
+                backing_off: r.retry_at.is_some_and(|t| t > now),
+                requests: r.run.requests().unwrap_or_default(),
+                priority: r.run.priority(),
+                affinity: r.run.spec.affinity.clone().unwrap_or_default(),
+            })
+            .collect();
+        let pods = self.pods.values().map(|p| self.pod_facts(p, now)).collect();
+        (
+            uids,
+            pass::Snapshot {
+                runs,
+                pods,
+                hold_placement,
+            },
+        )
+    }
+
+    /// A runtimed as the core sees it: ready once its watch is connected,
+    /// alive until it has been away longer than the grace period.
+    fn pod_facts(&self, p: &PodState, now: Instant) -> PodFacts {
+        let away = !p.connected
+            && p.lost_at
+                .is_some_and(|t| now.duration_since(t) >= self.owner_grace);
+        PodFacts {
+            name: p.cfg.name.clone(),
+            uid: p.uid.clone().unwrap_or_default(),
+            pool: POOL.to_owned(),
+            ready: p.connected && p.uid.is_some(),
+            alive: p.uid.is_some() && !away,
+            capacity: Capacity {
+                runs: p.cfg.capacity,
+                resources: p.cfg.resources.clone(),
+            },
+        }
+    }
+
+    /// What the owner does about `uid`, carried out on its behalf; whether
+    /// it changed the Run's life or forgot the Run.
+    fn owner_steps(&mut self, uid: &str, now: Instant, actions: &mut Vec<Action>) -> bool {
         let Some(run) = self.runs.get(uid) else {
-            return;
+            return false;
         };
         let Some(o) = run.owner.clone() else {
-            return;
+            return false;
         };
         let Some(pod) = self.pods.get(&o.pod) else {
-            return;
+            return false;
         };
         if !pod.connected {
-            return;
+            return false;
         }
-        let local = pod.entries.get(uid).map(|e| Local {
-            attempt: e.attempt,
-            phase: own::Phase::try_from(e.phase).unwrap_or(own::Phase::Unspecified),
-            reason: e.reason.clone(),
-        });
+        let local = pod.entries.get(uid).map(table::local);
         // A step in flight is decided about again once the owner's table
         // reflects it (or its RPC failed).
         let settled = match run.in_flight {
@@ -116,10 +176,10 @@ impl Controller {
             None => true,
         };
         if !settled {
-            return;
+            return false;
         }
         let Some(rules) = run.rules() else {
-            return;
+            return false;
         };
         let facts = owner::Facts {
             mine: true,
@@ -131,9 +191,10 @@ impl Controller {
         };
         let steps = owner::decide(&facts, local.as_ref());
         let Some(run) = self.runs.get_mut(uid) else {
-            return;
+            return false;
         };
         run.in_flight = None;
+        let before = run.life;
         for step in steps {
             match step {
                 Step::Report(t) => set(run, t, now, Duration::ZERO),
@@ -151,19 +212,20 @@ impl Controller {
                         });
                     }
                     // What follows depends on the outcome.
-                    return;
+                    return run.life != before;
                 }
                 Step::Release(stop) => {
                     run.in_flight = Some(InFlight::Release { done: false });
                     actions.push(release(&o.pod, uid, stop));
-                    return;
+                    return run.life != before;
                 }
                 Step::RemoveFinalizer => {
                     self.runs.remove(uid);
-                    return;
+                    return true;
                 }
             }
         }
+        run.life != before
     }
 
     /// Releases registrations a Pod holds for Runs it does not own.
@@ -187,88 +249,14 @@ impl Controller {
         }
     }
 
-    /// Places the Runs that need a Pod: sessions first (they need an idle
-    /// Pod, which a shared Run placed earlier would take), then by age.
-    fn place(&mut self, now: Instant, actions: &mut Vec<Action>) {
-        if let Some(until) = self.hold_until {
-            if now < until && self.pods.values().any(|p| p.uid.is_none()) {
-                return;
-            }
-            self.hold_until = None;
-        }
-        let mut waiting: Vec<&RunState> = self
-            .runs
-            .values()
-            .filter(|r| {
-                !r.deleting
-                    && r.life.phase == Phase::Pending
-                    && r.owner.is_none()
-                    && matches!(r.mode, Ok(ModeKind::Function | ModeKind::Session))
-                    && r.run.termination().is_none()
-                    && r.retry_at.is_none_or(|t| t <= now)
-            })
-            .collect();
-        if waiting.is_empty() {
-            return;
-        }
-        waiting.sort_by_key(|r| (r.mode != Ok(ModeKind::Session), r.seq));
-        let requests: Vec<PendingRun> = waiting
-            .iter()
-            .map(|r| PendingRun {
-                key: r.uid().to_owned(),
-                exclusive: r.mode == Ok(ModeKind::Session),
-            })
-            .collect();
-        let views: Vec<PodView> = self.pods.values().map(|p| self.pod_view(p)).collect();
-        let placed: BTreeMap<String, String> = schedule(&requests, &views).into_iter().collect();
-        for req in requests {
-            let Some(run) = self.runs.get_mut(&req.key) else {
-                continue;
-            };
-            let Some(rules) = run.rules() else {
-                continue;
-            };
-            let runtime = run.run.spec.runtime.clone();
-            let event = match placed.get(&req.key) {
-                Some(pod) => Event::Assigned { pod },
-                None => Event::Unplaced { runtime: &runtime },
-            };
-            let Some(t) = lifecycle::apply(&run.life, &rules, &event) else {
-                continue;
-            };
-            if let Some(pod) = placed.get(&req.key) {
-                let pod_uid = self
-                    .pods
-                    .get(pod)
-                    .and_then(|p| p.uid.clone())
-                    .unwrap_or_default();
-                run.owner = Some(Owner {
-                    pod: pod.clone(),
-                    pod_uid,
-                });
-                run.retry_at = None;
-                tracing::info!(uid = %req.key, pod = %pod, attempt = t.attempt, "run scheduled");
-            }
-            set(run, t, now, self.retry_backoff);
-            if placed.contains_key(&req.key) {
-                self.owner_steps(&req.key, now, actions);
-            }
-        }
-    }
-
-    pub(super) fn pod_view(&self, p: &PodState) -> PodView {
-        let holders: Vec<&RunState> = self
+    /// How many Runs hold capacity on `p`.
+    pub(super) fn used(&self, p: &PodState) -> u32 {
+        let held = self
             .runs
             .values()
             .filter(|r| r.owned_by(&p.cfg.name, p.uid.as_deref()) && r.life.phase.holds_capacity())
-            .collect();
-        PodView {
-            name: p.cfg.name.clone(),
-            ready: p.connected && p.uid.is_some(),
-            capacity: p.cfg.capacity,
-            used: holders.len() as u32,
-            exclusive: holders.iter().any(|r| r.mode == Ok(ModeKind::Session)),
-        }
+            .count();
+        u32::try_from(held).unwrap_or(u32::MAX)
     }
 }
 

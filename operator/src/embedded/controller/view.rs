@@ -1,7 +1,7 @@
 //! What the embedded control plane shows of its state: each Run's status
 //! (`runs.json`, `krt runs`) and the ownership table it serves to gateways.
 
-use kruntimes_api::{Endpoint, ModeKind, Phase};
+use kruntimes_api::{Endpoint, ModeKind, Phase, table};
 use kruntimes_proto::ownership::v1 as own;
 use serde::Serialize;
 
@@ -64,12 +64,12 @@ impl Controller {
         self.pods
             .values()
             .map(|p| {
-                let view = self.pod_view(p);
+                let used = self.used(p);
                 PodStatus {
                     name: p.cfg.name.clone(),
                     address: p.cfg.address.clone(),
                     capacity: p.cfg.capacity,
-                    used: view.used,
+                    used,
                     connected: p.connected,
                 }
             })
@@ -125,7 +125,7 @@ impl Controller {
                     },
                     owner,
                     attempt: r.life.attempt,
-                    phase: r.life.phase.table_phase() as i32,
+                    phase: table::published(r.life.phase),
                     limits: None,
                     reason: r.life.reason.map(|r| r.as_str()).unwrap_or("").to_owned(),
                 }

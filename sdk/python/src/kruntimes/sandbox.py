@@ -197,8 +197,8 @@ class Sandbox(_SandboxBase):
         Run's ``spec.mode.session`` fields and ``timeout`` its ``spec.timeout`` (total
         lifetime, seconds). Raises :class:`~kruntimes.RunEndedError` if the Run ends
         first and :class:`~kruntimes.WaitTimeoutError` after ``ready_timeout`` seconds (its
-        message says why the Run still waits, e.g. ``Unschedulable: waiting for a ready bash
-        Pod with free capacity``); either way the Run it created is deleted.
+        message says why the Run still waits, e.g. ``NoIdlePod: 0/2 bash Pods can take this
+        session: …``); either way the Run it created is deleted.
         """
         o = _Create(runtime, name, namespace, env, idle_timeout, queue_size, operation_timeout, timeout, ready_timeout)
         return cls(client, client._drive(cls._create(client, o)))

@@ -206,11 +206,11 @@ def test_a_sandbox_that_waits_too_long_says_why_and_is_deleted_even_if_already_g
         assert call.method == "DELETE"
         return error(404, "NotFound")
 
-    waiting = session_run("Pending", "Unschedulable", "waiting for a ready bash Pod with free capacity")
+    waiting = session_run("Pending", "NoIdlePod", "0/2 bash Pods can take this session: 2 busy (a session needs an idle Pod)")
     e, calls = create_sandbox_on(waiting, gone, kruntimes.WaitTimeoutError, ready_timeout=0)
-    assert (e.phase, e.reason) == ("Pending", "Unschedulable")
-    assert str(e).endswith("Ready not reached within 0s (phase Pending, Unschedulable: waiting for a "
-                           "ready bash Pod with free capacity)"), str(e)
+    assert (e.phase, e.reason) == ("Pending", "NoIdlePod")
+    assert str(e).endswith("Ready not reached within 0s (phase Pending, NoIdlePod: 0/2 bash Pods can "
+                           "take this session: 2 busy (a session needs an idle Pod))"), str(e)
     assert [call.method for call in calls] == ["POST", "GET", "DELETE"]
 
 

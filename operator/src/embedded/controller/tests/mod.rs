@@ -57,6 +57,7 @@ pub(super) fn pods(n: usize, capacity: u32) -> Vec<PodConfig> {
             name: format!("runtimed-{i}"),
             address: format!("127.0.0.1:{}", 9000 + i),
             capacity,
+            resources: Default::default(),
         })
         .collect()
 }

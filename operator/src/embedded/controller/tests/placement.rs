@@ -7,10 +7,7 @@ fn runs_wait_for_a_pod_register_and_become_ready_from_the_owners_table() {
     let now = Instant::now();
     let mut c = controller(1);
     assert!(c.apply_store(functions(&["a"]), now).is_empty());
-    assert_eq!(
-        life(&c, "a"),
-        (Phase::Pending, Some(Reason::Unschedulable), 0)
-    );
+    assert_eq!(life(&c, "a"), (Phase::Pending, Some(Reason::NoIdlePod), 0));
     let actions = c.apply_pod("runtimed-0", snapshot("uid-0", vec![]), now);
     assert_eq!(registers(&actions), vec![("runtimed-0".into(), 1)]);
     assert_eq!(

@@ -21,10 +21,10 @@ fn facts(phase: Phase, attempt: u64) -> Facts {
     }
 }
 
-fn local(attempt: u64, phase: own::Phase, reason: &str) -> Local {
+fn local(attempt: u64, phase: TablePhase, reason: &str) -> Local {
     Local {
         attempt,
-        phase,
+        phase: Some(phase),
         reason: reason.into(),
     }
 }
@@ -48,7 +48,7 @@ fn assigned_runs_are_registered_then_reported_ready() {
         shape(&decide(&facts(Phase::Scheduled, 1), None)),
         ["Running/Registering", "Register"]
     );
-    let ready = local(1, own::Phase::Ready, "");
+    let ready = local(1, TablePhase::Ready, "");
     assert_eq!(
         shape(&decide(&facts(Phase::Running, 1), Some(&ready))),
         ["Ready/Registered"]
@@ -97,12 +97,12 @@ fn a_restarted_owner_never_reopens_a_ready_session() {
 
 #[test]
 fn a_newer_attempt_supersedes_an_older_local_registration() {
-    let old = local(1, own::Phase::Ready, "");
+    let old = local(1, TablePhase::Ready, "");
     assert_eq!(
         shape(&decide(&facts(Phase::Scheduled, 2), Some(&old))),
         ["Running/Registering", "Register"]
     );
-    let newer = local(3, own::Phase::Ready, "");
+    let newer = local(3, TablePhase::Ready, "");
     assert_eq!(
         shape(&decide(&facts(Phase::Ready, 2), Some(&newer))),
         ["Release(Cancel)"]
@@ -111,7 +111,7 @@ fn a_newer_attempt_supersedes_an_older_local_registration() {
 
 #[test]
 fn runs_of_another_owner_or_of_a_gone_owner_are_fenced() {
-    let l = local(1, own::Phase::Ready, "");
+    let l = local(1, TablePhase::Ready, "");
     let mut f = facts(Phase::Ready, 1);
     f.mine = false;
     assert_eq!(shape(&decide(&f, Some(&l))), ["Release(Cancel)"]);
@@ -127,7 +127,7 @@ fn runs_of_another_owner_or_of_a_gone_owner_are_fenced() {
 
 #[test]
 fn deletion_releases_then_removes_the_finalizer() {
-    let l = local(1, own::Phase::Ready, "");
+    let l = local(1, TablePhase::Ready, "");
     let mut f = facts(Phase::Ready, 1);
     f.deleting = true;
     assert_eq!(
@@ -148,7 +148,7 @@ fn deletion_releases_then_removes_the_finalizer() {
 
 #[test]
 fn termination_immediate_cancels_and_drain_finishes_work() {
-    let l = local(1, own::Phase::Ready, "");
+    let l = local(1, TablePhase::Ready, "");
     let mut f = facts(Phase::Ready, 1);
     f.rules.termination = Some(TerminationMode::Immediate);
     assert_eq!(
@@ -182,11 +182,11 @@ fn idle_expiry_and_runtime_failures_end_the_run() {
     assert_eq!(
         shape(&decide(
             &f,
-            Some(&local(1, own::Phase::Failed, "IdleTimeout"))
+            Some(&local(1, TablePhase::Failed, "IdleTimeout"))
         )),
         ["Timeout/IdleTimeout", "Release(Cancel)"]
     );
-    let steps = decide(&f, Some(&local(1, own::Phase::Failed, "WorkerExited")));
+    let steps = decide(&f, Some(&local(1, TablePhase::Failed, "WorkerExited")));
     assert_eq!(shape(&steps), ["Failed/RuntimeFailed", "Release(Cancel)"]);
     let Report(t) = &steps[0] else {
         unreachable!("the first step is a report")
@@ -202,7 +202,7 @@ fn terminal_runs_are_only_cleaned_up() {
         Phase::Timeout,
         Phase::Cancelled,
     ] {
-        let l = local(1, own::Phase::Ready, "");
+        let l = local(1, TablePhase::Ready, "");
         assert_eq!(
             shape(&decide(&facts(phase, 1), Some(&l))),
             ["Release(Cancel)"]
@@ -213,6 +213,6 @@ fn terminal_runs_are_only_cleaned_up() {
 
 #[test]
 fn a_draining_local_registration_is_left_alone() {
-    let l = local(1, own::Phase::Draining, "Unregistering");
+    let l = local(1, TablePhase::Draining, "Unregistering");
     assert!(decide(&facts(Phase::Ready, 1), Some(&l)).is_empty());
 }

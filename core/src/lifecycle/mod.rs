@@ -23,9 +23,9 @@ pub mod control;
 pub mod owner;
 mod phase;
 
-pub use phase::{Phase, Reason};
+pub use phase::{Phase, Reason, TablePhase};
 
-use crate::{ModeKind, Run, RunStatus, TerminationMode};
+use crate::{ModeKind, TerminationMode};
 
 /// The lifecycle part of a Run's status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,20 +50,6 @@ impl Default for Life {
     }
 }
 
-impl Life {
-    /// The life recorded in a status (a new Run has none: `Pending`, 0).
-    pub fn of(status: Option<&RunStatus>) -> Self {
-        let Some(s) = status else {
-            return Self::default();
-        };
-        Self {
-            phase: s.phase.unwrap_or(Phase::Pending),
-            reason: s.reason.as_deref().and_then(Reason::parse),
-            attempt: s.attempt.unwrap_or(0).max(0) as u64,
-        }
-    }
-}
-
 /// What the rules need to know about a Run besides its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rules {
@@ -75,17 +61,6 @@ pub struct Rules {
     pub termination: Option<TerminationMode>,
 }
 
-impl Rules {
-    /// The rules of `run`, whose (validated) mode is `mode`.
-    pub fn of(run: &Run, mode: ModeKind) -> Self {
-        Self {
-            mode,
-            max_retries: run.spec.retry_policy.max_retries,
-            termination: run.termination(),
-        }
-    }
-}
-
 /// Something that happened to a Run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Event<'a> {
@@ -93,10 +68,12 @@ pub enum Event<'a> {
     Invalid(&'a str),
     /// The mode is not served.
     Unsupported(ModeKind),
-    /// A scheduling pass found no Pod for the Run.
+    /// A scheduling cycle found no Pod for the Run.
     Unplaced {
-        /// `spec.runtime`.
-        runtime: &'a str,
+        /// The `Pending` reason the scheduler gave.
+        reason: Reason,
+        /// Its message (which Pods were turned away for what).
+        message: &'a str,
     },
     /// The Runtime the Run names does not exist.
     RuntimeMissing {
@@ -213,14 +190,14 @@ pub fn apply(life: &Life, rules: &Rules, event: &Event<'_>) -> Option<Transition
                 mode.as_str()
             ),
         ),
-        Event::Unplaced { runtime } if phase == Pending => to(
+        Event::Unplaced { reason, message } if phase == Pending => to(
             Pending,
             // A Run waiting after owner loss keeps saying so.
             match life.reason {
                 Some(Reason::OwnerLost) => Reason::OwnerLost,
-                _ => Reason::Unschedulable,
+                _ => reason,
             },
-            format!("waiting for a ready {runtime} Pod with free capacity"),
+            message.to_owned(),
         ),
         Event::RuntimeMissing { runtime, searched } if phase == Pending => to(
             Pending,

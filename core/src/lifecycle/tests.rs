@@ -1,6 +1,5 @@
 use super::Phase::*;
 use super::*;
-use kruntimes_proto::ownership::v1 as own;
 
 const ALL_PHASES: [Phase; 9] = [
     Pending, Scheduled, Running, Ready, Finalizing, Succeeded, Failed, Timeout, Cancelled,
@@ -77,8 +76,11 @@ fn every_event_applies_in_exactly_its_phases() {
         row(
             "unplaced",
             function(),
-            Event::Unplaced { runtime: "python" },
-            vec![(vec![Pending], Pending, Reason::Unschedulable)],
+            Event::Unplaced {
+                reason: Reason::InsufficientResources,
+                message: "0/1 python Pods can take this Run: 1 insufficient cpu",
+            },
+            vec![(vec![Pending], Pending, Reason::InsufficientResources)],
         ),
         row(
             "runtime missing",
@@ -221,7 +223,7 @@ fn terminal_phases_absorb_everything() {
     for phase in [Succeeded, Failed, Timeout, Cancelled] {
         assert!(phase.is_terminal());
         assert!(!phase.holds_capacity());
-        assert_eq!(phase.table_phase(), own::Phase::Failed);
+        assert_eq!(phase.table_phase(), TablePhase::Failed);
         for event in [
             Event::Assigned { pod: "p" },
             Event::Registered,
@@ -317,11 +319,19 @@ fn waiting_after_owner_loss_keeps_its_reason() {
     let r = function();
     let mut l = life(Pending, 1);
     l.reason = Some(Reason::OwnerLost);
-    let t = apply(&l, &r, &Event::Unplaced { runtime: "python" }).unwrap();
+    let unplaced = Event::Unplaced {
+        reason: Reason::NoIdlePod,
+        message: "0/2 python Pods can take this Run: 2 no free run slot",
+    };
+    let t = apply(&l, &r, &unplaced).unwrap();
     assert_eq!(t.reason, Reason::OwnerLost);
+    assert_eq!(
+        t.message,
+        "0/2 python Pods can take this Run: 2 no free run slot"
+    );
     l.reason = Some(Reason::RuntimeNotFound);
-    let t = apply(&l, &r, &Event::Unplaced { runtime: "python" }).unwrap();
-    assert_eq!(t.reason, Reason::Unschedulable);
+    let t = apply(&l, &r, &unplaced).unwrap();
+    assert_eq!(t.reason, Reason::NoIdlePod);
 }
 
 #[test]
@@ -334,32 +344,13 @@ fn reasons_round_trip_and_unknown_reasons_parse_to_none() {
 }
 
 #[test]
-fn life_is_read_from_a_status() {
-    assert_eq!(Life::of(None), Life::default());
-    let status = RunStatus {
-        phase: Some(Ready),
-        reason: Some("Registered".into()),
-        attempt: Some(2),
-        ..Default::default()
-    };
-    assert_eq!(
-        Life::of(Some(&status)),
-        Life {
-            phase: Ready,
-            reason: Some(Reason::Registered),
-            attempt: 2
-        }
-    );
-}
-
-#[test]
 fn capacity_is_held_from_assignment_until_the_end() {
     assert!(!Pending.holds_capacity());
     for p in [Scheduled, Running, Ready, Finalizing] {
         assert!(p.holds_capacity() && !p.is_terminal());
     }
-    assert_eq!(Finalizing.table_phase(), own::Phase::Draining);
-    assert_eq!(Pending.table_phase(), own::Phase::Pending);
+    assert_eq!(Finalizing.table_phase(), TablePhase::Draining);
+    assert_eq!(Pending.table_phase(), TablePhase::Pending);
 }
 
 #[test]

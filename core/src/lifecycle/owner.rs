@@ -10,9 +10,9 @@
 //! not land, the local state is still there to decide again, and a Run that
 //! ended is never registered anew.
 
-use kruntimes_proto::ownership::v1 as own;
-
-use super::{Event, Life, Phase, Reason, Rules, Stop, Transition, apply, release_on_delete};
+use super::{
+    Event, Life, Phase, Reason, Rules, Stop, TablePhase, Transition, apply, release_on_delete,
+};
 
 /// The Run, as its owner sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,8 +37,9 @@ pub struct Facts {
 pub struct Local {
     /// Registered attempt.
     pub attempt: u64,
-    /// Its phase in the owner's ownership table.
-    pub phase: own::Phase,
+    /// Its phase in the owner's ownership table (`None`: one this version
+    /// does not know).
+    pub phase: Option<TablePhase>,
     /// The reason of that phase (`IdleTimeout` after idle expiry).
     pub reason: String,
 }
@@ -107,7 +108,7 @@ pub fn decide(run: &Facts, local: Option<&Local>) -> Vec<Step> {
     }
     match local {
         Some(l) if l.attempt == life.attempt => {
-            if l.phase == own::Phase::Failed {
+            if l.phase == Some(TablePhase::Failed) {
                 let event = if l.reason == Reason::IdleTimeout.as_str() {
                     Event::IdleExpired
                 } else {
@@ -116,7 +117,7 @@ pub fn decide(run: &Facts, local: Option<&Local>) -> Vec<Step> {
                 if report(&mut out, &life, event).is_some() {
                     out.push(Step::Release(Stop::Cancel));
                 }
-            } else if l.phase == own::Phase::Ready {
+            } else if l.phase == Some(TablePhase::Ready) {
                 report(&mut out, &life, Event::Registered);
             }
         }

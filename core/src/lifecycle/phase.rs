@@ -1,6 +1,5 @@
 //! The phases a Run goes through and the reasons given for them.
 
-use kruntimes_proto::ownership::v1 as own;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -49,23 +48,48 @@ impl Phase {
     /// ended Run stays in the table as `FAILED` until it is deleted: its URL
     /// names a Run that exists but will not be served (503 `NotReady`),
     /// while a deleted Run's URL is unknown (404).
-    pub fn table_phase(self) -> own::Phase {
+    pub fn table_phase(self) -> TablePhase {
         match self {
-            Self::Pending => own::Phase::Pending,
-            Self::Scheduled => own::Phase::Scheduled,
-            Self::Running => own::Phase::Running,
-            Self::Ready => own::Phase::Ready,
-            Self::Finalizing => own::Phase::Draining,
-            Self::Succeeded | Self::Failed | Self::Timeout | Self::Cancelled => own::Phase::Failed,
+            Self::Pending => TablePhase::Pending,
+            Self::Scheduled => TablePhase::Scheduled,
+            Self::Running => TablePhase::Running,
+            Self::Ready => TablePhase::Ready,
+            Self::Finalizing => TablePhase::Draining,
+            Self::Succeeded | Self::Failed | Self::Timeout | Self::Cancelled => TablePhase::Failed,
         }
     }
+}
+
+/// The phase of a Run in an ownership table (the gateways' routing table
+/// and each owner's own): coarser than [`Phase`], and the same on the wire
+/// (`kruntimes.ownership.v1.Phase`, mapped by `kruntimes-api`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TablePhase {
+    /// Not assigned.
+    Pending,
+    /// Assigned, not registering yet.
+    Scheduled,
+    /// Registering.
+    Running,
+    /// Served.
+    Ready,
+    /// Draining before it ends.
+    Draining,
+    /// Not served (ended, or failed on its owner).
+    Failed,
 }
 
 /// Machine-readable reasons (`status.reason`), one per rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reason {
-    /// `Pending`: no ready Pod of the Runtime has free capacity.
-    Unschedulable,
+    /// `Pending`: no ready Pod of the Runtime has a free run slot (a
+    /// session needs an idle one), or the Runtime has no Pod yet.
+    NoIdlePod,
+    /// `Pending`: the Run's resource requests fit on no Pod with a free slot.
+    InsufficientResources,
+    /// `Pending`: a required affinity or anti-affinity term rules out every
+    /// Pod that would otherwise fit.
+    AffinityUnsatisfied,
     /// `Pending`: the Runtime the Run names does not exist.
     RuntimeNotFound,
     /// `Pending` (rescheduling), `Failed` or `Cancelled`: the owner is gone.
@@ -100,8 +124,10 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, for parsing and tests.
-    pub const ALL: [Reason; 16] = [
-        Self::Unschedulable,
+    pub const ALL: [Reason; 18] = [
+        Self::NoIdlePod,
+        Self::InsufficientResources,
+        Self::AffinityUnsatisfied,
         Self::RuntimeNotFound,
         Self::OwnerLost,
         Self::Scheduled,
@@ -122,7 +148,9 @@ impl Reason {
     /// The reason as written to `status.reason`.
     pub fn as_str(self) -> &'static str {
         match self {
-            Self::Unschedulable => "Unschedulable",
+            Self::NoIdlePod => "NoIdlePod",
+            Self::InsufficientResources => "InsufficientResources",
+            Self::AffinityUnsatisfied => "AffinityUnsatisfied",
             Self::RuntimeNotFound => "RuntimeNotFound",
             Self::OwnerLost => "OwnerLost",
             Self::Scheduled => "Scheduled",

@@ -1,0 +1,388 @@
+//! The one decision pass of a control plane: from an immutable
+//! [`Snapshot`] of Runs and Runtime Pods to the [`Op`]s that move them on.
+//!
+//! Both control planes run it — the embedded one of `krt up` and the
+//! Kubernetes operator. Each builds the snapshot from what it observes
+//! (its store and runtimed tables, or its watch caches) and carries the
+//! operations out (state changes and Assign RPCs, or API writes guarded by
+//! `resourceVersion`); neither decides anything itself.
+//!
+//! For each Run, in creation order: a Run being deleted loses its
+//! finalizer once no living owner can release it; a live Run gets its
+//! finalizer; then [`control::decide`] (validation, `spec.timeout`, owner
+//! loss, termination before a Pod). The Runs that need a Pod then go
+//! through the [`scheduler`](crate::scheduler) in queue order, each placed
+//! Run reserved at once so a burst never over-commits a Pod.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::lifecycle::{self, Event, Life, Rules, Transition, control};
+use crate::scheduler::{self, Affinity, Candidate, Capacity, Framework, Holder, Labels, Outcome};
+use crate::{ModeKind, Resources, TerminationMode};
+
+/// The Pod a Run is assigned to: its name and the instance (UID) it had at
+/// assignment. A new Pod of the same name is not the owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnerRef {
+    /// Pod name.
+    pub pod: String,
+    /// Pod UID at assignment.
+    pub pod_uid: String,
+}
+
+/// A Run as a control plane observes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunFacts {
+    /// UID.
+    pub uid: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// `spec.runtime`.
+    pub runtime: String,
+    /// `metadata.labels` (what affinity terms select on).
+    pub labels: Labels,
+    /// The pool its Runtime resolves to, or where the Runtime was looked for
+    /// in vain.
+    pub pool: Result<String, String>,
+    /// Its mode, or why the spec is invalid.
+    pub mode: Result<ModeKind, String>,
+    /// Phase, reason, attempt.
+    pub life: Life,
+    /// The message of its current status.
+    pub message: String,
+    /// `spec.retryPolicy.maxRetries`.
+    pub max_retries: u32,
+    /// `spec.termination.mode`.
+    pub termination: Option<TerminationMode>,
+    /// `spec.timeout` in seconds.
+    pub timeout: Option<u32>,
+    /// Time since creation.
+    pub age: Duration,
+    /// Creation order (smaller is older; ties go by namespace and name).
+    pub created: u64,
+    /// Its owner, when assigned.
+    pub owner: Option<OwnerRef>,
+    /// Being deleted.
+    pub deleting: bool,
+    /// Carries the cleanup finalizer (the embedded store's Runs always do).
+    pub has_finalizer: bool,
+    /// Waits out a backoff after owner loss: not placed in this pass.
+    pub backing_off: bool,
+    /// `spec.resources.requests`, in thousandths.
+    pub requests: Resources,
+    /// `spec.priority`.
+    pub priority: i32,
+    /// `spec.affinity`.
+    pub affinity: Affinity,
+}
+
+impl RunFacts {
+    fn rules(&self, mode: ModeKind) -> Rules {
+        Rules {
+            mode,
+            max_retries: self.max_retries,
+            termination: self.termination,
+        }
+    }
+
+    fn exclusive(&self) -> bool {
+        self.mode.as_ref().is_ok_and(|m| m.exclusive())
+    }
+}
+
+/// A Runtime Pod as a control plane observes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodFacts {
+    /// Name.
+    pub name: String,
+    /// UID (instance).
+    pub uid: String,
+    /// Its pool.
+    pub pool: String,
+    /// Takes new Runs (ready, reachable).
+    pub ready: bool,
+    /// Still owns its Runs: exists, not being deleted, not unreachable past
+    /// its grace period.
+    pub alive: bool,
+    /// What it offers.
+    pub capacity: Capacity,
+}
+
+/// Everything one pass decides on.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// Every Run.
+    pub runs: Vec<RunFacts>,
+    /// Every Runtime Pod.
+    pub pods: Vec<PodFacts>,
+    /// Decide everything but placement (the embedded control plane's
+    /// start-up hold, until every runtimed reported its table).
+    pub hold_placement: bool,
+}
+
+/// One change, for the adapter to carry out. `run` indexes
+/// [`Snapshot::runs`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Op {
+    /// Add the cleanup finalizer.
+    AddFinalizer {
+        /// The Run.
+        run: usize,
+    },
+    /// Remove the cleanup finalizer: no living owner will release the Run.
+    RemoveFinalizer {
+        /// The Run.
+        run: usize,
+    },
+    /// Take this transition; with `bind`, the Run is assigned to that Pod
+    /// (a transition back to `Pending` clears the assignment).
+    Status {
+        /// The Run.
+        run: usize,
+        /// The transition.
+        transition: Transition,
+        /// The Pod it is bound to.
+        bind: Option<OwnerRef>,
+    },
+}
+
+/// Bounded counts of one pass, for metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Scheduling cycles run.
+    pub cycles: u64,
+    /// Runs bound to a Pod.
+    pub placed: u64,
+    /// Pods turned away, by (plugin, rejection).
+    pub rejections: BTreeMap<(&'static str, &'static str), u64>,
+}
+
+/// What a pass decided.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Plan {
+    /// The changes, in order.
+    pub ops: Vec<Op>,
+    /// Runs whose living owner drives them (their finalizer, release and
+    /// registration are the owner's), including those bound in this pass.
+    pub owned: Vec<usize>,
+    /// Counts for metrics.
+    pub report: Report,
+}
+
+/// The pool a Run's Runtime resolves to: the Runtime of its own namespace,
+/// else the system namespace's (`Err` names where it was looked for).
+pub fn resolve_pool(
+    namespace: &str,
+    runtime: &str,
+    exists: impl Fn(&str, &str) -> bool,
+    system_namespace: &str,
+) -> Result<String, String> {
+    for ns in [namespace, system_namespace] {
+        if exists(ns, runtime) {
+            return Ok(format!("{ns}/{runtime}"));
+        }
+    }
+    Err(format!("namespace {namespace} or {system_namespace}"))
+}
+
+/// The decision pass.
+pub fn decide(snapshot: &Snapshot, framework: &Framework) -> Plan {
+    let mut plan = Plan::default();
+    let mut order: Vec<usize> = (0..snapshot.runs.len()).collect();
+    order.sort_by(|a, b| {
+        let (a, b) = (&snapshot.runs[*a], &snapshot.runs[*b]);
+        (a.created, &a.namespace, &a.name, &a.uid).cmp(&(b.created, &b.namespace, &b.name, &b.uid))
+    });
+    let mut waiting = Vec::new();
+    for i in order {
+        let run = &snapshot.runs[i];
+        let owner = owner_of(run, &snapshot.pods);
+        let alive = owner == control::Owner::Alive;
+        if run.deleting {
+            if alive {
+                plan.owned.push(i);
+            } else if run.has_finalizer {
+                plan.ops.push(Op::RemoveFinalizer { run: i });
+            }
+            continue;
+        }
+        if !run.has_finalizer && !run.life.phase.is_terminal() {
+            plan.ops.push(Op::AddFinalizer { run: i });
+        }
+        if alive {
+            plan.owned.push(i);
+        }
+        let facts = control::Facts {
+            life: run.life,
+            mode: run.mode.as_ref().copied().map_err(String::as_str),
+            max_retries: run.max_retries,
+            termination: run.termination,
+            timeout: run.timeout,
+            age: run.age,
+            owner,
+        };
+        match control::decide(&facts) {
+            control::Decision::Nothing | control::Decision::OwnerDrives => {}
+            control::Decision::Apply(t) => status(&mut plan, snapshot, i, t, None),
+            control::Decision::NeedsPod => match &run.pool {
+                Ok(_) if run.backing_off => {}
+                Ok(_) => waiting.push(i),
+                Err(searched) => {
+                    let event = Event::RuntimeMissing {
+                        runtime: &run.runtime,
+                        searched,
+                    };
+                    if let Ok(mode) = run.mode
+                        && let Some(t) = lifecycle::apply(&run.life, &run.rules(mode), &event)
+                    {
+                        status(&mut plan, snapshot, i, t, None);
+                    }
+                }
+            },
+        }
+    }
+    if !snapshot.hold_placement && !waiting.is_empty() {
+        place(snapshot, framework, &waiting, &mut plan);
+    }
+    plan
+}
+
+/// Whether the Pod a Run is assigned to is still its owner.
+fn owner_of<'a>(run: &'a RunFacts, pods: &[PodFacts]) -> control::Owner<'a> {
+    let Some(o) = &run.owner else {
+        return control::Owner::Unassigned;
+    };
+    let alive = pods
+        .iter()
+        .any(|p| p.uid == o.pod_uid && p.name == o.pod && p.alive);
+    if alive {
+        control::Owner::Alive
+    } else {
+        control::Owner::Lost { pod: &o.pod }
+    }
+}
+
+/// A status op, unless it changes nothing.
+fn status(plan: &mut Plan, snapshot: &Snapshot, i: usize, t: Transition, bind: Option<OwnerRef>) {
+    let run = &snapshot.runs[i];
+    let message = crate::bounded_message(&t.message).unwrap_or_default();
+    if bind.is_none() && t.life() == run.life && message == run.message {
+        return;
+    }
+    plan.ops.push(Op::Status {
+        run: i,
+        transition: t,
+        bind,
+    });
+}
+
+/// Scheduling: one cycle per waiting Run, in queue order.
+fn place(snapshot: &Snapshot, framework: &Framework, waiting: &[usize], plan: &mut Plan) {
+    let mut nodes: Vec<scheduler::Node> = snapshot
+        .pods
+        .iter()
+        .map(|p| scheduler::Node {
+            name: p.name.clone(),
+            uid: p.uid.clone(),
+            pool: p.pool.clone(),
+            ready: p.ready && p.alive,
+            capacity: p.capacity.clone(),
+            holders: Vec::new(),
+        })
+        .collect();
+    let by_uid: BTreeMap<&str, usize> = snapshot
+        .pods
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.uid.as_str(), i))
+        .collect();
+    for run in &snapshot.runs {
+        if let Some(o) = &run.owner
+            && run.life.phase.holds_capacity()
+            && let Some(&n) = by_uid.get(o.pod_uid.as_str())
+        {
+            nodes[n].holders.push(Holder {
+                namespace: run.namespace.clone(),
+                labels: run.labels.clone(),
+                requests: run.requests.clone(),
+                exclusive: run.exclusive(),
+                anti: run
+                    .affinity
+                    .required_anti()
+                    .iter()
+                    .map(|t| t.label_selector.clone())
+                    .collect(),
+            });
+        }
+    }
+    let mut nodes = scheduler::Snapshot::new(nodes);
+    let keys: Vec<scheduler::queue::QueueKey<'_>> = waiting
+        .iter()
+        .map(|i| {
+            let r = &snapshot.runs[*i];
+            scheduler::queue::QueueKey {
+                priority: r.priority,
+                waited: r.age,
+                exclusive: r.exclusive(),
+                created: r.created,
+                key: &r.uid,
+            }
+        })
+        .collect();
+    for k in scheduler::queue::order(&keys) {
+        let i = waiting[k];
+        let run = &snapshot.runs[i];
+        let (Ok(mode), Ok(pool)) = (&run.mode, &run.pool) else {
+            continue;
+        };
+        let mode = *mode;
+        let candidate = Candidate {
+            namespace: &run.namespace,
+            labels: &run.labels,
+            runtime: &run.runtime,
+            pool,
+            exclusive: mode.exclusive(),
+            requests: &run.requests,
+            affinity: &run.affinity,
+        };
+        plan.report.cycles += 1;
+        let rules = run.rules(mode);
+        match framework.cycle(&candidate, &mut nodes) {
+            Outcome::Placed(n) => {
+                let node = &nodes.nodes()[n];
+                let event = Event::Assigned { pod: &node.name };
+                if let Some(t) = lifecycle::apply(&run.life, &rules, &event) {
+                    plan.report.placed += 1;
+                    let bind = OwnerRef {
+                        pod: node.name.clone(),
+                        pod_uid: node.uid.clone(),
+                    };
+                    status(plan, snapshot, i, t, Some(bind));
+                    plan.owned.push(i);
+                }
+            }
+            Outcome::Unplaced(u) => {
+                for (r, n) in &u.rejections {
+                    *plan
+                        .report
+                        .rejections
+                        .entry((r.plugin, r.why.as_str()))
+                        .or_default() += u64::from(*n);
+                }
+                let event = Event::Unplaced {
+                    reason: u.reason,
+                    message: &u.message,
+                };
+                if let Some(t) = lifecycle::apply(&run.life, &rules, &event) {
+                    status(plan, snapshot, i, t, None);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
