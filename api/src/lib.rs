@@ -30,7 +30,7 @@ pub use run::{
     Endpoint, EnvVar, FunctionMode, RetryPolicy, Run, RunMode, RunResources, RunSpec, RunStatus,
     SessionMode, SourceSpec, TaskMode, Termination,
 };
-pub use runtime::{Backend, Capacity, Runtime, RuntimeSpec, RuntimeStatus};
+pub use runtime::{Backend, Capacity, Pool, Runtime, RuntimeSpec, RuntimeStatus};
 
 /// API group of every kruntimes resource.
 pub const GROUP: &str = "kruntimes.io";

@@ -32,6 +32,11 @@ pub struct RuntimeSpec {
     /// Capacity of each Pod.
     #[serde(default)]
     pub capacity: Capacity,
+    /// A pool that refills: the operator scales the Pods between
+    /// `replicas` and `pool.maxReplicas` so that `pool.minIdle` stay free
+    /// for new Runs. Without it the pool is `replicas` Pods, fixed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<Pool>,
     /// What serves the Runs of these Pods in the `runtime` container.
     /// `python` or `bash`: the built-in `runtime-server`, with that backend
     /// for every function Run; omitted: the built-in server, choosing by each
@@ -91,6 +96,49 @@ impl Capacity {
             runs: self.runs,
             resources: crate::quantity::resources(&self.resources, "spec.capacity.resources")?,
         })
+    }
+}
+
+/// `spec.pool`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Pool {
+    /// Pods kept free of Runs for new ones (a session needs a whole Pod).
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 100))]
+    pub min_idle: u32,
+    /// Never more Pods than this (`replicas` when lower).
+    #[schemars(range(min = 0, max = 1000))]
+    pub max_replicas: u32,
+    /// How long the pool must have had more Pods than it needs before it
+    /// shrinks, in seconds (default 300).
+    #[serde(default = "five_minutes")]
+    #[schemars(range(min = 0, max = 86400))]
+    pub scale_down_delay_seconds: u32,
+}
+
+fn five_minutes() -> u32 {
+    300
+}
+
+impl RuntimeSpec {
+    /// The pool's sizing rules: `replicas` fixed without `spec.pool`.
+    pub fn pool_spec(&self) -> kruntimes_core::pool::PoolSpec {
+        let floor = u32::try_from(self.replicas).unwrap_or(0);
+        match &self.pool {
+            Some(p) => kruntimes_core::pool::PoolSpec {
+                min_replicas: floor,
+                min_idle: p.min_idle,
+                max_replicas: p.max_replicas.max(floor),
+                scale_down_delay: std::time::Duration::from_secs(p.scale_down_delay_seconds.into()),
+            },
+            None => kruntimes_core::pool::PoolSpec {
+                min_replicas: floor,
+                min_idle: 0,
+                max_replicas: floor,
+                scale_down_delay: std::time::Duration::ZERO,
+            },
+        }
     }
 }
 

@@ -18,6 +18,7 @@
 pub mod lifecycle;
 mod mode;
 pub mod pass;
+pub mod pool;
 pub mod scheduler;
 
 pub use lifecycle::{Phase, Reason};

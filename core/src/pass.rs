@@ -18,7 +18,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::lifecycle::{self, Event, Life, Rules, Transition, control};
-use crate::scheduler::{self, Affinity, Candidate, Capacity, Framework, Holder, Labels, Outcome};
+use crate::pool::Demand;
+use crate::scheduler::{
+    self, Affinity, Candidate, Capacity, Framework, Holder, Labels, Node, Outcome,
+};
 use crate::{ModeKind, Resources, TerminationMode};
 
 /// The Pod a Run is assigned to: its name and the instance (UID) it had at
@@ -121,6 +124,9 @@ pub struct Snapshot {
     /// Decide everything but placement (the embedded control plane's
     /// start-up hold, until every runtimed reported its table).
     pub hold_placement: bool,
+    /// What a fresh Pod of each pool offers (its Runtime's capacity), to
+    /// tell whether a waiting Run would fit on one more Pod.
+    pub pools: BTreeMap<String, Capacity>,
 }
 
 /// One change, for the adapter to carry out. `run` indexes
@@ -170,6 +176,9 @@ pub struct Plan {
     pub owned: Vec<usize>,
     /// Counts for metrics.
     pub report: Report,
+    /// Per pool, what its Pods hold after the pass and which waiting Runs
+    /// one more Pod would take (the pool's refill reads it).
+    pub demand: BTreeMap<String, Demand>,
 }
 
 /// The pool a Run's Runtime resolves to: the Runtime of its own namespace,
@@ -319,6 +328,7 @@ fn place(snapshot: &Snapshot, framework: &Framework, waiting: &[usize], plan: &m
         }
     }
     let mut nodes = scheduler::Snapshot::new(nodes);
+    let mut waiting_fresh: Vec<(String, bool)> = Vec::new();
     let keys: Vec<scheduler::queue::QueueKey<'_>> = waiting
         .iter()
         .map(|i| {
@@ -372,6 +382,9 @@ fn place(snapshot: &Snapshot, framework: &Framework, waiting: &[usize], plan: &m
                         .entry((r.plugin, r.why.as_str()))
                         .or_default() += u64::from(*n);
                 }
+                if fits_fresh(snapshot, framework, &candidate, &nodes) {
+                    waiting_fresh.push((pool.clone(), candidate.exclusive));
+                }
                 let event = Event::Unplaced {
                     reason: u.reason,
                     message: &u.message,
@@ -382,6 +395,53 @@ fn place(snapshot: &Snapshot, framework: &Framework, waiting: &[usize], plan: &m
             }
         }
     }
+    for node in nodes.nodes() {
+        let d = plan.demand.entry(node.pool.clone()).or_default();
+        if !node.holders.is_empty() {
+            d.busy += 1;
+        } else if node.ready {
+            d.idle += 1;
+        }
+    }
+    for (pool, exclusive) in waiting_fresh {
+        let d = plan.demand.entry(pool).or_default();
+        if exclusive {
+            d.waiting_sessions += 1;
+        } else {
+            d.waiting_shared += 1;
+        }
+    }
+}
+
+/// Whether `run` would fit on a fresh, ready Pod of its pool (one more
+/// Pod would take it; a Run that fits no Pod of the pool never asks for
+/// one).
+fn fits_fresh(
+    snapshot: &Snapshot,
+    framework: &Framework,
+    run: &Candidate<'_>,
+    nodes: &scheduler::Snapshot,
+) -> bool {
+    let capacity = snapshot
+        .pools
+        .get(run.pool)
+        .cloned()
+        .or_else(|| nodes.pool(run.pool).next().map(|n| n.capacity.clone()));
+    let Some(capacity) = capacity else {
+        return false;
+    };
+    let fresh = Node {
+        name: String::new(),
+        uid: String::new(),
+        pool: run.pool.to_owned(),
+        ready: true,
+        capacity,
+        holders: Vec::new(),
+    };
+    matches!(
+        framework.cycle(run, &mut scheduler::Snapshot::new(vec![fresh])),
+        Outcome::Placed(_)
+    )
 }
 
 #[cfg(test)]

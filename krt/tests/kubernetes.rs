@@ -600,3 +600,144 @@ async fn a_runtimed_that_cannot_watch_runs_never_opens_its_port() {
         cluster.log("mute")
     );
 }
+
+/// Plays the ReplicaSet of Runtime `python`: adds Pods `python-N` until
+/// there are as many as its Deployment asks for (scale-down is left to the
+/// assertions: this harness never deletes).
+async fn follow_deployment(
+    cluster: &kruntimes_kubetest::cluster::Cluster,
+    deployments: &Api<k8s_openapi::api::apps::v1::Deployment>,
+    pods: &mut usize,
+) -> i32 {
+    let want = deployments
+        .get_opt("runtime-python")
+        .await
+        .unwrap()
+        .and_then(|d| d.spec?.replicas)
+        .unwrap_or(0);
+    while (*pods as i32) < want {
+        cluster
+            .add_pod(&format!("python-{pods}"), "python")
+            .await
+            .unwrap();
+        *pods += 1;
+    }
+    want
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_refills_to_keep_an_idle_pod_and_shrinks_after_its_delay() {
+    let (server, cluster) = setup(0).await;
+    let client = server.client().await.unwrap();
+    let runtimes: Api<Runtime> = Api::namespaced(client.clone(), SYSTEM_NAMESPACE);
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(client.clone(), SYSTEM_NAMESPACE);
+    let pod_api: Api<k8s_openapi::api::core::v1::Pod> =
+        Api::namespaced(client.clone(), SYSTEM_NAMESPACE);
+    runtimes
+        .patch(
+            "python",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 1, "pool": {
+                "minIdle": 1, "maxReplicas": 3, "scaleDownDelaySeconds": 1}}})),
+        )
+        .await
+        .unwrap();
+    let api = runs(&server).await;
+    let session = |name: &str| -> Run {
+        serde_json::from_value(json!({
+            "apiVersion": "kruntimes.io/v1alpha1",
+            "kind": "Run",
+            "metadata": {"name": name, "namespace": "a"},
+            "spec": {"runtime": "python", "mode": {"session": {}}}
+        }))
+        .unwrap()
+    };
+    let mut pods = 0usize;
+    // Waits, playing the ReplicaSet, until the Runtime's status is
+    // `(desired, ready)`.
+    macro_rules! settle {
+        ($desired:expr, $ready:expr) => {{
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            loop {
+                follow_deployment(&cluster, &deployments, &mut pods).await;
+                let st = runtimes
+                    .get("python")
+                    .await
+                    .unwrap()
+                    .status
+                    .unwrap_or_default();
+                if (st.desired_replicas, st.ready_replicas) == ($desired, $ready) {
+                    break;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "want {:?}, have {st:?}\n{}",
+                    ($desired, $ready),
+                    cluster.logs()
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }};
+    }
+
+    // Nothing runs: the floor of one Pod is also the one idle Pod.
+    settle!(1, 1);
+    // Each session takes a whole Pod; the pool grows so one stays idle.
+    api.create(&PostParams::default(), &session("s1"))
+        .await
+        .unwrap();
+    settle!(2, 2);
+    cluster.wait_phase("a", "s1", "Ready").await.unwrap();
+    for name in ["s2", "s3"] {
+        api.create(&PostParams::default(), &session(name))
+            .await
+            .unwrap();
+    }
+    // Three sessions on three Pods: maxReplicas caps the idle one.
+    settle!(3, 3);
+    for name in ["s2", "s3"] {
+        cluster.wait_phase("a", name, "Ready").await.unwrap();
+    }
+    api.create(&PostParams::default(), &session("s4"))
+        .await
+        .unwrap();
+    let waiting = cluster
+        .wait_run("a", "s4", Duration::from_secs(20), "NoIdlePod", |v| {
+            v["status"]["reason"] == "NoIdlePod"
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        waiting["status"]["message"],
+        "0/3 python Pods can take this session: 3 held by a session"
+    );
+
+    // Readiness counts both ways.
+    cluster.set_pod_ready("python-2", false).await.unwrap();
+    settle!(3, 2);
+    cluster.set_pod_ready("python-2", true).await.unwrap();
+    settle!(3, 3);
+
+    // The sessions end: after the delay the pool shrinks back to one idle
+    // Pod, and its idle Pods are marked to be removed first.
+    for name in ["s1", "s2", "s3", "s4"] {
+        api.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    settle!(1, 3);
+    let marked = pod_api
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|p| {
+            p.metadata.annotations.as_ref().is_some_and(|a| {
+                a.get("controller.kubernetes.io/pod-deletion-cost")
+                    .map(String::as_str)
+                    == Some("-100")
+            })
+        })
+        .count();
+    assert_eq!(marked, 3, "every idle Pod of the shrinking pool goes first");
+}

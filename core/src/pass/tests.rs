@@ -67,6 +67,7 @@ fn decide(runs: Vec<RunFacts>, pods: Vec<PodFacts>) -> (Plan, Snapshot) {
         runs,
         pods,
         hold_placement: false,
+        pools: BTreeMap::new(),
     };
     (super::decide(&s, &Framework::default()), s)
 }
@@ -370,6 +371,7 @@ fn runs_backing_off_and_a_held_placement_wait_silently() {
         runs: vec![run("r", 1)],
         pods: vec![pod("p", 1)],
         hold_placement: true,
+        pools: BTreeMap::new(),
     };
     assert!(super::decide(&s, &Framework::default()).ops.is_empty());
 }
@@ -410,5 +412,49 @@ fn requests_and_affinity_reach_the_scheduler() {
     assert_eq!(
         outcomes(&plan, &s).get("second").map(|o| o.1),
         Some(Reason::InsufficientResources)
+    );
+}
+
+#[test]
+fn demand_counts_busy_and_idle_pods_and_the_runs_one_more_pod_would_take() {
+    let mut huge = session("huge", 5);
+    huge.requests = Resources::new().with("example.com/gpu", 1000);
+    let runs = vec![
+        on(run("held", 0), "a", Ready, 1),
+        session("s1", 1),
+        session("s2", 2),
+        run("f", 3),
+        huge,
+    ];
+    let (plan, _) = decide(runs, vec![pod("a", 2), pod("b", 2)]);
+    // s1 takes b; s2 finds no idle Pod; f shares a; huge fits no Pod at all.
+    assert_eq!(
+        plan.demand.get("ns/python"),
+        Some(&Demand {
+            busy: 2,
+            idle: 0,
+            waiting_sessions: 1,
+            waiting_shared: 0,
+        })
+    );
+    // An empty pool knows a fresh Pod's capacity from the Runtime.
+    let s = Snapshot {
+        runs: vec![session("s", 1), run("f", 2)],
+        pods: vec![],
+        hold_placement: false,
+        pools: [(
+            "ns/python".to_owned(),
+            Capacity {
+                runs: 4,
+                resources: Resources::new(),
+            },
+        )]
+        .into(),
+    };
+    let plan = super::decide(&s, &Framework::default());
+    let d = plan.demand["ns/python"];
+    assert_eq!(
+        (d.waiting_sessions, d.waiting_shared, d.busy, d.idle),
+        (1, 1, 0, 0)
     );
 }

@@ -17,6 +17,7 @@ use kruntimes_api::lifecycle::{Life, Transition};
 use kruntimes_api::{Affinity, Endpoint, ModeKind, RunStatus, TerminationMode, bounded_message};
 use kruntimes_core::Resources;
 use kruntimes_core::pass::{self, OwnerRef, PodFacts, Report, RunFacts};
+use kruntimes_core::pool::Demand;
 use kruntimes_core::scheduler::{Capacity, Framework, Labels};
 
 /// A Run as the operator sees it.
@@ -79,6 +80,9 @@ pub struct PodInfo {
     pub terminating: bool,
     /// `podIP:dataplane-port`, when known.
     pub address: Option<String>,
+    /// Carries the operator's low `pod-deletion-cost`: removed first when
+    /// its pool shrinks.
+    pub delete_first: bool,
 }
 
 /// A Runtime pool.
@@ -138,6 +142,9 @@ pub struct Plan {
     pub ops: Vec<Op>,
     /// Scheduling counts (metrics).
     pub report: Report,
+    /// Per Runtime (`namespace/name`), what its Pods hold and which waiting
+    /// Runs one more Pod would take.
+    pub demand: BTreeMap<String, Demand>,
 }
 
 /// Key of a Runtime (`namespace/name`), also the pool of its Pods.
@@ -275,6 +282,7 @@ fn snapshot(
         runs,
         pods,
         hold_placement: false,
+        pools: capacity.into_iter().map(|(k, c)| (k, c.clone())).collect(),
     }
 }
 
@@ -326,6 +334,7 @@ pub fn reconcile(
     Plan {
         ops,
         report: plan.report,
+        demand: plan.demand,
     }
 }
 

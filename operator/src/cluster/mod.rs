@@ -74,6 +74,7 @@ struct Operator {
     runtimes: Store<Runtime>,
     publisher: Publisher,
     applied: HashMap<String, String>,
+    sizes: runtimes::Sizes,
     ca: ca::CaBundle,
 }
 
@@ -124,6 +125,7 @@ pub async fn run(
             DEFAULT_LAG_CAPACITY,
         ),
         applied: HashMap::new(),
+        sizes: runtimes::Sizes::default(),
     };
     // Serve gateways only once the table reflects the synced caches: an
     // early, empty snapshot would make them answer 404 for every Run.
@@ -230,6 +232,7 @@ impl Operator {
                     .inc_by(*n);
             }
         }
+        let demand = plan.demand;
         for op in plan.ops {
             let (Op::AddFinalizer { namespace, name }
             | Op::RemoveFinalizer { namespace, name }
@@ -305,10 +308,29 @@ impl Operator {
         }
         writes::catch_up(&self.runs, &written).await;
 
+        let now = std::time::Instant::now();
+        let mut keys = Vec::new();
+        // Pods holding a Run, by UID (the views after this pass's writes).
+        let busy: std::collections::BTreeSet<String> =
+            views::with_written(views.clone(), written_views.iter().cloned())
+                .iter()
+                .filter(|r| r.status.life().phase.holds_capacity())
+                .filter_map(|r| r.status.assigned_pod_uid.clone())
+                .collect();
         for rt in &runtimes {
-            if let Err(e) =
-                runtimes::reconcile(&self.client, &mut self.applied, &self.cfg.pods, rt, &pods)
-                    .await
+            let key = format!("{}/{}", rt.namespace().unwrap_or_default(), rt.name_any());
+            let replicas = self.sizes.desired(rt, demand.get(&key), now);
+            keys.push(key);
+            if let Err(e) = runtimes::reconcile(
+                &self.client,
+                &mut self.applied,
+                &self.cfg.pods,
+                rt,
+                replicas,
+                &pods,
+                &busy,
+            )
+            .await
             {
                 tracing::warn!(runtime = %rt.name_any(), error = %e, "runtime not reconciled");
                 if let Some(m) = metrics::get() {
@@ -316,6 +338,7 @@ impl Operator {
                 }
             }
         }
+        self.sizes.retain(&keys);
         // The table as this pass left it: what it decided on, with its own
         // writes applied (publishing the views from before them would take
         // the assignments just upserted back to Pending until the next

@@ -1,32 +1,108 @@
 //! Runtime pools: each Runtime's Deployment and headless Service kept
-//! applied (server-side apply, field manager [`super::FIELD_MANAGER`]) and
-//! its status (desired and ready replicas) kept current.
+//! applied (server-side apply, field manager [`super::FIELD_MANAGER`]) at
+//! the size the pool needs ([`Sizes`]: `spec.replicas`, or what
+//! `spec.pool` asks for), and its status (desired and ready replicas) kept
+//! current.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
+use std::time::Instant;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use kruntimes_api::{Runtime, RuntimeStatus};
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
+use kruntimes_core::pool::{self, Demand};
+
 use super::decide::PodInfo;
+use super::views::{DELETE_FIRST, DELETION_COST};
 use super::workloads::{self, PodSettings};
 use crate::error::Doing as _;
 
-/// Applies `rt`'s Deployment and Service when their rendered content changed
-/// since the last apply recorded in `applied`, then writes its status.
+/// The size each pool was last asked for, and since when it has needed
+/// fewer Pods (for the scale-down delay). In memory: a new operator starts
+/// from the Deployments' own sizes' floor and refills within one pass.
+#[derive(Debug, Default)]
+pub(super) struct Sizes {
+    pools: HashMap<String, Size>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Size {
+    desired: u32,
+    surplus_since: Option<Instant>,
+}
+
+impl Sizes {
+    /// The replicas `rt` should have now, given its pool's `demand`.
+    pub(super) fn desired(&mut self, rt: &Runtime, demand: Option<&Demand>, now: Instant) -> u32 {
+        let key = format!("{}/{}", rt.namespace().unwrap_or_default(), rt.name_any());
+        let spec = rt.spec.pool_spec();
+        let demand = demand.copied().unwrap_or_default();
+        let runs = rt.spec.capacity.runs;
+        let need = pool::need(&spec, &demand, runs);
+        let size = self.pools.entry(key).or_insert(Size {
+            desired: spec.min_replicas,
+            surplus_since: None,
+        });
+        if need < size.desired {
+            size.surplus_since.get_or_insert(now);
+        } else {
+            size.surplus_since = None;
+        }
+        let surplus_for = size.surplus_since.map(|t| now.duration_since(t));
+        let desired = pool::desired(&spec, &demand, runs, size.desired, surplus_for);
+        if desired != size.desired {
+            tracing::info!(runtime = %rt.name_any(), from = size.desired, to = desired, busy = demand.busy, idle = demand.idle, "resizing the runtime pool");
+            size.desired = desired;
+            size.surplus_since = None;
+        }
+        desired
+    }
+
+    /// Forgets the Runtimes not in `keep`.
+    pub(super) fn retain(&mut self, keep: &[String]) {
+        self.pools.retain(|k, _| keep.contains(k));
+    }
+}
+
+/// Applies `rt`'s Deployment (at `replicas`) and Service when their
+/// rendered content changed since the last apply recorded in `applied`,
+/// then writes its status.
 pub(super) async fn reconcile(
     client: &kube::Client,
     applied: &mut HashMap<String, String>,
     settings: &PodSettings,
     rt: &Runtime,
+    replicas: u32,
     pods: &[PodInfo],
+    busy: &BTreeSet<String>,
 ) -> crate::Result<()> {
     let ns = rt.namespace().unwrap_or_default();
     let key = format!("{ns}/{}", rt.name_any());
-    let deployment = workloads::deployment(rt, settings);
+    let mine: Vec<&PodInfo> = pods
+        .iter()
+        .filter(|p| p.namespace == ns && p.runtime == rt.name_any() && !p.terminating)
+        .collect();
+    if (replicas as usize) < mine.len() {
+        // Shrinking: idle Pods go first, never one that holds Runs.
+        for p in mine
+            .iter()
+            .filter(|p| !p.delete_first && !busy.contains(&p.uid))
+        {
+            let patch = json!({"metadata": {"annotations": {DELETION_COST: DELETE_FIRST}}});
+            Api::<Pod>::namespaced(client.clone(), &ns)
+                .patch(&p.name, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+                .doing(|| format!("mark Pod {ns}/{} to go first", p.name))?;
+        }
+    }
+    let mut deployment = workloads::deployment(rt, settings);
+    if let Some(spec) = deployment.spec.as_mut() {
+        spec.replicas = Some(i32::try_from(replicas).unwrap_or(i32::MAX));
+    }
     let service = workloads::service(rt);
     let fingerprint = serde_json::to_string(&(&deployment, &service))?;
     if applied.get(&key) != Some(&fingerprint) {
@@ -54,7 +130,7 @@ pub(super) async fn reconcile(
         .filter(|p| p.namespace == ns && p.runtime == rt.name_any() && p.ready)
         .count() as i32;
     let status = RuntimeStatus {
-        desired_replicas: rt.spec.replicas,
+        desired_replicas: i32::try_from(replicas).unwrap_or(i32::MAX),
         ready_replicas: ready,
         observed_generation: rt.meta().generation,
     };

@@ -80,11 +80,20 @@ pub fn pod_info(pod: &Pod) -> Option<PodInfo> {
         ready,
         terminating,
         address,
+        delete_first: pod
+            .annotations()
+            .get(DELETION_COST)
+            .is_some_and(|c| c == DELETE_FIRST),
     })
 }
 
-/// The operator's view of a Runtime.
-/// A capacity quantity the API server let through but that does not parse
+/// The annotation a ReplicaSet ranks Pods by when it scales down.
+pub const DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
+/// The cost the operator gives idle Pods of a shrinking pool (busy ones
+/// keep the default 0), so they are removed first.
+pub const DELETE_FIRST: &str = "-100";
+
+/// The operator's view of a Runtime. A capacity quantity the API server let through but that does not parse
 /// offers nothing: Runs requesting it wait with `InsufficientResources`.
 pub fn runtime_info(rt: &Runtime) -> RuntimeInfo {
     let resources = rt
@@ -200,6 +209,7 @@ mod tests {
             address: Some("10.0.0.1:7443".into()),
             ready: true,
             terminating: false,
+            delete_first: false,
         };
         let before = vec![
             run("a", "uid-a", serde_json::json!({})),

@@ -51,6 +51,7 @@ impl Kubernetes {
                 ready: true,
                 terminating: false,
                 address: Some(format!("10.0.0.{i}:7443")),
+                delete_first: false,
             },
             locals: BTreeMap::new(),
         });

@@ -63,6 +63,7 @@ fn pod(name: &str) -> PodInfo {
         ready: true,
         terminating: false,
         address: Some(format!("10.0.0.{}:7443", name.len())),
+        delete_first: false,
     }
 }
 

@@ -125,6 +125,7 @@ impl Controller {
                 runs,
                 pods,
                 hold_placement,
+                pools: Default::default(),
             },
         )
     }
