@@ -699,6 +699,23 @@ async fn a_pool_refills_to_keep_an_idle_pod_and_shrinks_after_its_delay() {
     for name in ["s2", "s3"] {
         cluster.wait_phase("a", name, "Ready").await.unwrap();
     }
+    // Each runtimed watches only the Runs assigned to its own Pod: with its
+    // own identity and selector, the API server lists it exactly those.
+    let as_runtimed: Api<Run> = Api::all(server.client_as(User::Runtimed).await.unwrap());
+    for i in 0..3 {
+        let pod = pod_api.get(&format!("python-{i}")).await.unwrap();
+        let uid = pod.metadata.uid.unwrap();
+        let seen = as_runtimed
+            .list(&kube::api::ListParams::default().fields(&kruntimes_runtimed::assigned_to(&uid)))
+            .await
+            .unwrap()
+            .items;
+        assert_eq!(seen.len(), 1, "python-{i}: {seen:?}");
+        assert_eq!(
+            seen[0].status.as_ref().unwrap().assigned_pod_uid.as_deref(),
+            Some(uid.as_str())
+        );
+    }
     api.create(&PostParams::default(), &session("s4"))
         .await
         .unwrap();

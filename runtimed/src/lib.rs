@@ -38,6 +38,7 @@ mod registration;
 mod runtime;
 mod session;
 
+pub use cluster::assigned_to;
 pub use config::{Args, Config, ConfigError, KubernetesConfig, TlsConfig};
 pub use daemon::run;
 pub use dataplane::PeerPolicy;

@@ -30,7 +30,9 @@ use super::RunStatus;
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Pod","type":"string","jsonPath":".status.assignedPod"}"#,
     printcolumn = r#"{"name":"Attempt","type":"integer","jsonPath":".status.attempt"}"#,
-    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    // runtimed watches only the Runs assigned to its own Pod.
+    selectable = ".status.assignedPodUID"
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
