@@ -3,7 +3,8 @@
 //!
 //! One scenario a module, run in this order: `sequential`, `open_loop`
 //! (with the proxies' cost), `closed_loop` (throughput), `sessions`, `interpreter_per_call`,
-//! `auth`, `kube_auth`, `propagation`, `table_scale`; then
+//! `auth`, `kube_auth`, `propagation`, `table_scale` — after `scheduling`,
+//! the pure core's cost, which needs no stack; then
 //! `summary` derives the headline figures. `remote` is the cluster mode.
 //! The rest is shared: the stack (`local`), the baselines in front of it
 //! (`proxies`), extra gateways (`extra_gateway`), the report being built
@@ -22,6 +23,7 @@ mod procfs;
 mod propagation;
 mod proxies;
 mod remote;
+mod scheduling;
 mod sequential;
 mod sessions;
 mod soak;
@@ -60,9 +62,17 @@ pub async fn run(args: &Args, sizes: &Sizes) -> anyhow::Result<Report> {
         )),
         None => None,
     };
-    let local = local::Local::start(krt, args.gateway_threads, args.client_http1).await?;
     let mut ctx = context::Ctx::new(args, sizes);
     ctx.trace = trace;
+    // The pure core needs no stack: `--only scheduling` starts none.
+    if args.runs("scheduling") {
+        scheduling::run(&mut ctx);
+    }
+    if args.only.iter().all(|g| g == "scheduling") && !args.only.is_empty() {
+        ctx.bar.finish_and_clear();
+        return Ok(ctx.report);
+    }
+    let local = local::Local::start(krt, args.gateway_threads, args.client_http1).await?;
     let proxies = if args.no_baselines {
         Vec::new()
     } else {

@@ -1,0 +1,173 @@
+//! Scheduling cost in the pure core: one decision pass
+//! ([`kruntimes_core::pass::decide`]) over 10,000 Pending Runs and 500
+//! Runtime Pods — the figure a control plane pays per Run, without the API
+//! round trips. Sessions, function Runs, resource requests and affinity
+//! terms are mixed so every plugin runs; the pass is repeated and the
+//! median and best are reported, with the allocator's peak growth.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use kruntimes_core::lifecycle::Life;
+use kruntimes_core::pass::{self, PodFacts, RunFacts, Snapshot};
+use kruntimes_core::scheduler::affinity::{
+    Affinity, LabelSelector, RunAffinity, RunAffinityTerm, WeightedRunAffinityTerm,
+};
+use kruntimes_core::scheduler::{Capacity, Framework};
+use kruntimes_core::{ModeKind, Resources};
+use serde_json::json;
+
+use super::context::Ctx;
+use super::procfs::proc_usage;
+
+/// Pending Runs in the snapshot.
+pub(super) const RUNS: usize = 10_000;
+/// Runtime Pods, in 5 pools.
+pub(super) const PODS: usize = 500;
+/// Passes measured.
+const PASSES: usize = 7;
+
+/// Sets the `scheduling_*` figures.
+pub(super) fn run(ctx: &mut Ctx) {
+    ctx.bar.set_message("scheduling");
+    let snapshot = snapshot(RUNS, PODS);
+    let framework = Framework::default();
+    let rss_before = proc_usage(std::process::id()).map_or(0, |u| u.1);
+    let mut times: Vec<Duration> = Vec::new();
+    let mut placed = 0;
+    let mut cycles = 0;
+    for _ in 0..PASSES {
+        let t = Instant::now();
+        let plan = pass::decide(&snapshot, &framework);
+        times.push(t.elapsed());
+        placed = plan.report.placed;
+        cycles = plan.report.cycles;
+        std::hint::black_box(plan);
+    }
+    let rss_after = proc_usage(std::process::id()).map_or(0, |u| u.1);
+    times.sort();
+    let per_run = |d: Duration| d.as_secs_f64() * 1e6 / RUNS as f64;
+    ctx.figure("scheduling_runs", json!(RUNS));
+    ctx.figure("scheduling_pods", json!(PODS));
+    ctx.figure("scheduling_cycles", json!(cycles));
+    ctx.figure("scheduling_bound", json!(placed));
+    ctx.figure(
+        "scheduling_pass_ms_median",
+        json!(times[PASSES / 2].as_secs_f64() * 1e3),
+    );
+    ctx.figure(
+        "scheduling_us_per_run_median",
+        json!(per_run(times[PASSES / 2])),
+    );
+    ctx.figure("scheduling_us_per_run_best", json!(per_run(times[0])));
+    ctx.figure(
+        "scheduling_rss_growth_mb",
+        json!(rss_after.saturating_sub(rss_before) as f64 / 1024.0),
+    );
+}
+
+/// `runs` Pending Runs over `pods` Pods in 5 pools of capacity 8 with
+/// 4 CPUs each: every 10th Run a session, every 3rd asks 500m, every 7th
+/// carries anti-affinity against its own app, every 11th a preferred
+/// affinity; more Runs than slots, so both outcomes are exercised.
+pub(super) fn snapshot(runs: usize, pods: usize) -> Snapshot {
+    let pools = 5;
+    let capacity = Capacity {
+        runs: 8,
+        resources: Resources::new().with("cpu", 4000),
+    };
+    let pods = (0..pods)
+        .map(|i| PodFacts {
+            name: format!("pod-{i:04}"),
+            uid: format!("pod-uid-{i}"),
+            pool: format!("ns/pool-{}", i % pools),
+            ready: true,
+            alive: true,
+            capacity: capacity.clone(),
+        })
+        .collect();
+    let selector = |app: usize| LabelSelector {
+        match_labels: [("app".to_owned(), format!("app-{app}"))].into(),
+        ..Default::default()
+    };
+    let runs = (0..runs)
+        .map(|i| {
+            let app = i % 50;
+            let mut affinity = Affinity::default();
+            if i % 7 == 0 {
+                affinity.run_anti_affinity = Some(RunAffinity {
+                    required: vec![RunAffinityTerm {
+                        label_selector: selector(app),
+                    }],
+                    ..Default::default()
+                });
+            }
+            if i % 11 == 0 {
+                affinity.run_affinity = Some(RunAffinity {
+                    preferred: vec![WeightedRunAffinityTerm {
+                        weight: 50,
+                        label_selector: selector((app + 1) % 50),
+                    }],
+                    ..Default::default()
+                });
+            }
+            RunFacts {
+                uid: format!("run-uid-{i}"),
+                namespace: "ns".into(),
+                name: format!("run-{i:05}"),
+                runtime: format!("pool-{}", i % pools),
+                labels: [("app".to_owned(), format!("app-{app}"))].into(),
+                pool: Ok(format!("ns/pool-{}", i % pools)),
+                mode: Ok(if i % 10 == 0 {
+                    ModeKind::Session
+                } else {
+                    ModeKind::Function
+                }),
+                life: Life::default(),
+                message: String::new(),
+                max_retries: 3,
+                termination: None,
+                timeout: None,
+                age: Duration::from_secs((i % 600) as u64),
+                created: i as u64,
+                owner: None,
+                deleting: false,
+                has_finalizer: true,
+                backing_off: false,
+                requests: if i % 3 == 0 {
+                    Resources::new().with("cpu", 500)
+                } else {
+                    Resources::new()
+                },
+                priority: (i % 5) as i32,
+                affinity,
+            }
+        })
+        .collect();
+    Snapshot {
+        runs,
+        pods,
+        hold_placement: false,
+        pools: BTreeMap::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_synthetic_snapshot_binds_no_pod_beyond_its_capacity() {
+        let s = snapshot(400, 20);
+        let plan = pass::decide(&s, &Framework::default());
+        assert!(plan.report.placed > 0 && plan.report.placed < 400);
+        let mut per_pod: BTreeMap<String, u32> = BTreeMap::new();
+        for op in &plan.ops {
+            if let pass::Op::Status { bind: Some(b), .. } = op {
+                *per_pod.entry(b.pod.clone()).or_default() += 1;
+            }
+        }
+        assert!(per_pod.values().all(|n| *n <= 8), "{per_pod:?}");
+        assert_eq!(per_pod.values().sum::<u32>() as u64, plan.report.placed);
+    }
+}
