@@ -30,8 +30,9 @@ pub struct UpArgs {
     /// Optional plain HTTP listener of the gateway.
     #[arg(long)]
     pub gateway_http_addr: Option<String>,
-    /// Number of runtimed instances.
-    #[arg(long, default_value_t = 2)]
+    /// Number of runtimed instances (three: the README's two example Runs
+    /// and a sandbox, which needs a whole instance, fit together).
+    #[arg(long, default_value_t = 3)]
     pub runtimed: usize,
     /// Loopback address the runtimed instances listen on: `127.0.0.1`, or
     /// `::1` for an IPv6 stack (their addresses are then `[::1]:PORT`).
