@@ -758,3 +758,100 @@ async fn a_pool_refills_to_keep_an_idle_pod_and_shrinks_after_its_delay() {
         .count();
     assert_eq!(marked, 3, "every idle Pod of the shrinking pool goes first");
 }
+
+/// Waits until the metrics at `url` show `needle`.
+async fn metric_shows(url: &str, needle: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(r) = reqwest::get(url).await
+            && r.text().await.is_ok_and(|t| t.contains(needle))
+        {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{url} never showed {needle}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_killed_mid_burst_hands_over_and_nothing_is_double_bound() {
+    // Two Pods of 4 slots, two operator replicas electing a leader.
+    let (server, cluster) = setup(2).await;
+    let standby = cluster.start_operator_replica("operator-2").unwrap();
+    metric_shows(&cluster.operator_metrics, "kruntimes_operator_leader 1").await;
+    metric_shows(&standby, "kruntimes_operator_leader 0").await;
+
+    let api = runs(&server).await;
+    for i in 0..20 {
+        api.create(
+            &PostParams::default(),
+            &function_run(&format!("burst-{i:02}"), json!({})),
+        )
+        .await
+        .unwrap();
+    }
+    // Mid-burst: once the leader has bound some, it dies.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let bound = api
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|r| {
+                r.status
+                    .as_ref()
+                    .is_some_and(|s| s.assigned_pod_uid.is_some())
+            })
+            .count();
+        if bound >= 2 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{}", cluster.logs());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cluster.kill("operator").unwrap();
+    metric_shows(&standby, "kruntimes_operator_leader 1").await;
+
+    // The new leader finishes the burst: 8 bound (4 per Pod), 12 waiting.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let items = loop {
+        let items = api.list(&Default::default()).await.unwrap().items;
+        let ready = items
+            .iter()
+            .filter(|r| {
+                r.status.as_ref().and_then(|s| s.phase) == Some(kruntimes_api::Phase::Ready)
+            })
+            .count();
+        let waiting = items
+            .iter()
+            .filter(|r| r.status.as_ref().and_then(|s| s.reason.as_deref()) == Some("NoIdlePod"))
+            .count();
+        if ready == 8 && waiting == 12 {
+            break items;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "ready {ready}, waiting {waiting}\n{}",
+            cluster.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let mut per_pod: std::collections::BTreeMap<String, usize> = Default::default();
+    for r in &items {
+        let s = r.status.as_ref().unwrap();
+        assert!(s.attempt.unwrap_or(0) <= 1, "{r:?}: bound twice");
+        if let Some(uid) = &s.assigned_pod_uid {
+            *per_pod.entry(uid.clone()).or_default() += 1;
+        }
+    }
+    assert_eq!(per_pod.len(), 2, "{per_pod:?}");
+    assert!(
+        per_pod.values().all(|n| *n == 4),
+        "over-committed: {per_pod:?}"
+    );
+}

@@ -109,20 +109,10 @@ impl Cluster {
         };
         let s = |p: &Path| p.display().to_string();
         let f = &cluster.files;
-        let operator_args = vec![
-            "operator".into(),
-            "--exit-with-parent".into(),
-            format!("--kubeconfig={}", s(&cluster.kubeconfigs[&User::Operator])),
-            format!("--gateway-url={}", cluster.gateway),
-            format!("--ca-configmap={SYSTEM_NAMESPACE}/{CA_CONFIGMAP}"),
-            format!("--system-namespace={SYSTEM_NAMESPACE}"),
-            format!("--watch-listen=127.0.0.1:{watch_port}"),
-            format!("--metrics-listen=127.0.0.1:{metrics_port}"),
-            format!("--tls-cert={}", s(&f.control_cert)),
-            format!("--tls-key={}", s(&f.control_key)),
-            format!("--client-ca={}", s(&f.internal_ca)),
-        ];
-        cluster.spawn("operator", operator_args)?;
+        cluster.spawn(
+            "operator",
+            cluster.operator_args("operator", watch_port, metrics_port),
+        )?;
         let gateway_args = vec![
             "gateway".into(),
             "--exit-with-parent".into(),
@@ -156,6 +146,37 @@ impl Cluster {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         Ok(cluster)
+    }
+
+    /// The flags of an operator replica `identity` (as the chart runs it:
+    /// with leader election, a short Lease so a failover test is quick).
+    fn operator_args(&self, identity: &str, watch_port: u16, metrics_port: u16) -> Vec<String> {
+        let s = |p: &Path| p.display().to_string();
+        let f = &self.files;
+        vec![
+            "operator".into(),
+            "--exit-with-parent".into(),
+            format!("--kubeconfig={}", s(&self.kubeconfigs[&User::Operator])),
+            format!("--gateway-url={}", self.gateway),
+            format!("--ca-configmap={SYSTEM_NAMESPACE}/{CA_CONFIGMAP}"),
+            format!("--system-namespace={SYSTEM_NAMESPACE}"),
+            format!("--watch-listen=127.0.0.1:{watch_port}"),
+            format!("--metrics-listen=127.0.0.1:{metrics_port}"),
+            format!("--tls-cert={}", s(&f.control_cert)),
+            format!("--tls-key={}", s(&f.control_key)),
+            format!("--client-ca={}", s(&f.internal_ca)),
+            "--leader-election".into(),
+            format!("--leader-identity={identity}"),
+            "--lease-duration-secs=4".into(),
+        ]
+    }
+
+    /// Starts a standby operator replica (process `name`, its own watch and
+    /// metrics ports) beside the first; returns its metrics URL.
+    pub fn start_operator_replica(&self, name: &str) -> anyhow::Result<String> {
+        let metrics_port = free_port()?;
+        self.spawn(name, self.operator_args(name, free_port()?, metrics_port))?;
+        Ok(format!("http://127.0.0.1:{metrics_port}/metrics"))
     }
 
     fn spawn(&self, name: &str, args: Vec<String>) -> anyhow::Result<()> {

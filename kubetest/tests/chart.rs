@@ -365,13 +365,26 @@ fn the_gateway_spreads_and_keeps_replicas_through_disruptions() {
             .required_during_scheduling_ignored_during_execution
             .is_some()
     );
-    // The operator is never rolled with two replicas at once.
+    // Two operator replicas elect a leader (each knows its own name).
     let op = r.operator();
     let spec = op.spec.as_ref().unwrap();
-    assert_eq!(spec.replicas, Some(1));
+    assert_eq!(spec.replicas, Some(2));
+    let container = &pod_template(&op).spec.as_ref().unwrap().containers[0];
+    let args = container.args.clone().unwrap_or_default();
+    assert!(args.contains(&"--leader-election".to_owned()), "{args:?}");
+    assert!(
+        args.contains(&"--lease-duration-secs=15".to_owned()),
+        "{args:?}"
+    );
+    let env = container.env.clone().unwrap_or_default();
+    let pod_name = env.iter().find(|e| e.name == "POD_NAME").unwrap();
     assert_eq!(
-        spec.strategy.as_ref().unwrap().type_.as_deref(),
-        Some("Recreate")
+        pod_name
+            .value_from
+            .as_ref()
+            .and_then(|v| v.field_ref.as_ref())
+            .map(|f| f.field_path.as_str()),
+        Some("metadata.name")
     );
 }
 

@@ -11,6 +11,7 @@ use kruntimes_certs::TlsFiles;
 use kruntimes_certs::managed::Lifetimes;
 
 use crate::cluster::certificates::{ManagedTls, PublicTls};
+use crate::cluster::leader::LeaderElection;
 use crate::cluster::workloads::{self, PodSettings};
 
 /// Operator flags. Defaults are documented once, here.
@@ -199,6 +200,24 @@ pub struct Args {
         value_parser = clap::value_parser!(i64).range(1..=36500)
     )]
     pub ca_validity_days: i64,
+    /// Elect one leader among the operator's replicas on the Lease
+    /// `kruntimes-operator` of the system namespace: only the leader decides
+    /// and writes; every replica serves the ownership watch.
+    #[arg(long, env = "KRUNTIMES_OPERATOR_LEADER_ELECTION")]
+    pub leader_election: bool,
+    /// This replica's identity in the election (default: `$POD_NAME`, else
+    /// the host name).
+    #[arg(long, env = "KRUNTIMES_OPERATOR_LEADER_IDENTITY")]
+    pub leader_identity: Option<String>,
+    /// How long the leader's Lease lasts after its last renewal, seconds:
+    /// how long a failover takes at most.
+    #[arg(
+        long,
+        env = "KRUNTIMES_OPERATOR_LEASE_DURATION_SECS",
+        default_value_t = 15,
+        value_parser = clap::value_parser!(u64).range(3..=300)
+    )]
+    pub lease_duration_secs: u64,
 }
 
 /// Where the operator's internal TLS comes from.
@@ -266,6 +285,8 @@ pub struct Config {
     pub metrics_listen: Option<String>,
     /// Where the internal TLS comes from.
     pub internal_tls: InternalTlsConfig,
+    /// The leader election, when replicas elect one.
+    pub leader_election: Option<LeaderElection>,
 }
 
 /// Where the operator's internal TLS comes from.
@@ -366,6 +387,12 @@ impl Args {
             watch_clients: self.watch_clients,
             metrics_listen: self.metrics_listen,
             internal_tls,
+            leader_election: self.leader_election.then(|| LeaderElection {
+                identity: self
+                    .leader_identity
+                    .unwrap_or_else(crate::cluster::leader::default_identity),
+                lease_duration: Duration::from_secs(self.lease_duration_secs),
+            }),
         })
     }
 }

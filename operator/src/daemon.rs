@@ -103,6 +103,7 @@ pub async fn run(config: Config) -> Result<()> {
             pods: config.pods,
             watch_clients: config.watch_clients,
             watch_tls,
+            leader_election: config.leader_election,
         },
         listener,
         kruntimes_process::shutdown_signal(),

@@ -31,6 +31,9 @@ pub enum Error {
     /// The first lists did not complete in time.
     #[error("initial list timed out")]
     InitialListTimedOut,
+    /// The leader election could not be joined.
+    #[error("leader election: {0}")]
+    LeaderElection(String),
     /// Some of a pass's writes failed.
     #[error("{failed} writes failed, first {first}")]
     Writes {

@@ -6,7 +6,7 @@
 
 use std::sync::LazyLock;
 
-use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, Opts, Registry};
+use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
 /// The process's metrics.
 pub struct Metrics {
@@ -28,6 +28,8 @@ pub struct Metrics {
     /// Pods a Filter turned away, by `plugin` and `reason` (the
     /// scheduler's fixed rejection set).
     pub filter_rejections: IntCounterVec,
+    /// 1 while this replica leads (decides and writes), else 0.
+    pub leader: IntGauge,
 }
 
 fn build() -> prometheus::Result<Metrics> {
@@ -72,6 +74,11 @@ fn build() -> prometheus::Result<Metrics> {
         ),
         &["plugin", "reason"],
     )?;
+    let leader = IntGauge::new(
+        "leader",
+        "1 while this replica leads (decides and writes), else 0.",
+    )?;
+    registry.register(Box::new(leader.clone()))?;
     registry.register(Box::new(cycles.clone()))?;
     registry.register(Box::new(filter_rejections.clone()))?;
     registry.register(Box::new(passes.clone()))?;
@@ -88,6 +95,7 @@ fn build() -> prometheus::Result<Metrics> {
         runtime_errors,
         cycles,
         filter_rejections,
+        leader,
     })
 }
 
@@ -121,6 +129,7 @@ mod tests {
         m.writes.with_label_values(&["status", "conflict"]).inc();
         m.runtime_errors.inc();
         m.cycles.with_label_values(&["bound"]).inc();
+        m.leader.set(1);
         m.filter_rejections
             .with_label_values(&["RuntimePodAvailability", "NoFreeSlot"])
             .inc();
@@ -132,6 +141,7 @@ mod tests {
             "kruntimes_operator_writes_total{kind=\"status\",result=\"conflict\"}",
             "kruntimes_operator_runtime_errors_total 1",
             "kruntimes_operator_scheduling_cycles_total{result=\"bound\"}",
+            "kruntimes_operator_leader 1",
             "kruntimes_operator_filter_rejections_total{plugin=\"RuntimePodAvailability\",reason=\"NoFreeSlot\"}",
         ] {
             assert!(text.contains(needle), "{needle} missing:\n{text}");

@@ -14,6 +14,7 @@
 mod ca;
 pub mod certificates;
 pub mod decide;
+pub mod leader;
 pub mod metrics;
 mod runtimes;
 pub mod views;
@@ -64,6 +65,9 @@ pub struct ClusterConfig {
     pub watch_tls: TlsFiles,
     /// Client certificate CNs allowed to watch (the gateways').
     pub watch_clients: Vec<String>,
+    /// The leader election, when replicas elect one (else this replica
+    /// always leads).
+    pub leader_election: Option<leader::LeaderElection>,
 }
 
 struct Operator {
@@ -76,6 +80,7 @@ struct Operator {
     applied: HashMap<String, String>,
     sizes: runtimes::Sizes,
     ca: ca::CaBundle,
+    leadership: Option<leader::Leadership>,
 }
 
 /// Runs the operator until `shutdown` resolves; the ownership watch is
@@ -112,7 +117,14 @@ pub async fn run(
         _ = tokio::time::sleep(Duration::from_secs(60)) => return Err(crate::Error::InitialListTimedOut),
     }
     tracing::info!("operator caches synced");
+    let leadership = match &cfg.leader_election {
+        Some(election) => {
+            Some(leader::Leadership::join(client.clone(), &cfg.system_namespace, election).await?)
+        }
+        None => None,
+    };
     let mut op = Operator {
+        leadership,
         client,
         ca: ca::CaBundle::new(cfg.ca_configmap.clone()),
         cfg,
@@ -151,6 +163,13 @@ pub async fn run(
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             _ = tick.tick() => {}
+            // A new leader decides at once rather than on the next tick.
+            _ = async {
+                match op.leadership.as_mut() {
+                    Some(l) => l.changed().await,
+                    None => std::future::pending().await,
+                }
+            } => {}
             _ = &mut shutdown => break,
         }
         let started = std::time::Instant::now();
@@ -190,9 +209,40 @@ pub async fn run(
 }
 
 impl Operator {
+    /// Whether this replica decides and writes now.
+    async fn leading(&mut self) -> bool {
+        let leading = match &mut self.leadership {
+            Some(l) => l.confirmed().await,
+            None => true,
+        };
+        if let Some(m) = metrics::get() {
+            m.leader.set(i64::from(leading));
+        }
+        leading
+    }
+
+    /// A replica that does not lead publishes the table its caches show and
+    /// writes nothing.
+    fn follow(&mut self) {
+        let runs: Vec<Arc<Run>> = self.runs.state();
+        let views: Vec<decide::RunView> = runs.iter().map(|r| views::run_view(r)).collect();
+        let pods: Vec<decide::PodInfo> = self
+            .pods
+            .state()
+            .iter()
+            .filter_map(|p| views::pod_info(p))
+            .collect();
+        self.publisher
+            .replace_all(views::ownership_entries(&views, &pods));
+    }
+
     /// One global decision pass over every Run, then the Runtimes and the
     /// published table.
     async fn pass(&mut self) -> crate::Result<()> {
+        if !self.leading().await {
+            self.follow();
+            return Ok(());
+        }
         let settings = Settings {
             gateway_url: self.cfg.gateway_url.clone(),
             ca_bundle: self.ca.get(&self.client).await,

@@ -43,8 +43,15 @@ impl Sizes {
         let demand = demand.copied().unwrap_or_default();
         let runs = rt.spec.capacity.runs;
         let need = pool::need(&spec, &demand, runs);
+        // A new leader (or a restarted operator) goes on from what was last
+        // asked for, so a surplus still waits for its delay.
+        let asked = rt
+            .status
+            .as_ref()
+            .and_then(|st| u32::try_from(st.desired_replicas).ok())
+            .unwrap_or(spec.min_replicas);
         let size = self.pools.entry(key).or_insert(Size {
-            desired: spec.min_replicas,
+            desired: asked,
             surplus_since: None,
         });
         if need < size.desired {
