@@ -293,13 +293,14 @@ fn place(snapshot: &Snapshot, framework: &Framework, waiting: &[usize], plan: &m
     let mut nodes: Vec<scheduler::Node> = snapshot
         .pods
         .iter()
-        .map(|p| scheduler::Node {
-            name: p.name.clone(),
-            uid: p.uid.clone(),
-            pool: p.pool.clone(),
-            ready: p.ready && p.alive,
-            capacity: p.capacity.clone(),
-            holders: Vec::new(),
+        .map(|p| {
+            scheduler::Node::new(
+                &p.name,
+                &p.uid,
+                &p.pool,
+                p.ready && p.alive,
+                p.capacity.clone(),
+            )
         })
         .collect();
     let by_uid: BTreeMap<&str, usize> = snapshot
@@ -313,7 +314,7 @@ fn place(snapshot: &Snapshot, framework: &Framework, waiting: &[usize], plan: &m
             && run.life.phase.holds_capacity()
             && let Some(&n) = by_uid.get(o.pod_uid.as_str())
         {
-            nodes[n].holders.push(Holder {
+            nodes[n].hold(Holder {
                 namespace: run.namespace.clone(),
                 labels: run.labels.clone(),
                 requests: run.requests.clone(),
@@ -397,7 +398,7 @@ fn place(snapshot: &Snapshot, framework: &Framework, waiting: &[usize], plan: &m
     }
     for node in nodes.nodes() {
         let d = plan.demand.entry(node.pool.clone()).or_default();
-        if !node.holders.is_empty() {
+        if !node.holders().is_empty() {
             d.busy += 1;
         } else if node.ready {
             d.idle += 1;
@@ -430,14 +431,7 @@ fn fits_fresh(
     let Some(capacity) = capacity else {
         return false;
     };
-    let fresh = Node {
-        name: String::new(),
-        uid: String::new(),
-        pool: run.pool.to_owned(),
-        ready: true,
-        capacity,
-        holders: Vec::new(),
-    };
+    let fresh = Node::new("", "", run.pool, true, capacity);
     matches!(
         framework.cycle(run, &mut scheduler::Snapshot::new(vec![fresh])),
         Outcome::Placed(_)

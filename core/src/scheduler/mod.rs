@@ -62,7 +62,8 @@ pub struct Holder {
     pub anti: Vec<affinity::LabelSelector>,
 }
 
-/// A Runtime Pod in the snapshot, with the Runs it holds.
+/// A Runtime Pod in the snapshot, with the Runs it holds and what they
+/// use (kept as Runs are reserved, so a filter reads it without summing).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Node {
     /// Pod name (the tie breaker).
@@ -75,14 +76,39 @@ pub struct Node {
     pub ready: bool,
     /// What it offers.
     pub capacity: Capacity,
-    /// The Runs holding capacity on it (Reserve adds to these).
-    pub holders: Vec<Holder>,
+    holders: Vec<Holder>,
+    used: Resources,
+    exclusive: bool,
 }
 
 impl Node {
+    /// A Pod holding no Run yet.
+    pub fn new(name: &str, uid: &str, pool: &str, ready: bool, capacity: Capacity) -> Self {
+        Self {
+            name: name.to_owned(),
+            uid: uid.to_owned(),
+            pool: pool.to_owned(),
+            ready,
+            capacity,
+            ..Self::default()
+        }
+    }
+
+    /// Takes `h` (a Run holding capacity here, or one reserved).
+    pub fn hold(&mut self, h: Holder) {
+        self.used.add(&h.requests);
+        self.exclusive |= h.exclusive;
+        self.holders.push(h);
+    }
+
+    /// The Runs holding capacity on it.
+    pub fn holders(&self) -> &[Holder] {
+        &self.holders
+    }
+
     /// Run slots in use.
     pub fn used_runs(&self) -> u32 {
-        if self.exclusive() {
+        if self.exclusive {
             self.capacity.runs
         } else {
             u32::try_from(self.holders.len()).unwrap_or(u32::MAX)
@@ -91,16 +117,12 @@ impl Node {
 
     /// Whether a session holds it.
     pub fn exclusive(&self) -> bool {
-        self.holders.iter().any(|h| h.exclusive)
+        self.exclusive
     }
 
     /// The sum of its holders' requests.
-    pub fn used_resources(&self) -> Resources {
-        let mut used = Resources::new();
-        for h in &self.holders {
-            used.add(&h.requests);
-        }
-        used
+    pub fn used_resources(&self) -> &Resources {
+        &self.used
     }
 }
 
@@ -360,7 +382,7 @@ impl Framework {
         let Some(best) = self.best(run, &feasible, &snapshot.nodes) else {
             return Outcome::Unplaced(unplaced(run, indices.len(), rejections));
         };
-        snapshot.nodes[best].holders.push(run.holder());
+        snapshot.nodes[best].hold(run.holder());
         Outcome::Placed(best)
     }
 
@@ -415,7 +437,7 @@ fn pre_filter<'n>(run: &Candidate<'_>, pool: impl Iterator<Item = &'n Node> + Cl
         .iter()
         .map(|t| {
             let cohort = pool.clone().any(|n| {
-                n.holders
+                n.holders()
                     .iter()
                     .any(|h| h.namespace == run.namespace && t.label_selector.matches(&h.labels))
             });

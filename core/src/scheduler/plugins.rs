@@ -19,7 +19,7 @@ impl Filter for RuntimePodAvailability {
             Some(Rejection::HeldBySession)
         } else if node.used_runs() >= node.capacity.runs {
             Some(Rejection::NoFreeSlot)
-        } else if run.exclusive && !node.holders.is_empty() {
+        } else if run.exclusive && !node.holders().is_empty() {
             Some(Rejection::NotIdle)
         } else {
             None
@@ -46,7 +46,7 @@ impl Filter for ResourcesFit {
 
     fn filter(&self, run: &Candidate<'_>, _: &CycleState, node: &Node) -> Result<(), Rejected> {
         let used = node.used_resources();
-        match Resources::first_short(run.requests, &used, &node.capacity.resources) {
+        match Resources::first_short(run.requests, used, &node.capacity.resources) {
             None => Ok(()),
             Some(name) => Err(Rejected {
                 plugin: self.name(),
@@ -70,7 +70,11 @@ impl Filter for RunAffinity {
     }
 
     fn filter(&self, run: &Candidate<'_>, state: &CycleState, node: &Node) -> Result<(), Rejected> {
-        let same_ns = || node.holders.iter().filter(|h| h.namespace == run.namespace);
+        let same_ns = || {
+            node.holders()
+                .iter()
+                .filter(|h| h.namespace == run.namespace)
+        };
         let reject = |why| {
             Err(Rejected {
                 plugin: "RunAffinity",
@@ -113,18 +117,17 @@ impl Score for LeastAllocated {
             }
             (cap.saturating_sub(used) as i128 * 1000 / cap as i128) as i64
         };
-        let mut shares = vec![free(
+        let mut sum = free(
             u64::from(node.capacity.runs),
             u64::from(node.used_runs()) + 1,
-        )];
+        );
+        let mut shares = 1;
         let used = node.used_resources();
         for (name, cap) in node.capacity.resources.iter() {
-            shares.push(free(
-                cap,
-                used.get(name).saturating_add(run.requests.get(name)),
-            ));
+            sum += free(cap, used.get(name).saturating_add(run.requests.get(name)));
+            shares += 1;
         }
-        shares.iter().sum::<i64>() / shares.len() as i64
+        sum / shares
     }
 }
 
@@ -140,7 +143,7 @@ impl Score for PreferredAffinity {
 
     fn score(&self, run: &Candidate<'_>, node: &Node) -> i64 {
         let present = |s: &super::affinity::LabelSelector| {
-            node.holders
+            node.holders()
                 .iter()
                 .any(|h| h.namespace == run.namespace && s.matches(&h.labels))
         };

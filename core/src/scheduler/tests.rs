@@ -2,17 +2,20 @@ use super::affinity::{LabelSelector, RunAffinityTerm, WeightedRunAffinityTerm};
 use super::*;
 
 fn node(name: &str, runs: u32, holders: usize) -> Node {
-    Node {
-        name: name.into(),
-        uid: format!("{name}-uid"),
-        pool: "py".into(),
-        ready: true,
-        capacity: Capacity {
+    let mut n = Node::new(
+        name,
+        &format!("{name}-uid"),
+        "py",
+        true,
+        Capacity {
             runs,
             resources: Resources::new(),
         },
-        holders: vec![Holder::default(); holders],
+    );
+    for _ in 0..holders {
+        n.hold(Holder::default());
     }
+    n
 }
 
 struct Run {
@@ -129,8 +132,11 @@ fn sessions_need_an_idle_pod_and_hold_it() {
         u.message,
         "0/2 python Pods can take this session: 2 busy (a session needs an idle Pod)"
     );
-    let mut held = node("c", 4, 1);
-    held.holders[0].exclusive = true;
+    let mut held = node("c", 4, 0);
+    held.hold(Holder {
+        exclusive: true,
+        ..Holder::default()
+    });
     assert_eq!(held.used_runs(), 4);
     let u = why(&Run::function(), vec![held]);
     assert!(u.message.ends_with("1 held by a session"), "{}", u.message);
@@ -188,9 +194,12 @@ fn requests_fit_only_while_the_sum_stays_within_capacity() {
 
 #[test]
 fn resources_steer_the_spread() {
-    let mut a = node("a", 8, 1);
+    let mut a = node("a", 8, 0);
     a.capacity.resources = Resources::new().with("memory", 1000);
-    a.holders[0].requests = Resources::new().with("memory", 900);
+    a.hold(Holder {
+        requests: Resources::new().with("memory", 900),
+        ..Holder::default()
+    });
     let mut b = node("b", 8, 2);
     b.capacity.resources = Resources::new().with("memory", 1000);
     // a has more free slots, b far more free memory: b's average share wins.
@@ -208,7 +217,7 @@ fn required_affinity_follows_its_cohort_and_bootstraps_an_empty_one() {
     });
     // The cohort is on b: follow it, even though a is emptier.
     let mut b = node("b", 4, 0);
-    b.holders.push(holder("app", "web"));
+    b.hold(holder("app", "web"));
     assert_eq!(place(&[follower], vec![node("a", 4, 0), b.clone()]), ["b"]);
     // No one matches and the Run matches itself: it starts the cohort, and
     // the next one follows it.
@@ -243,7 +252,7 @@ fn required_affinity_follows_its_cohort_and_bootstraps_an_empty_one() {
     );
     // The cohort in another namespace does not count.
     let mut elsewhere = node("a", 4, 0);
-    elsewhere.holders.push(Holder {
+    elsewhere.hold(Holder {
         namespace: "other".into(),
         ..holder("app", "web")
     });
@@ -279,7 +288,7 @@ fn required_anti_affinity_is_enforced_both_ways() {
     );
     // A plain Run may not join a Pod whose Run forbids it.
     let mut a = node("a", 4, 0);
-    a.holders.push(Holder {
+    a.hold(Holder {
         anti: vec![selector("app", "web")],
         ..holder("app", "db")
     });
@@ -322,7 +331,7 @@ fn preferred_terms_outweigh_spreading_and_anti_preferences_repel() {
         ..Default::default()
     });
     let mut busy = node("busy", 8, 3);
-    busy.holders.push(holder("app", "cache"));
+    busy.hold(holder("app", "cache"));
     assert_eq!(
         place(&[likes], vec![node("empty", 8, 0), busy.clone()]),
         ["busy"]
@@ -336,7 +345,7 @@ fn preferred_terms_outweigh_spreading_and_anti_preferences_repel() {
         ..Default::default()
     });
     let mut crowded = node("a", 8, 0);
-    crowded.holders.push(holder("app", "cache"));
+    crowded.hold(holder("app", "cache"));
     assert_eq!(place(&[avoids], vec![crowded, node("z", 8, 4)]), ["z"]);
 }
 
