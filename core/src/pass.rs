@@ -64,6 +64,9 @@ pub struct RunFacts {
     pub timeout: Option<u32>,
     /// Time since creation.
     pub age: Duration,
+    /// Time since it was assigned to its owner (`None`: unassigned, or not
+    /// known).
+    pub assigned_for: Option<Duration>,
     /// Creation order (smaller is older; ties go by namespace and name).
     pub created: u64,
     /// Its owner, when assigned.
@@ -231,6 +234,11 @@ pub fn decide(snapshot: &Snapshot, framework: &Framework) -> Plan {
             termination: run.termination,
             timeout: run.timeout,
             age: run.age,
+            assigned: run
+                .owner
+                .as_ref()
+                .zip(run.assigned_for)
+                .map(|(o, d)| (o.pod.as_str(), d)),
             owner,
         };
         match control::decide(&facts) {

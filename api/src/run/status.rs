@@ -45,6 +45,10 @@ pub struct RunStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 8))]
     pub conditions: Vec<Condition>,
+    /// When the Run was assigned to its current Pod (written with the
+    /// assignment): its registration deadline counts from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduled_time: Option<Time>,
     /// When the Run started on its Pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_time: Option<Time>,

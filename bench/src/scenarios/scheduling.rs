@@ -129,6 +129,7 @@ pub(super) fn snapshot(runs: usize, pods: usize) -> Snapshot {
                 termination: None,
                 timeout: None,
                 age: Duration::from_secs((i % 600) as u64),
+                assigned_for: None,
                 created: i as u64,
                 owner: None,
                 deleting: false,

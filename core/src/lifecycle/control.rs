@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use super::{Event, Life, Rules, Transition, apply};
+use super::{Event, Life, Phase, Rules, Transition, apply};
 use crate::{ModeKind, TerminationMode};
 
 /// What the control plane knows about a Run's owner.
@@ -42,6 +42,9 @@ pub struct Facts<'a> {
     pub timeout: Option<u32>,
     /// Time since the Run was created.
     pub age: Duration,
+    /// Its current owner Pod and the time since it was assigned there
+    /// (`None` when unassigned or unknown).
+    pub assigned: Option<(&'a str, Duration)>,
     /// Its owner.
     pub owner: Owner<'a>,
 }
@@ -61,9 +64,11 @@ pub enum Decision {
 
 /// The decision for one Run. Rules in order: ended Runs are left alone;
 /// invalid specs and unsupported modes fail; an elapsed `spec.timeout` ends
-/// the Run whatever its phase; a living owner drives the Run; a lost owner
-/// is fenced ([`Event::OwnerLost`]); a Run terminated before it had a Pod is
-/// cancelled; any other Run needs a Pod.
+/// the Run whatever its phase; a Run its living owner has not made Ready
+/// within the registration deadline is placed again
+/// ([`Event::RegistrationExpired`]); otherwise a living owner drives the
+/// Run; a lost owner is fenced ([`Event::OwnerLost`]); a Run terminated
+/// before it had a Pod is cancelled; any other Run needs a Pod.
 pub fn decide(f: &Facts<'_>) -> Decision {
     if f.life.phase.is_terminal() {
         return Decision::Nothing;
@@ -79,6 +84,20 @@ pub fn decide(f: &Facts<'_>) -> Decision {
         && f.age >= Duration::from_secs(seconds.into())
     {
         return transition(f, mode, &Event::TimedOut { seconds });
+    }
+    let deadline = super::registration_deadline(mode);
+    if let (Owner::Alive, Some((pod, since))) = (f.owner, f.assigned)
+        && matches!(f.life.phase, Phase::Scheduled | Phase::Running)
+        && since >= deadline
+    {
+        return transition(
+            f,
+            mode,
+            &Event::RegistrationExpired {
+                seconds: deadline.as_secs(),
+                pod,
+            },
+        );
     }
     match f.owner {
         Owner::Alive => Decision::OwnerDrives,
@@ -114,6 +133,7 @@ mod tests {
             termination: None,
             timeout: None,
             age: Duration::from_secs(1),
+            assigned: None,
             owner,
         }
     }
@@ -177,6 +197,48 @@ mod tests {
                 Some((Phase::Timeout, Reason::RunTimeout))
             );
         }
+    }
+
+    #[test]
+    fn a_run_its_owner_never_makes_ready_is_placed_again_after_the_deadline() {
+        for (mode, deadline) in [(ModeKind::Function, 120), (ModeKind::Session, 60)] {
+            for phase in [Phase::Scheduled, Phase::Running] {
+                let mut f = facts(phase, Owner::Alive);
+                f.mode = Ok(mode);
+                f.assigned = Some(("p", Duration::from_secs(deadline - 1)));
+                assert_eq!(decide(&f), Decision::OwnerDrives);
+                f.assigned = Some(("p", Duration::from_secs(deadline)));
+                let Decision::Apply(t) = decide(&f) else {
+                    panic!("{mode:?} {phase:?}")
+                };
+                assert_eq!(
+                    (t.phase, t.reason),
+                    (Phase::Pending, Reason::RegistrationTimeout)
+                );
+                assert_eq!(
+                    t.message,
+                    format!(
+                        "not Ready within {deadline}s of its assignment to Pod p; rescheduling (attempt 2 of 4)"
+                    )
+                );
+            }
+        }
+        // Ready in time: never expired; retries exhausted: failed.
+        let mut f = facts(Phase::Ready, Owner::Alive);
+        f.assigned = Some(("p", Duration::from_secs(3600)));
+        assert_eq!(decide(&f), Decision::OwnerDrives);
+        let mut f = facts(Phase::Running, Owner::Alive);
+        f.assigned = Some(("p", Duration::from_secs(3600)));
+        f.life.attempt = 4;
+        assert_eq!(
+            outcome(decide(&f)),
+            Some((Phase::Failed, Reason::RegistrationTimeout))
+        );
+        f.termination = Some(TerminationMode::Immediate);
+        assert_eq!(
+            outcome(decide(&f)),
+            Some((Phase::Cancelled, Reason::RegistrationTimeout))
+        );
     }
 
     #[test]

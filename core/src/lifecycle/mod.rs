@@ -17,6 +17,7 @@
 //!                                                                                               │
 //!  Ready ──Terminate(Drain)──▶ Finalizing ──Drained──▶ Succeeded                                 │
 //!  any ──Terminate(Immediate)──▶ Cancelled · TimedOut/IdleExpired──▶ Timeout · failures──▶ Failed ┘
+//!  Scheduled/Running ──RegistrationExpired──▶ Pending (retries left) or Failed
 //! ```
 
 pub mod control;
@@ -101,6 +102,14 @@ pub enum Event<'a> {
     TimedOut {
         /// The limit.
         seconds: u32,
+    },
+    /// The Run was not Ready within its registration deadline after it was
+    /// assigned (its owner never registered it).
+    RegistrationExpired {
+        /// The deadline.
+        seconds: u64,
+        /// The owner Pod.
+        pod: &'a str,
     },
     /// The owner Pod is gone (deleted, replaced, unreachable past its grace).
     OwnerLost {
@@ -233,6 +242,9 @@ pub fn apply(life: &Life, rules: &Rules, event: &Event<'_>) -> Option<Transition
             format!("spec.timeout of {seconds}s elapsed"),
         ),
         Event::OwnerLost { pod } if phase != Pending => Some(owner_lost(life, rules, pod)),
+        Event::RegistrationExpired { seconds, pod } if matches!(phase, Scheduled | Running) => {
+            Some(registration_expired(life, rules, seconds, pod))
+        }
         Event::SessionLost if phase == Ready && rules.mode == ModeKind::Session => to(
             Failed,
             Reason::SessionLost,
@@ -250,6 +262,51 @@ pub fn apply(life: &Life, rules: &Rules, event: &Event<'_>) -> Option<Transition
         },
         Event::Drained if phase == Finalizing => to(Succeeded, Reason::Drained, String::new()),
         _ => None,
+    }
+}
+
+/// How long an assigned Run may take to become `Ready` (its owner
+/// registers a function, opens a session) before it is placed again.
+pub fn registration_deadline(mode: ModeKind) -> std::time::Duration {
+    std::time::Duration::from_secs(match mode {
+        // Imports of a large Python module, a cold worker.
+        ModeKind::Function | ModeKind::Task => 120,
+        // Opening a session is creating a directory.
+        ModeKind::Session => 60,
+    })
+}
+
+/// A Run its owner never made `Ready` in time: cancelled when terminating,
+/// else placed again (a session too: nothing of it exists yet) while
+/// `attempt ≤ maxRetries`, failed after that. The new attempt fences a late
+/// registration of the old one.
+fn registration_expired(life: &Life, rules: &Rules, seconds: u64, pod: &str) -> Transition {
+    let late = format!("not Ready within {seconds}s of its assignment to Pod {pod}");
+    let (phase, message) = if rules.termination.is_some() {
+        (Phase::Cancelled, format!("{late}; termination requested"))
+    } else if life.attempt <= u64::from(rules.max_retries) {
+        (
+            Phase::Pending,
+            format!(
+                "{late}; rescheduling (attempt {} of {})",
+                life.attempt + 1,
+                u64::from(rules.max_retries) + 1
+            ),
+        )
+    } else {
+        (
+            Phase::Failed,
+            format!(
+                "{late}, and the retry policy ({} retries) is exhausted",
+                rules.max_retries
+            ),
+        )
+    };
+    Transition {
+        phase,
+        reason: Reason::RegistrationTimeout,
+        attempt: life.attempt,
+        message,
     }
 }
 

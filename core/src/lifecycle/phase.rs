@@ -120,11 +120,14 @@ pub enum Reason {
     RuntimeFailed,
     /// `Failed`: a Ready session's workspace is gone from its owner.
     SessionLost,
+    /// `Pending` (rescheduling), `Failed` or `Cancelled`: the owner did not
+    /// make the Run Ready within its registration deadline.
+    RegistrationTimeout,
 }
 
 impl Reason {
     /// Every reason, for parsing and tests.
-    pub const ALL: [Reason; 18] = [
+    pub const ALL: [Reason; 19] = [
         Self::NoIdlePod,
         Self::InsufficientResources,
         Self::AffinityUnsatisfied,
@@ -143,6 +146,7 @@ impl Reason {
         Self::RegistrationFailed,
         Self::RuntimeFailed,
         Self::SessionLost,
+        Self::RegistrationTimeout,
     ];
 
     /// The reason as written to `status.reason`.
@@ -166,6 +170,7 @@ impl Reason {
             Self::RegistrationFailed => "RegistrationFailed",
             Self::RuntimeFailed => "RuntimeFailed",
             Self::SessionLost => "SessionLost",
+            Self::RegistrationTimeout => "RegistrationTimeout",
         }
     }
 

@@ -83,6 +83,19 @@ fn every_event_applies_in_exactly_its_phases() {
             vec![(vec![Pending], Pending, Reason::InsufficientResources)],
         ),
         row(
+            "registration expired",
+            function(),
+            Event::RegistrationExpired {
+                seconds: 120,
+                pod: "p",
+            },
+            vec![(
+                vec![Scheduled, Running],
+                Pending,
+                Reason::RegistrationTimeout,
+            )],
+        ),
+        row(
             "runtime missing",
             function(),
             Event::RuntimeMissing {

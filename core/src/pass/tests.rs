@@ -17,6 +17,7 @@ fn run(name: &str, created: u64) -> RunFacts {
         termination: None,
         timeout: None,
         age: Duration::from_secs(1),
+        assigned_for: None,
         created,
         owner: None,
         deleting: false,
@@ -456,5 +457,19 @@ fn demand_counts_busy_and_idle_pods_and_the_runs_one_more_pod_would_take() {
     assert_eq!(
         (d.waiting_sessions, d.waiting_shared, d.busy, d.idle),
         (1, 1, 0, 0)
+    );
+}
+
+#[test]
+fn a_run_not_ready_within_its_deadline_is_unbound_and_placed_again() {
+    let mut stuck = on(run("stuck", 1), "p", Running, 1);
+    stuck.assigned_for = Some(Duration::from_secs(119));
+    let (plan, _) = decide(vec![stuck.clone()], vec![pod("p", 2)]);
+    assert!(plan.ops.is_empty());
+    stuck.assigned_for = Some(Duration::from_secs(120));
+    let (plan, s) = decide(vec![stuck], vec![pod("p", 2)]);
+    assert_eq!(
+        outcomes(&plan, &s).get("stuck").map(|o| (o.0, o.1)),
+        Some((Pending, Reason::RegistrationTimeout))
     );
 }

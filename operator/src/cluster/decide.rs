@@ -13,6 +13,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
 use kruntimes_api::lifecycle::{Life, Transition};
 use kruntimes_api::{Affinity, Endpoint, ModeKind, RunStatus, TerminationMode, bounded_message};
 use kruntimes_core::Resources;
@@ -169,7 +171,13 @@ pub fn endpoint(run: &RunView, s: &Settings) -> Endpoint {
 /// the core, the assignment it binds or clears, the endpoint of a Run that
 /// has one; the operator's writes always clear the owner's `Ready`
 /// condition.
-fn transitioned(run: &RunView, t: &Transition, bind: Option<&OwnerRef>, s: &Settings) -> RunStatus {
+fn transitioned(
+    run: &RunView,
+    t: &Transition,
+    bind: Option<&OwnerRef>,
+    s: &Settings,
+    now: SystemTime,
+) -> RunStatus {
     let mut status = run.status.clone();
     status.phase = Some(t.phase);
     status.reason = Some(t.reason.as_str().to_owned());
@@ -180,9 +188,13 @@ fn transitioned(run: &RunView, t: &Transition, bind: Option<&OwnerRef>, s: &Sett
     if let Some(owner) = bind {
         status.assigned_pod = Some(owner.pod.clone());
         status.assigned_pod_uid = Some(owner.pod_uid.clone());
+        status.scheduled_time = Some(Time(
+            Timestamp::try_from(now).unwrap_or(Timestamp::UNIX_EPOCH),
+        ));
     } else if t.clears_assignment() {
         status.assigned_pod = None;
         status.assigned_pod_uid = None;
+        status.scheduled_time = None;
     }
     status.conditions = vec![];
     if matches!(run.mode, Ok(ModeKind::Function | ModeKind::Session)) {
@@ -227,6 +239,10 @@ fn snapshot(
                 _ => None,
             };
             let age = now.duration_since(r.created).unwrap_or(Duration::ZERO);
+            let assigned_for = r.status.scheduled_time.as_ref().map(|t| {
+                now.duration_since(SystemTime::from(t.0))
+                    .unwrap_or(Duration::ZERO)
+            });
             RunFacts {
                 uid: r.uid.clone(),
                 namespace: r.namespace.clone(),
@@ -246,6 +262,7 @@ fn snapshot(
                 termination: r.termination,
                 timeout: r.timeout,
                 age,
+                assigned_for,
                 created: r
                     .created
                     .duration_since(SystemTime::UNIX_EPOCH)
@@ -316,7 +333,10 @@ pub fn reconcile(
             } => {
                 let r = &runs[*run];
                 written.insert(*run);
-                ops.extend(status_op(r, transitioned(r, transition, bind.as_ref(), s)));
+                ops.extend(status_op(
+                    r,
+                    transitioned(r, transition, bind.as_ref(), s, now),
+                ));
             }
         }
     }

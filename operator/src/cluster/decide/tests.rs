@@ -479,3 +479,47 @@ fn a_draining_run_whose_owner_is_lost_is_cancelled() {
     assert_eq!(s.phase, Some(RunPhase::Cancelled));
     assert_eq!(s.reason.as_deref(), Some("OwnerLost"));
 }
+
+#[test]
+fn a_bind_records_its_time_and_a_run_not_ready_by_the_deadline_is_placed_again() {
+    let p = pod("p1");
+    let ops = reconcile(
+        &[run("r", 0)],
+        std::slice::from_ref(&p),
+        &[runtime(2)],
+        &settings(),
+        at(5),
+    );
+    let bound = &statuses(&ops)["r"];
+    let scheduled = bound.scheduled_time.as_ref().unwrap();
+    assert_eq!(SystemTime::from(scheduled.0), at(5));
+
+    let mut stuck = assigned(run("r", 0), &p, RunPhase::Running, 1);
+    stuck.status.scheduled_time = Some(scheduled.clone());
+    let ops = reconcile(
+        std::slice::from_ref(&stuck),
+        std::slice::from_ref(&p),
+        &[runtime(2)],
+        &settings(),
+        at(124),
+    );
+    assert!(
+        statuses(&ops)
+            .get("r")
+            .is_none_or(|s| s.phase == Some(RunPhase::Running))
+    );
+    let ops = reconcile(
+        &[stuck],
+        std::slice::from_ref(&p),
+        &[runtime(2)],
+        &settings(),
+        at(125),
+    );
+    let s = &statuses(&ops)["r"];
+    assert_eq!(s.phase, Some(RunPhase::Pending));
+    assert_eq!(s.reason.as_deref(), Some("RegistrationTimeout"));
+    assert_eq!(
+        (s.assigned_pod.as_ref(), s.scheduled_time.as_ref()),
+        (None, None)
+    );
+}

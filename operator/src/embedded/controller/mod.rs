@@ -108,6 +108,7 @@ pub struct RunState {
     pub deleting: bool,
     in_flight: Option<InFlight>,
     retry_at: Option<Instant>,
+    assigned_at: Option<Instant>,
     created: Instant,
     seq: u64,
 }
@@ -237,6 +238,7 @@ impl Controller {
                     deleting: false,
                     in_flight: None,
                     retry_at: None,
+                    assigned_at: None,
                     created: now,
                     seq: self.seq,
                 },

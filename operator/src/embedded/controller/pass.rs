@@ -61,6 +61,7 @@ impl Controller {
                         tracing::info!(uid = %uids[run], pod = %owner.pod, attempt = transition.attempt, "run scheduled");
                         state.owner = Some(owner);
                         state.retry_at = None;
+                        state.assigned_at = Some(now);
                     }
                     set(state, transition, now, backoff);
                 }
@@ -108,6 +109,7 @@ impl Controller {
                 termination: r.run.termination(),
                 timeout: r.run.spec.timeout,
                 age: now.duration_since(r.created),
+                assigned_for: r.assigned_at.map(|t| now.duration_since(t)),
                 created: r.seq,
                 owner: r.owner.clone(),
                 deleting: r.deleting,
@@ -269,6 +271,10 @@ pub(super) fn set(run: &mut RunState, t: Transition, now: Instant, backoff: Dura
     }
     if t.clears_assignment() && run.owner.take().is_some() {
         run.retry_at = Some(now + backoff);
+        run.assigned_at = None;
+        // A step sent to the old owner no longer holds the Run back; what
+        // it left there is released as an orphan.
+        run.in_flight = None;
     }
     run.life = t.life();
     run.message = kruntimes_api::bounded_message(&t.message).unwrap_or_default();

@@ -161,3 +161,27 @@ fn a_changed_spec_replaces_the_run_and_mutable_fields_change_in_place() {
     assert_ne!(uid(&c, "a"), old);
     assert_eq!(c.runs().count(), 1);
 }
+
+#[test]
+fn a_run_its_owner_never_makes_ready_is_placed_again_after_the_deadline() {
+    let now = Instant::now();
+    let mut c = connected(2, now);
+    let actions = c.apply_store(functions(&["a"]), now);
+    // The owner never answers the Assign.
+    assert_eq!(registers(&actions).len(), 1);
+    let at = |s: u64| now + Duration::from_secs(s);
+    assert!(registers(&c.tick(at(119))).is_empty());
+    assert_eq!(life(&c, "a").0, Phase::Running);
+    c.tick(at(120));
+    assert_eq!(
+        life(&c, "a"),
+        (Phase::Pending, Some(Reason::RegistrationTimeout), 1)
+    );
+    assert!(by_name(&c, "a").message.contains("not Ready within 120s"));
+    // After the backoff it is placed again, fencing the old attempt.
+    let again = c.tick(at(121));
+    assert_eq!(registers(&again).len(), 1);
+    assert_eq!(registers(&again)[0].1, 2);
+    settle(&mut c, again, at(121));
+    assert_eq!(life(&c, "a"), (Phase::Ready, Some(Reason::Registered), 2));
+}
