@@ -70,6 +70,31 @@ pub fn milli(q: &str) -> Result<u64, String> {
     u64::try_from(value).map_err(|_| bad())
 }
 
+/// `milli` thousandths of resource `name` as a quantity people read:
+/// memory and storage in the largest binary unit that divides them
+/// (`6Gi`), anything else whole (`2`) or in thousandths (`2500m`).
+pub fn display(name: &str, milli: u64) -> String {
+    if !milli.is_multiple_of(1000) {
+        return format!("{milli}m");
+    }
+    let whole = milli / 1000;
+    if matches!(name, "memory" | "ephemeral-storage") && whole > 0 {
+        for (suffix, shift) in [
+            ("Ei", 60),
+            ("Pi", 50),
+            ("Ti", 40),
+            ("Gi", 30),
+            ("Mi", 20),
+            ("Ki", 10),
+        ] {
+            if whole.is_multiple_of(1u64 << shift) {
+                return format!("{}{suffix}", whole >> shift);
+            }
+        }
+    }
+    whole.to_string()
+}
+
 /// A map of quantities as [`Resources`], or the first that is invalid,
 /// named by `at`.
 pub fn resources(map: &BTreeMap<String, Quantity>, at: &str) -> Result<Resources, String> {
@@ -130,6 +155,23 @@ mod tests {
         ] {
             let err = milli(q).unwrap_err();
             assert!(err.contains("is not a resource quantity"), "{q}: {err}");
+        }
+    }
+
+    #[test]
+    fn amounts_display_as_people_write_them() {
+        assert_eq!(display("cpu", 2500), "2500m");
+        assert_eq!(display("cpu", 2000), "2");
+        assert_eq!(display("memory", 6 * (1 << 30) * 1000), "6Gi");
+        assert_eq!(display("memory", 1536 * (1 << 20) * 1000), "1536Mi");
+        assert_eq!(display("memory", 1000), "1");
+        assert_eq!(display("memory", 0), "0");
+        assert_eq!(display("example.com/gpu", 3000), "3");
+        for q in ["6Gi", "1536Mi", "2500m", "2"] {
+            assert_eq!(
+                milli(&display("memory", milli(q).unwrap())).unwrap(),
+                milli(q).unwrap()
+            );
         }
     }
 

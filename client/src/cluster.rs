@@ -4,7 +4,7 @@
 //! kubeconfig for the gateway.
 
 use base64::Engine as _;
-use kruntimes_api::{ModeKind, Phase, Run, Runtime, TerminationMode};
+use kruntimes_api::{ModeKind, Phase, Run, Runtime, TerminationMode, quantity};
 use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 
@@ -258,11 +258,24 @@ fn runtime_of<'a>(run: &Run, runtimes: &'a [Runtime]) -> Option<&'a Runtime> {
         .copied()
 }
 
+/// The sum of the requests of `runs`, in thousandths, by resource.
+fn requested_by(runs: &[&Run]) -> std::collections::BTreeMap<String, u64> {
+    let mut sum = std::collections::BTreeMap::new();
+    for r in runs {
+        for (name, milli) in r.requests().unwrap_or_default().iter() {
+            let e: &mut u64 = sum.entry(name.to_owned()).or_default();
+            *e = e.saturating_add(milli);
+        }
+    }
+    sum
+}
+
 /// A Runtime with the capacity its Runs hold: a function Run takes one
-/// slot, a session Run a whole Pod.
+/// slot, a session Run a whole Pod; and the declared resources its ready
+/// Pods have left.
 fn runtime_info(rt: &Runtime, runtimes: &[Runtime], runs: &[Run]) -> RuntimeInfo {
     let per_pod = u64::from(rt.spec.capacity.runs);
-    let used = runs
+    let holding: Vec<&Run> = runs
         .iter()
         .filter(|r| {
             r.status
@@ -277,6 +290,9 @@ fn runtime_info(rt: &Runtime, runtimes: &[Runtime], runs: &[Run]) -> RuntimeInfo
                     && x.namespace() == rt.namespace()
             })
         })
+        .collect();
+    let used = holding
+        .iter()
         .map(|r| {
             if r.spec.mode.session.is_some() {
                 per_pod
@@ -286,6 +302,19 @@ fn runtime_info(rt: &Runtime, runtimes: &[Runtime], runs: &[Run]) -> RuntimeInfo
         })
         .sum();
     let status = rt.status.clone().unwrap_or_default();
+    let pods = u64::try_from(status.ready_replicas).unwrap_or(0);
+    let mut requested = requested_by(&holding);
+    let free = rt
+        .spec
+        .capacity
+        .resources
+        .iter()
+        .filter_map(|(name, q)| {
+            let total = quantity::milli(&q.0).ok()?.saturating_mul(pods);
+            let left = total.saturating_sub(requested.remove(name).unwrap_or(0));
+            Some((name.clone(), quantity::display(name, left)))
+        })
+        .collect();
     RuntimeInfo {
         name: rt.name_any(),
         namespace: rt.namespace().unwrap_or_default(),
@@ -293,6 +322,47 @@ fn runtime_info(rt: &Runtime, runtimes: &[Runtime], runs: &[Run]) -> RuntimeInfo
         ready_replicas: i64::from(status.ready_replicas),
         capacity_per_pod: per_pod,
         runs_in_use: used,
+        free,
         image: rt.spec.image.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn a_runtime_shows_the_slots_and_resources_its_runs_hold_and_what_is_left() {
+        let rt: Runtime = object(serde_json::json!({
+            "apiVersion": "kruntimes.io/v1alpha1", "kind": "Runtime",
+            "metadata": {"name": "python", "namespace": "sys", "uid": "rt"},
+            "spec": {"image": "img", "capacity": {"runs": 4, "resources": {"cpu": "2", "memory": "4Gi"}}},
+            "status": {"desiredReplicas": 3, "readyReplicas": 2},
+        }));
+        let run = |name: &str, mode: serde_json::Value, cpu: &str, phase: &str| -> Run {
+            object(serde_json::json!({
+                "apiVersion": "kruntimes.io/v1alpha1", "kind": "Run",
+                "metadata": {"name": name, "namespace": "sys"},
+                "spec": {"runtime": "python", "mode": mode,
+                         "resources": {"requests": {"cpu": cpu, "memory": "512Mi"}}},
+                "status": {"phase": phase},
+            }))
+        };
+        let f = serde_json::json!({"function": {"handler": "m.f"}});
+        let runs = [
+            run("a", f.clone(), "500m", "Ready"),
+            run("b", serde_json::json!({"session": {}}), "1", "Running"),
+            run("done", f.clone(), "1", "Succeeded"),
+            run("waiting", f, "1", "Pending"),
+        ];
+        let info = runtime_info(&rt, std::slice::from_ref(&rt), &runs);
+        assert_eq!((info.desired_replicas, info.ready_replicas), (3, 2));
+        assert_eq!(info.runs_in_use, 1 + 4, "a slot, and a session's whole Pod");
+        assert_eq!(info.free.get("cpu").map(String::as_str), Some("2500m"));
+        assert_eq!(info.free.get("memory").map(String::as_str), Some("7Gi"));
     }
 }

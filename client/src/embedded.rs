@@ -286,6 +286,8 @@ impl Embedded {
             ready_replicas: status.pods.iter().filter(|p| p.connected).count() as i64,
             capacity_per_pod: status.pods.first().map_or(0, |p| u64::from(p.capacity)),
             runs_in_use: status.pods.iter().map(|p| u64::from(p.used)).sum(),
+            // The embedded runtimed instances declare no resources.
+            free: Default::default(),
             image: String::new(),
         }])
     }

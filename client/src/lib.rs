@@ -88,6 +88,10 @@ pub struct RuntimeInfo {
     pub capacity_per_pod: u64,
     /// Runs holding capacity now.
     pub runs_in_use: u64,
+    /// What the ready Pods' `capacity.resources` still offer beside the
+    /// requests of the Runs they hold (none when the Runtime declares none).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub free: std::collections::BTreeMap<String, String>,
     /// Image of the Runtime Server.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub image: String,

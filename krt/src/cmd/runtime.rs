@@ -1,5 +1,5 @@
-//! `krt runtime list|get`: the Runtime pools, their replicas and the
-//! capacity their Runs hold.
+//! `krt runtime list|get`: the Runtime pools, their replicas (desired and
+//! ready), the capacity their Runs hold and the resources left free.
 
 use anyhow::Context as _;
 
@@ -8,20 +8,26 @@ use kruntimes_client::{RuntimeInfo, Target};
 
 fn header() {
     println!(
-        "{:<16} {:<18} {:>7} {:>5} {:>8} {:>6}  IMAGE",
-        "NAME", "NAMESPACE", "DESIRED", "READY", "CAPACITY", "IN-USE"
+        "{:<16} {:<18} {:>7} {:>5} {:>8} {:>6}  {:<24} IMAGE",
+        "NAME", "NAMESPACE", "DESIRED", "READY", "CAPACITY", "IN-USE", "FREE"
     );
 }
 
 fn row(r: &RuntimeInfo) {
+    let free: Vec<String> = r.free.iter().map(|(k, v)| format!("{k}={v}")).collect();
     println!(
-        "{:<16} {:<18} {:>7} {:>5} {:>8} {:>6}  {}",
+        "{:<16} {:<18} {:>7} {:>5} {:>8} {:>6}  {:<24} {}",
         r.name,
         r.namespace,
         r.desired_replicas,
         r.ready_replicas,
         r.capacity_per_pod * r.ready_replicas.max(0) as u64,
         r.runs_in_use,
+        if free.is_empty() {
+            "-".to_owned()
+        } else {
+            free.join(",")
+        },
         if r.image.is_empty() { "-" } else { &r.image }
     );
 }
