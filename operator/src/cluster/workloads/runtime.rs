@@ -61,7 +61,39 @@ pub(super) fn container(rt: &Runtime, base: Option<Container>) -> Container {
     });
     mounts.extend(own.iter().map(|(name, path)| mount(name, path, false)));
     c.security_context = Some(security::container(security::RUNTIME_USER));
+    derive_resources(&mut c, rt);
     c
+}
+
+/// Resources the container gets from `spec.capacity.resources` where the
+/// template sets none: what the Runs of one Pod may reserve is what the
+/// container may use — as limits and as requests, so the node scheduler
+/// reserves it too. A name the template already limits or requests is the
+/// template's; extended resources are left to the template (a device
+/// plugin's name is not always a container resource).
+fn derive_resources(c: &mut Container, rt: &Runtime) {
+    const DERIVED: [&str; 3] = ["cpu", "memory", "ephemeral-storage"];
+    let capacity = &rt.spec.capacity.resources;
+    if !DERIVED.iter().any(|n| capacity.contains_key(*n)) {
+        return;
+    }
+    let r = c.resources.get_or_insert_with(Default::default);
+    for name in DERIVED {
+        let Some(q) = capacity.get(name) else {
+            continue;
+        };
+        let set = |m: &mut Option<std::collections::BTreeMap<String, _>>| {
+            m.get_or_insert_with(Default::default)
+                .entry(name.to_owned())
+                .or_insert_with(|| q.clone());
+        };
+        let template_sets = r.limits.as_ref().is_some_and(|l| l.contains_key(name))
+            || r.requests.as_ref().is_some_and(|l| l.contains_key(name));
+        if !template_sets {
+            set(&mut r.limits);
+            set(&mut r.requests);
+        }
+    }
 }
 
 /// Whether `backend` is served by the built-in `runtime-server` (Python,

@@ -527,3 +527,55 @@ fn service_is_headless_over_the_runtime_pods() {
     assert_eq!(s.cluster_ip.as_deref(), Some("None"));
     assert_eq!(s.selector.unwrap()[RUNTIME_LABEL], "python");
 }
+
+#[test]
+fn the_runtime_container_gets_its_resources_from_the_capacity_unless_the_template_sets_them() {
+    use k8s_openapi::api::core::v1::{Container, ResourceRequirements};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    let q = |s: &str| Quantity(s.into());
+    let mut r = rt();
+    r.spec.capacity.resources = [
+        ("cpu".to_owned(), q("2")),
+        ("memory".to_owned(), q("4Gi")),
+        ("example.com/gpu".to_owned(), q("1")),
+    ]
+    .into();
+    let runtime = |spec: PodSpec| {
+        spec.containers
+            .into_iter()
+            .find(|c| c.name == "runtime")
+            .unwrap()
+            .resources
+            .unwrap_or_default()
+    };
+    let res = runtime(pod(&r));
+    for m in [res.limits.unwrap(), res.requests.unwrap()] {
+        assert_eq!(m.get("cpu"), Some(&q("2")));
+        assert_eq!(m.get("memory"), Some(&q("4Gi")));
+        assert!(
+            !m.contains_key("example.com/gpu"),
+            "extended names are the template's"
+        );
+    }
+    // The template's own figure for a name wins; the others are derived.
+    r.spec.template = Some(PodTemplateSpec {
+        metadata: None,
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: "runtime".into(),
+                resources: Some(ResourceRequirements {
+                    limits: Some([("memory".to_owned(), q("8Gi"))].into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+    });
+    let res = runtime(pod(&r));
+    assert_eq!(res.limits.as_ref().unwrap().get("memory"), Some(&q("8Gi")));
+    assert_eq!(res.requests.as_ref().unwrap().get("memory"), None);
+    assert_eq!(res.limits.unwrap().get("cpu"), Some(&q("2")));
+    // No declared resources: nothing derived.
+    assert!(runtime(pod(&rt())).limits.is_none());
+}
