@@ -269,6 +269,7 @@ impl Operator {
         // again at the end of the pass.
         let mut written_views: Vec<decide::RunView> = Vec::new();
         let mut failed: Vec<String> = Vec::new();
+        let mut latest: HashMap<(String, String), Arc<Run>> = HashMap::new();
         let plan = decide::reconcile(&views, &pods, &infos, &settings, SystemTime::now());
         if let Some(m) = metrics::get() {
             let r = &plan.report;
@@ -289,7 +290,15 @@ impl Operator {
             | Op::Status {
                 namespace, name, ..
             }) = &op;
-            let Some(run) = by_key.get(&(namespace.clone(), name.clone())) else {
+            // A Run this pass already wrote (its finalizer, then its bind)
+            // is written at the version that write returned: the decision
+            // still holds, as only this pass changed it.
+            let key = (namespace.clone(), name.clone());
+            let Some(run) = latest
+                .get(&key)
+                .cloned()
+                .or_else(|| by_key.get(&key).map(|r| Arc::clone(r)))
+            else {
                 continue;
             };
             let kind = if matches!(op, Op::Status { .. }) {
@@ -298,10 +307,10 @@ impl Operator {
                 "finalizer"
             };
             let result = match &op {
-                Op::AddFinalizer { .. } => set_finalizer(&self.client, run, true)
+                Op::AddFinalizer { .. } => set_finalizer(&self.client, &run, true)
                     .await
                     .doing(|| format!("add the finalizer of {namespace}/{name}")),
-                Op::RemoveFinalizer { .. } => set_finalizer(&self.client, run, false)
+                Op::RemoveFinalizer { .. } => set_finalizer(&self.client, &run, false)
                     .await
                     .doing(|| format!("remove the finalizer of {namespace}/{name}")),
                 Op::Status { status, .. } => {
@@ -314,7 +323,7 @@ impl Operator {
                         attempt = status.attempt.unwrap_or(0),
                         "run status"
                     );
-                    writes::patch_status(&self.client, run, status).await
+                    writes::patch_status(&self.client, &run, status).await
                 }
             };
             if let Some(m) = metrics::get() {
@@ -334,6 +343,7 @@ impl Operator {
             }
             match result {
                 Ok(run) => {
+                    latest.insert(key, Arc::new(run.clone()));
                     let view = views::run_view(&run);
                     // A new assignment reaches the gateways now, not after
                     // the pass: its owner may register and go Ready before
