@@ -167,7 +167,7 @@ impl Cluster {
             format!("--client-ca={}", s(&f.internal_ca)),
             "--leader-election".into(),
             format!("--leader-identity={identity}"),
-            "--lease-duration-secs=4".into(),
+            "--lease-duration-secs=8".into(),
         ]
     }
 
