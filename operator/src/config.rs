@@ -360,7 +360,7 @@ impl Args {
                             ca_days: self.ca_validity_days,
                             leaf_days: self.leaf_validity_days,
                         },
-                        owner_deployment: self.owner_deployment,
+                        owner_deployment: self.owner_deployment.clone(),
                         keep_after_uninstall: self.keep_after_uninstall,
                     }),
                     dir: self.managed_tls_dir,
@@ -392,6 +392,7 @@ impl Args {
                     .leader_identity
                     .unwrap_or_else(crate::cluster::leader::default_identity),
                 lease_duration: Duration::from_secs(self.lease_duration_secs),
+                owner_deployment: self.owner_deployment.clone(),
             }),
         })
     }

@@ -6,8 +6,9 @@
 //! so two replicas can never both take it). Every replica keeps its caches
 //! and serves the ownership watch; only the leader decides and writes. A
 //! renewal that fails leaves the library's last answer standing, so before
-//! each pass's writes the leader also reads the Lease itself: it writes only
-//! while the Lease names it and has not expired. Every write still carries
+//! each pass's writes the leader also checks the Lease itself: it writes
+//! only while the Lease names it and is more than 2 s from expiring (read
+//! again once that margin is reached, so a burst of passes costs no GET each). Every write still carries
 //! the `resourceVersion` its decision was made on.
 
 use std::time::Duration;
@@ -17,6 +18,8 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use kube_lease_manager::{LeaseManagerBuilder, LeaseParams};
 use tokio::sync::watch;
+
+use crate::error::Doing as _;
 
 /// Name of the Lease.
 pub const LEASE_NAME: &str = "kruntimes-operator";
@@ -28,6 +31,9 @@ pub struct LeaderElection {
     pub identity: String,
     /// How long the Lease lasts after its last renewal.
     pub lease_duration: Duration,
+    /// The operator's own Deployment (`--owner-deployment`): the Lease is
+    /// created owned by it, so it goes with the installation.
+    pub owner_deployment: Option<String>,
 }
 
 /// This replica's view of the election.
@@ -36,7 +42,13 @@ pub struct Leadership {
     identity: String,
     state: watch::Receiver<bool>,
     was_leader: bool,
+    /// Until when the Lease, as last read, makes this replica the leader:
+    /// passes before then (less a margin) need not read it again.
+    valid_until: Option<Timestamp>,
 }
+
+/// How long before its recorded expiry the Lease is read again.
+const MARGIN: k8s_openapi::jiff::SignedDuration = k8s_openapi::jiff::SignedDuration::from_secs(2);
 
 impl Leadership {
     /// Joins the election in `namespace` (the Lease is created when absent).
@@ -45,6 +57,9 @@ impl Leadership {
         namespace: &str,
         cfg: &LeaderElection,
     ) -> crate::Result<Self> {
+        if let Some(owner) = &cfg.owner_deployment {
+            create_owned(&client, namespace, owner).await?;
+        }
         let duration = cfg.lease_duration.as_secs().max(3);
         let grace = (duration / 3).max(1);
         let manager = LeaseManagerBuilder::new(client.clone(), LEASE_NAME)
@@ -69,6 +84,7 @@ impl Leadership {
             identity: cfg.identity.clone(),
             state,
             was_leader: false,
+            valid_until: None,
         })
     }
 
@@ -92,31 +108,68 @@ impl Leadership {
         }
     }
 
-    async fn lease_is_mine(&self) -> bool {
-        match self.api.get_opt(LEASE_NAME).await {
-            Ok(Some(lease)) => holds(&lease, &self.identity, Timestamp::now()),
-            Ok(None) => false,
+    async fn lease_is_mine(&mut self) -> bool {
+        let now = Timestamp::now();
+        if self.valid_until.is_some_and(|until| now + MARGIN < until) {
+            return true;
+        }
+        self.valid_until = match self.api.get_opt(LEASE_NAME).await {
+            Ok(Some(lease)) => held_until(&lease, &self.identity).filter(|until| now < *until),
+            Ok(None) => None,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the leader Lease; not writing");
-                false
+                None
             }
-        }
+        };
+        self.valid_until.is_some()
     }
+}
+
+/// Creates the Lease, owned by Deployment `owner`, unless it exists: the
+/// garbage collector then removes it with the installation.
+async fn create_owned(client: &kube::Client, namespace: &str, owner: &str) -> crate::Result<()> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    use kube::api::PostParams;
+    let deployment = Api::<Deployment>::namespaced(client.clone(), namespace)
+        .get(owner)
+        .await
+        .doing(|| format!("read the operator's Deployment {namespace}/{owner}"))?;
+    let mut lease = Lease::default();
+    lease.metadata.name = Some(LEASE_NAME.into());
+    lease.metadata.namespace = Some(namespace.into());
+    lease.metadata.owner_references = Some(vec![OwnerReference {
+        api_version: "apps/v1".into(),
+        kind: "Deployment".into(),
+        name: owner.into(),
+        uid: deployment.metadata.uid.unwrap_or_default(),
+        ..Default::default()
+    }]);
+    match Api::<Lease>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &lease)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e).doing(|| format!("create the Lease {namespace}/{LEASE_NAME}")),
+    }
+}
+
+/// Until when `lease` makes `identity` the leader (`None`: another holder,
+/// or none).
+pub fn held_until(lease: &Lease, identity: &str) -> Option<Timestamp> {
+    let spec = lease.spec.as_ref()?;
+    if spec.holder_identity.as_deref() != Some(identity) {
+        return None;
+    }
+    let renewed = spec.renew_time.as_ref()?;
+    let secs = spec.lease_duration_seconds?;
+    Some(renewed.0 + k8s_openapi::jiff::SignedDuration::from_secs(i64::from(secs)))
 }
 
 /// Whether `lease` is held by `identity` and unexpired at `now`.
 pub fn holds(lease: &Lease, identity: &str, now: Timestamp) -> bool {
-    let Some(spec) = &lease.spec else {
-        return false;
-    };
-    if spec.holder_identity.as_deref() != Some(identity) {
-        return false;
-    }
-    let (Some(renewed), Some(secs)) = (&spec.renew_time, spec.lease_duration_seconds) else {
-        return false;
-    };
-    let expires = renewed.0 + k8s_openapi::jiff::SignedDuration::from_secs(i64::from(secs));
-    now < expires
+    held_until(lease, identity).is_some_and(|until| now < until)
 }
 
 /// This replica's identity: `$POD_NAME` (the chart sets it), else the host
