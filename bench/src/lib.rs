@@ -119,8 +119,8 @@ pub struct Args {
     pub closed_secs: Option<u64>,
     /// Run only these scenario groups (comma-separated): `sequential`,
     /// `open-loop`, `closed-loop`, `sessions`, `interpreter`, `auth`,
-    /// `kube-auth`, `propagation`, `table`, `scheduling`. Default: all of
-    /// them.
+    /// `kube-auth`, `propagation`, `table`, `scheduling`, `burst`. Default:
+    /// all of them.
     #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(GROUPS))]
     pub only: Vec<String>,
     /// Run the soak instead of the comparison: constant open-loop load on a
@@ -133,7 +133,7 @@ pub struct Args {
 }
 
 /// The scenario groups `--only` selects from, in the order they run.
-pub const GROUPS: [&str; 10] = [
+pub const GROUPS: [&str; 11] = [
     "scheduling",
     "sequential",
     "open-loop",
@@ -144,6 +144,7 @@ pub const GROUPS: [&str; 10] = [
     "kube-auth",
     "propagation",
     "table",
+    "burst",
 ];
 
 impl Args {

@@ -373,6 +373,31 @@ impl Cluster {
         Ok(uid)
     }
 
+    /// Creates Pod `name` of Runtime `runtime`, Ready at `ip`, whose runtimed
+    /// never runs: the operator binds Runs to it and nothing registers them
+    /// (for measuring binding alone).
+    pub async fn add_idle_pod(&self, name: &str, runtime: &str) -> anyhow::Result<String> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), SYSTEM_NAMESPACE);
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {
+                "name": name,
+                "namespace": SYSTEM_NAMESPACE,
+                "labels": {"kruntimes.io/runtime": runtime, "app.kubernetes.io/name": "kruntimes-runtime"},
+            },
+            "spec": {
+                "nodeName": "kubetest-node",
+                "containers": [{
+                    "name": "runtimed",
+                    "image": "ghcr.io/kruntimes/runtime-python:test",
+                    "ports": [{"name": "dataplane", "containerPort": 7443}],
+                }],
+            },
+        }))?;
+        let pod = pods.create(&PostParams::default(), &pod).await?;
+        self.set_pod_ready(name, true).await?;
+        pod.metadata.uid.context("pod uid")
+    }
+
     /// Creates Pod `name` of Runtime `runtime` and starts the runtimed that
     /// plays it as `identity`, without waiting for it. Returns the Pod's UID
     /// and the runtimed's port.

@@ -17,6 +17,7 @@ mod context;
 mod extra_gateway;
 mod interpreter_per_call;
 mod kube_auth;
+mod kube_burst;
 mod local;
 mod open_loop;
 mod procfs;
@@ -105,6 +106,9 @@ pub async fn run(args: &Args, sizes: &Sizes) -> anyhow::Result<Report> {
     }
     if args.runs("table") {
         table_scale::run(&mut ctx, &local, sizes).await;
+    }
+    if args.runs("burst") {
+        kube_burst::run(&mut ctx, &local).await;
     }
     ctx.bar.finish_and_clear();
 
