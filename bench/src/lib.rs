@@ -183,6 +183,10 @@ pub struct Sizes {
     pub closed: std::time::Duration,
     /// Closed-loop warm-up per path (not recorded).
     pub closed_warmup: std::time::Duration,
+    /// Pending Runs and Pods of the pure scheduling pass.
+    pub scheduling: (usize, usize),
+    /// Runs of the burst on the API server.
+    pub burst: usize,
 }
 
 impl Sizes {
@@ -203,6 +207,8 @@ impl Sizes {
             session: if q { 50 } else { 300 },
             closed: std::time::Duration::from_secs(a.closed_secs.unwrap_or(if q { 3 } else { 10 })),
             closed_warmup: std::time::Duration::from_secs(if q { 1 } else { 2 }),
+            scheduling: if q { (1000, 50) } else { (10_000, 500) },
+            burst: if q { 100 } else { 1000 },
         }
     }
 }

@@ -127,6 +127,14 @@ fn quick_run_produces_every_scenario_and_summary_figure() {
     // Ten tokens cost one TokenReview and one SubjectAccessReview each,
     // however many requests they make within the cache TTLs.
     assert_eq!(summary["kube_tokenreviews_10_tokens"], 10, "{summary}");
+    // The control plane: the pure pass ran, and a burst on a real API server
+    // bound every Run without over-committing a Pod.
+    assert!(
+        summary["scheduling_us_per_run_median"].as_f64().is_some(),
+        "{summary}"
+    );
+    assert_eq!(summary["burst_over_committed"], 0, "{summary}");
+    assert_eq!(summary["burst_runs"], 100, "{summary}");
     assert_eq!(
         summary["kube_subjectaccessreviews_10_tokens"], 10,
         "{summary}"

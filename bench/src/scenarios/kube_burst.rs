@@ -1,6 +1,6 @@
 //! A burst of Runs bound on a real kube-apiserver: the operator (with
-//! leader election, as the chart runs it) binds 1,000 function Runs onto 10
-//! Runtime Pods of 100 slots. The Pods are API objects whose runtimed never
+//! leader election, as the chart runs it) binds 1,000 function Runs (100
+//! with `--quick`) onto 10 Runtime Pods with a slot for each. The Pods are API objects whose runtimed never
 //! runs, so only binding is measured: binds per second from the first
 //! create, API writes per bound Run (from the operator's own metrics), and
 //! over-commitment (a Pod holding more than its slots), which must be 0.
@@ -18,18 +18,15 @@ use serde_json::json;
 use super::context::Ctx;
 use super::local::Local;
 
-/// Runs in the burst.
-pub(super) const RUNS: usize = 1000;
-/// Pods, and slots per Pod.
+/// Pods, and slots per Pod (as many slots as Runs in the burst).
 const PODS: usize = 10;
-const SLOTS: u32 = 100;
 /// Creates in flight at once.
 const CONCURRENCY: usize = 16;
 
 /// Sets the `burst_*` figures, or skips `burst` with the reason.
-pub(super) async fn run(ctx: &mut Ctx, local: &Local) {
+pub(super) async fn run(ctx: &mut Ctx, local: &Local, runs: usize) {
     ctx.bar.set_message("kubernetes burst");
-    match measure(local).await {
+    match measure(local, runs).await {
         Ok(figures) => {
             for (k, v) in figures {
                 ctx.figure(&k, v);
@@ -39,10 +36,11 @@ pub(super) async fn run(ctx: &mut Ctx, local: &Local) {
     }
 }
 
-async fn measure(local: &Local) -> anyhow::Result<Vec<(String, serde_json::Value)>> {
+async fn measure(local: &Local, runs: usize) -> anyhow::Result<Vec<(String, serde_json::Value)>> {
+    let slots = u32::try_from(runs.div_ceil(PODS)).unwrap_or(u32::MAX);
     let server = ApiServer::start().await?;
     let cluster = Cluster::start(&local.krt, &server).await?;
-    cluster.create_runtime("python", PODS as i32, SLOTS).await?;
+    cluster.create_runtime("python", PODS as i32, slots).await?;
     for i in 0..PODS {
         cluster
             .add_idle_pod(&format!("python-{i}"), "python")
@@ -52,7 +50,7 @@ async fn measure(local: &Local) -> anyhow::Result<Vec<(String, serde_json::Value
     let api: Api<Run> = Api::namespaced(server.client().await?, "a");
     let before = writes(&cluster).await?;
     let started = Instant::now();
-    let mut pending = futures::stream::iter((0..RUNS).map(|i| {
+    let mut pending = futures::stream::iter((0..runs).map(|i| {
         let api = api.clone();
         async move {
             let run: Run = serde_json::from_value(json!({
@@ -74,37 +72,37 @@ async fn measure(local: &Local) -> anyhow::Result<Vec<(String, serde_json::Value
     let created = started.elapsed();
     let deadline = Instant::now() + Duration::from_secs(300);
     let (bound, per_pod) = loop {
-        let runs = api.list(&Default::default()).await?.items;
+        let listed = api.list(&Default::default()).await?.items;
         let mut per_pod: BTreeMap<String, u32> = BTreeMap::new();
-        for r in &runs {
+        for r in &listed {
             if let Some(uid) = r.status.as_ref().and_then(|s| s.assigned_pod_uid.clone()) {
                 *per_pod.entry(uid).or_default() += 1;
             }
         }
         let bound: u32 = per_pod.values().sum();
-        if bound as usize >= RUNS {
+        if bound as usize >= runs {
             break (started.elapsed(), per_pod);
         }
         if Instant::now() > deadline {
-            bail!("{bound} of {RUNS} Runs bound within 300 s");
+            bail!("{bound} of {runs} Runs bound within 300 s");
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     // Settle: nothing more should be written for these binds.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let after = writes(&cluster).await?;
-    let over: u32 = per_pod.values().map(|n| n.saturating_sub(SLOTS)).sum();
+    let over: u32 = per_pod.values().map(|n| n.saturating_sub(slots)).sum();
     let per_run = |k: &str| {
         (after.get(k).copied().unwrap_or(0) - before.get(k).copied().unwrap_or(0)) as f64
-            / RUNS as f64
+            / runs as f64
     };
     Ok(vec![
-        ("burst_runs".into(), json!(RUNS)),
+        ("burst_runs".into(), json!(runs)),
         ("burst_create_seconds".into(), json!(created.as_secs_f64())),
         ("burst_bound_seconds".into(), json!(bound.as_secs_f64())),
         (
             "burst_binds_per_sec".into(),
-            json!(RUNS as f64 / bound.as_secs_f64()),
+            json!(runs as f64 / bound.as_secs_f64()),
         ),
         ("burst_over_committed".into(), json!(over)),
         (

@@ -67,7 +67,7 @@ pub async fn run(args: &Args, sizes: &Sizes) -> anyhow::Result<Report> {
     ctx.trace = trace;
     // The pure core needs no stack: `--only scheduling` starts none.
     if args.runs("scheduling") {
-        scheduling::run(&mut ctx);
+        scheduling::run(&mut ctx, sizes.scheduling);
     }
     if args.only.iter().all(|g| g == "scheduling") && !args.only.is_empty() {
         ctx.bar.finish_and_clear();
@@ -108,7 +108,7 @@ pub async fn run(args: &Args, sizes: &Sizes) -> anyhow::Result<Report> {
         table_scale::run(&mut ctx, &local, sizes).await;
     }
     if args.runs("burst") {
-        kube_burst::run(&mut ctx, &local).await;
+        kube_burst::run(&mut ctx, &local, sizes.burst).await;
     }
     ctx.bar.finish_and_clear();
 

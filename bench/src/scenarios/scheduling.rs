@@ -20,17 +20,14 @@ use serde_json::json;
 use super::context::Ctx;
 use super::procfs::proc_usage;
 
-/// Pending Runs in the snapshot.
-pub(super) const RUNS: usize = 10_000;
-/// Runtime Pods, in 5 pools.
-pub(super) const PODS: usize = 500;
 /// Passes measured.
 const PASSES: usize = 7;
 
-/// Sets the `scheduling_*` figures.
-pub(super) fn run(ctx: &mut Ctx) {
+/// Sets the `scheduling_*` figures for `runs` Pending Runs over `pods`
+/// Pods (10,000 and 500; fewer with `--quick`).
+pub(super) fn run(ctx: &mut Ctx, (runs, pods): (usize, usize)) {
     ctx.bar.set_message("scheduling");
-    let snapshot = snapshot(RUNS, PODS);
+    let snapshot = snapshot(runs, pods);
     let framework = Framework::default();
     let rss_before = proc_usage(std::process::id()).map_or(0, |u| u.1);
     let mut times: Vec<Duration> = Vec::new();
@@ -46,9 +43,9 @@ pub(super) fn run(ctx: &mut Ctx) {
     }
     let rss_after = proc_usage(std::process::id()).map_or(0, |u| u.1);
     times.sort();
-    let per_run = |d: Duration| d.as_secs_f64() * 1e6 / RUNS as f64;
-    ctx.figure("scheduling_runs", json!(RUNS));
-    ctx.figure("scheduling_pods", json!(PODS));
+    let per_run = |d: Duration| d.as_secs_f64() * 1e6 / runs as f64;
+    ctx.figure("scheduling_runs", json!(runs));
+    ctx.figure("scheduling_pods", json!(pods));
     ctx.figure("scheduling_cycles", json!(cycles));
     ctx.figure("scheduling_bound", json!(placed));
     ctx.figure(
