@@ -208,10 +208,12 @@ pub fn decide(snapshot: &Snapshot, framework: &Framework) -> Plan {
         let (a, b) = (&snapshot.runs[*a], &snapshot.runs[*b]);
         (a.created, &a.namespace, &a.name, &a.uid).cmp(&(b.created, &b.namespace, &b.name, &b.uid))
     });
+    let pods_by_uid: BTreeMap<&str, &PodFacts> =
+        snapshot.pods.iter().map(|p| (p.uid.as_str(), p)).collect();
     let mut waiting = Vec::new();
     for i in order {
         let run = &snapshot.runs[i];
-        let owner = owner_of(run, &snapshot.pods);
+        let owner = owner_of(run, &pods_by_uid);
         let alive = owner == control::Owner::Alive;
         if run.deleting {
             if alive {
@@ -267,14 +269,14 @@ pub fn decide(snapshot: &Snapshot, framework: &Framework) -> Plan {
     plan
 }
 
-/// Whether the Pod a Run is assigned to is still its owner.
-fn owner_of<'a>(run: &'a RunFacts, pods: &[PodFacts]) -> control::Owner<'a> {
+/// Whether the Pod a Run is assigned to is still its owner (`pods` by UID).
+fn owner_of<'a>(run: &'a RunFacts, pods: &BTreeMap<&str, &PodFacts>) -> control::Owner<'a> {
     let Some(o) = &run.owner else {
         return control::Owner::Unassigned;
     };
     let alive = pods
-        .iter()
-        .any(|p| p.uid == o.pod_uid && p.name == o.pod && p.alive);
+        .get(o.pod_uid.as_str())
+        .is_some_and(|p| p.name == o.pod && p.alive);
     if alive {
         control::Owner::Alive
     } else {
