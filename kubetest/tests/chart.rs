@@ -207,9 +207,15 @@ fn each_ci_values_file_renders_what_it_asks_for() {
         python["spec"]["image"],
         "registry.example.com/platform/kruntimes/runtime-python:0.1.0-rc1"
     );
+    let cold = r.find("Runtime", "bash-cold").unwrap();
+    assert_eq!(cold["spec"]["replicas"], 0);
     assert_eq!(
-        r.find("Runtime", "bash-cold").unwrap()["spec"]["replicas"],
-        0
+        cold["spec"]["pool"],
+        serde_json::json!({"minIdle": 1, "maxReplicas": 10, "scaleDownDelaySeconds": 120})
+    );
+    assert_eq!(
+        node["spec"]["capacity"]["resources"],
+        serde_json::json!({"cpu": "2", "memory": "4Gi"})
     );
     assert_eq!(
         flag(&args(&r.operator()), "--runtime-service-account"),
