@@ -278,29 +278,14 @@ pub fn registration_deadline(mode: ModeKind) -> std::time::Duration {
 
 /// A Run its owner never made `Ready` in time: cancelled when terminating,
 /// else placed again (a session too: nothing of it exists yet) while
-/// `attempt ≤ maxRetries`, failed after that. The new attempt fences a late
-/// registration of the old one.
+/// retries are left. The new attempt fences a late registration of the old
+/// one.
 fn registration_expired(life: &Life, rules: &Rules, seconds: u64, pod: &str) -> Transition {
     let late = format!("not Ready within {seconds}s of its assignment to Pod {pod}");
     let (phase, message) = if rules.termination.is_some() {
         (Phase::Cancelled, format!("{late}; termination requested"))
-    } else if life.attempt <= u64::from(rules.max_retries) {
-        (
-            Phase::Pending,
-            format!(
-                "{late}; rescheduling (attempt {} of {})",
-                life.attempt + 1,
-                u64::from(rules.max_retries) + 1
-            ),
-        )
     } else {
-        (
-            Phase::Failed,
-            format!(
-                "{late}, and the retry policy ({} retries) is exhausted",
-                rules.max_retries
-            ),
-        )
+        retry_or_fail(life, rules, &late)
     };
     Transition {
         phase,
@@ -311,42 +296,47 @@ fn registration_expired(life: &Life, rules: &Rules, seconds: u64, pod: &str) -> 
 }
 
 /// Owner loss of an assigned Run: a Run being terminated is cancelled, a
-/// session fails (a workspace never moves), a function Run goes back to
-/// `Pending` while `attempt ≤ maxRetries` and fails after that.
+/// session fails (a workspace never moves), a function Run is placed again
+/// while retries are left.
 fn owner_lost(life: &Life, rules: &Rules, pod: &str) -> Transition {
+    let gone = format!("owner Pod {pod} is gone");
     let (phase, message) = if rules.termination.is_some() || life.phase == Phase::Finalizing {
-        (
-            Phase::Cancelled,
-            format!("owner Pod {pod} is gone; termination requested"),
-        )
+        (Phase::Cancelled, format!("{gone}; termination requested"))
     } else if rules.mode == ModeKind::Session {
         (
             Phase::Failed,
-            format!("owner Pod {pod} is gone; a session's workspace does not move"),
-        )
-    } else if life.attempt <= u64::from(rules.max_retries) {
-        (
-            Phase::Pending,
-            format!(
-                "owner Pod {pod} is gone; rescheduling (attempt {} of {})",
-                life.attempt + 1,
-                u64::from(rules.max_retries) + 1
-            ),
+            format!("{gone}; a session's workspace does not move"),
         )
     } else {
-        (
-            Phase::Failed,
-            format!(
-                "owner Pod {pod} is gone and the retry policy ({} retries) is exhausted",
-                rules.max_retries
-            ),
-        )
+        retry_or_fail(life, rules, &gone)
     };
     Transition {
         phase,
         reason: Reason::OwnerLost,
         attempt: life.attempt,
         message,
+    }
+}
+
+/// After `what` happened to an assigned Run: back to `Pending` (placed
+/// again at the next attempt) while `attempt ≤ maxRetries`, `Failed` after
+/// that; the message says which.
+fn retry_or_fail(life: &Life, rules: &Rules, what: &str) -> (Phase, String) {
+    let retries = u64::from(rules.max_retries);
+    if life.attempt <= retries {
+        (
+            Phase::Pending,
+            format!(
+                "{what}; rescheduling (attempt {} of {})",
+                life.attempt + 1,
+                retries + 1
+            ),
+        )
+    } else {
+        (
+            Phase::Failed,
+            format!("{what}, and the retry policy ({retries} retries) is exhausted"),
+        )
     }
 }
 
