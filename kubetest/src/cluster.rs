@@ -373,42 +373,9 @@ impl Cluster {
         Ok(uid)
     }
 
-    /// Creates Pod `name` of Runtime `runtime`, Ready at `ip`, whose runtimed
-    /// never runs: the operator binds Runs to it and nothing registers them
-    /// (for measuring binding alone).
-    pub async fn add_idle_pod(&self, name: &str, runtime: &str) -> anyhow::Result<String> {
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), SYSTEM_NAMESPACE);
-        let pod: Pod = serde_json::from_value(json!({
-            "metadata": {
-                "name": name,
-                "namespace": SYSTEM_NAMESPACE,
-                "labels": {"kruntimes.io/runtime": runtime, "app.kubernetes.io/name": "kruntimes-runtime"},
-            },
-            "spec": {
-                "nodeName": "kubetest-node",
-                "containers": [{
-                    "name": "runtimed",
-                    "image": "ghcr.io/kruntimes/runtime-python:test",
-                    "ports": [{"name": "dataplane", "containerPort": 7443}],
-                }],
-            },
-        }))?;
-        let pod = pods.create(&PostParams::default(), &pod).await?;
-        self.set_pod_ready(name, true).await?;
-        pod.metadata.uid.context("pod uid")
-    }
-
-    /// Creates Pod `name` of Runtime `runtime` and starts the runtimed that
-    /// plays it as `identity`, without waiting for it. Returns the Pod's UID
-    /// and the runtimed's port.
-    pub async fn start_pod(
-        &self,
-        name: &str,
-        runtime: &str,
-        identity: User,
-    ) -> anyhow::Result<(String, u16)> {
-        let port = free_port()?;
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), SYSTEM_NAMESPACE);
+    /// Creates the object of Pod `name` of Runtime `runtime`, its dataplane
+    /// on `port` (as the operator's Deployment would, on the harness node).
+    async fn create_pod(&self, name: &str, runtime: &str, port: u16) -> anyhow::Result<Pod> {
         let pod: Pod = serde_json::from_value(json!({
             "metadata": {
                 "name": name,
@@ -424,7 +391,33 @@ impl Cluster {
                 }],
             },
         }))?;
-        let pod = pods.create(&PostParams::default(), &pod).await?;
+        Ok(
+            Api::<Pod>::namespaced(self.client.clone(), SYSTEM_NAMESPACE)
+                .create(&PostParams::default(), &pod)
+                .await?,
+        )
+    }
+
+    /// Creates Pod `name` of Runtime `runtime`, Ready, whose runtimed
+    /// never runs: the operator binds Runs to it and nothing registers them
+    /// (for measuring binding alone).
+    pub async fn add_idle_pod(&self, name: &str, runtime: &str) -> anyhow::Result<String> {
+        let pod = self.create_pod(name, runtime, 7443).await?;
+        self.set_pod_ready(name, true).await?;
+        pod.metadata.uid.context("pod uid")
+    }
+
+    /// Creates Pod `name` of Runtime `runtime` and starts the runtimed that
+    /// plays it as `identity`, without waiting for it. Returns the Pod's UID
+    /// and the runtimed's port.
+    pub async fn start_pod(
+        &self,
+        name: &str,
+        runtime: &str,
+        identity: User,
+    ) -> anyhow::Result<(String, u16)> {
+        let port = free_port()?;
+        let pod = self.create_pod(name, runtime, port).await?;
         let uid = pod.metadata.uid.clone().context("pod uid")?;
         let s = |p: &Path| p.display().to_string();
         let f = &self.files;

@@ -221,17 +221,23 @@ impl Operator {
         leading
     }
 
-    /// A replica that does not lead publishes the table its caches show and
-    /// writes nothing.
-    fn follow(&mut self) {
+    /// The Runs the caches hold, their views and the Runtime Pods'.
+    fn observed(&self) -> (Vec<Arc<Run>>, Vec<decide::RunView>, Vec<decide::PodInfo>) {
         let runs: Vec<Arc<Run>> = self.runs.state();
-        let views: Vec<decide::RunView> = runs.iter().map(|r| views::run_view(r)).collect();
-        let pods: Vec<decide::PodInfo> = self
+        let views = runs.iter().map(|r| views::run_view(r)).collect();
+        let pods = self
             .pods
             .state()
             .iter()
             .filter_map(|p| views::pod_info(p))
             .collect();
+        (runs, views, pods)
+    }
+
+    /// A replica that does not lead publishes the table its caches show and
+    /// writes nothing.
+    fn follow(&mut self) {
+        let (_, views, pods) = self.observed();
         self.publisher
             .replace_all(views::ownership_entries(&views, &pods));
     }
@@ -248,14 +254,7 @@ impl Operator {
             ca_bundle: self.ca.get(&self.client).await,
             system_namespace: self.cfg.system_namespace.clone(),
         };
-        let runs: Vec<Arc<Run>> = self.runs.state();
-        let views: Vec<decide::RunView> = runs.iter().map(|r| views::run_view(r)).collect();
-        let pods: Vec<decide::PodInfo> = self
-            .pods
-            .state()
-            .iter()
-            .filter_map(|p| views::pod_info(p))
-            .collect();
+        let (runs, views, pods) = self.observed();
         let runtimes: Vec<Arc<Runtime>> = self.runtimes.state();
         let infos: Vec<decide::RuntimeInfo> =
             runtimes.iter().map(|r| views::runtime_info(r)).collect();
@@ -367,16 +366,18 @@ impl Operator {
             }
         }
         writes::catch_up(&self.runs, &written).await;
+        // The Runs as this pass left them: what it decided on, with its own
+        // writes applied.
+        let after = views::with_written(views, written_views);
 
         let now = std::time::Instant::now();
         let mut keys = Vec::new();
-        // Pods holding a Run, by UID (the views after this pass's writes).
-        let busy: std::collections::BTreeSet<String> =
-            views::with_written(views.clone(), written_views.iter().cloned())
-                .iter()
-                .filter(|r| r.status.life().phase.holds_capacity())
-                .filter_map(|r| r.status.assigned_pod_uid.clone())
-                .collect();
+        // Pods holding a Run, by UID.
+        let busy: std::collections::BTreeSet<String> = after
+            .iter()
+            .filter(|r| r.status.life().phase.holds_capacity())
+            .filter_map(|r| r.status.assigned_pod_uid.clone())
+            .collect();
         for rt in &runtimes {
             let key = format!("{}/{}", rt.namespace().unwrap_or_default(), rt.name_any());
             let replicas = self.sizes.desired(rt, demand.get(&key), now);
@@ -399,11 +400,9 @@ impl Operator {
             }
         }
         self.sizes.retain(&keys);
-        // The table as this pass left it: what it decided on, with its own
-        // writes applied (publishing the views from before them would take
-        // the assignments just upserted back to Pending until the next
-        // pass).
-        let after = views::with_written(views, written_views);
+        // The table as this pass left it (publishing the views from before
+        // its writes would take the assignments just upserted back to
+        // Pending until the next pass).
         self.publisher
             .replace_all(views::ownership_entries(&after, &pods));
         match failed.as_slice() {
