@@ -263,8 +263,10 @@ pub fn decide(snapshot: &Snapshot, framework: &Framework) -> Plan {
             },
         }
     }
-    if !snapshot.hold_placement && !waiting.is_empty() {
-        place(snapshot, framework, &waiting, &mut plan);
+    if !snapshot.hold_placement {
+        let mut nodes = nodes_of(snapshot);
+        let waiting_fresh = place(snapshot, framework, &waiting, &mut nodes, &mut plan);
+        count_demand(&nodes, waiting_fresh, &mut plan);
     }
     plan
 }
@@ -298,8 +300,9 @@ fn status(plan: &mut Plan, snapshot: &Snapshot, i: usize, t: Transition, bind: O
     });
 }
 
-/// Scheduling: one cycle per waiting Run, in queue order.
-fn place(snapshot: &Snapshot, framework: &Framework, waiting: &[usize], plan: &mut Plan) {
+/// The scheduler's view of the Pods: each with the Runs that hold capacity
+/// on it.
+fn nodes_of(snapshot: &Snapshot) -> scheduler::Snapshot {
     let mut nodes: Vec<scheduler::Node> = snapshot
         .pods
         .iter()
@@ -338,7 +341,19 @@ fn place(snapshot: &Snapshot, framework: &Framework, waiting: &[usize], plan: &m
             });
         }
     }
-    let mut nodes = scheduler::Snapshot::new(nodes);
+    scheduler::Snapshot::new(nodes)
+}
+
+/// Scheduling: one cycle per waiting Run, in queue order, reserving on
+/// `nodes`. Returns the pool of each Run that found no Pod but would fit on
+/// a fresh one, and whether it is exclusive.
+fn place(
+    snapshot: &Snapshot,
+    framework: &Framework,
+    waiting: &[usize],
+    nodes: &mut scheduler::Snapshot,
+    plan: &mut Plan,
+) -> Vec<(String, bool)> {
     let mut waiting_fresh: Vec<(String, bool)> = Vec::new();
     let keys: Vec<scheduler::queue::QueueKey<'_>> = waiting
         .iter()
@@ -371,7 +386,7 @@ fn place(snapshot: &Snapshot, framework: &Framework, waiting: &[usize], plan: &m
         };
         plan.report.cycles += 1;
         let rules = run.rules(mode);
-        match framework.cycle(&candidate, &mut nodes) {
+        match framework.cycle(&candidate, nodes) {
             Outcome::Placed(n) => {
                 let node = &nodes.nodes()[n];
                 let event = Event::Assigned { pod: &node.name };
@@ -393,7 +408,7 @@ fn place(snapshot: &Snapshot, framework: &Framework, waiting: &[usize], plan: &m
                         .entry((r.plugin, r.why.as_str()))
                         .or_default() += u64::from(*n);
                 }
-                if fits_fresh(snapshot, framework, &candidate, &nodes) {
+                if fits_fresh(snapshot, framework, &candidate, nodes) {
                     waiting_fresh.push((pool.clone(), candidate.exclusive));
                 }
                 let event = Event::Unplaced {
@@ -406,6 +421,12 @@ fn place(snapshot: &Snapshot, framework: &Framework, waiting: &[usize], plan: &m
             }
         }
     }
+    waiting_fresh
+}
+
+/// What each pool's Pods hold after the pass (the Runs it bound included),
+/// whether or not a Run waited: a pool is never sized below its busy Pods.
+fn count_demand(nodes: &scheduler::Snapshot, waiting_fresh: Vec<(String, bool)>, plan: &mut Plan) {
     for node in nodes.nodes() {
         let d = plan.demand.entry(node.pool.clone()).or_default();
         if !node.holders().is_empty() {

@@ -461,6 +461,33 @@ fn demand_counts_busy_and_idle_pods_and_the_runs_one_more_pod_would_take() {
 }
 
 #[test]
+fn demand_counts_busy_pods_when_no_run_waits() {
+    // Nothing to place: the pool must still see its busy Pods, or it would
+    // shrink below them.
+    let runs = vec![
+        on(run("f", 0), "a", Ready, 1),
+        on(session("s", 1), "b", Ready, 1),
+    ];
+    let (plan, _) = decide(runs, vec![pod("a", 2), pod("b", 2), pod("c", 2)]);
+    assert_eq!(
+        plan.demand.get("ns/python"),
+        Some(&Demand {
+            busy: 2,
+            idle: 1,
+            ..Demand::default()
+        })
+    );
+    // While placement is held, nothing is counted (no Pod reported yet).
+    let s = Snapshot {
+        runs: vec![],
+        pods: vec![],
+        hold_placement: true,
+        pools: Default::default(),
+    };
+    assert!(super::decide(&s, &Framework::default()).demand.is_empty());
+}
+
+#[test]
 fn a_run_not_ready_within_its_deadline_is_unbound_and_placed_again() {
     let mut stuck = on(run("stuck", 1), "p", Running, 1);
     stuck.assigned_for = Some(Duration::from_secs(119));
