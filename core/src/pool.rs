@@ -2,12 +2,14 @@
 //! that at least `minIdle` of them stay free for new Runs.
 //!
 //! Pure: the adapter counts the pool's Pods after a pass ([`Demand`], from
-//! [`crate::pass::Plan::demand`]) and remembers since when the pool has had
-//! more Pods than it needs; [`desired`] says how many it should have.
-//! Scaling up is immediate; scaling down waits `scaleDownDelay` so a burst
-//! that ends and starts again does not churn Pods.
+//! [`crate::pass::Plan::demand`]); a [`Sizer`] per pool remembers what was
+//! last asked for and since when the pool has had more Pods than it needs,
+//! and [`desired`] says how many it should have. Scaling up is immediate;
+//! scaling down waits `scaleDownDelay` so a burst that ends and starts again
+//! does not churn Pods. The Kubernetes operator sizes Deployments with it,
+//! `krt up` its runtimed processes.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// `Runtime.spec.pool`, with `spec.replicas` as the floor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +68,64 @@ pub fn desired(
     match surplus_for {
         Some(d) if d >= spec.scale_down_delay => need,
         _ => current,
+    }
+}
+
+/// One pool's size as last asked for, and since when it has needed fewer
+/// Pods: the state [`desired`] needs between passes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sizer {
+    asked: u32,
+    surplus_since: Option<Instant>,
+}
+
+/// A change of a pool's size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resize {
+    /// The size asked for before.
+    pub from: u32,
+    /// The size asked for now.
+    pub to: u32,
+}
+
+impl Sizer {
+    /// A pool that was last asked for `asked` Pods (its current size, or
+    /// what an earlier leader recorded), with no surplus yet.
+    pub fn new(asked: u32) -> Self {
+        Self {
+            asked,
+            surplus_since: None,
+        }
+    }
+
+    /// The size last asked for.
+    pub fn asked(&self) -> u32 {
+        self.asked
+    }
+
+    /// The size to ask for at `now`, after a pass that left `demand`; the
+    /// change, if any. A surplus starts its delay the first time it is
+    /// seen and is forgotten as soon as the pool needs its Pods again.
+    pub fn step(
+        &mut self,
+        spec: &PoolSpec,
+        demand: &Demand,
+        runs_per_pod: u32,
+        now: Instant,
+    ) -> Option<Resize> {
+        if need(spec, demand, runs_per_pod) < self.asked {
+            self.surplus_since.get_or_insert(now);
+        } else {
+            self.surplus_since = None;
+        }
+        let surplus_for = self.surplus_since.map(|t| now.duration_since(t));
+        let to = desired(spec, demand, runs_per_pod, self.asked, surplus_for);
+        if to == self.asked {
+            return None;
+        }
+        let from = std::mem::replace(&mut self.asked, to);
+        self.surplus_since = None;
+        Some(Resize { from, to })
     }
 }
 
@@ -132,5 +192,47 @@ mod tests {
         assert_eq!(desired(&s, &quiet, 8, 6, None), 6);
         assert_eq!(desired(&s, &quiet, 8, 6, Some(Duration::from_secs(59))), 6);
         assert_eq!(desired(&s, &quiet, 8, 6, Some(Duration::from_secs(60))), 2);
+    }
+
+    #[test]
+    fn a_sizer_grows_at_once_and_shrinks_after_a_surplus_that_lasted() {
+        let s = spec();
+        let t0 = Instant::now();
+        let at = |secs| t0 + Duration::from_secs(secs);
+        let mut sizer = Sizer::new(2);
+        // Two sessions took both idle Pods: two more at once.
+        assert_eq!(
+            sizer.step(&s, &demand(2, 0), 8, at(0)),
+            Some(Resize { from: 2, to: 4 })
+        );
+        assert_eq!(sizer.asked(), 4);
+        assert_eq!(sizer.step(&s, &demand(2, 2), 8, at(1)), None);
+        // They ended: a surplus of two, kept for the delay ...
+        assert_eq!(sizer.step(&s, &demand(0, 4), 8, at(10)), None);
+        assert_eq!(sizer.step(&s, &demand(0, 4), 8, at(69)), None);
+        // ... then given back.
+        assert_eq!(
+            sizer.step(&s, &demand(0, 4), 8, at(70)),
+            Some(Resize { from: 4, to: 2 })
+        );
+        assert_eq!(sizer.step(&s, &demand(0, 2), 8, at(71)), None);
+    }
+
+    #[test]
+    fn a_surplus_that_is_needed_again_starts_its_delay_over() {
+        let s = spec();
+        let t0 = Instant::now();
+        let at = |secs| t0 + Duration::from_secs(secs);
+        let mut sizer = Sizer::new(4);
+        assert_eq!(sizer.step(&s, &demand(0, 4), 8, at(0)), None);
+        // A burst came back before the delay passed ...
+        assert_eq!(sizer.step(&s, &demand(2, 2), 8, at(50)), None);
+        // ... so the next surplus waits a whole delay from when it began.
+        assert_eq!(sizer.step(&s, &demand(0, 4), 8, at(55)), None);
+        assert_eq!(sizer.step(&s, &demand(0, 4), 8, at(114)), None);
+        assert_eq!(
+            sizer.step(&s, &demand(0, 4), 8, at(115)),
+            Some(Resize { from: 4, to: 2 })
+        );
     }
 }

@@ -21,18 +21,11 @@ use super::views::{DELETE_FIRST, DELETION_COST};
 use super::workloads::{self, PodSettings};
 use crate::error::Doing as _;
 
-/// The size each pool was last asked for, and since when it has needed
-/// fewer Pods (for the scale-down delay). In memory: a new operator starts
-/// from the Deployments' own sizes' floor and refills within one pass.
+/// Each pool's [`pool::Sizer`]. In memory: a new operator starts from the
+/// size last recorded in the Runtime's status and refills within one pass.
 #[derive(Debug, Default)]
 pub(super) struct Sizes {
-    pools: HashMap<String, Size>,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Size {
-    desired: u32,
-    surplus_since: Option<Instant>,
+    pools: HashMap<String, pool::Sizer>,
 }
 
 impl Sizes {
@@ -41,8 +34,6 @@ impl Sizes {
         let key = format!("{}/{}", rt.namespace().unwrap_or_default(), rt.name_any());
         let spec = rt.spec.pool_spec();
         let demand = demand.copied().unwrap_or_default();
-        let runs = rt.spec.capacity.runs;
-        let need = pool::need(&spec, &demand, runs);
         // A new leader (or a restarted operator) goes on from what was last
         // asked for, so a surplus still waits for its delay.
         let asked = rt
@@ -50,23 +41,14 @@ impl Sizes {
             .as_ref()
             .and_then(|st| u32::try_from(st.desired_replicas).ok())
             .unwrap_or(spec.min_replicas);
-        let size = self.pools.entry(key).or_insert(Size {
-            desired: asked,
-            surplus_since: None,
-        });
-        if need < size.desired {
-            size.surplus_since.get_or_insert(now);
-        } else {
-            size.surplus_since = None;
+        let sizer = self
+            .pools
+            .entry(key)
+            .or_insert_with(|| pool::Sizer::new(asked));
+        if let Some(r) = sizer.step(&spec, &demand, rt.spec.capacity.runs, now) {
+            tracing::info!(runtime = %rt.name_any(), from = r.from, to = r.to, busy = demand.busy, idle = demand.idle, "resizing the runtime pool");
         }
-        let surplus_for = size.surplus_since.map(|t| now.duration_since(t));
-        let desired = pool::desired(&spec, &demand, runs, size.desired, surplus_for);
-        if desired != size.desired {
-            tracing::info!(runtime = %rt.name_any(), from = size.desired, to = desired, busy = demand.busy, idle = demand.idle, "resizing the runtime pool");
-            size.desired = desired;
-            size.surplus_since = None;
-        }
-        desired
+        sizer.asked()
     }
 
     /// Forgets the Runtimes not in `keep`.
