@@ -98,19 +98,27 @@ pub fn display(name: &str, milli: u64) -> String {
 /// A map of quantities as [`Resources`], or the first that is invalid,
 /// named by `at`.
 pub fn resources(map: &BTreeMap<String, Quantity>, at: &str) -> Result<Resources, String> {
-    if map.len() > MAX_RESOURCES {
-        return Err(format!("{at} lists more than {MAX_RESOURCES} resources"));
+    resources_of(map.iter().map(|(n, q)| (n.as_str(), q.0.as_str())), at)
+}
+
+/// `(name, quantity)` pairs as [`Resources`] (a command line's
+/// `cpu=2,memory=4Gi`), checked as [`resources`] checks a map.
+pub fn resources_of<'a>(
+    pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
+    at: &str,
+) -> Result<Resources, String> {
+    let mut out = BTreeMap::new();
+    for (name, q) in pairs {
+        if name.is_empty() || name.len() > 253 {
+            return Err(format!("{at}: resource name {name:?} is empty or too long"));
+        }
+        let v = milli(q).map_err(|e| format!("{at}.{name}: {e}"))?;
+        out.insert(name.to_owned(), v);
+        if out.len() > MAX_RESOURCES {
+            return Err(format!("{at} lists more than {MAX_RESOURCES} resources"));
+        }
     }
-    map.iter()
-        .map(|(name, q)| {
-            if name.is_empty() || name.len() > 253 {
-                return Err(format!("{at}: resource name {name:?} is empty or too long"));
-            }
-            milli(&q.0)
-                .map(|v| (name.clone(), v))
-                .map_err(|e| format!("{at}.{name}: {e}"))
-        })
-        .collect()
+    Ok(out.into_iter().collect())
 }
 
 #[cfg(test)]

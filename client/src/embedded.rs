@@ -97,6 +97,26 @@ pub struct PodRow {
     /// Its ownership watch is connected.
     #[serde(default)]
     pub connected: bool,
+    /// Chosen to stop (idle beyond the pool's size): takes no new Run.
+    #[serde(default)]
+    pub retiring: bool,
+    /// What its resources still offer, in thousandths.
+    #[serde(default)]
+    pub free_milli: std::collections::BTreeMap<String, u64>,
+}
+
+/// The pool of runtimed instances, when it follows demand.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolRow {
+    /// Instances it should have now (starting ones included).
+    pub desired: u32,
+    /// Never fewer (`--runtimed`).
+    pub min_instances: u32,
+    /// Free instances kept (`--min-idle`).
+    pub min_idle: u32,
+    /// Never more (`--max-runtimed`).
+    pub max_instances: u32,
 }
 
 /// `STATE_DIR/runs.json`.
@@ -107,9 +127,29 @@ pub struct RunsFile {
     /// The runtimed instances.
     #[serde(default)]
     pub pods: Vec<PodRow>,
+    /// Their pool, when it follows demand (else they are a fixed set).
+    #[serde(default)]
+    pub pool: Option<PoolRow>,
     /// Skipped manifests.
     #[serde(default)]
     pub errors: Vec<serde_json::Value>,
+}
+
+/// What the connected instances' resources still offer, summed.
+fn free_of(pods: &[PodRow]) -> std::collections::BTreeMap<String, String> {
+    let mut free = std::collections::BTreeMap::<String, u64>::new();
+    for p in pods.iter().filter(|p| p.connected && !p.retiring) {
+        for (name, left) in &p.free_milli {
+            let sum = free.entry(name.clone()).or_default();
+            *sum = sum.saturating_add(*left);
+        }
+    }
+    free.into_iter()
+        .map(|(name, milli)| {
+            let shown = kruntimes_api::quantity::display(&name, milli);
+            (name, shown)
+        })
+        .collect()
 }
 
 /// The embedded stack of one state directory.
@@ -218,7 +258,7 @@ impl Embedded {
             let kind = doc["kind"].as_str().unwrap_or_default();
             if kind != kruntimes_api::RUN_KIND {
                 return Err(Error::Unsupported(format!(
-                    "krt up serves Runs only ({kind:?} is a cluster object; its Runtime Pods are the runtimed instances of --runtimed and --capacity)"
+                    "krt up serves Runs only ({kind:?} is a cluster object; its Runtime Pods are krt up's pool of runtimed instances: --runtimed, --min-idle, --max-runtimed, --capacity, --resources)"
                 )));
             }
             let name = doc["metadata"]["name"]
@@ -282,12 +322,14 @@ impl Embedded {
         Ok(vec![RuntimeInfo {
             name: "embedded".into(),
             namespace: "-".into(),
-            desired_replicas: status.pods.len() as i64,
+            desired_replicas: status
+                .pool
+                .as_ref()
+                .map_or(status.pods.len() as i64, |p| i64::from(p.desired)),
             ready_replicas: status.pods.iter().filter(|p| p.connected).count() as i64,
             capacity_per_pod: status.pods.first().map_or(0, |p| u64::from(p.capacity)),
             runs_in_use: status.pods.iter().map(|p| u64::from(p.used)).sum(),
-            // The embedded runtimed instances declare no resources.
-            free: Default::default(),
+            free: free_of(&status.pods),
             image: String::new(),
         }])
     }

@@ -92,6 +92,7 @@ async fn stack_as(server: &ApiServer, gateway_flags: &[&str], token: &str) -> (S
         kruntimes_testkit::krt_binary(),
         kruntimes_testkit::Options {
             runtimed: 1,
+            max_runtimed: None,
             runs: vec![("hello.yaml".into(), manifest)],
             extra_args: args,
         },

@@ -183,6 +183,7 @@ async fn a_revoked_permission_ends_the_socket_on_its_next_operation() {
         kruntimes_testkit::krt_binary(),
         kruntimes_testkit::Options {
             runtimed: 1,
+            max_runtimed: None,
             runs: vec![sandbox("sbx", "a")],
             extra_args: vec![
                 "--kubeconfig".into(),

@@ -1,7 +1,7 @@
 //! `krt up`: the embedded stack on one machine — the control plane in this
-//! process, N runtimed instances (each with its own Runtime Server, which
-//! runs its user code) and the gateway as supervised child processes, all on
-//! loopback with real TLS.
+//! process, a pool of runtimed instances (each with its own Runtime Server,
+//! which runs its user code) that follows demand, and the gateway as
+//! supervised child processes, all on loopback with real TLS.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -9,10 +9,14 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use kruntimes_operator::embedded::{self, EmbeddedConfig, PodConfig, TlsFiles};
+use kruntimes_operator::embedded::Resources;
+use kruntimes_operator::embedded::{
+    self, EmbeddedConfig, InstancePool, Instances, PodConfig, TlsFiles,
+};
 
 use crate::client::ClientConfig;
 
+mod instances;
 mod supervised;
 
 use crate::pki::{self, Pki};
@@ -30,10 +34,21 @@ pub struct UpArgs {
     /// Optional plain HTTP listener of the gateway.
     #[arg(long)]
     pub gateway_http_addr: Option<String>,
-    /// Number of runtimed instances (three: the README's two example Runs
-    /// and a sandbox, which needs a whole instance, fit together).
-    #[arg(long, default_value_t = 3)]
+    /// runtimed instances started at once, and never fewer (the pool's
+    /// floor; two: the README's two example Runs spread over them).
+    #[arg(long, default_value_t = 2)]
     pub runtimed: usize,
+    /// Free instances kept beside the busy ones: when a Run takes one (a
+    /// sandbox takes a whole one), another starts.
+    #[arg(long, default_value_t = 1)]
+    pub min_idle: u32,
+    /// Never more runtimed instances than this (equal to `--runtimed`: a
+    /// fixed set).
+    #[arg(long, default_value_t = 16)]
+    pub max_runtimed: usize,
+    /// How long instances beyond the need stay before they stop, seconds.
+    #[arg(long, default_value_t = 60)]
+    pub scale_down_delay_secs: u64,
     /// Loopback address the runtimed instances listen on: `127.0.0.1`, or
     /// `::1` for an IPv6 stack (their addresses are then `[::1]:PORT`).
     #[arg(long, default_value = "127.0.0.1")]
@@ -41,6 +56,12 @@ pub struct UpArgs {
     /// `runs` capacity of each runtimed instance.
     #[arg(long, default_value_t = 8)]
     pub capacity: u32,
+    /// Resources of each instance, which its Runs'
+    /// `spec.resources.requests` are counted against, as
+    /// `NAME=QUANTITY,...` (e.g. `cpu=2,memory=4Gi`); without it they are
+    /// not counted.
+    #[arg(long, value_parser = parse_resources)]
+    pub resources: Option<Resources>,
     /// Lifetime of the generated client token, hours.
     #[arg(long, default_value_t = 24)]
     pub token_ttl_hours: u64,
@@ -75,6 +96,52 @@ pub struct UpArgs {
     /// Exit when the parent process exits (used by test harnesses).
     #[arg(long, hide = true)]
     pub exit_with_parent: bool,
+}
+
+/// `--resources`: `NAME=QUANTITY` pairs, comma-separated.
+fn parse_resources(text: &str) -> Result<Resources, String> {
+    let pairs = text
+        .split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(|pair| {
+            pair.split_once('=')
+                .map(|(n, q)| (n.trim(), q.trim()))
+                .ok_or_else(|| {
+                    format!("{pair:?} is not NAME=QUANTITY (for example cpu=2,memory=4Gi)")
+                })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    kruntimes_api::quantity::resources_of(pairs, "--resources")
+}
+
+impl UpArgs {
+    /// The pool's rules, when it follows demand (`--max-runtimed` above
+    /// `--runtimed`), or why the flags contradict each other.
+    fn pool(&self) -> anyhow::Result<Option<InstancePool>> {
+        if self.max_runtimed < self.runtimed {
+            anyhow::bail!(
+                "--max-runtimed {} is below --runtimed {}: the pool can never be smaller than its floor",
+                self.max_runtimed,
+                self.runtimed
+            );
+        }
+        if self.max_runtimed == self.runtimed {
+            return Ok(None);
+        }
+        let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        Ok(Some(InstancePool {
+            spec: kruntimes_operator::embedded::PoolSpec {
+                min_replicas: count(self.runtimed),
+                min_idle: self.min_idle,
+                max_replicas: count(self.max_runtimed),
+                scale_down_delay: Duration::from_secs(self.scale_down_delay_secs),
+            },
+            capacity: kruntimes_operator::embedded::Capacity {
+                runs: self.capacity,
+                resources: self.resources.clone().unwrap_or_default(),
+            },
+        }))
+    }
 }
 
 /// How many metrics ports `krt up` tries before giving up on a start.
@@ -283,10 +350,8 @@ impl Dirs {
     }
 }
 
-/// The stack's processes, not yet started: per instance a Runtime Server
-/// and its runtimed (each runtimed's listener bound here and handed over:
-/// never free for another process to take between this pick and its
-/// start), then the gateway.
+/// The stack's processes, not yet started: the first instances (each a
+/// Runtime Server and its runtimed), then the gateway.
 struct Processes {
     children: Vec<Supervised>,
     pods: Vec<PodConfig>,
@@ -298,21 +363,9 @@ impl Processes {
         let mut children = Vec::new();
         let mut pods = Vec::new();
         for i in 0..args.runtimed {
-            let name = format!("runtimed-{i}");
-            let (addr, listener) = bind_port(args.runtimed_ip)?;
-            pods.push(PodConfig {
-                name: name.clone(),
-                address: addr.to_string(),
-                capacity: args.capacity,
-                resources: Default::default(),
-            });
-            let (server, socket) = runtime_server(&dirs.state, &dirs.logs, &name)?;
-            children.push(server);
-            let log = dirs.logs.join(format!("{name}.log"));
-            let mut d = runtimed(pki, &name, addr, &socket, log);
-            d.args.extend(args.runtimed_flags.iter().cloned());
-            d.hand_over(listener);
-            children.push(d);
+            let (pod, processes) = instances::plan(pki, args, dirs, &format!("runtimed-{i}"))?;
+            pods.push(pod);
+            children.extend(processes);
         }
         let mut gateway = Supervised::new(
             "gateway".into(),
@@ -333,6 +386,7 @@ impl Processes {
 /// Runs the stack until SIGINT/SIGTERM.
 pub async fn up(state_dir: &Path, args: UpArgs) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("locate the krt executable")?;
+    let pool = args.pool()?;
     let dirs = Dirs::create(state_dir, &args)?;
     let pki = pki::generate(&dirs.state.join("pki"))?;
     let token = pki::issue_token(
@@ -381,11 +435,31 @@ pub async fn up(state_dir: &Path, args: UpArgs) -> anyhow::Result<()> {
         runtimed_server_name: pki::RUNTIMED_SERVER_NAME.into(),
         owner_grace: Duration::from_secs(args.owner_grace_secs),
     };
+    let (instances, mut launcher) = match pool {
+        Some(pool) => {
+            let (requests, requests_rx) = tokio::sync::mpsc::unbounded_channel();
+            let (reports_tx, reports) = tokio::sync::mpsc::unbounded_channel();
+            (
+                Some(Instances {
+                    pool,
+                    requests,
+                    reports,
+                }),
+                Some(instances::Launcher::new(requests_rx, reports_tx)),
+            )
+        }
+        None => (None, None),
+    };
     let mut cp_stop = stop_rx.clone();
     let mut control = tokio::spawn(async move {
-        embedded::run(cp_cfg, control_listener, async move {
-            let _ = cp_stop.wait_for(|s| *s).await;
-        })
+        embedded::run(
+            cp_cfg,
+            control_listener,
+            async move {
+                let _ = cp_stop.wait_for(|s| *s).await;
+            },
+            instances,
+        )
         .await
     });
 
@@ -406,10 +480,16 @@ pub async fn up(state_dir: &Path, args: UpArgs) -> anyhow::Result<()> {
         dirs.state.display()
     );
 
-    supervise_until_stopped(&exe, &dirs.state, &args, &mut children, &mut control).await?;
+    let stack = StackRef {
+        exe: &exe,
+        pki: &pki,
+        args: &args,
+        dirs: &dirs,
+    };
+    supervise_until_stopped(&stack, &mut children, launcher.as_mut(), &mut control).await?;
     println!("kruntimes stopping");
     let _ = stop_tx.send(true);
-    stop(&mut children).await;
+    stop_within(&mut children, Duration::from_secs(5)).await;
     let _ = tokio::time::timeout(Duration::from_secs(3), control).await;
     Ok(())
 }
@@ -453,19 +533,33 @@ async fn gateway_started<R: std::fmt::Debug>(
     }
 }
 
-/// Restarts children that exit until SIGINT/SIGTERM, the control plane
-/// stopping, or (with `--exit-with-parent`) the parent going away.
+/// What starting an instance needs of the stack.
+struct StackRef<'a> {
+    exe: &'a Path,
+    pki: &'a Pki,
+    args: &'a UpArgs,
+    dirs: &'a Dirs,
+}
+
+/// Restarts children that exit, and starts and stops instances as the
+/// control plane asks, until SIGINT/SIGTERM, the control plane stopping,
+/// or (with `--exit-with-parent`) the parent going away.
 async fn supervise_until_stopped<R: std::fmt::Debug>(
-    exe: &Path,
-    state_dir: &Path,
-    args: &UpArgs,
-    children: &mut [Supervised],
+    stack: &StackRef<'_>,
+    children: &mut Vec<Supervised>,
+    mut launcher: Option<&mut instances::Launcher>,
     control: &mut tokio::task::JoinHandle<R>,
 ) -> anyhow::Result<()> {
     let parent = crate::parent_pid();
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut poll = tokio::time::interval(Duration::from_millis(200));
     loop {
+        let next_instance_event = async {
+            match launcher.as_deref_mut() {
+                Some(l) => l.next().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = tokio::signal::ctrl_c() => return Ok(()),
             _ = term.recv() => return Ok(()),
@@ -473,20 +567,28 @@ async fn supervise_until_stopped<R: std::fmt::Debug>(
                 tracing::error!(result = ?r, "control plane stopped");
                 return Ok(());
             }
+            event = next_instance_event => {
+                if let Some(l) = launcher.as_deref_mut()
+                    && l.handle(event, stack.exe, stack.pki, stack.args, stack.dirs, children)
+                {
+                    write_processes(&stack.dirs.state, children)?;
+                }
+            }
             _ = poll.tick() => {
-                if args.exit_with_parent && crate::parent_pid() != parent {
+                if stack.args.exit_with_parent && crate::parent_pid() != parent {
                     return Ok(());
                 }
-                if supervise(exe, children)? {
-                    write_processes(state_dir, children)?;
+                if supervise(stack.exe, children)? {
+                    write_processes(&stack.dirs.state, children)?;
                 }
             }
         }
     }
 }
 
-/// SIGTERM to every child, then SIGKILL to those still running 5 s later.
-async fn stop(children: &mut [Supervised]) {
+/// SIGTERM to every child, then SIGKILL to those still running `grace`
+/// later.
+async fn stop_within(children: &mut [Supervised], grace: Duration) {
     for c in children.iter() {
         if let Some(pid) = c.pid() {
             let _ = nix::sys::signal::kill(
@@ -497,9 +599,7 @@ async fn stop(children: &mut [Supervised]) {
     }
     for c in children.iter_mut() {
         if let Some(child) = c.child.as_mut()
-            && tokio::time::timeout(Duration::from_secs(5), child.wait())
-                .await
-                .is_err()
+            && tokio::time::timeout(grace, child.wait()).await.is_err()
         {
             let _ = child.kill().await;
         }

@@ -54,13 +54,15 @@ pub fn bash_run(name: &str) -> (String, String) {
     )
 }
 
-/// Starts `krt up` (the binary [`krt_binary`] finds) with `runtimed`
-/// runtimed processes, `runs` (file name, manifest) and `extra_args`.
+/// Starts `krt up` (the binary [`krt_binary`] finds) with a fixed set of
+/// `runtimed` runtimed processes, `runs` (file name, manifest) and
+/// `extra_args`.
 pub fn start(runtimed: usize, runs: Vec<(String, String)>, extra_args: &[&str]) -> Stack {
     Stack::start(
         krt_binary(),
         Options {
             runtimed,
+            max_runtimed: None,
             runs,
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
         },

@@ -62,8 +62,12 @@ pub async fn settle_gateway_log(
 /// How to start a stack.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// runtimed instances.
+    /// runtimed instances at start (the pool's floor).
     pub runtimed: usize,
+    /// The pool's ceiling, when it follows demand as `krt up`'s does by
+    /// default; `None`: a fixed set of `runtimed` instances, so a test
+    /// knows where its Runs can go.
+    pub max_runtimed: Option<usize>,
     /// Run manifests written before start: (file name, YAML).
     pub runs: Vec<(String, String)>,
     /// Extra `krt up` flags.
@@ -74,6 +78,7 @@ impl Default for Options {
     fn default() -> Self {
         Self {
             runtimed: 2,
+            max_runtimed: None,
             runs: Vec::new(),
             extra_args: Vec::new(),
         }
@@ -252,6 +257,8 @@ impl Stack {
             .arg(format!("127.0.0.1:{port}"))
             .arg("--runtimed")
             .arg(opts.runtimed.to_string())
+            .arg("--max-runtimed")
+            .arg(opts.max_runtimed.unwrap_or(opts.runtimed).to_string())
             .arg("--exit-with-parent")
             .args(&opts.extra_args)
             .stdin(Stdio::null())

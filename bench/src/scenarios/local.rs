@@ -90,6 +90,7 @@ impl Local {
                 &krt2,
                 Options {
                     runtimed: 2,
+                    max_runtimed: None,
                     runs,
                     // The gateway as `krt up` configures it (access log on);
                     // nginx and HAProxy run without access logs.

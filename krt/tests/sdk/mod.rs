@@ -88,7 +88,10 @@ impl Target {
         let stack = Stack::start(
             krt(),
             Options {
-                runtimed: 3,
+                // `krt up`'s own pool, as the SDK pages start it: every
+                // sandbox takes a whole instance and another starts.
+                runtimed: 2,
+                max_runtimed: Some(16),
                 runs: vec![(format!("{FUNCTION}.yaml"), manifest)],
                 extra_args: Vec::new(),
             },

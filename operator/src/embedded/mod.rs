@@ -21,8 +21,10 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
-use controller::RegisterOutcome;
-pub use controller::{Controller, PodConfig, RunStatus};
+use controller::{Action, RegisterOutcome};
+pub use controller::{Controller, InstancePool, PodConfig, RunStatus};
+pub use kruntimes_core::pool::PoolSpec;
+pub use kruntimes_core::scheduler::{Capacity, Resources};
 pub use rpc::internal_endpoint;
 use store::{FileError, Scan};
 
@@ -74,6 +76,51 @@ pub struct EmbeddedConfig {
     pub owner_grace: Duration,
 }
 
+/// The runtimed instances of a pool that follows demand: the control plane
+/// asks its launcher (`krt up`) to start and stop them and hears back what
+/// it did.
+#[derive(Debug)]
+pub struct Instances {
+    /// The pool's rules.
+    pub pool: InstancePool,
+    /// What the control plane asks for.
+    pub requests: mpsc::UnboundedSender<InstanceRequest>,
+    /// What the launcher did.
+    pub reports: mpsc::UnboundedReceiver<InstanceReport>,
+}
+
+/// A request to the launcher of runtimed instances.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InstanceRequest {
+    /// Start this many instances, each reported once started.
+    Start {
+        /// How many.
+        count: u32,
+    },
+    /// Stop this idle instance (it takes no new Run), reported once gone.
+    Stop {
+        /// Instance name.
+        name: String,
+    },
+}
+
+/// What the launcher of runtimed instances did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InstanceReport {
+    /// An instance started, listening at its address.
+    Started(PodConfig),
+    /// An instance asked for could not be started.
+    StartFailed {
+        /// Why.
+        error: String,
+    },
+    /// A stopped instance is gone.
+    Stopped {
+        /// Instance name.
+        name: String,
+    },
+}
+
 /// What `STATE_DIR/runs.json` holds.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -81,6 +128,8 @@ struct StatusFile<'a> {
     gateway: &'a str,
     runs: Vec<RunStatus>,
     pods: Vec<controller::PodStatus>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pool: Option<controller::PoolStatus>,
     errors: &'a [FileError],
 }
 
@@ -97,6 +146,50 @@ enum Msg {
         pod: String,
         uid: String,
     },
+    Instance(InstanceReport),
+}
+
+/// The control loop's connections to the runtimed instances: a client and
+/// an ownership watch per instance, added and removed with them.
+struct Connections {
+    tls: TlsFiles,
+    server_name: String,
+    clients: std::collections::HashMap<String, rpc::PodClients>,
+    watches: std::collections::HashMap<String, tokio::task::JoinHandle<()>>,
+    tx: mpsc::UnboundedSender<Msg>,
+    stop: tokio::sync::watch::Receiver<bool>,
+}
+
+impl Connections {
+    /// Connects to `pod` (lazily) and follows its ownership table.
+    fn add(&mut self, pod: &PodConfig) -> Result<()> {
+        let endpoint = internal_endpoint(&pod.address, &self.server_name, &self.tls)?;
+        self.clients.insert(
+            pod.name.clone(),
+            rpc::PodClients::new(endpoint.connect_lazy()),
+        );
+        let tx = self.tx.clone();
+        let name = pod.name.clone();
+        let stop = self.stop.clone();
+        let watch = tokio::spawn(async move {
+            watch_source(endpoint, "kruntimes-control-plane".into(), move |u| {
+                !*stop.borrow() && tx.send(Msg::Pod(name.clone(), u)).is_ok()
+            })
+            .await;
+        });
+        if let Some(old) = self.watches.insert(pod.name.clone(), watch) {
+            old.abort();
+        }
+        Ok(())
+    }
+
+    /// Forgets a stopped instance.
+    fn remove(&mut self, name: &str) {
+        self.clients.remove(name);
+        if let Some(watch) = self.watches.remove(name) {
+            watch.abort();
+        }
+    }
 }
 
 fn read(path: &std::path::Path) -> Result<Vec<u8>> {
@@ -107,11 +200,14 @@ fn read(path: &std::path::Path) -> Result<Vec<u8>> {
 }
 
 /// Runs the embedded control plane until `shutdown` resolves. The ownership
-/// watch is served on `listener`.
+/// watch is served on `listener`. With `instances`, the set of runtimed
+/// instances follows demand (`cfg.pods` are the first ones); without, it is
+/// `cfg.pods`, fixed.
 pub async fn run(
     cfg: EmbeddedConfig,
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    instances: Option<Instances>,
 ) -> Result<()> {
     std::fs::create_dir_all(&cfg.runs_dir)?;
     std::fs::create_dir_all(&cfg.state_dir)?;
@@ -152,20 +248,16 @@ pub async fn run(
     // Event sources. Per-Pod event volume is bounded by that Pod's
     // registrations, so an unbounded queue into the single loop is safe.
     let (tx, mut rx) = mpsc::unbounded_channel::<Msg>();
-    let mut clients = std::collections::HashMap::new();
+    let mut conns = Connections {
+        tls: cfg.tls.clone(),
+        server_name: cfg.runtimed_server_name.clone(),
+        clients: Default::default(),
+        watches: Default::default(),
+        tx: tx.clone(),
+        stop: stop_rx.clone(),
+    };
     for pod in &cfg.pods {
-        let endpoint = internal_endpoint(&pod.address, &cfg.runtimed_server_name, &cfg.tls)?;
-        let channel = endpoint.connect_lazy();
-        clients.insert(pod.name.clone(), rpc::PodClients::new(channel));
-        let tx = tx.clone();
-        let name = pod.name.clone();
-        let stop = stop_rx.clone();
-        tokio::spawn(async move {
-            watch_source(endpoint, "kruntimes-control-plane".into(), move |u| {
-                !*stop.borrow() && tx.send(Msg::Pod(name.clone(), u)).is_ok()
-            })
-            .await;
-        });
+        conns.add(pod)?;
     }
     let _watcher = spawn_store_watcher(cfg.runs_dir.clone(), tx.clone())?;
 
@@ -175,11 +267,29 @@ pub async fn run(
         Duration::from_millis(200),
     )
     .with_startup_hold(Instant::now() + Duration::from_secs(5));
+    let launcher = match instances {
+        Some(Instances {
+            pool,
+            requests,
+            mut reports,
+        }) => {
+            ctl = ctl.with_pool(pool);
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                while let Some(r) = reports.recv().await {
+                    if tx.send(Msg::Instance(r)).is_err() {
+                        return;
+                    }
+                }
+            });
+            Some(requests)
+        }
+        None => None,
+    };
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     let mut errors: Vec<FileError> = Vec::new();
     let mut last_status = Vec::new();
     let mut stop = stop_rx.clone();
-    let clients = Arc::new(clients);
     loop {
         let now = Instant::now();
         let actions = tokio::select! {
@@ -194,19 +304,47 @@ pub async fn run(
                 Some(Msg::Pod(pod, update)) => ctl.apply_pod(&pod, update, now),
                 Some(Msg::Registered { uid, attempt, outcome }) => ctl.register_result(&uid, attempt, outcome, now),
                 Some(Msg::Released { pod, uid }) => ctl.release_result(&pod, &uid, now),
+                Some(Msg::Instance(InstanceReport::Started(pod))) => match conns.add(&pod) {
+                    Ok(()) => ctl.instance_started(pod, now),
+                    Err(e) => {
+                        tracing::error!(pod = %pod.name, error = %e, "cannot connect to a new runtimed instance");
+                        ctl.instance_start_failed(now)
+                    }
+                },
+                Some(Msg::Instance(InstanceReport::StartFailed { error })) => {
+                    tracing::error!(%error, "a runtimed instance could not be started");
+                    ctl.instance_start_failed(now)
+                }
+                Some(Msg::Instance(InstanceReport::Stopped { name })) => {
+                    conns.remove(&name);
+                    ctl.instance_stopped(&name, now)
+                }
                 None => break,
             },
             _ = tick.tick() => ctl.tick(now),
             _ = stop.wait_for(|s| *s) => break,
         };
         for action in actions {
-            rpc::perform(action, &clients, &tx);
+            match action {
+                Action::StartInstances { count } => {
+                    if let Some(l) = &launcher {
+                        let _ = l.send(InstanceRequest::Start { count });
+                    }
+                }
+                Action::StopInstance { pod } => {
+                    if let Some(l) = &launcher {
+                        let _ = l.send(InstanceRequest::Stop { name: pod });
+                    }
+                }
+                action => rpc::perform(action, &conns.clients, &tx),
+            }
         }
         publisher.replace_all(ctl.ownership_entries());
         let status = serde_json::to_vec_pretty(&StatusFile {
             gateway: &cfg.gateway_url,
             runs: ctl.status(&cfg.gateway_url),
             pods: ctl.pod_status(),
+            pool: ctl.pool_status(),
             errors: &errors,
         })
         .unwrap_or_default();

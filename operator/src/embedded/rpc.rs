@@ -3,7 +3,6 @@
 //! back to the control loop as a [`Msg`].
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use kruntimes_certs::TlsFiles;
@@ -76,14 +75,16 @@ fn registered(
     }
 }
 
-/// Performs `action` in a task of its own; its outcome comes back on `tx`.
+/// Performs an RPC `action` in a task of its own; its outcome comes back on
+/// `tx`. (The pool's actions are the launcher's, not an RPC.)
 pub(super) fn perform(
     action: Action,
-    clients: &Arc<HashMap<String, PodClients>>,
+    clients: &HashMap<String, PodClients>,
     tx: &mpsc::UnboundedSender<Msg>,
 ) {
     let pod = match &action {
         Action::Assign { pod, .. } | Action::Release { pod, .. } => pod.clone(),
+        Action::StartInstances { .. } | Action::StopInstance { .. } => return,
     };
     let Some(c) = clients.get(&pod).cloned() else {
         return;
@@ -109,6 +110,7 @@ pub(super) fn perform(
                 }
                 Msg::Released { pod, uid: run_uid }
             }
+            Action::StartInstances { .. } | Action::StopInstance { .. } => return,
         };
         let _ = tx.send(msg);
     });

@@ -89,6 +89,10 @@ impl Embedded {
                 more.extend(self.c.release_result(&pod, &run_uid, now));
                 more
             }
+            // The case table runs on a fixed set of instances.
+            Action::StartInstances { .. } | Action::StopInstance { .. } => {
+                unreachable!("a fixed set of instances is never resized: {action:?}")
+            }
         };
         self.queue.extend(more);
     }

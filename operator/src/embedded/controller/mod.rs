@@ -9,7 +9,12 @@
 //! loss, termination before a Pod, scheduling), then [`owner::decide`] on
 //! behalf of each living owner (registration, readiness, termination, idle
 //! expiry, release), fed with that runtimed's own ownership table. Both
-//! modes therefore follow the same rules.
+//! modes therefore follow the same rules. With an [`InstancePool`], the
+//! pass's demand sizes the set of runtimed instances as the operator sizes
+//! a Runtime's Deployment ([`kruntimes_core::pool`]): the controller asks
+//! for instances ([`Action::StartInstances`]) and retires idle ones
+//! ([`Action::StopInstance`]); the adapter reports what it started and
+//! stopped.
 
 mod pass;
 mod view;
@@ -21,12 +26,14 @@ use kruntimes_api::lifecycle::owner;
 use kruntimes_api::lifecycle::{self, Event, Life, Rules};
 use kruntimes_api::{ModeKind, Run, TerminationMode};
 use kruntimes_core::Resources;
+use kruntimes_core::pool::{PoolSpec, Sizer};
+use kruntimes_core::scheduler::Capacity;
 use kruntimes_proto::agent::v1 as agent;
 use kruntimes_proto::ownership::v1 as own;
 use kruntimes_proto::watch::SourceUpdate;
 
 use pass::set;
-pub use view::{PodStatus, RunStatus};
+pub use view::{PodStatus, PoolStatus, RunStatus};
 
 /// A Runtime Pod (a runtimed instance) the control plane schedules onto.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +47,27 @@ pub struct PodConfig {
     /// Resources its Runs' requests are accounted against (none: not
     /// accounted).
     pub resources: Resources,
+}
+
+/// How the set of runtimed instances follows demand (`krt up --min-idle`,
+/// `--max-runtimed`): the same rules as `Runtime.spec.pool`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InstancePool {
+    /// Floor, idle instances kept, ceiling, scale-down delay.
+    pub spec: PoolSpec,
+    /// What every new instance offers.
+    pub capacity: Capacity,
+}
+
+/// The pool's state: its rules, its size, the starts asked for and not yet
+/// reported.
+#[derive(Debug, Clone)]
+struct PoolState {
+    cfg: InstancePool,
+    sizer: Sizer,
+    starting: u32,
+    /// After a start failed, none is asked for again until then.
+    blocked_until: Option<Instant>,
 }
 
 /// Side effects requested by the core.
@@ -64,7 +92,24 @@ pub enum Action {
         /// Cancel instead of draining.
         cancel: bool,
     },
+    /// Start this many runtimed instances; each is reported through
+    /// [`Controller::instance_started`] (or
+    /// [`Controller::instance_start_failed`]).
+    StartInstances {
+        /// How many.
+        count: u32,
+    },
+    /// Stop this idle instance (no Run is placed on it any more); reported
+    /// through [`Controller::instance_stopped`].
+    StopInstance {
+        /// Instance name.
+        pod: String,
+    },
 }
+
+/// How long the pool waits to ask for an instance again after a start
+/// failed.
+const START_RETRY: Duration = Duration::from_secs(5);
 
 /// Outcome of an Assign RPC.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,6 +182,21 @@ struct PodState {
     connected: bool,
     lost_at: Option<Instant>,
     entries: HashMap<String, own::OwnershipEntry>,
+    /// Chosen to go: takes no new Run, stopped once idle.
+    retiring: bool,
+}
+
+impl PodState {
+    fn new(cfg: PodConfig) -> Self {
+        Self {
+            cfg,
+            uid: None,
+            connected: false,
+            lost_at: None,
+            entries: HashMap::new(),
+            retiring: false,
+        }
+    }
 }
 
 /// The control plane's state.
@@ -152,6 +212,7 @@ pub struct Controller {
     owner_grace: Duration,
     retry_backoff: Duration,
     hold_until: Option<Instant>,
+    pool: Option<PoolState>,
 }
 
 impl Controller {
@@ -163,25 +224,66 @@ impl Controller {
             runs: BTreeMap::new(),
             pods: pods
                 .into_iter()
-                .map(|cfg| {
-                    (
-                        cfg.name.clone(),
-                        PodState {
-                            cfg,
-                            uid: None,
-                            connected: false,
-                            lost_at: None,
-                            entries: HashMap::new(),
-                        },
-                    )
-                })
+                .map(|cfg| (cfg.name.clone(), PodState::new(cfg)))
                 .collect(),
             releasing: BTreeSet::new(),
             seq: 0,
             owner_grace,
             retry_backoff,
             hold_until: None,
+            pool: None,
         }
+    }
+
+    /// Sizes the set of instances by demand (the Pods given to [`new`]
+    /// are the first ones; the floor is `pool.spec.min_replicas`).
+    ///
+    /// [`new`]: Controller::new
+    pub fn with_pool(mut self, pool: InstancePool) -> Self {
+        let have = u32::try_from(self.pods.len()).unwrap_or(u32::MAX);
+        self.pool = Some(PoolState {
+            sizer: Sizer::new(have),
+            cfg: pool,
+            starting: 0,
+            blocked_until: None,
+        });
+        self
+    }
+
+    /// The pool's size as last decided (the instances, those starting
+    /// included), and its rules; `None` for a fixed set of instances.
+    pub fn pool_size(&self) -> Option<(u32, &InstancePool)> {
+        self.pool.as_ref().map(|p| (p.sizer.asked(), &p.cfg))
+    }
+
+    /// An instance asked for by [`Action::StartInstances`] started: Runs
+    /// are placed on it once its ownership watch reports its table.
+    pub fn instance_started(&mut self, cfg: PodConfig, now: Instant) -> Vec<Action> {
+        if let Some(pool) = self.pool.as_mut() {
+            pool.starting = pool.starting.saturating_sub(1);
+        }
+        tracing::info!(pod = %cfg.name, address = %cfg.address, "runtimed instance added");
+        self.pods.insert(cfg.name.clone(), PodState::new(cfg));
+        self.pass(now)
+    }
+
+    /// An instance asked for could not be started: asked for again after a
+    /// pause.
+    pub fn instance_start_failed(&mut self, now: Instant) -> Vec<Action> {
+        if let Some(pool) = self.pool.as_mut() {
+            pool.starting = pool.starting.saturating_sub(1);
+            pool.blocked_until = Some(now + START_RETRY);
+        }
+        self.pass(now)
+    }
+
+    /// A retired instance stopped: forgotten.
+    pub fn instance_stopped(&mut self, pod: &str, now: Instant) -> Vec<Action> {
+        if self.pods.remove(pod).is_some() {
+            tracing::info!(pod, "runtimed instance removed");
+        }
+        self.releasing.retain(|(p, _)| p != pod);
+        self.pass(now)
     }
 
     /// Defers placement until every Pod reported its table once or `until`

@@ -11,6 +11,7 @@ use kruntimes_api::lifecycle::{Stop, Transition};
 use kruntimes_api::requests::assign_request;
 use kruntimes_api::table;
 use kruntimes_core::pass::{self, Op, PodFacts, RunFacts};
+use kruntimes_core::pool::Demand;
 use kruntimes_core::scheduler::{Capacity, Framework};
 
 use super::{Action, Controller, InFlight, PodState, RunState};
@@ -22,24 +23,33 @@ impl Controller {
     /// One decision pass over every Run, then the owners' steps. An owner
     /// step that changes a Run (it ended, or was released and forgotten)
     /// may free capacity: the pass then runs again, so a waiting Run takes
-    /// it now rather than on the next input (a few rounds at most).
+    /// it now rather than on the next input (a few rounds at most). Then
+    /// the pool follows the last round's demand.
     pub(super) fn pass(&mut self, now: Instant) -> Vec<Action> {
         let mut actions = Vec::new();
+        let mut demand = None;
         for _ in 0..4 {
-            if !self.round(now, &mut actions) {
+            let (changed, d) = self.round(now, &mut actions);
+            demand = d;
+            if !changed {
                 break;
             }
         }
         self.release_orphans(&mut actions);
+        if let Some(demand) = demand {
+            self.resize(&demand, now, &mut actions);
+        }
         actions
     }
 
     /// The core's pass and the owners' steps once; whether an owner step
-    /// changed a Run.
-    fn round(&mut self, now: Instant, actions: &mut Vec<Action>) -> bool {
+    /// changed a Run, and what the pool's instances hold after the pass
+    /// (none while placement is held).
+    fn round(&mut self, now: Instant, actions: &mut Vec<Action>) -> (bool, Option<Demand>) {
         let hold = self.placement_held(now);
         let (uids, snapshot) = self.snapshot(now, hold);
         let plan = pass::decide(&snapshot, &Framework::default());
+        let demand = (!hold).then(|| plan.demand.get(POOL).copied().unwrap_or_default());
         for op in plan.ops {
             match op {
                 // Every Run of the store carries its finalizer.
@@ -74,7 +84,70 @@ impl Controller {
                 changed |= self.owner_steps(&uids[run], now, actions);
             }
         }
-        changed
+        (changed, demand)
+    }
+
+    /// Sizes the pool by `demand` (the operator's rules for a Runtime's
+    /// Deployment): asks for the instances it lacks, unless a start failed
+    /// moments ago, and retires idle ones it has beyond its size — those
+    /// that own no Run that has not ended, and hold no registration and no
+    /// release in flight — newest first. A retired instance takes no new Run from this pass on.
+    fn resize(&mut self, demand: &Demand, now: Instant, actions: &mut Vec<Action>) {
+        let Some(pool) = self.pool.as_mut() else {
+            return;
+        };
+        let spec = pool.cfg.spec;
+        if let Some(r) = pool.sizer.step(&spec, demand, pool.cfg.capacity.runs, now) {
+            tracing::info!(
+                from = r.from,
+                to = r.to,
+                busy = demand.busy,
+                idle = demand.idle,
+                "resizing the runtimed pool"
+            );
+        }
+        let asked = pool.sizer.asked();
+        let staying = self.pods.values().filter(|p| !p.retiring).count();
+        let staying = u32::try_from(staying)
+            .unwrap_or(u32::MAX)
+            .saturating_add(pool.starting);
+        if asked > staying {
+            if pool.blocked_until.is_some_and(|t| now < t) {
+                return;
+            }
+            pool.blocked_until = None;
+            pool.starting += asked - staying;
+            actions.push(Action::StartInstances {
+                count: asked - staying,
+            });
+            return;
+        }
+        let surplus = (staying - asked) as usize;
+        if surplus == 0 {
+            return;
+        }
+        let mut idle: Vec<String> = self
+            .pods
+            .iter()
+            .filter(|(name, p)| {
+                !p.retiring
+                    && p.entries.is_empty()
+                    && !self.runs.values().any(|r| {
+                        !r.life.phase.is_terminal()
+                            && r.owner.as_ref().is_some_and(|o| o.pod == **name)
+                    })
+                    && !self.releasing.iter().any(|(pod, _)| pod == *name)
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        // Newest first: `runtimed-10` after `runtimed-9`.
+        idle.sort_by(|a, b| (b.len(), b).cmp(&(a.len(), a)));
+        for name in idle.into_iter().take(surplus) {
+            if let Some(p) = self.pods.get_mut(&name) {
+                p.retiring = true;
+            }
+            actions.push(Action::StopInstance { pod: name });
+        }
     }
 
     /// Whether placement still waits for every runtimed's first table (or
@@ -121,13 +194,20 @@ impl Controller {
             })
             .collect();
         let pods = self.pods.values().map(|p| self.pod_facts(p, now)).collect();
+        // What one more instance would offer, so the demand counts the Runs
+        // it would take.
+        let pools = self
+            .pool
+            .iter()
+            .map(|p| (POOL.to_owned(), p.cfg.capacity.clone()))
+            .collect();
         (
             uids,
             pass::Snapshot {
                 runs,
                 pods,
                 hold_placement,
-                pools: Default::default(),
+                pools,
             },
         )
     }
@@ -142,7 +222,7 @@ impl Controller {
             name: p.cfg.name.clone(),
             uid: p.uid.clone().unwrap_or_default(),
             pool: POOL.to_owned(),
-            ready: p.connected && p.uid.is_some(),
+            ready: p.connected && p.uid.is_some() && !p.retiring,
             alive: p.uid.is_some() && !away,
             capacity: Capacity {
                 runs: p.cfg.capacity,
@@ -252,14 +332,29 @@ impl Controller {
         }
     }
 
-    /// How many Runs hold capacity on `p`.
-    pub(super) fn used(&self, p: &PodState) -> u32 {
-        let held = self
-            .runs
+    /// The Runs that hold capacity on `p`.
+    fn holding<'a>(&'a self, p: &'a PodState) -> impl Iterator<Item = &'a RunState> + 'a {
+        self.runs
             .values()
             .filter(|r| r.owned_by(&p.cfg.name, p.uid.as_deref()) && r.life.phase.holds_capacity())
-            .count();
-        u32::try_from(held).unwrap_or(u32::MAX)
+    }
+
+    /// How many Runs hold capacity on `p`.
+    pub(super) fn used(&self, p: &PodState) -> u32 {
+        u32::try_from(self.holding(p).count()).unwrap_or(u32::MAX)
+    }
+
+    /// What `p`'s resources still offer beside its Runs' requests.
+    pub(super) fn free(&self, p: &PodState) -> std::collections::BTreeMap<String, u64> {
+        let mut requested = kruntimes_core::Resources::new();
+        for r in self.holding(p) {
+            requested.add(&r.run.requests().unwrap_or_default());
+        }
+        p.cfg
+            .resources
+            .iter()
+            .map(|(name, total)| (name.to_owned(), total.saturating_sub(requested.get(name))))
+            .collect()
     }
 }
 

@@ -56,6 +56,28 @@ pub struct PodStatus {
     pub used: u32,
     /// Its ownership watch is connected.
     pub connected: bool,
+    /// Chosen to go (idle, beyond the pool's size): takes no new Run.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub retiring: bool,
+    /// What its resources (`krt up --resources`) still offer beside the
+    /// requests of the Runs it holds, in thousandths (none when it declares
+    /// none).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub free_milli: std::collections::BTreeMap<String, u64>,
+}
+
+/// The pool of runtimed instances, when it follows demand.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolStatus {
+    /// Instances it should have now (starting ones included).
+    pub desired: u32,
+    /// Never fewer.
+    pub min_instances: u32,
+    /// Free instances kept for new Runs.
+    pub min_idle: u32,
+    /// Never more.
+    pub max_instances: u32,
 }
 
 impl Controller {
@@ -71,9 +93,21 @@ impl Controller {
                     capacity: p.cfg.capacity,
                     used,
                     connected: p.connected,
+                    retiring: p.retiring,
+                    free_milli: self.free(p),
                 }
             })
             .collect()
+    }
+
+    /// The pool's size and rules, when it follows demand.
+    pub fn pool_status(&self) -> Option<PoolStatus> {
+        self.pool_size().map(|(desired, pool)| PoolStatus {
+            desired,
+            min_instances: pool.spec.min_replicas,
+            min_idle: pool.spec.min_idle,
+            max_instances: pool.spec.max_replicas,
+        })
     }
 
     /// Status of every Run; `gateway_url` forms the endpoint.

@@ -103,7 +103,7 @@ pub(super) fn registers(actions: &[Action]) -> Vec<(String, u64)> {
         .iter()
         .filter_map(|a| match a {
             Action::Assign { pod, request } => Some((pod.clone(), request.attempt)),
-            Action::Release { .. } => None,
+            _ => None,
         })
         .collect()
 }
@@ -125,7 +125,18 @@ pub(super) fn entry(
 
 /// Healthy runtimed instances: every action succeeds and shows in the
 /// owner's table, as the real ones publish it. Returns every action seen.
-pub(super) fn settle(c: &mut Controller, mut actions: Vec<Action>, now: Instant) -> Vec<Action> {
+pub(super) fn settle(c: &mut Controller, actions: Vec<Action>, now: Instant) -> Vec<Action> {
+    settle_with(c, actions, now, true)
+}
+
+/// [`settle`], but instances asked to stop keep running (unanswered) when
+/// `answer_stops` is false.
+pub(super) fn settle_with(
+    c: &mut Controller,
+    mut actions: Vec<Action>,
+    now: Instant,
+    answer_stops: bool,
+) -> Vec<Action> {
     let mut seen = Vec::new();
     while let Some(action) = actions.pop() {
         seen.push(action.clone());
@@ -143,6 +154,24 @@ pub(super) fn settle(c: &mut Controller, mut actions: Vec<Action>, now: Instant)
                 actions.extend(c.apply_pod(&pod, SourceUpdate::Delete(run_uid.clone()), now));
                 actions.extend(c.release_result(&pod, &run_uid, now));
             }
+            // A launcher that starts each instance under the lowest free
+            // name, and whose instances report their table at once.
+            Action::StartInstances { count } => {
+                for _ in 0..count {
+                    let name = (0..)
+                        .map(|i| format!("runtimed-{i}"))
+                        .find(|n| !c.pods.contains_key(n))
+                        .unwrap();
+                    let mut cfg = pods(1, 2).remove(0);
+                    cfg.name = name.clone();
+                    actions.extend(c.instance_started(cfg, now));
+                    actions.extend(c.apply_pod(&name, snapshot(&format!("u-{name}"), vec![]), now));
+                }
+            }
+            Action::StopInstance { pod } if answer_stops => {
+                actions.extend(c.instance_stopped(&pod, now))
+            }
+            Action::StopInstance { .. } => {}
         }
     }
     seen
@@ -164,3 +193,4 @@ pub(super) fn connected(n: usize, now: Instant) -> Controller {
 mod endings;
 mod owners;
 mod placement;
+mod pool;
