@@ -736,9 +736,15 @@ async fn a_pool_refills_to_keep_an_idle_pod_and_shrinks_after_its_delay() {
     cluster.set_pod_ready("python-2", true).await.unwrap();
     settle!(3, 3);
 
+    // The waiting session goes: nothing waits now, yet the three busy Pods
+    // still count, and the pool does not shrink below them after its delay.
+    api.delete("s4", &DeleteParams::default()).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    settle!(3, 3);
+
     // The sessions end: after the delay the pool shrinks back to one idle
     // Pod, and its idle Pods are marked to be removed first.
-    for name in ["s1", "s2", "s3", "s4"] {
+    for name in ["s1", "s2", "s3"] {
         api.delete(name, &DeleteParams::default()).await.unwrap();
     }
     settle!(1, 3);
