@@ -119,8 +119,8 @@ pub struct Args {
     pub closed_secs: Option<u64>,
     /// Run only these scenario groups (comma-separated): `sequential`,
     /// `open-loop`, `closed-loop`, `sessions`, `interpreter`, `auth`,
-    /// `kube-auth`, `propagation`, `table`, `scheduling`, `burst`. Default:
-    /// all of them.
+    /// `kube-auth`, `propagation`, `table`, `scheduling`, `pool`, `burst`.
+    /// Default: all of them.
     #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(GROUPS))]
     pub only: Vec<String>,
     /// Run the soak instead of the comparison: constant open-loop load on a
@@ -133,8 +133,9 @@ pub struct Args {
 }
 
 /// The scenario groups `--only` selects from, in the order they run.
-pub const GROUPS: [&str; 11] = [
+pub const GROUPS: [&str; 12] = [
     "scheduling",
+    "pool",
     "sequential",
     "open-loop",
     "closed-loop",
@@ -187,6 +188,8 @@ pub struct Sizes {
     pub scheduling: (usize, usize),
     /// Runs of the burst on the API server.
     pub burst: usize,
+    /// Sessions of the pool-refill burst.
+    pub pool_sessions: usize,
 }
 
 impl Sizes {
@@ -209,6 +212,7 @@ impl Sizes {
             closed_warmup: std::time::Duration::from_secs(if q { 1 } else { 2 }),
             scheduling: if q { (1000, 50) } else { (10_000, 500) },
             burst: if q { 100 } else { 1000 },
+            pool_sessions: if q { 10 } else { 50 },
         }
     }
 }

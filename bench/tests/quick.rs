@@ -69,6 +69,8 @@ fn quick_run_produces_every_scenario_and_summary_figure() {
         "session-read-4k",
         "session-write-1m",
         "session-read-1m",
+        "pool-warm",
+        "pool-cold",
     ] {
         let s = &report["scenarios"][scenario];
         assert!(s["count"].as_u64().unwrap_or(0) > 0, "{scenario} ran: {s}");
@@ -134,6 +136,15 @@ fn quick_run_produces_every_scenario_and_summary_figure() {
         "{summary}"
     );
     assert_eq!(summary["burst_over_committed"], 0, "{summary}");
+    // The pool refill: every session of both bursts became Ready (counted
+    // above), the cold pool started one instance per session, and the warm
+    // pool refilled to its five free instances.
+    assert_eq!(summary["pool_sessions"], 10, "{summary}");
+    assert_eq!(summary["pool_cold_instances_started"], 10, "{summary}");
+    assert!(
+        summary["pool_warm_refilled_seconds"].as_f64().is_some(),
+        "{summary}"
+    );
     assert_eq!(summary["burst_runs"], 100, "{summary}");
     assert_eq!(
         summary["kube_subjectaccessreviews_10_tokens"], 10,

@@ -4,7 +4,8 @@
 //! One scenario a module, run in this order: `sequential`, `open_loop`
 //! (with the proxies' cost), `closed_loop` (throughput), `sessions`, `interpreter_per_call`,
 //! `auth`, `kube_auth`, `propagation`, `table_scale` — after `scheduling`,
-//! the pure core's cost, which needs no stack; then
+//! the pure core's cost, and `pool_refill`, which start no shared stack
+//! (the first none at all, the second stacks of its own); then
 //! `summary` derives the headline figures. `remote` is the cluster mode.
 //! The rest is shared: the stack (`local`), the baselines in front of it
 //! (`proxies`), extra gateways (`extra_gateway`), the report being built
@@ -20,6 +21,7 @@ mod kube_auth;
 mod kube_burst;
 mod local;
 mod open_loop;
+mod pool_refill;
 mod procfs;
 mod propagation;
 mod proxies;
@@ -43,6 +45,8 @@ pub const ECHO_PY: &str = "def invoke(request):\n    return request\n";
 const INPUT: &str = r#"{"name": "bench"}"#;
 /// [`INPUT`] as a request body.
 const BODY: &[u8] = INPUT.as_bytes();
+/// The groups that need no shared stack.
+const STANDALONE: [&str; 2] = ["scheduling", "pool"];
 /// Open-loop requests in flight at most; more are recorded as dropped.
 const MAX_OUTSTANDING: usize = 1024;
 
@@ -65,11 +69,15 @@ pub async fn run(args: &Args, sizes: &Sizes) -> anyhow::Result<Report> {
     };
     let mut ctx = context::Ctx::new(args, sizes);
     ctx.trace = trace;
-    // The pure core needs no stack: `--only scheduling` starts none.
+    // The pure core needs no stack, the pool refill stacks of its own:
+    // `--only scheduling,pool` starts no shared one.
     if args.runs("scheduling") {
         scheduling::run(&mut ctx, sizes.scheduling);
     }
-    if args.only.iter().all(|g| g == "scheduling") && !args.only.is_empty() {
+    if args.runs("pool") {
+        pool_refill::run(&mut ctx, &krt, sizes.pool_sessions).await;
+    }
+    if !args.only.is_empty() && args.only.iter().all(|g| STANDALONE.contains(&g.as_str())) {
         ctx.bar.finish_and_clear();
         return Ok(ctx.report);
     }
