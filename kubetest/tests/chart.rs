@@ -99,6 +99,8 @@ fn the_defaults_render_operator_gateway_rbac_policy_and_two_runtimes() {
             "ValidatingAdmissionPolicyBinding",
             name("runtimed-own-runs"),
         ),
+        ("ValidatingAdmissionPolicy", name("run-priority")),
+        ("ValidatingAdmissionPolicyBinding", name("run-priority")),
         ("Runtime", "python".into()),
         ("Runtime", "bash".into()),
     ] {

@@ -275,6 +275,60 @@ fn the_admission_policy_is_the_shipped_file_for_this_release() {
 }
 
 #[test]
+fn the_priority_policy_is_the_shipped_file_trusting_the_configured_group() {
+    let helm = helm();
+    let shipped = kruntimes_kubetest::helm::parse_manifests(
+        &std::fs::read_to_string(chart_dir().join("files/run-priority-policy.yaml")).unwrap(),
+    )
+    .unwrap();
+    // The default group: the file as it is.
+    let r = Rendered::new(&helm, &[], &[]);
+    let policy = r
+        .find("ValidatingAdmissionPolicy", &name("run-priority"))
+        .unwrap();
+    assert_eq!(policy["spec"], shipped[0]["spec"]);
+    let binding = r
+        .find("ValidatingAdmissionPolicyBinding", &name("run-priority"))
+        .unwrap();
+    assert_eq!(binding["spec"]["policyName"], name("run-priority"));
+    assert_eq!(
+        binding["spec"]["validationActions"],
+        serde_json::json!(["Deny"])
+    );
+    // Another group: trusted by the check and named by its message; nothing
+    // else changes.
+    let r = Rendered::new(
+        &helm,
+        &[],
+        &["admissionPolicy.priorityGroup=platform:urgent"],
+    );
+    let policy = r
+        .find("ValidatingAdmissionPolicy", &name("run-priority"))
+        .unwrap();
+    let trusted = str_at(policy, "/spec/variables/3/expression");
+    assert!(
+        trusted.contains("'platform:urgent' in request.userInfo.groups"),
+        "{trusted}"
+    );
+    assert!(!trusted.contains("kruntimes:priority-high"), "{trusted}");
+    let message = str_at(policy, "/spec/validations/0/messageExpression");
+    assert!(message.contains("platform:urgent"), "{message}");
+    assert_eq!(
+        policy["spec"]["validations"][0]["expression"],
+        shipped[0]["spec"]["validations"][0]["expression"]
+    );
+    assert_eq!(
+        policy["spec"]["matchConstraints"],
+        shipped[0]["spec"]["matchConstraints"]
+    );
+    let r = Rendered::new(&helm, &[], &["admissionPolicy.enabled=false"]);
+    assert!(
+        r.find("ValidatingAdmissionPolicy", &name("run-priority"))
+            .is_none()
+    );
+}
+
+#[test]
 fn callers_cluster_roles_separate_reading_from_invoking() {
     let helm = helm();
     let r = Rendered::new(&helm, &[], &[]);

@@ -115,6 +115,9 @@ impl Run {
                 "spec.priority {p} is outside {MIN_PRIORITY} to {MAX_PRIORITY}"
             ));
         }
+        if self.spec.priority.is_some() && self.spec.priority_class_name.is_some() {
+            return Err("set spec.priority or spec.priorityClassName, not both".into());
+        }
         if let Some(a) = &self.spec.affinity {
             a.validate()?;
         }
@@ -129,9 +132,13 @@ impl Run {
         }
     }
 
-    /// `spec.priority` (0 when unset).
+    /// `spec.priority`, or what `spec.priorityClassName` stands for (0
+    /// when neither is set).
     pub fn priority(&self) -> i32 {
-        self.spec.priority.unwrap_or(0)
+        self.spec
+            .priority
+            .or(self.spec.priority_class_name.map(|c| c.value()))
+            .unwrap_or(0)
     }
 
     /// The life its status records (a new Run: `Pending`, attempt 0).

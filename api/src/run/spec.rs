@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kruntimes_core::TerminationMode;
 use kruntimes_core::scheduler::affinity::Affinity;
+use kruntimes_core::scheduler::queue::PriorityClass;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -43,6 +44,7 @@ use super::RunStatus;
     validation = Rule::new("has(self.resources) == has(oldSelf.resources) && (!has(self.resources) || self.resources == oldSelf.resources)").message("spec.resources is immutable"),
     validation = Rule::new("has(self.affinity) == has(oldSelf.affinity) && (!has(self.affinity) || self.affinity == oldSelf.affinity)").message("spec.affinity is immutable"),
     validation = Rule::new("!has(oldSelf.termination) || (has(self.termination) && (self.termination.mode == oldSelf.termination.mode || self.termination.mode == 'Immediate'))").message("spec.termination can only be set once, or moved from Drain to Immediate"),
+    validation = Rule::new("!(has(self.priority) && has(self.priorityClassName))").message("set spec.priority or spec.priorityClassName, not both"),
 )]
 pub struct RunSpec {
     /// Runtime name (`python`, `bash`, or a custom Runtime).
@@ -78,6 +80,10 @@ pub struct RunSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = -1000, max = 1000))]
     pub priority: Option<i32>,
+    /// A named priority instead of a number: `low` (−500), `normal` (0),
+    /// `high` (500), `critical` (1000). Not with `priority`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<PriorityClass>,
     /// Which Runs this Run shares a Pod with, or must not (immutable).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub affinity: Option<Affinity>,

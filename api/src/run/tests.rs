@@ -143,6 +143,19 @@ fn scheduling_fields_are_validated_and_read() {
     let mut bad = m.clone();
     bad.spec.priority = Some(1001);
     assert!(bad.validate().unwrap_err().contains("spec.priority 1001"));
+    let mut both = m.clone();
+    both.spec.priority_class_name = Some(kruntimes_core::scheduler::queue::PriorityClass::High);
+    assert_eq!(
+        both.validate().unwrap_err(),
+        "set spec.priority or spec.priorityClassName, not both"
+    );
+    let named = parse(&format!(
+        "{HELLO}  priorityClassName: low
+"
+    ));
+    assert_eq!(named.validate(), Ok(ModeKind::Function));
+    assert_eq!(named.priority(), -500);
+    assert_eq!(parse(HELLO).priority(), 0);
     let mut bad = m.clone();
     bad.spec.resources.as_mut().unwrap().requests.insert(
         "memory".into(),

@@ -13,6 +13,62 @@ pub const MIN_PRIORITY: i32 = -1000;
 pub const MAX_PRIORITY: i32 = 1000;
 /// Waiting time that raises a Run's effective priority by one.
 pub const AGING_STEP: Duration = Duration::from_secs(10);
+/// The highest priority anyone may give a Run; above it, the chart's
+/// admission policy asks for the priority group
+/// (`charts/kruntimes/files/run-priority-policy.yaml`).
+pub const OPEN_PRIORITY: i32 = 100;
+
+/// `spec.priorityClassName`: a named priority instead of a number — `low`
+/// (−500), `normal` (0), `high` (500), `critical` (1000); not with
+/// `spec.priority`.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum PriorityClass {
+    /// −500: batch work that may wait.
+    Low,
+    /// 0: the default.
+    Normal,
+    /// 500: placed before normal work (needs the priority group).
+    High,
+    /// 1000: placed first (needs the priority group).
+    Critical,
+}
+
+impl PriorityClass {
+    /// Every class, lowest first.
+    pub const ALL: [PriorityClass; 4] = [Self::Low, Self::Normal, Self::High, Self::Critical];
+
+    /// The priority it stands for.
+    pub fn value(self) -> i32 {
+        match self {
+            Self::Low => -500,
+            Self::Normal => 0,
+            Self::High => 500,
+            Self::Critical => MAX_PRIORITY,
+        }
+    }
+
+    /// Its name in a manifest.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Low => "low",
+            Self::Normal => "normal",
+            Self::High => "high",
+            Self::Critical => "critical",
+        }
+    }
+}
 
 /// What orders one waiting Run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,5 +161,24 @@ mod tests {
     fn ties_are_broken_by_key_deterministically() {
         let keys = [key("b", 0, 0, false, 1), key("a", 0, 0, false, 1)];
         assert_eq!(order(&keys), [1, 0]);
+    }
+
+    #[test]
+    fn named_classes_stand_for_numbers_within_the_bounds() {
+        let values: Vec<i32> = PriorityClass::ALL.iter().map(|c| c.value()).collect();
+        assert_eq!(values, [-500, 0, 500, 1000]);
+        assert!(values.windows(2).all(|w| w[0] < w[1]), "ordered");
+        for c in PriorityClass::ALL {
+            assert!((MIN_PRIORITY..=MAX_PRIORITY).contains(&c.value()));
+            let json = format!("\"{}\"", c.as_str());
+            assert_eq!(serde_json::from_str::<PriorityClass>(&json).unwrap(), c);
+        }
+        // Only the classes above the open band need the priority group.
+        let gated: Vec<&str> = PriorityClass::ALL
+            .iter()
+            .filter(|c| c.value() > OPEN_PRIORITY)
+            .map(|c| c.as_str())
+            .collect();
+        assert_eq!(gated, ["high", "critical"]);
     }
 }
