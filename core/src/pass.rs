@@ -14,8 +14,11 @@
 //! through the [`scheduler`](crate::scheduler) in queue order, each placed
 //! Run reserved at once so a burst never over-commits a Pod.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
+
+mod memo;
+pub use memo::{PoolMemo, Wake};
 
 use crate::lifecycle::{self, Event, Life, Rules, Transition, control};
 use crate::pool::Demand;
@@ -130,6 +133,10 @@ pub struct Snapshot {
     /// What a fresh Pod of each pool offers (its Runtime's capacity), to
     /// tell whether a waiting Run would fit on one more Pod.
     pub pools: BTreeMap<String, Capacity>,
+    /// What the previous pass left ([`Plan::memo`]): a pool it remembers
+    /// unchanged gives its waiting Runs no cycle ([`memo`]). Empty: every
+    /// waiting Run gets one.
+    pub memo: BTreeMap<String, PoolMemo>,
 }
 
 /// One change, for the adapter to carry out. `run` indexes
@@ -167,6 +174,11 @@ pub struct Report {
     pub placed: u64,
     /// Pods turned away, by (plugin, rejection).
     pub rejections: BTreeMap<(&'static str, &'static str), u64>,
+    /// Pools whose waiting Runs got cycles, by why ([`Wake`]).
+    pub wakeups: BTreeMap<&'static str, u64>,
+    /// Waiting Runs given no cycle: nothing in their pool changed since
+    /// they were turned away.
+    pub skipped: u64,
 }
 
 /// What a pass decided.
@@ -179,6 +191,8 @@ pub struct Plan {
     pub owned: Vec<usize>,
     /// Counts for metrics.
     pub report: Report,
+    /// For the next pass's [`Snapshot::memo`].
+    pub memo: BTreeMap<String, PoolMemo>,
     /// Per pool, what its Pods hold after the pass and which waiting Runs
     /// one more Pod would take (the pool's refill reads it).
     pub demand: BTreeMap<String, Demand>,
@@ -355,6 +369,29 @@ fn place(
     plan: &mut Plan,
 ) -> Vec<(String, bool)> {
     let mut waiting_fresh: Vec<(String, bool)> = Vec::new();
+    // Which pools' waiting Runs get cycles.
+    let mut by_pool: BTreeMap<&str, Vec<(&str, bool)>> = BTreeMap::new();
+    for &i in waiting {
+        let run = &snapshot.runs[i];
+        if let Ok(pool) = &run.pool {
+            let says_why = run.life.reason.is_some_and(|r| r.is_unplaced());
+            by_pool
+                .entry(pool.as_str())
+                .or_default()
+                .push((run.uid.as_str(), says_why));
+        }
+    }
+    let mut asleep: BTreeSet<&str> = BTreeSet::new();
+    for (pool, runs) in &by_pool {
+        let fingerprint = memo::fingerprint(nodes, pool);
+        match memo::wake(snapshot.memo.get(*pool), fingerprint, runs.iter().copied()) {
+            Some(why) => *plan.report.wakeups.entry(why.as_str()).or_default() += 1,
+            None => {
+                asleep.insert(pool);
+            }
+        }
+    }
+    let mut unplaced: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let keys: Vec<scheduler::queue::QueueKey<'_>> = waiting
         .iter()
         .map(|i| {
@@ -384,6 +421,19 @@ fn place(
             requests: &run.requests,
             affinity: &run.affinity,
         };
+        if asleep.contains(pool.as_str()) {
+            // Turned away by this pool as it still is: no cycle. It still
+            // counts for the pool's size.
+            plan.report.skipped += 1;
+            if fits_fresh(snapshot, framework, &candidate, nodes) {
+                waiting_fresh.push((pool.clone(), candidate.exclusive));
+            }
+            unplaced
+                .entry(pool.clone())
+                .or_default()
+                .insert(run.uid.clone());
+            continue;
+        }
         plan.report.cycles += 1;
         let rules = run.rules(mode);
         match framework.cycle(&candidate, nodes) {
@@ -411,6 +461,10 @@ fn place(
                 if fits_fresh(snapshot, framework, &candidate, nodes) {
                     waiting_fresh.push((pool.clone(), candidate.exclusive));
                 }
+                unplaced
+                    .entry(pool.clone())
+                    .or_default()
+                    .insert(run.uid.clone());
                 let event = Event::Unplaced {
                     reason: u.reason,
                     message: &u.message,
@@ -421,6 +475,7 @@ fn place(
             }
         }
     }
+    plan.memo = memo::after(nodes, unplaced);
     waiting_fresh
 }
 

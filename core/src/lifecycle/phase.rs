@@ -174,6 +174,14 @@ impl Reason {
         }
     }
 
+    /// Why a Run found no Pod: the reasons a scheduling cycle gives.
+    pub fn is_unplaced(self) -> bool {
+        matches!(
+            self,
+            Self::NoIdlePod | Self::InsufficientResources | Self::AffinityUnsatisfied
+        )
+    }
+
     /// Parses `status.reason`; `None` for reasons this version does not know.
     pub fn parse(s: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|r| r.as_str() == s)

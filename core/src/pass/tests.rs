@@ -2,6 +2,8 @@ use super::*;
 use crate::Phase::{self, *};
 use crate::Reason;
 
+mod memo;
+
 fn run(name: &str, created: u64) -> RunFacts {
     RunFacts {
         uid: format!("{name}-uid"),
@@ -69,6 +71,7 @@ fn decide(runs: Vec<RunFacts>, pods: Vec<PodFacts>) -> (Plan, Snapshot) {
         pods,
         hold_placement: false,
         pools: BTreeMap::new(),
+        memo: Default::default(),
     };
     (super::decide(&s, &Framework::default()), s)
 }
@@ -373,6 +376,7 @@ fn runs_backing_off_and_a_held_placement_wait_silently() {
         pods: vec![pod("p", 1)],
         hold_placement: true,
         pools: BTreeMap::new(),
+        memo: Default::default(),
     };
     assert!(super::decide(&s, &Framework::default()).ops.is_empty());
 }
@@ -451,6 +455,7 @@ fn demand_counts_busy_and_idle_pods_and_the_runs_one_more_pod_would_take() {
             },
         )]
         .into(),
+        memo: Default::default(),
     };
     let plan = super::decide(&s, &Framework::default());
     let d = plan.demand["ns/python"];
@@ -483,6 +488,7 @@ fn demand_counts_busy_pods_when_no_run_waits() {
         pods: vec![],
         hold_placement: true,
         pools: Default::default(),
+        memo: Default::default(),
     };
     assert!(super::decide(&s, &Framework::default()).demand.is_empty());
 }

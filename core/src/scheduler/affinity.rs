@@ -63,7 +63,7 @@ pub struct WeightedRunAffinityTerm {
 
 /// A Kubernetes label selector: every `matchLabels` pair and every
 /// expression must hold. An empty selector matches every Run.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Hash)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct LabelSelector {
     /// Labels that must be present with these values.
@@ -76,7 +76,7 @@ pub struct LabelSelector {
 }
 
 /// One `matchExpressions` entry.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Hash)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Requirement {
     /// Label key.
@@ -90,7 +90,7 @@ pub struct Requirement {
 }
 
 /// `matchExpressions[].operator`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Hash)]
 pub enum Operator {
     /// The label is present with one of the values.
     #[default]

@@ -38,7 +38,7 @@ pub use resources::Resources;
 use crate::lifecycle::Reason;
 
 /// What one Runtime Pod offers.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Capacity {
     /// Runs it may hold at once (a session holds all of them).
     pub runs: u32,
@@ -48,7 +48,7 @@ pub struct Capacity {
 }
 
 /// A Run holding capacity on a Pod, as the filters and scores see it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Holder {
     /// Namespace (affinity terms only see Runs of their own namespace).
     pub namespace: String,

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 /// Named amounts, each in thousandths of its unit.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Resources(BTreeMap<String, u64>);
 
 /// Whether `name` is an extended resource (`vendor.example/gpu`): one the

@@ -147,6 +147,9 @@ pub struct Plan {
     /// Per Runtime (`namespace/name`), what its Pods hold and which waiting
     /// Runs one more Pod would take.
     pub demand: BTreeMap<String, Demand>,
+    /// For the next pass: the pools whose waiting Runs need no cycle until
+    /// they change.
+    pub memo: BTreeMap<String, pass::PoolMemo>,
 }
 
 /// Key of a Runtime (`namespace/name`), also the pool of its Pods.
@@ -219,6 +222,7 @@ fn snapshot(
     runtimes: &[RuntimeInfo],
     s: &Settings,
     now: SystemTime,
+    memo: &BTreeMap<String, pass::PoolMemo>,
 ) -> pass::Snapshot {
     let known: BTreeSet<(&str, &str)> = runtimes
         .iter()
@@ -300,19 +304,23 @@ fn snapshot(
         pods,
         hold_placement: false,
         pools: capacity.into_iter().map(|(k, c)| (k, c.clone())).collect(),
+        memo: memo.clone(),
     }
 }
 
 /// Every write the current views call for, in the core's order (creation
-/// time, then namespace and name), and the scheduler's counts.
+/// time, then namespace and name), and the scheduler's counts. `memo` is
+/// what the previous pass left ([`Plan::memo`]; empty: every waiting Run
+/// gets a cycle).
 pub fn reconcile(
     runs: &[RunView],
     pods: &[PodInfo],
     runtimes: &[RuntimeInfo],
     s: &Settings,
     now: SystemTime,
+    memo: &BTreeMap<String, pass::PoolMemo>,
 ) -> Plan {
-    let snap = snapshot(runs, pods, runtimes, s, now);
+    let snap = snapshot(runs, pods, runtimes, s, now, memo);
     let plan = pass::decide(&snap, &Framework::default());
     let mut ops = Vec::new();
     let mut written = BTreeSet::new();
@@ -355,6 +363,7 @@ pub fn reconcile(
         ops,
         report: plan.report,
         demand: plan.demand,
+        memo: plan.memo,
     }
 }
 

@@ -23,8 +23,13 @@ pub struct Metrics {
     pub writes: IntCounterVec,
     /// Runtimes whose Deployment could not be reconciled.
     pub runtime_errors: IntCounter,
-    /// Scheduling cycles, by `result` (`bound`, `unplaced`).
+    /// Scheduling cycles, by `result` (`bound`, `unplaced`, and `skipped`:
+    /// a waiting Run whose pool did not change since it was turned away).
     pub cycles: IntCounterVec,
+    /// Pools whose waiting Runs got cycles, by `source` (`first`, `pods` —
+    /// its Pods or the Runs they hold changed —, `runs` — a Run waits there
+    /// anew).
+    pub wakeups: IntCounterVec,
     /// Pods a Filter turned away, by `plugin` and `reason` (the
     /// scheduler's fixed rejection set).
     pub filter_rejections: IntCounterVec,
@@ -67,6 +72,13 @@ fn build() -> prometheus::Result<Metrics> {
         Opts::new("scheduling_cycles_total", "Scheduling cycles, by result."),
         &["result"],
     )?;
+    let wakeups = IntCounterVec::new(
+        Opts::new(
+            "scheduling_wakeups_total",
+            "Pools whose waiting Runs got scheduling cycles, by what woke them.",
+        ),
+        &["source"],
+    )?;
     let filter_rejections = IntCounterVec::new(
         Opts::new(
             "filter_rejections_total",
@@ -80,6 +92,7 @@ fn build() -> prometheus::Result<Metrics> {
     )?;
     registry.register(Box::new(leader.clone()))?;
     registry.register(Box::new(cycles.clone()))?;
+    registry.register(Box::new(wakeups.clone()))?;
     registry.register(Box::new(filter_rejections.clone()))?;
     registry.register(Box::new(passes.clone()))?;
     registry.register(Box::new(pass_duration.clone()))?;
@@ -94,6 +107,7 @@ fn build() -> prometheus::Result<Metrics> {
         writes,
         runtime_errors,
         cycles,
+        wakeups,
         filter_rejections,
         leader,
     })
@@ -129,6 +143,7 @@ mod tests {
         m.writes.with_label_values(&["status", "conflict"]).inc();
         m.runtime_errors.inc();
         m.cycles.with_label_values(&["bound"]).inc();
+        m.wakeups.with_label_values(&["pods"]).inc();
         m.leader.set(1);
         m.filter_rejections
             .with_label_values(&["RuntimePodAvailability", "NoFreeSlot"])
@@ -141,6 +156,7 @@ mod tests {
             "kruntimes_operator_writes_total{kind=\"status\",result=\"conflict\"}",
             "kruntimes_operator_runtime_errors_total 1",
             "kruntimes_operator_scheduling_cycles_total{result=\"bound\"}",
+            "kruntimes_operator_scheduling_wakeups_total{source=\"pods\"}",
             "kruntimes_operator_leader 1",
             "kruntimes_operator_filter_rejections_total{plugin=\"RuntimePodAvailability\",reason=\"NoFreeSlot\"}",
         ] {

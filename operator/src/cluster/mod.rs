@@ -79,6 +79,8 @@ struct Operator {
     publisher: Publisher,
     applied: HashMap<String, String>,
     sizes: runtimes::Sizes,
+    /// What the last pass left for the next ([`decide::Plan::memo`]).
+    memo: BTreeMap<String, kruntimes_core::pass::PoolMemo>,
     ca: ca::CaBundle,
     leadership: Option<leader::Leadership>,
 }
@@ -138,6 +140,7 @@ pub async fn run(
         ),
         applied: HashMap::new(),
         sizes: runtimes::Sizes::default(),
+        memo: BTreeMap::new(),
     };
     // Serve gateways only once the table reflects the synced caches: an
     // early, empty snapshot would make them answer 404 for every Run.
@@ -269,13 +272,25 @@ impl Operator {
         let mut written_views: Vec<decide::RunView> = Vec::new();
         let mut failed: Vec<String> = Vec::new();
         let mut latest: HashMap<(String, String), Arc<Run>> = HashMap::new();
-        let plan = decide::reconcile(&views, &pods, &infos, &settings, SystemTime::now());
+        let plan = decide::reconcile(
+            &views,
+            &pods,
+            &infos,
+            &settings,
+            SystemTime::now(),
+            &self.memo,
+        );
+        self.memo = plan.memo;
         if let Some(m) = metrics::get() {
             let r = &plan.report;
             m.cycles.with_label_values(&["bound"]).inc_by(r.placed);
             m.cycles
                 .with_label_values(&["unplaced"])
                 .inc_by(r.cycles.saturating_sub(r.placed));
+            m.cycles.with_label_values(&["skipped"]).inc_by(r.skipped);
+            for (source, n) in &r.wakeups {
+                m.wakeups.with_label_values(&[source]).inc_by(*n);
+            }
             for ((plugin, reason), n) in &r.rejections {
                 m.filter_rejections
                     .with_label_values(&[plugin, reason])

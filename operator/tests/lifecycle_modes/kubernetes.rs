@@ -111,7 +111,16 @@ impl Kubernetes {
             system_namespace: "kruntimes-system".into(),
         };
         let mut changed = false;
-        for op in decide::reconcile(&[run], &pods, &runtimes, &settings, self.now).ops {
+        for op in decide::reconcile(
+            &[run],
+            &pods,
+            &runtimes,
+            &settings,
+            self.now,
+            &Default::default(),
+        )
+        .ops
+        {
             if let Op::Status { status, .. } = op {
                 self.run.as_mut().unwrap().status = *status;
                 changed = true;

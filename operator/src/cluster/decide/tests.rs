@@ -9,7 +9,7 @@ fn reconcile(
     s: &Settings,
     now: SystemTime,
 ) -> Vec<Op> {
-    super::reconcile(runs, pods, runtimes, s, now).ops
+    super::reconcile(runs, pods, runtimes, s, now, &Default::default()).ops
 }
 
 const T0: u64 = 1_800_000_000;

@@ -213,6 +213,8 @@ pub struct Controller {
     retry_backoff: Duration,
     hold_until: Option<Instant>,
     pool: Option<PoolState>,
+    /// What the last pass left for the next (`pass::Plan::memo`).
+    memo: BTreeMap<String, kruntimes_core::pass::PoolMemo>,
 }
 
 impl Controller {
@@ -232,6 +234,7 @@ impl Controller {
             retry_backoff,
             hold_until: None,
             pool: None,
+            memo: BTreeMap::new(),
         }
     }
 

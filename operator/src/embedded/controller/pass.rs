@@ -49,6 +49,7 @@ impl Controller {
         let hold = self.placement_held(now);
         let (uids, snapshot) = self.snapshot(now, hold);
         let plan = pass::decide(&snapshot, &Framework::default());
+        self.memo = plan.memo;
         let demand = (!hold).then(|| plan.demand.get(POOL).copied().unwrap_or_default());
         for op in plan.ops {
             match op {
@@ -208,6 +209,7 @@ impl Controller {
                 pods,
                 hold_placement,
                 pools,
+                memo: self.memo.clone(),
             },
         )
     }

@@ -1,0 +1,114 @@
+//! What a pass remembers about each pool whose Runs waited, so that the
+//! next one gives a waiting Run a scheduling cycle only when something that
+//! could change its answer happened in its pool — the seeds' "a Pod or
+//! capacity event wakes only the Pending Runs it concerns".
+//!
+//! A waiting Run's cycle reads only its own pool's Pods and the Runs they
+//! hold (filters, scores, affinity: topology is the Runtime Pod). So if a
+//! pool's [`fingerprint`] — each Pod's identity, readiness, capacity and
+//! holders — is what the last pass left, and every Run waiting in it was
+//! already turned away then (its status says why), the cycles would turn
+//! them away again: they are skipped. Anything else wakes the pool: its
+//! first pass, a change of its Pods or of the Runs they hold (a Run bound,
+//! ended, released; a Pod added, lost, not ready, resized), or a Run that
+//! waits there anew.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+use crate::scheduler;
+
+/// One pool, as a pass left it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PoolMemo {
+    /// [`fingerprint`] of its Pods after the pass.
+    pub fingerprint: u64,
+    /// The UIDs of the Runs that waited there and were turned away.
+    pub unplaced: BTreeSet<String>,
+}
+
+/// Why a pool's waiting Runs get their cycles in a pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wake {
+    /// No pass remembered it.
+    First,
+    /// Its Pods, or the Runs they hold, changed.
+    Pods,
+    /// A Run waits there that the last pass did not turn away.
+    Runs,
+}
+
+impl Wake {
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::First => "first",
+            Self::Pods => "pods",
+            Self::Runs => "runs",
+        }
+    }
+}
+
+/// What can change a waiting Run's answer in `pool`: each Pod (by name)
+/// with its UID, whether it takes Runs, its capacity and the Runs it holds
+/// (in any order).
+pub(super) fn fingerprint(nodes: &scheduler::Snapshot, pool: &str) -> u64 {
+    let mut pods: Vec<&scheduler::Node> = nodes.pool(pool).collect();
+    pods.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut h = DefaultHasher::new();
+    for p in pods {
+        (&p.name, &p.uid, p.ready, &p.capacity).hash(&mut h);
+        let mut holders: Vec<u64> = p
+            .holders()
+            .iter()
+            .map(|holder| {
+                let mut hh = DefaultHasher::new();
+                holder.hash(&mut hh);
+                hh.finish()
+            })
+            .collect();
+        holders.sort_unstable();
+        holders.hash(&mut h);
+    }
+    h.finish()
+}
+
+/// Whether `pool`'s waiting Runs (`waiting`: UID, and whether its status
+/// already says why it waits) get cycles; `None` skips them.
+pub(super) fn wake<'a>(
+    memo: Option<&PoolMemo>,
+    fingerprint: u64,
+    mut waiting: impl Iterator<Item = (&'a str, bool)>,
+) -> Option<Wake> {
+    let Some(memo) = memo else {
+        return Some(Wake::First);
+    };
+    if memo.fingerprint != fingerprint {
+        return Some(Wake::Pods);
+    }
+    if waiting.any(|(uid, says_why)| !says_why || !memo.unplaced.contains(uid)) {
+        return Some(Wake::Runs);
+    }
+    None
+}
+
+/// The memo a pass leaves: for each pool where Runs were turned away, its
+/// fingerprint after the pass's reservations and those Runs.
+pub(super) fn after(
+    nodes: &scheduler::Snapshot,
+    unplaced: BTreeMap<String, BTreeSet<String>>,
+) -> BTreeMap<String, PoolMemo> {
+    unplaced
+        .into_iter()
+        .map(|(pool, unplaced)| {
+            let fingerprint = fingerprint(nodes, &pool);
+            (
+                pool,
+                PoolMemo {
+                    fingerprint,
+                    unplaced,
+                },
+            )
+        })
+        .collect()
+}
