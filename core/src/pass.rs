@@ -370,15 +370,18 @@ fn place(
 ) -> Vec<(String, bool)> {
     let mut waiting_fresh: Vec<(String, bool)> = Vec::new();
     // Which pools' waiting Runs get cycles.
-    let mut by_pool: BTreeMap<&str, Vec<(&str, bool)>> = BTreeMap::new();
+    let mut by_pool: BTreeMap<&str, Vec<memo::Waiting<'_>>> = BTreeMap::new();
     for &i in waiting {
         let run = &snapshot.runs[i];
         if let Ok(pool) = &run.pool {
-            let says_why = run.life.reason.is_some_and(|r| r.is_unplaced());
             by_pool
                 .entry(pool.as_str())
                 .or_default()
-                .push((run.uid.as_str(), says_why));
+                .push(memo::Waiting {
+                    uid: &run.uid,
+                    labels: memo::labels(&run.labels),
+                    says_why: run.life.reason.is_some_and(|r| r.is_unplaced()),
+                });
         }
     }
     let mut asleep: BTreeSet<&str> = BTreeSet::new();
@@ -391,7 +394,7 @@ fn place(
             }
         }
     }
-    let mut unplaced: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut unplaced: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
     let keys: Vec<scheduler::queue::QueueKey<'_>> = waiting
         .iter()
         .map(|i| {
@@ -431,7 +434,7 @@ fn place(
             unplaced
                 .entry(pool.clone())
                 .or_default()
-                .insert(run.uid.clone());
+                .insert(run.uid.clone(), memo::labels(&run.labels));
             continue;
         }
         plan.report.cycles += 1;
@@ -448,6 +451,11 @@ fn place(
                     };
                     status(plan, snapshot, i, t, Some(bind));
                     plan.owned.push(i);
+                    // The pool changed: the Runs it turned away before saw
+                    // another pool, and must be tried again next pass.
+                    if let Some(turned_away) = unplaced.get_mut(pool) {
+                        turned_away.clear();
+                    }
                 }
             }
             Outcome::Unplaced(u) => {
@@ -464,7 +472,7 @@ fn place(
                 unplaced
                     .entry(pool.clone())
                     .or_default()
-                    .insert(run.uid.clone());
+                    .insert(run.uid.clone(), memo::labels(&run.labels));
                 let event = Event::Unplaced {
                     reason: u.reason,
                     message: &u.message,

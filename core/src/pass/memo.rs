@@ -4,16 +4,17 @@
 //! capacity event wakes only the Pending Runs it concerns".
 //!
 //! A waiting Run's cycle reads only its own pool's Pods and the Runs they
-//! hold (filters, scores, affinity: topology is the Runtime Pod). So if a
+//! hold (filters, scores, affinity: topology is the Runtime Pod), and its
+//! own labels, requests and affinity (the last two immutable). So if a
 //! pool's [`fingerprint`] — each Pod's identity, readiness, capacity and
 //! holders — is what the last pass left, and every Run waiting in it was
-//! already turned away then (its status says why), the cycles would turn
-//! them away again: they are skipped. Anything else wakes the pool: its
+//! already turned away then with the labels it has now (its status says
+//! why), the cycles would turn them away again: they are skipped. Anything else wakes the pool: its
 //! first pass, a change of its Pods or of the Runs they hold (a Run bound,
 //! ended, released; a Pod added, lost, not ready, resized), or a Run that
 //! waits there anew.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 use crate::scheduler;
@@ -23,8 +24,11 @@ use crate::scheduler;
 pub struct PoolMemo {
     /// [`fingerprint`] of its Pods after the pass.
     pub fingerprint: u64,
-    /// The UIDs of the Runs that waited there and were turned away.
-    pub unplaced: BTreeSet<String>,
+    /// The Runs it turned away as it is now — after the pass's last
+    /// reservation there (a Run turned away before another was placed saw
+    /// a different pool, and is tried again) —, by UID, with a hash of
+    /// their labels ([`labels`]) then.
+    pub unplaced: BTreeMap<String, u64>,
 }
 
 /// Why a pool's waiting Runs get their cycles in a pass.
@@ -73,12 +77,30 @@ pub(super) fn fingerprint(nodes: &scheduler::Snapshot, pool: &str) -> u64 {
     h.finish()
 }
 
-/// Whether `pool`'s waiting Runs (`waiting`: UID, and whether its status
-/// already says why it waits) get cycles; `None` skips them.
+/// A hash of a Run's labels: a waiting Run relabelled may now fit where
+/// anti-affinity turned it away.
+pub(super) fn labels(labels: &scheduler::Labels) -> u64 {
+    let mut h = DefaultHasher::new();
+    labels.hash(&mut h);
+    h.finish()
+}
+
+/// A waiting Run as [`wake`] reads it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Waiting<'a> {
+    /// Its UID.
+    pub(super) uid: &'a str,
+    /// [`labels`] of it.
+    pub(super) labels: u64,
+    /// Its status already says why it waits.
+    pub(super) says_why: bool,
+}
+
+/// Whether `pool`'s waiting Runs get cycles; `None` skips them.
 pub(super) fn wake<'a>(
     memo: Option<&PoolMemo>,
     fingerprint: u64,
-    mut waiting: impl Iterator<Item = (&'a str, bool)>,
+    mut waiting: impl Iterator<Item = Waiting<'a>>,
 ) -> Option<Wake> {
     let Some(memo) = memo else {
         return Some(Wake::First);
@@ -86,7 +108,7 @@ pub(super) fn wake<'a>(
     if memo.fingerprint != fingerprint {
         return Some(Wake::Pods);
     }
-    if waiting.any(|(uid, says_why)| !says_why || !memo.unplaced.contains(uid)) {
+    if waiting.any(|w| !w.says_why || memo.unplaced.get(w.uid) != Some(&w.labels)) {
         return Some(Wake::Runs);
     }
     None
@@ -96,10 +118,11 @@ pub(super) fn wake<'a>(
 /// fingerprint after the pass's reservations and those Runs.
 pub(super) fn after(
     nodes: &scheduler::Snapshot,
-    unplaced: BTreeMap<String, BTreeSet<String>>,
+    unplaced: BTreeMap<String, BTreeMap<String, u64>>,
 ) -> BTreeMap<String, PoolMemo> {
     unplaced
         .into_iter()
+        .filter(|(_, turned_away)| !turned_away.is_empty())
         .map(|(pool, unplaced)| {
             let fingerprint = fingerprint(nodes, &pool);
             (

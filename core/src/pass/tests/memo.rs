@@ -41,8 +41,8 @@ fn waiting_one() -> Snapshot {
     );
     assert_eq!(plan.report.wakeups.get("first"), Some(&1));
     assert_eq!(
-        plan.memo["ns/python"].unplaced,
-        ["s3-uid".to_owned()].into()
+        plan.memo["ns/python"].unplaced.keys().collect::<Vec<_>>(),
+        ["s3-uid"]
     );
     after(&s, &plan)
 }
@@ -109,6 +109,11 @@ fn a_run_that_waits_anew_wakes_the_pool() {
     let plan = pass(&s);
     assert_eq!(plan.report.wakeups.get("runs"), Some(&1));
     assert_eq!(plan.ops.len(), 1, "its reason is written again");
+    // And one relabelled while it waits (anti-affinity may let it in now).
+    let mut s = waiting_one();
+    let s3 = s.runs.iter().position(|r| r.name == "s3").unwrap();
+    s.runs[s3].labels.insert("tier".into(), "gold".into());
+    assert_eq!(pass(&s).report.wakeups.get("runs"), Some(&1));
 }
 
 #[test]
@@ -137,4 +142,37 @@ fn the_fingerprint_ignores_the_order_of_pods_and_holders() {
     let b = crate::pass::memo::fingerprint(&nodes_of(&reordered), "ns/python");
     assert_eq!(a, b);
     assert_eq!(pass(&reordered).report.skipped, 1);
+}
+
+#[test]
+fn a_run_turned_away_before_another_was_placed_is_tried_again() {
+    // The follower needs a Run labelled app=web beside it; the web Run is
+    // newer, so in the pass that places it the follower's cycle came first.
+    let mut follower = run("follower", 1);
+    follower.affinity = Affinity {
+        run_affinity: Some(crate::scheduler::affinity::RunAffinity {
+            required: vec![crate::scheduler::affinity::RunAffinityTerm {
+                label_selector: crate::scheduler::affinity::LabelSelector {
+                    match_labels: [("app".to_owned(), "web".to_owned())].into(),
+                    ..Default::default()
+                },
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let mut web = run("web", 2);
+    web.labels = [("app".to_owned(), "web".to_owned())].into();
+    let (plan, s) = decide(vec![follower, web], vec![pod("a", 4)]);
+    assert_eq!(plan.report.placed, 1, "only web, on this pass");
+    assert!(plan.memo.is_empty(), "the follower saw the pool before web");
+    let next = after(&s, &plan);
+    let plan = pass(&next);
+    assert_eq!(plan.report.wakeups.get("first"), Some(&1));
+    assert_eq!(
+        outcomes(&plan, &next)
+            .get("follower")
+            .and_then(|o| o.2.clone()),
+        Some("a".into())
+    );
 }
