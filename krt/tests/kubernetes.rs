@@ -8,6 +8,7 @@
 // Test helpers panic on failure: that is how a test fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod cases;
 #[path = "kubernetes/support.rs"]
 mod support;
 
@@ -862,6 +863,48 @@ async fn a_leader_killed_mid_burst_hands_over_and_nothing_is_double_bound() {
     );
 }
 
+/// The placement case table ([`cases::placement`]) on the API server.
+struct OnApiServer<'a> {
+    cluster: &'a kruntimes_kubetest::cluster::Cluster,
+    api: Api<Run>,
+}
+
+impl cases::placement::Target for OnApiServer<'_> {
+    async fn create(&self, name: &str, labels: Value, spec: Value) {
+        let run: Run =
+            serde_json::from_value(cases::placement::manifest(name, "a", labels, spec)).unwrap();
+        self.api.create(&PostParams::default(), &run).await.unwrap();
+    }
+
+    async fn delete(&self, name: &str) {
+        self.api
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+
+    async fn wait(
+        &self,
+        name: &str,
+        what: &str,
+        check: fn(&cases::placement::Seen) -> bool,
+    ) -> cases::placement::Seen {
+        let run = self
+            .cluster
+            .wait_run("a", name, Duration::from_secs(60), what, move |v| {
+                check(&cases::placement::Seen::from_status(&v["status"]))
+            })
+            .await
+            .unwrap();
+        cases::placement::Seen::from_status(&run["status"])
+    }
+
+    async fn seen(&self, name: &str) -> cases::placement::Seen {
+        let run = self.cluster.run("a", name).await.unwrap();
+        cases::placement::Seen::from_status(&run["status"])
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resources_affinity_and_priority_decide_placement_on_the_api_server() {
     // One Pod of 4 slots and 1 CPU.
@@ -876,79 +919,9 @@ async fn resources_affinity_and_priority_decide_placement_on_the_api_server() {
         )
         .await
         .unwrap();
-    let api = runs(&server).await;
-    let create = |name: &str, labels: Value, extra: Value| {
-        let mut r = function_run(name, extra);
-        r.metadata.labels = serde_json::from_value(labels).unwrap();
-        let api = api.clone();
-        async move { api.create(&PostParams::default(), &r).await.unwrap() }
+    let target = OnApiServer {
+        cluster: &cluster,
+        api: runs(&server).await,
     };
-    let reason_is = |name: &'static str, reason: &'static str| {
-        let cluster = &cluster;
-        async move {
-            cluster
-                .wait_run("a", name, Duration::from_secs(30), reason, move |v| {
-                    v["status"]["reason"] == reason
-                })
-                .await
-                .unwrap()
-        }
-    };
-    let cpu = |q: &str| json!({"resources": {"requests": {"cpu": q}}});
-
-    // Resources: 600m fits, a second 600m does not.
-    create("big", json!({}), cpu("600m")).await;
-    cluster.wait_phase("a", "big", "Ready").await.unwrap();
-    create("big-2", json!({}), cpu("600m")).await;
-    let w = reason_is("big-2", "InsufficientResources").await;
-    assert_eq!(
-        w["status"]["message"],
-        "0/1 python Pods can take this Run: 1 insufficient cpu"
-    );
-
-    // Affinity: a follower of `app=web` waits until a web Run exists.
-    let follow = json!({"affinity": {"runAffinity": {"required": [
-        {"labelSelector": {"matchLabels": {"app": "web"}}}]}}});
-    create("follower", json!({}), follow).await;
-    reason_is("follower", "AffinityUnsatisfied").await;
-    create("web", json!({"app": "web"}), json!({})).await;
-    cluster.wait_phase("a", "web", "Ready").await.unwrap();
-    cluster.wait_phase("a", "follower", "Ready").await.unwrap();
-
-    // The CPU `big` frees goes by priority, not age: `high` (newest) takes
-    // 500m of it, and neither the older `big-2` nor `low` fit beside it.
-    create(
-        "low",
-        json!({}),
-        json!({"priority": -5, "resources": {"requests": {"cpu": "600m"}}}),
-    )
-    .await;
-    create(
-        "high",
-        json!({}),
-        json!({"priority": 50, "resources": {"requests": {"cpu": "500m"}}}),
-    )
-    .await;
-    reason_is("high", "InsufficientResources").await;
-    api.delete("big", &DeleteParams::default()).await.unwrap();
-    cluster.wait_phase("a", "high", "Ready").await.unwrap();
-    for name in ["big-2", "low"] {
-        let r = cluster.run("a", name).await.unwrap();
-        assert_eq!(
-            r["status"]["reason"], "InsufficientResources",
-            "{}: {}",
-            name, r["status"]
-        );
-    }
-    // Invalid requests fail the Run and say where.
-    create("bad", json!({}), cpu("lots")).await;
-    let bad = cluster.wait_phase("a", "bad", "Failed").await.unwrap();
-    assert_eq!(bad["status"]["reason"], "InvalidSpec");
-    assert!(
-        bad["status"]["message"]
-            .as_str()
-            .unwrap()
-            .starts_with("spec.resources.requests.cpu:"),
-        "{bad}"
-    );
+    cases::placement::resources_affinity_and_priority(&target).await;
 }
