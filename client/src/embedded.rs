@@ -179,8 +179,14 @@ fn write_manifest(path: &Path, doc: &serde_json::Value) -> Result<()> {
 }
 
 impl Embedded {
-    /// The stack of `sel.state_dir`.
+    /// The stack of `sel.state_dir`, if one runs (its state files say
+    /// nothing true once it stopped).
     pub fn open(sel: &Selector) -> Result<Self> {
+        if crate::stack_lock::running(&sel.state_dir).is_none() {
+            return Err(Error::NotRunning {
+                dir: sel.state_dir.clone(),
+            });
+        }
         let client: ClientConfig = read_state(&sel.state_dir, "client.json")?;
         Ok(Self {
             dir: sel.state_dir.clone(),

@@ -28,6 +28,17 @@ pub enum Error {
         /// Why.
         source: std::io::Error,
     },
+    /// No `krt up` runs with this state directory (none started, or it
+    /// stopped): its state files are not to be trusted.
+    #[error(
+        "no krt up running for {dir} (start one with `krt --state-dir {dir} up`; for a cluster pass --kubeconfig, --context or --cluster){logs}",
+        dir = dir.display(),
+        logs = if dir.join("logs").is_dir() { format!("; the last stack's logs are in {}", dir.join("logs").display()) } else { String::new() }
+    )]
+    NotRunning {
+        /// The state directory.
+        dir: PathBuf,
+    },
     /// A file could not be read, parsed or written.
     #[error("{what} {}: {reason}", path.display())]
     File {

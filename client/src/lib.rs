@@ -18,6 +18,7 @@ pub mod embedded;
 mod error;
 pub mod gateway;
 mod kubeauth;
+pub mod stack_lock;
 
 pub use error::{Error, Result};
 pub use gateway::{ApiError, Gateway};

@@ -388,6 +388,12 @@ pub async fn up(state_dir: &Path, args: UpArgs) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("locate the krt executable")?;
     let pool = args.pool()?;
     let dirs = Dirs::create(state_dir, &args)?;
+    let gateway_url = format!(
+        "https://{}",
+        args.gateway_addr.replace("0.0.0.0", "127.0.0.1")
+    );
+    // Before anything of the state directory is written: one stack each.
+    let _lock = kruntimes_client::stack_lock::StackLock::acquire(&dirs.state, &gateway_url)?;
     let pki = pki::generate(&dirs.state.join("pki"))?;
     let token = pki::issue_token(
         &pki.jwt_private,
@@ -398,10 +404,6 @@ pub async fn up(state_dir: &Path, args: UpArgs) -> anyhow::Result<()> {
 
     let control_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let control_addr = control_listener.local_addr()?;
-    let gateway_url = format!(
-        "https://{}",
-        args.gateway_addr.replace("0.0.0.0", "127.0.0.1")
-    );
     let Processes {
         mut children,
         pods,

@@ -292,3 +292,73 @@ async fn rotated_gateway_certificates_are_served_without_dropping_connections() 
         "the connection established before the rotation still works"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_stack_per_state_directory_and_no_stale_state_after_it_stops() {
+    let mut stack = start(1, vec![python_run("only")], &[]);
+    stack.wait_phase("only", "Ready").await.unwrap();
+    let client_json = std::fs::read(stack.state_dir().join("client.json")).unwrap();
+    let certs = std::fs::read(stack.state_dir().join("pki").join("public-ca.crt")).unwrap();
+
+    // A second krt up on the same state directory is refused before it
+    // writes anything, naming the running one.
+    let port = kruntimes_testkit::free_port();
+    let mut second = std::process::Command::new(kruntimes_testkit::krt_binary())
+        .arg("--state-dir")
+        .arg(stack.state_dir())
+        .args(["up", "--exit-with-parent", "--gateway-addr"])
+        .arg(format!("127.0.0.1:{port}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = second.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = second.kill();
+            panic!("a second krt up on the same state directory is still running");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut second.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("pid {}", stack.up_pid())) && stderr.contains(&stack.gateway),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read(stack.state_dir().join("client.json")).unwrap(),
+        client_json
+    );
+    assert_eq!(
+        std::fs::read(stack.state_dir().join("pki").join("public-ca.crt")).unwrap(),
+        certs
+    );
+    // The first stack is untouched.
+    assert_eq!(stack.invoke("only", "{}").await.unwrap().status(), 200);
+    let runs = stack.krt(&["runs"]).unwrap();
+    assert!(runs.status.success());
+
+    // Once it is gone, its state files are not read as a running stack.
+    stack.kill_up().unwrap();
+    for verb in [
+        &["runs"][..],
+        &["invoke", "only", "--data", "{}"],
+        &["get", "run", "only"],
+    ] {
+        let out = stack.krt(verb).unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{verb:?}: {stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "no krt up running for {}",
+                stack.state_dir().display()
+            )),
+            "{verb:?}: {stderr}"
+        );
+    }
+}
