@@ -44,6 +44,38 @@ impl Gateway {
     pub fn http(&self) -> &reqwest::Client {
         &self.http
     }
+
+    /// Whether the gateway routes the Run at `endpoint` to its owner now
+    /// ([`routes`]).
+    pub async fn routes(&self, endpoint: &str, session: bool) -> bool {
+        routes(&self.http, None, endpoint, session).await
+    }
+}
+
+/// Whether the gateway routes the Run at `endpoint` to its owner, asked
+/// without running anything: a function is sent a body that is not JSON
+/// (its owner answers 400 `InvalidJson` before any handler runs), a
+/// session is asked its status (200). `token`, unless `http` sends one.
+pub async fn routes(
+    http: &reqwest::Client,
+    token: Option<&str>,
+    endpoint: &str,
+    session: bool,
+) -> bool {
+    let request = if session {
+        http.get(endpoint)
+    } else {
+        http.post(endpoint).body("{")
+    };
+    let request = match token {
+        Some(t) => request.bearer_auth(t),
+        None => request,
+    };
+    let want = if session { 200 } else { 400 };
+    request
+        .send()
+        .await
+        .is_ok_and(|r| r.status().as_u16() == want)
 }
 
 /// A typed error answered by the gateway or runtimed.

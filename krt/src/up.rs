@@ -17,6 +17,7 @@ use kruntimes_operator::embedded::{
 use crate::client::ClientConfig;
 
 mod instances;
+mod ready;
 mod supervised;
 
 use crate::pki::{self, Pki};
@@ -476,11 +477,31 @@ pub async fn up(state_dir: &Path, args: UpArgs) -> anyhow::Result<()> {
     )
     .await?;
     write_processes(&dirs.state, &children)?;
-    println!(
-        "kruntimes ready: gateway {gateway_url}, runs from {}, state in {} (Ctrl-C to stop)",
-        dirs.runs.display(),
-        dirs.state.display()
-    );
+    // Ready means ready: the Runs it starts with are Ready and routed (or
+    // ended, or named as still waiting). Meanwhile the stack is supervised
+    // and its pool served: those Runs may need instances it starts.
+    let first: std::collections::BTreeSet<String> =
+        embedded::store::scan(&dirs.runs).runs.into_keys().collect();
+    let announce = {
+        let (state, runs_dir) = (dirs.state.clone(), dirs.runs.clone());
+        let (http, token) = (http.clone(), client_cfg.token.clone());
+        let gateway_url = gateway_url.clone();
+        tokio::spawn(async move {
+            let settled = ready::settle(&state, &first, ready::WAIT, |endpoint, session| {
+                let (http, token) = (http.clone(), token.clone());
+                async move {
+                    kruntimes_client::gateway::routes(&http, Some(&token), &endpoint, session).await
+                }
+            })
+            .await;
+            println!(
+                "kruntimes ready: gateway {gateway_url}, runs from {}, state in {}; {} (Ctrl-C to stop)",
+                runs_dir.display(),
+                state.display(),
+                settled.summary()
+            );
+        })
+    };
 
     let stack = StackRef {
         exe: &exe,
@@ -489,6 +510,7 @@ pub async fn up(state_dir: &Path, args: UpArgs) -> anyhow::Result<()> {
         dirs: &dirs,
     };
     supervise_until_stopped(&stack, &mut children, launcher.as_mut(), &mut control).await?;
+    announce.abort();
     println!("kruntimes stopping");
     let _ = stop_tx.send(true);
     stop_within(&mut children, Duration::from_secs(5)).await;

@@ -362,3 +362,55 @@ async fn one_stack_per_state_directory_and_no_stale_state_after_it_stops() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_means_the_first_runs_answer_and_names_those_that_cannot() {
+    let broken = kruntimes_testkit::function_run(
+        "broken",
+        "python",
+        "main.invoke",
+        "main.py",
+        "def invoke(r)\n    return r\n",
+        "",
+    );
+    let sandbox = "apiVersion: kruntimes.io/v1alpha1\nkind: Run\nmetadata:\n  name: sandbox\nspec:\n  runtime: bash\n  mode:\n    session: {}\n";
+    let stack = kruntimes_testkit::Stack::start(
+        kruntimes_testkit::krt_binary(),
+        kruntimes_testkit::Options {
+            runtimed: 2,
+            max_runtimed: Some(4),
+            runs: vec![
+                python_run("py"),
+                bash_run("sh"),
+                ("sandbox.yaml".into(), sandbox.into()),
+                ("broken.yaml".into(), broken),
+                ("garbled.yaml".into(), "kind: Run\nmetadata: [".into()),
+            ],
+            extra_args: Vec::new(),
+        },
+    )
+    .unwrap();
+    // No waiting, no retry: once krt up says ready, its Runs answer.
+    for (name, body) in [("py", r#"{"name": "now"}"#), ("sh", r#"{"name": "now"}"#)] {
+        let r = stack.invoke(name, body).await.unwrap();
+        assert_eq!(r.status(), 200, "{name} right after the ready line");
+    }
+    let out = stack.all_logs();
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("kruntimes ready"))
+        .unwrap()
+        .to_owned();
+    assert!(
+        line.contains("3 Runs Ready (py, sandbox, sh)"),
+        "the ready Runs are named: {line}"
+    );
+    assert!(
+        line.contains("1 Run ended (broken: Failed (RegistrationFailed:"),
+        "a Run that cannot work says why: {line}"
+    );
+    assert!(
+        line.contains("1 file skipped (") && line.contains("garbled.yaml: did not find"),
+        "a manifest that cannot be read is named: {line}"
+    );
+}
