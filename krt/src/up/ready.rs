@@ -14,7 +14,7 @@ use kruntimes_client::embedded::{RunRow, RunsFile};
 
 /// How long `krt up` waits for its first Runs before it says ready anyway,
 /// naming those still waiting.
-pub(super) const WAIT: Duration = Duration::from_secs(120);
+pub(super) const WAIT: Duration = Duration::from_secs(60);
 
 /// Where the first Runs stand once `krt up` stops waiting for them.
 #[derive(Debug, Default, PartialEq, Eq)]
