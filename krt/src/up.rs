@@ -486,11 +486,21 @@ pub async fn up(state_dir: &Path, args: UpArgs) -> anyhow::Result<()> {
         let (state, runs_dir) = (dirs.state.clone(), dirs.runs.clone());
         let (http, token) = (http.clone(), client_cfg.token.clone());
         let gateway_url = gateway_url.clone();
+        // With --kubeconfig the gateway takes the cluster's tokens, not
+        // krt's own: it cannot be asked, and `Ready` is the control plane's.
+        let probe = args.kubeconfig.is_none();
         tokio::spawn(async move {
             let settled = ready::settle(&state, &first, ready::WAIT, |endpoint, session| {
                 let (http, token) = (http.clone(), token.clone());
                 async move {
-                    kruntimes_client::gateway::routes(&http, Some(&token), &endpoint, session).await
+                    !probe
+                        || kruntimes_client::gateway::routes(
+                            &http,
+                            Some(&token),
+                            &endpoint,
+                            session,
+                        )
+                        .await
                 }
             })
             .await;

@@ -78,14 +78,18 @@ async fn plain_http_listener_serves_the_same_api_when_enabled() {
 async fn idle_runs_time_out_and_release_their_capacity() {
     let stack = start(
         1,
-        vec![
-            python_run_with("idle", "      idleTimeoutSeconds: 1\n"),
-            python_run("waiting"),
-        ],
+        vec![python_run_with("idle", "      idleTimeoutSeconds: 1\n")],
         &["--capacity", "1"],
     );
     stack.wait_phase("idle", "Ready").await.unwrap();
-    let waiting = stack.run("waiting").unwrap();
+    let (file, yaml) = python_run("waiting");
+    stack.add_run(&file, &yaml).unwrap();
+    let waiting = stack
+        .wait_run("waiting", Duration::from_secs(30), |r| {
+            r["reason"].as_str().is_some_and(|x| !x.is_empty())
+        })
+        .await
+        .unwrap();
     assert_eq!(
         waiting["phase"], "Pending",
         "capacity 1 is taken by the first Run"
