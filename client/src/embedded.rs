@@ -171,6 +171,17 @@ fn read_state<T: serde::de::DeserializeOwned>(dir: &Path, name: &str) -> Result<
 
 /// JSON is YAML: a manifest the store reads, written whole (write, then
 /// rename) so it never sees half a file.
+/// `doc` as a Run that `krt up` would run, or why it would not: the
+/// embedded store's own reading and validation, before anything is
+/// written.
+fn checked_run(doc: &serde_json::Value, ns: &str, name: &str) -> Result<kruntimes_api::Run> {
+    let run: kruntimes_api::Run = serde_json::from_value(doc.clone())
+        .map_err(|e| Error::Invalid(format!("run {ns}/{name}: {e}")))?;
+    run.validate()
+        .map_err(|e| Error::Invalid(format!("run {ns}/{name}: {e}")))?;
+    Ok(run)
+}
+
 fn write_manifest(path: &Path, doc: &serde_json::Value) -> Result<()> {
     let tmp = path.with_extension("tmp");
     let text = serde_json::to_vec_pretty(doc).map_err(|e| Error::Invalid(e.to_string()))?;
@@ -259,7 +270,9 @@ impl Embedded {
     /// Writes each Run into the store (`apply-NS-NAME.yaml`).
     pub fn apply(&self, docs: Vec<serde_json::Value>) -> Result<Vec<String>> {
         let dir = self.runs_dir()?.to_path_buf();
-        let mut out = Vec::new();
+        // Every document is checked before any is written: a refused apply
+        // changes nothing.
+        let mut checked = Vec::new();
         for doc in docs {
             let kind = doc["kind"].as_str().unwrap_or_default();
             if kind != kruntimes_api::RUN_KIND {
@@ -275,16 +288,28 @@ impl Embedded {
                 .as_str()
                 .unwrap_or("default")
                 .to_owned();
+            let run = checked_run(&doc, &ns, &name)?;
             let path = match self.own_file(&ns, &name)? {
                 Some(p) => p,
                 None => dir.join(format!("apply-{ns}-{name}.yaml")),
             };
+            checked.push((doc, run, ns, name, path));
+        }
+        let mut out = Vec::new();
+        for (doc, run, ns, name, path) in checked {
             let existed = path.exists();
+            let before = std::fs::read(&path)
+                .ok()
+                .and_then(|t| serde_yaml::from_slice::<kruntimes_api::Run>(&t).ok());
             write_manifest(&path, &doc)?;
-            out.push(format!(
-                "run.kruntimes.io/{name} {}",
-                if existed { "configured" } else { "created" }
-            ));
+            out.push(match before {
+                None if !existed => format!("run.kruntimes.io/{name} created"),
+                None => format!("run.kruntimes.io/{name} configured"),
+                Some(b) if b.same_inputs(&run) => format!("run.kruntimes.io/{name} configured"),
+                Some(_) => format!(
+                    "run.kruntimes.io/{name} configured: its runtime, source, mode, env, resources or affinity changed, which a Run keeps for life, so krt up replaces it — the old {ns}/{name} is deleted and the new one gets a new uid"
+                ),
+            });
         }
         Ok(out)
     }

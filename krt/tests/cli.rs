@@ -634,3 +634,74 @@ fn runtimed_refuses_a_listener_it_cannot_serve_on() {
         "{text}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_on_krt_up_refuses_what_krt_up_would_not_run_and_says_what_it_replaces() {
+    let stack = kruntimes_testkit::fixtures::start(1, vec![], &[]);
+    let state = stack.state_dir().display().to_string();
+    let runs_dir = stack.runs_dir();
+    let dir = tempfile::tempdir().unwrap();
+    let dir_path = dir.path().to_owned();
+    tokio::task::spawn_blocking(move || {
+        let base = ["--state-dir", state.as_str()];
+        let write = |name: &str, text: &str| {
+            let p = dir_path.join(name);
+            std::fs::write(&p, text).unwrap();
+            p.display().to_string()
+        };
+        let before: Vec<_> = std::fs::read_dir(&runs_dir).unwrap().collect();
+        // No mode, two modes, a bad quantity, both priorities, an unknown
+        // class: refused with the field, exit 1, nothing written.
+        let head = "apiVersion: kruntimes.io/v1alpha1\nkind: Run\nmetadata:\n  name: x\nspec:\n  runtime: python\n";
+        for (body, needle) in [
+            ("", "missing field `mode`"),
+            (
+                "  mode:\n    function: {handler: main.invoke}\n    session: {}\n",
+                "spec.mode must set exactly one",
+            ),
+            (
+                "  mode:\n    function: {handler: main.invoke}\n  resources:\n    requests: {cpu: lots}\n",
+                "spec.resources.requests.cpu",
+            ),
+            (
+                "  mode:\n    function: {handler: main.invoke}\n  priority: 5\n  priorityClassName: high\n",
+                "set spec.priority or spec.priorityClassName, not both",
+            ),
+            (
+                "  mode:\n    function: {handler: main.invoke}\n  priorityClassName: urgent\n",
+                "unknown variant `urgent`",
+            ),
+        ] {
+            let f = write("bad.yaml", &format!("{head}{body}"));
+            fails_with(krt(&base, &["apply", "-f", &f]), 1, needle);
+        }
+        // A good document beside a bad one: neither is written.
+        let good = manifest(&dir_path, "kept", "default");
+        let both = format!(
+            "{}---\n{head}",
+            std::fs::read_to_string(&good).unwrap()
+        );
+        let f = write("both.yaml", &both);
+        fails_with(krt(&base, &["apply", "-f", &f]), 1, "run default/x");
+        let after: Vec<_> = std::fs::read_dir(&runs_dir).unwrap().collect();
+        assert_eq!(before.len(), after.len(), "a refused apply wrote nothing");
+
+        // Created, configured in place, then replaced — and told so.
+        let f = good.display().to_string();
+        assert_eq!(ok(krt(&base, &["apply", "-f", &f])).trim(), "run.kruntimes.io/kept created");
+        let longer = std::fs::read_to_string(&good)
+            .unwrap()
+            .replace("invocationTimeoutSeconds: 2", "invocationTimeoutSeconds: 2\n  priority: 7");
+        let f = write("kept.yaml", &longer);
+        assert_eq!(ok(krt(&base, &["apply", "-f", &f])).trim(), "run.kruntimes.io/kept configured");
+        let other = longer.replace("invocationTimeoutSeconds: 2", "invocationTimeoutSeconds: 3");
+        let f = write("kept.yaml", &other);
+        let out = ok(krt(&base, &["apply", "-f", &f]));
+        assert!(
+            out.contains("krt up replaces it") && out.contains("new uid"),
+            "{out}"
+        );
+    })
+    .await
+    .unwrap();
+}

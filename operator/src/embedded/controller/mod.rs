@@ -305,7 +305,7 @@ impl Controller {
     /// Applies the full set of manifests (keyed `namespace/name`, UIDs
     /// unset). New keys create Runs with fresh UIDs; removed keys delete
     /// them; changed execution inputs replace the Run (they are immutable);
-    /// `termination` (monotonically), `timeout` and `retryPolicy` change in
+    /// `termination` (monotonically), `timeout`, `retryPolicy`, the priority and the labels change in
     /// place.
     pub fn apply_store(&mut self, manifests: BTreeMap<String, Run>, now: Instant) -> Vec<Action> {
         let mut live: BTreeMap<String, String> = BTreeMap::new();
@@ -462,8 +462,8 @@ impl Controller {
 }
 
 /// Takes the fields that may change in place: `termination` (only as the
-/// API server's CEL rule allows: set once, or Drain → Immediate), `timeout`
-/// and `retryPolicy`.
+/// API server's CEL rule allows: set once, or Drain → Immediate), `timeout`,
+/// `retryPolicy`, the priority and the labels.
 fn update_in_place(run: &mut Run, manifest: &Run) {
     let monotonic = matches!(
         (run.termination(), manifest.termination()),
@@ -478,6 +478,9 @@ fn update_in_place(run: &mut Run, manifest: &Run) {
     }
     run.spec.timeout = manifest.spec.timeout;
     run.spec.retry_policy = manifest.spec.retry_policy.clone();
+    run.spec.priority = manifest.spec.priority;
+    run.spec.priority_class_name = manifest.spec.priority_class_name;
+    run.metadata.labels = manifest.metadata.labels.clone();
 }
 
 #[cfg(test)]

@@ -185,3 +185,32 @@ fn a_run_its_owner_never_makes_ready_is_placed_again_after_the_deadline() {
     settle(&mut c, again, at(121));
     assert_eq!(life(&c, "a"), (Phase::Ready, Some(Reason::Registered), 2));
 }
+
+#[test]
+fn priority_and_labels_change_in_place_and_inputs_replace_the_run() {
+    let now = Instant::now();
+    let mut c = controller(1);
+    c.apply_store(functions(&["a"]), now);
+    let first = uid(&c, "a");
+    let mut edited = function("a");
+    edited.spec.priority_class_name = Some(kruntimes_core::scheduler::queue::PriorityClass::High);
+    edited.metadata.labels = Some([("tier".to_owned(), "gold".to_owned())].into());
+    c.apply_store(store(&[edited.clone()]), now);
+    let a = by_name(&c, "a");
+    assert_eq!(a.uid(), first, "the same Run");
+    assert_eq!(a.run.priority(), 500);
+    assert_eq!(
+        a.run
+            .metadata
+            .labels
+            .as_ref()
+            .unwrap()
+            .get("tier")
+            .map(String::as_str),
+        Some("gold")
+    );
+    // A field a Run keeps for life replaces it.
+    edited.spec.runtime = "bash".into();
+    c.apply_store(store(&[edited]), now);
+    assert_ne!(uid(&c, "a"), first);
+}
