@@ -236,6 +236,19 @@ impl Embedded {
             .collect())
     }
 
+    /// The manifests of the runs directory the store could not read.
+    pub fn skipped(&self) -> Result<Vec<(String, String)>> {
+        Ok(self
+            .status()?
+            .errors
+            .iter()
+            .map(|e| {
+                let s = |k: &str| e[k].as_str().unwrap_or_default().to_owned();
+                (s("file"), s("message"))
+            })
+            .collect())
+    }
+
     /// One Run and its row.
     pub fn run(&self, namespace: &str, name: &str) -> Result<(RunInfo, serde_json::Value)> {
         let row = self

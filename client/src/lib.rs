@@ -149,6 +149,15 @@ impl Target {
         }
     }
 
+    /// The manifests the embedded store could not read (file, why); none
+    /// on a cluster, whose API server refuses them at once.
+    pub fn skipped(&self) -> Result<Vec<(String, String)>> {
+        match self {
+            Self::Embedded(e) => e.skipped(),
+            Self::Cluster(_) => Ok(Vec::new()),
+        }
+    }
+
     /// One Run, with its full object (for `-o json|yaml`).
     pub async fn run(&self, namespace: &str, name: &str) -> Result<(RunInfo, serde_json::Value)> {
         match self {

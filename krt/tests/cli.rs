@@ -685,6 +685,22 @@ async fn apply_on_krt_up_refuses_what_krt_up_would_not_run_and_says_what_it_repl
         fails_with(krt(&base, &["apply", "-f", &f]), 1, "run default/x");
         let after: Vec<_> = std::fs::read_dir(&runs_dir).unwrap().collect();
         assert_eq!(before.len(), after.len(), "a refused apply wrote nothing");
+        // A file dropped into the runs directory that krt up cannot read is
+        // named by `krt runs`.
+        std::fs::write(runs_dir.join("garbled.yaml"), "kind: Run\nmetadata: [").unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let out = krt(&base, &["runs"]);
+            let err = String::from_utf8_lossy(&out.stderr).into_owned();
+            if err.contains("garbled.yaml: did not find expected node content") {
+                assert!(out.status.success(), "{}", text(&out));
+                assert!(err.contains("skipped: krt up runs nothing from it"), "{err}");
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{}", text(&out));
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        std::fs::remove_file(runs_dir.join("garbled.yaml")).unwrap();
 
         // Created, configured in place, then replaced — and told so.
         let f = good.display().to_string();

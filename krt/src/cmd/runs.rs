@@ -11,6 +11,11 @@ use kruntimes_client::{RunInfo, Target};
 /// `krt runs`.
 pub async fn list(t: &Target, namespace: Option<&str>, output: Output) -> anyhow::Result<()> {
     let runs = t.runs(namespace).await?;
+    // Manifests krt up could not read are no Run, but the user wrote them:
+    // named on stderr, whatever the output format.
+    for (file, why) in t.skipped()? {
+        eprintln!("error: {file}: {why} (skipped: krt up runs nothing from it)");
+    }
     if output != Output::Table {
         return print_doc(&runs, output);
     }
