@@ -331,10 +331,14 @@ impl Embedded {
     pub fn delete(&self, namespace: &str, name: &str) -> Result<()> {
         match self.own_file(namespace, name)? {
             Some(p) => std::fs::remove_file(&p).map_err(|e| Error::file("remove", &p, e)),
-            None => Err(Error::Unsupported(format!(
-                "run {namespace}/{name} was not created by krt apply or krt session create; remove it from its manifest in {}",
-                self.runs_dir()?.display()
-            ))),
+            None => {
+                // No such Run: say so (as `krt get` does), not how it was made.
+                self.run(namespace, name)?;
+                Err(Error::Unsupported(format!(
+                    "run {namespace}/{name} was not created by krt apply or krt session create; remove it from its manifest in {}",
+                    self.runs_dir()?.display()
+                )))
+            }
         }
     }
 

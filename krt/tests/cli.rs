@@ -276,6 +276,12 @@ async fn every_verb_works_against_krt_up() {
             &["delete", "run", "cli-fn", "--wait", "30s"],
         ));
         fails_with(krt(&base_ref, &["get", "run", "cli-fn"]), 1, "not found");
+        // Deleting a Run that does not exist says so.
+        fails_with(
+            krt(&base_ref, &["delete", "run", "no-such-run"]),
+            1,
+            "run default/no-such-run not found",
+        );
         let v = ok(krt(&base_ref, &["version"]));
         assert!(
             v.starts_with("krt ") && v.contains("commit") && v.contains("gateway "),

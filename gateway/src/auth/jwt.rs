@@ -61,13 +61,32 @@ impl JwtAuthenticator {
 impl Authenticator for JwtAuthenticator {
     async fn authenticate(&self, token: &str) -> Result<Identity, AuthError> {
         let data = decode::<Claims>(token, &self.key, &self.validation)
-            // The error kind is safe to report; the token itself never is.
-            .map_err(|e| AuthError::Unauthenticated(format!("invalid token: {:?}", e.kind())))?;
+            // Why, in words; never the token, nor a decoder's internals.
+            .map_err(|e| AuthError::Unauthenticated(format!("invalid token: {}", why(e.kind()))))?;
         let c = data.claims;
         Ok(Identity {
             expires_at: Some(UNIX_EPOCH + Duration::from_secs(c.exp)),
             ..Identity::new(c.sub, c.groups)
         })
+    }
+}
+
+/// Why a token was refused, as the caller reads it.
+fn why(kind: &jsonwebtoken::errors::ErrorKind) -> String {
+    use jsonwebtoken::errors::ErrorKind as K;
+    match kind {
+        K::ExpiredSignature => "it has expired".into(),
+        K::ImmatureSignature => "it is not valid yet (nbf)".into(),
+        K::InvalidSignature => "its signature does not verify with this gateway's key".into(),
+        K::InvalidIssuer => "it names another issuer".into(),
+        K::InvalidAudience => "it names another audience".into(),
+        K::InvalidSubject => "its subject is not accepted".into(),
+        K::MissingRequiredClaim(claim) => format!("it lacks the {claim:?} claim"),
+        K::InvalidClaimFormat(claim) => format!("its {claim:?} claim is malformed"),
+        K::InvalidAlgorithm | K::InvalidAlgorithmName | K::MissingAlgorithm => {
+            "it is not signed with ES256".into()
+        }
+        _ => "it is not a JWT this gateway issued (a header, claims and signature, base64url-encoded)".into(),
     }
 }
 
@@ -147,6 +166,28 @@ mod tests {
             if !t.is_empty() {
                 assert!(!err.to_string().contains(&t), "errors must not echo tokens");
             }
+            let text = err.to_string();
+            assert!(
+                !text.contains("Error(") && !text.contains("Json") && !text.contains("Base64"),
+                "a decoder's internals leaked: {text}"
+            );
         }
+        let a = &a;
+        let says = |t: String| async move { a.authenticate(&t).await.unwrap_err().to_string() };
+        assert!(
+            says(token(&private, &expired))
+                .await
+                .ends_with("invalid token: it has expired")
+        );
+        assert!(
+            says("not-a-jwt".into())
+                .await
+                .contains("it is not a JWT this gateway issued")
+        );
+        assert!(
+            says(token(&other_private, &claims()))
+                .await
+                .contains("signature does not verify")
+        );
     }
 }
