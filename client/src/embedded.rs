@@ -280,6 +280,19 @@ impl Embedded {
             .find(|p| p.exists()))
     }
 
+    /// Writes a new session Run as `session-NS-NAME.yaml`, the file the
+    /// SDKs create and close sandboxes by; refused if the Run exists.
+    pub fn create_session(&self, doc: &serde_json::Value) -> Result<()> {
+        let name = doc["metadata"]["name"].as_str().unwrap_or_default();
+        let ns = doc["metadata"]["namespace"].as_str().unwrap_or("default");
+        checked_run(doc, ns, name)?;
+        if self.own_file(ns, name)?.is_some() || self.run(ns, name).is_ok() {
+            return Err(Error::Invalid(format!("run {ns}/{name} already exists")));
+        }
+        let path = self.runs_dir()?.join(format!("session-{ns}-{name}.yaml"));
+        write_manifest(&path, doc)
+    }
+
     /// Writes each Run into the store (`apply-NS-NAME.yaml`).
     pub fn apply(&self, docs: Vec<serde_json::Value>) -> Result<Vec<String>> {
         let dir = self.runs_dir()?.to_path_buf();

@@ -178,7 +178,12 @@ impl Target {
     /// Creates a Run from its typed form.
     pub async fn create(&self, run: &Run) -> Result<()> {
         let doc = serde_json::to_value(run).map_err(|e| Error::Invalid(e.to_string()))?;
-        self.apply(vec![doc]).await.map(drop)
+        match self {
+            // A session's manifest is the file the SDKs keep sandboxes in
+            // (`session-NS-NAME.yaml`), so either may close it.
+            Self::Embedded(e) if run.spec.mode.session.is_some() => e.create_session(&doc),
+            _ => self.apply(vec![doc]).await.map(drop),
+        }
     }
 
     /// Deletes a Run.

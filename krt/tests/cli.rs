@@ -266,11 +266,19 @@ async fn every_verb_works_against_krt_up() {
     let state = stack.state_dir().display().to_string();
     let dir = tempfile::tempdir().unwrap();
     let dir_path = dir.path().to_owned();
+    let runs_dir = stack.runs_dir();
     tokio::task::spawn_blocking(move || {
         let base_ref = ["--state-dir", state.as_str()];
         function_verbs(&base_ref, &dir_path, "cli-fn", "default");
         logs_verb(&base_ref, "cli-fn", "default");
         session_verbs(&base_ref, &dir_path, "default");
+        // A sandbox made by the CLI is kept where the SDKs keep theirs, so
+        // either may close it.
+        assert!(
+            runs_dir.join("session-default-cli-box.yaml").exists(),
+            "{:?}",
+            std::fs::read_dir(&runs_dir).unwrap().collect::<Vec<_>>()
+        );
         ok(krt(
             &base_ref,
             &["delete", "run", "cli-fn", "--wait", "30s"],
