@@ -214,10 +214,16 @@ async fn every_error_row_is_a_typed_error() {
     expect_error(r, 401, "Unauthenticated").await;
 
     // 403: authenticated, not allowed by the policy.
-    let eve = stack
+    let minted = stack
         .krt(&["token", "--subject", "eve", "--group", "interns"])
         .unwrap();
-    let eve = String::from_utf8(eve.stdout).unwrap().trim().to_owned();
+    // krt token says the policy decides, and how to grant.
+    let note = String::from_utf8_lossy(&minted.stderr);
+    assert!(
+        note.contains("policy.yaml") && note.contains("--group kruntimes:admins"),
+        "{note}"
+    );
+    let eve = String::from_utf8(minted.stdout).unwrap().trim().to_owned();
     let r = http
         .post(url.clone())
         .bearer_auth(&eve)

@@ -403,6 +403,14 @@ fn main() -> anyhow::Result<()> {
                 std::time::Duration::from_secs(ttl_secs),
             )?;
             println!("{token}");
+            if !groups.iter().any(|g| g == pki::ADMIN_GROUP) {
+                eprintln!(
+                    "note: what {subject} may call is up to {} (by default only the group {} may call anything: add a rule there and restart krt up, or mint with --group {})",
+                    cli.state_dir.join("pki").join("policy.yaml").display(),
+                    pki::ADMIN_GROUP,
+                    pki::ADMIN_GROUP
+                );
+            }
             Ok(())
         }
         _ => {

@@ -39,13 +39,17 @@ pub fn generate(dir: &Path) -> anyhow::Result<Pki> {
     let jwt_public = dir.join("token-signing.pub");
     write_private(&jwt_private, signing.serialize_pem().as_bytes())?;
     std::fs::write(&jwt_public, signing.public_key_pem())?;
+    // The policy is the user's once written: kept across restarts, so
+    // rules added for other subjects stay.
     let policy = dir.join("policy.yaml");
-    std::fs::write(
-        &policy,
-        format!(
-            "# Embedded authorization policy: who may invoke which namespaces.\nrules:\n  - groups: [\"{ADMIN_GROUP}\"]\n    namespaces: [\"*\"]\n    verbs: [invoke, session]\n"
-        ),
-    )?;
+    if !policy.exists() {
+        std::fs::write(
+            &policy,
+            format!(
+                "# Embedded authorization policy: who may call Runs in which namespaces.\n# Read by the gateway at start: edit, then restart krt up. Kept across restarts.\nrules:\n  - groups: [\"{ADMIN_GROUP}\"]\n    namespaces: [\"*\"]\n    verbs: [invoke, session]\n"
+            ),
+        )?;
+    }
     Ok(Pki {
         tls,
         jwt_public,
@@ -90,4 +94,25 @@ pub fn issue_token(
         &claims,
         &jsonwebtoken::EncodingKey::from_ec_pem(&key)?,
     )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::generate;
+
+    #[test]
+    fn keys_are_new_at_every_start_and_the_policy_stays_the_users() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = generate(dir.path()).unwrap();
+        let written = std::fs::read_to_string(&first.policy).unwrap();
+        assert!(written.contains("kruntimes:admins"), "{written}");
+        let key = std::fs::read(&first.jwt_private).unwrap();
+        let edited = format!(
+            "{written}  - subjects: [\"alice\"]\n    namespaces: [\"default\"]\n    verbs: [invoke]\n"
+        );
+        std::fs::write(&first.policy, &edited).unwrap();
+        let second = generate(dir.path()).unwrap();
+        assert_eq!(std::fs::read_to_string(&second.policy).unwrap(), edited);
+        assert_ne!(std::fs::read(&second.jwt_private).unwrap(), key);
+    }
 }
