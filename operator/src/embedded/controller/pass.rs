@@ -19,6 +19,10 @@ use super::{Action, Controller, InFlight, PodState, RunState};
 /// The embedded stack's one pool: every runtimed serves every Runtime name.
 const POOL: &str = "";
 
+/// Instances starting at once (asked for, or started and not yet
+/// reporting their table).
+pub(super) const MAX_STARTING: u32 = 4;
+
 impl Controller {
     /// One decision pass over every Run, then the owners' steps. An owner
     /// step that changes a Run (it ended, or was released and forgotten)
@@ -117,10 +121,22 @@ impl Controller {
                 return;
             }
             pool.blocked_until = None;
-            pool.starting += asked - staying;
-            actions.push(Action::StartInstances {
-                count: asked - staying,
-            });
+            // A few at a time: instances started together share the cores
+            // and all come up late; started in turn, the first take Runs
+            // while the next start.
+            let connecting = self
+                .pods
+                .values()
+                .filter(|p| p.uid.is_none() && !p.retiring)
+                .count();
+            let in_flight = pool
+                .starting
+                .saturating_add(u32::try_from(connecting).unwrap_or(u32::MAX));
+            let count = (asked - staying).min(MAX_STARTING.saturating_sub(in_flight));
+            if count > 0 {
+                pool.starting += count;
+                actions.push(Action::StartInstances { count });
+            }
             return;
         }
         let surplus = (staying - asked) as usize;

@@ -198,3 +198,59 @@ fn a_fixed_set_of_instances_never_asks_for_more() {
     )));
     assert!(c.pool_status().is_none());
 }
+
+#[test]
+fn instances_start_a_few_at_a_time() {
+    let now = Instant::now();
+    let mut c = pooled(1, 0, 20, 30, now);
+    // Ten sessions: one takes the instance, nine wait for one each.
+    let actions = c.apply_store(sessions(10), now);
+    let asked: u32 = actions
+        .iter()
+        .map(|a| match a {
+            Action::StartInstances { count } => *count,
+            _ => 0,
+        })
+        .sum();
+    assert_eq!(asked, super::super::pass::MAX_STARTING);
+    // The session placed at once registers.
+    let placed: Vec<Action> = actions
+        .into_iter()
+        .filter(|a| !matches!(a, Action::StartInstances { .. }))
+        .collect();
+    let seen = settle(&mut c, placed, now);
+    assert!(
+        !seen
+            .iter()
+            .any(|a| matches!(a, Action::StartInstances { .. })),
+        "{seen:?}"
+    );
+    // Started but not yet reporting: still in flight, nothing more asked.
+    for i in 0..asked {
+        let mut cfg = pods(1, 2).remove(0);
+        cfg.name = format!("new-{i}");
+        let more = c.instance_started(cfg, now);
+        assert!(
+            !more
+                .iter()
+                .any(|a| matches!(a, Action::StartInstances { .. })),
+            "{more:?}"
+        );
+    }
+    assert!(c.tick(now).is_empty());
+    // One reports its table: one more is asked for.
+    let more = c.apply_pod("new-0", snapshot("u-new-0", vec![]), now);
+    assert!(
+        more.contains(&Action::StartInstances { count: 1 }),
+        "{more:?}"
+    );
+    // Answered as a launcher does, the burst is placed in the end.
+    settle(&mut c, more, now);
+    for i in 1..asked {
+        let name = format!("new-{i}");
+        let more = c.apply_pod(&name, snapshot(&format!("u-{name}"), vec![]), now);
+        settle(&mut c, more, now);
+    }
+    assert!(c.runs().all(|r| r.life.phase == Phase::Ready));
+    assert_eq!(c.pod_status().len(), 10);
+}
