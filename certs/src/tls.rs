@@ -208,20 +208,21 @@ mod tests {
 
     #[test]
     fn a_ca_bundle_holds_usable_certificates_only() {
-        let dir = tempfile_dir();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
         let a = Ca::generate("a", 1).unwrap();
         let b = Ca::generate("b", 1).unwrap();
         let two = write(
-            &dir,
+            dir,
             "two.crt",
             &format!("# comment\n{}{}", a.cert_pem, b.cert_pem),
         );
         assert_eq!(check_ca_bundle(&two).unwrap(), 2);
         let leaf = a.issue(&LeafSpec::client("x", 1)).unwrap();
-        let with_key = write(&dir, "key.crt", &format!("{}{}", a.cert_pem, leaf.key_pem));
+        let with_key = write(dir, "key.crt", &format!("{}{}", a.cert_pem, leaf.key_pem));
         let e = check_ca_bundle(&with_key).unwrap_err().to_string();
         assert!(e.contains("certificates only"), "{e}");
-        let empty = write(&dir, "empty.crt", "nothing here\n");
+        let empty = write(dir, "empty.crt", "nothing here\n");
         let e = check_ca_bundle(&empty).unwrap_err().to_string();
         assert!(e.contains("no certificate found"), "{e}");
         assert!(check_ca_bundle(&dir.join("missing.crt")).is_err());
@@ -231,7 +232,8 @@ mod tests {
     #[test]
     fn secrets_are_0600_from_creation_and_existing_ones_are_tightened() {
         use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile_dir();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
         let fresh = dir.join("fresh.key");
         write_private(&fresh, b"k").unwrap();
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
@@ -246,7 +248,8 @@ mod tests {
 
     #[test]
     fn issued_leaf_builds_mtls_configs_and_names_its_subject() {
-        let dir = tempfile_dir();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
         let ca = Ca::generate("test ca", 1).unwrap();
         let leaf = ca
             .issue(&LeafSpec {
@@ -258,9 +261,9 @@ mod tests {
                 valid_days: 1,
             })
             .unwrap();
-        let ca_p = write(&dir, "ca.pem", &ca.cert_pem);
-        let cert_p = write(&dir, "cert.pem", &leaf.cert_pem);
-        let key_p = write(&dir, "key.pem", &leaf.key_pem);
+        let ca_p = write(dir, "ca.pem", &ca.cert_pem);
+        let cert_p = write(dir, "cert.pem", &leaf.cert_pem);
+        let key_p = write(dir, "key.pem", &leaf.key_pem);
         server_config(&cert_p, &key_p, Some(&ca_p), &[b"h2"]).unwrap();
         client_config(&ca_p, Some((&cert_p, &key_p)), &[b"h2"]).unwrap();
         let der = load_certs(&cert_p).unwrap();
@@ -268,32 +271,16 @@ mod tests {
             peer_common_name(der[0].as_ref()).as_deref(),
             Some("kruntimes-gateway")
         );
-        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
     fn missing_or_empty_pem_is_a_clear_error() {
-        let dir = tempfile_dir();
-        let empty = write(&dir, "empty.pem", "");
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let empty = write(dir, "empty.pem", "");
         let e = load_certs(&empty).unwrap_err().to_string();
         assert!(e.contains("no certificate"), "{e}");
         let e = load_key(&dir.join("absent.pem")).unwrap_err().to_string();
         assert!(e.contains("absent.pem"), "{e}");
-        std::fs::remove_dir_all(dir).unwrap();
-    }
-
-    fn tempfile_dir() -> std::path::PathBuf {
-        let d = std::env::temp_dir().join(format!("krt-certs-{}", rand_suffix()));
-        std::fs::create_dir_all(&d).unwrap();
-        d
-    }
-
-    fn rand_suffix() -> String {
-        use std::time::{SystemTime, UNIX_EPOCH};
-        let n = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        format!("{n}-{}", std::process::id())
     }
 }
