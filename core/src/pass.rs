@@ -368,7 +368,7 @@ fn place(
     nodes: &mut scheduler::Snapshot,
     plan: &mut Plan,
 ) -> Vec<(String, bool)> {
-    let mut waiting_fresh: Vec<(String, bool)> = Vec::new();
+    let mut waits = Waits::default();
     // Which pools' waiting Runs get cycles.
     let mut by_pool: BTreeMap<&str, Vec<memo::Waiting<'_>>> = BTreeMap::new();
     for &i in waiting {
@@ -394,7 +394,6 @@ fn place(
             }
         }
     }
-    let mut unplaced: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
     let keys: Vec<scheduler::queue::QueueKey<'_>> = waiting
         .iter()
         .map(|i| {
@@ -428,13 +427,7 @@ fn place(
             // Turned away by this pool as it still is: no cycle. It still
             // counts for the pool's size.
             plan.report.skipped += 1;
-            if fits_fresh(snapshot, framework, &candidate, nodes) {
-                waiting_fresh.push((pool.clone(), candidate.exclusive));
-            }
-            unplaced
-                .entry(pool.clone())
-                .or_default()
-                .insert(run.uid.clone(), memo::labels(&run.labels));
+            waits.record(snapshot, framework, &candidate, nodes, &run.uid);
             continue;
         }
         plan.report.cycles += 1;
@@ -453,7 +446,7 @@ fn place(
                     plan.owned.push(i);
                     // The pool changed: the Runs it turned away before saw
                     // another pool, and must be tried again next pass.
-                    if let Some(turned_away) = unplaced.get_mut(pool) {
+                    if let Some(turned_away) = waits.turned_away.get_mut(pool) {
                         turned_away.clear();
                     }
                 }
@@ -466,13 +459,7 @@ fn place(
                         .entry((r.plugin, r.why.as_str()))
                         .or_default() += u64::from(*n);
                 }
-                if fits_fresh(snapshot, framework, &candidate, nodes) {
-                    waiting_fresh.push((pool.clone(), candidate.exclusive));
-                }
-                unplaced
-                    .entry(pool.clone())
-                    .or_default()
-                    .insert(run.uid.clone(), memo::labels(&run.labels));
+                waits.record(snapshot, framework, &candidate, nodes, &run.uid);
                 let event = Event::Unplaced {
                     reason: u.reason,
                     message: &u.message,
@@ -483,8 +470,39 @@ fn place(
             }
         }
     }
-    plan.memo = memo::after(nodes, unplaced);
-    waiting_fresh
+    plan.memo = memo::after(nodes, waits.turned_away);
+    waits.fresh
+}
+
+/// The Runs of a pass that wait on, with or without their cycle.
+#[derive(Default)]
+struct Waits {
+    /// Pool and exclusivity of each one a fresh Pod would take (its pool's
+    /// size counts them).
+    fresh: Vec<(String, bool)>,
+    /// Per pool, the Runs it turned away (UID → labels hash): the memo.
+    turned_away: BTreeMap<String, BTreeMap<String, u64>>,
+}
+
+impl Waits {
+    /// `run` (UID `uid`) waits on: counted for its pool's size if one more
+    /// Pod would take it, remembered as turned away.
+    fn record(
+        &mut self,
+        snapshot: &Snapshot,
+        framework: &Framework,
+        run: &Candidate<'_>,
+        nodes: &scheduler::Snapshot,
+        uid: &str,
+    ) {
+        if fits_fresh(snapshot, framework, run, nodes) {
+            self.fresh.push((run.pool.to_owned(), run.exclusive));
+        }
+        self.turned_away
+            .entry(run.pool.to_owned())
+            .or_default()
+            .insert(uid.to_owned(), memo::labels(run.labels));
+    }
 }
 
 /// What each pool's Pods hold after the pass (the Runs it bound included),
