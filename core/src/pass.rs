@@ -139,6 +139,48 @@ pub struct Snapshot {
     pub memo: BTreeMap<String, PoolMemo>,
 }
 
+impl Snapshot {
+    /// What the next pass observes once an adapter carried `plan` out and
+    /// every write landed: the transitions and binds taken, finalizers
+    /// added, Runs whose finalizer went forgotten, the memo kept. For
+    /// simulations of successive passes (tests, the scheduling bench).
+    pub fn after(&self, plan: &Plan) -> Snapshot {
+        let mut next = self.clone();
+        let mut gone = BTreeSet::new();
+        for op in &plan.ops {
+            match op {
+                Op::AddFinalizer { run } => next.runs[*run].has_finalizer = true,
+                Op::RemoveFinalizer { run } => {
+                    gone.insert(*run);
+                }
+                Op::Status {
+                    run,
+                    transition,
+                    bind,
+                } => {
+                    let r = &mut next.runs[*run];
+                    if bind.is_some() {
+                        r.owner.clone_from(bind);
+                    }
+                    if transition.clears_assignment() {
+                        r.owner = None;
+                    }
+                    r.life = transition.life();
+                    r.message.clone_from(&transition.message);
+                }
+            }
+        }
+        next.runs = std::mem::take(&mut next.runs)
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| !gone.contains(i))
+            .map(|(_, r)| r)
+            .collect();
+        next.memo.clone_from(&plan.memo);
+        next
+    }
+}
+
 /// One change, for the adapter to carry out. `run` indexes
 /// [`Snapshot::runs`].
 #[derive(Debug, Clone, PartialEq)]

@@ -55,7 +55,7 @@ pub(super) fn run(ctx: &mut Ctx, (runs, pods): (usize, usize)) {
         if plan.ops.is_empty() {
             break;
         }
-        settled = carried_out(&settled, &plan);
+        settled = settled.after(&plan);
     }
     let mut settled_times: Vec<Duration> = Vec::new();
     let mut skipped = 0;
@@ -179,29 +179,6 @@ pub(super) fn snapshot(runs: usize, pods: usize) -> Snapshot {
     }
 }
 
-/// `snapshot` after its adapter carried `plan` out: the binds and statuses
-/// written, the memo kept.
-fn carried_out(snapshot: &Snapshot, plan: &pass::Plan) -> Snapshot {
-    let mut next = snapshot.clone();
-    for op in &plan.ops {
-        if let pass::Op::Status {
-            run,
-            transition,
-            bind,
-        } = op
-        {
-            let r = &mut next.runs[*run];
-            if bind.is_some() {
-                r.owner.clone_from(bind);
-            }
-            r.life = transition.life();
-            r.message.clone_from(&transition.message);
-        }
-    }
-    next.memo.clone_from(&plan.memo);
-    next
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,9 +199,9 @@ mod tests {
         // Carried out, the next pass places nothing; the one after it
         // gives no waiting Run a cycle.
         let framework = Framework::default();
-        let second = pass::decide(&carried_out(&s, &plan), &framework);
+        let second = pass::decide(&s.after(&plan), &framework);
         assert_eq!(second.report.placed, 0);
-        let quiet = carried_out(&carried_out(&s, &plan), &second);
+        let quiet = s.after(&plan).after(&second);
         let third = pass::decide(&quiet, &framework);
         assert_eq!(third.report.cycles, 0);
         assert_eq!(third.report.skipped, 400 - plan.report.placed);

@@ -506,3 +506,27 @@ fn a_run_not_ready_within_its_deadline_is_unbound_and_placed_again() {
         Some((Pending, Reason::RegistrationTimeout))
     );
 }
+
+#[test]
+fn a_snapshot_after_a_plan_is_what_the_next_pass_observes() {
+    let mut gone = on(run("gone", 0), "lost", Ready, 1);
+    gone.deleting = true;
+    let mut new = run("new", 1);
+    new.has_finalizer = false;
+    let (plan, s) = decide(vec![gone, new], vec![pod("a", 2)]);
+    let next = s.after(&plan);
+    // The deleted Run with no living owner lost its finalizer: gone.
+    assert_eq!(
+        next.runs
+            .iter()
+            .map(|r| r.name.as_str())
+            .collect::<Vec<_>>(),
+        ["new"]
+    );
+    let r = &next.runs[0];
+    assert!(r.has_finalizer);
+    assert_eq!(r.owner.as_ref().map(|o| o.pod.as_str()), Some("a"));
+    assert_eq!((r.life.phase, r.life.attempt), (Scheduled, 1));
+    // Carried out, nothing is left to do.
+    assert!(super::decide(&next, &Framework::default()).ops.is_empty());
+}

@@ -3,32 +3,6 @@
 
 use super::*;
 
-/// The snapshot after the adapter carried `plan` out, as the next pass
-/// sees it.
-fn after(s: &Snapshot, plan: &Plan) -> Snapshot {
-    let mut next = s.clone();
-    for op in &plan.ops {
-        if let Op::Status {
-            run,
-            transition,
-            bind,
-        } = op
-        {
-            let r = &mut next.runs[*run];
-            if let Some(owner) = bind {
-                r.owner = Some(owner.clone());
-            }
-            if transition.clears_assignment() {
-                r.owner = None;
-            }
-            r.life = transition.life();
-            r.message = transition.message.clone();
-        }
-    }
-    next.memo = plan.memo.clone();
-    next
-}
-
 fn pass(s: &Snapshot) -> Plan {
     super::super::decide(s, &Framework::default())
 }
@@ -44,7 +18,7 @@ fn waiting_one() -> Snapshot {
         plan.memo["ns/python"].unplaced.keys().collect::<Vec<_>>(),
         ["s3-uid"]
     );
-    after(&s, &plan)
+    s.after(&plan)
 }
 
 #[test]
@@ -166,7 +140,7 @@ fn a_run_turned_away_before_another_was_placed_is_tried_again() {
     let (plan, s) = decide(vec![follower, web], vec![pod("a", 4)]);
     assert_eq!(plan.report.placed, 1, "only web, on this pass");
     assert!(plan.memo.is_empty(), "the follower saw the pool before web");
-    let next = after(&s, &plan);
+    let next = s.after(&plan);
     let plan = pass(&next);
     assert_eq!(plan.report.wakeups.get("first"), Some(&1));
     assert_eq!(
