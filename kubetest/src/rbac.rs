@@ -1,6 +1,7 @@
 //! Objects tests create as the cluster admin to decide who may do what:
 //! namespaces, Roles and ClusterRoles (from YAML such as `examples/rbac/`),
-//! their bindings, and ServiceAccounts.
+//! their bindings, ServiceAccounts, and admission policies (the chart's
+//! `files/*-policy.yaml`).
 
 use std::path::Path;
 
@@ -11,6 +12,30 @@ use crate::server::ApiServer;
 use crate::users::{Subject, User};
 
 impl ApiServer {
+    /// Creates the `ValidatingAdmissionPolicy` and its binding of a file as
+    /// the chart ships them (policy first, binding second). The API server
+    /// enforces it a moment later: tests wait until it does.
+    pub async fn apply_admission_policy_file(&self, path: &Path) -> anyhow::Result<()> {
+        use k8s_openapi::api::admissionregistration::v1::{
+            ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+        };
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
+        let mut docs = serde_yaml::Deserializer::from_str(&text);
+        let policy: ValidatingAdmissionPolicy =
+            serde::Deserialize::deserialize(docs.next().context("no policy document")?)?;
+        let binding: ValidatingAdmissionPolicyBinding =
+            serde::Deserialize::deserialize(docs.next().context("no binding document")?)?;
+        let client = self.client().await?;
+        Api::<ValidatingAdmissionPolicy>::all(client.clone())
+            .create(&PostParams::default(), &policy)
+            .await?;
+        Api::<ValidatingAdmissionPolicyBinding>::all(client)
+            .create(&PostParams::default(), &binding)
+            .await?;
+        Ok(())
+    }
+
     /// Creates a namespace.
     pub async fn create_namespace(&self, name: &str) -> anyhow::Result<()> {
         use k8s_openapi::api::core::v1::Namespace;

@@ -13,9 +13,6 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::admissionregistration::v1::{
-    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
-};
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kruntimes_api::Run;
 use kruntimes_core::scheduler::queue::{OPEN_PRIORITY, PriorityClass};
@@ -29,24 +26,6 @@ const GROUP: &str = "kruntimes:priority-high";
 
 fn repo(path: &str) -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
-}
-
-async fn apply_policy(client: &kube::Client) {
-    let text =
-        std::fs::read_to_string(repo("charts/kruntimes/files/run-priority-policy.yaml")).unwrap();
-    let mut docs = serde_yaml::Deserializer::from_str(&text);
-    let policy: ValidatingAdmissionPolicy =
-        serde::Deserialize::deserialize(docs.next().unwrap()).unwrap();
-    let binding: ValidatingAdmissionPolicyBinding =
-        serde::Deserialize::deserialize(docs.next().unwrap()).unwrap();
-    Api::<ValidatingAdmissionPolicy>::all(client.clone())
-        .create(&PostParams::default(), &policy)
-        .await
-        .unwrap();
-    Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
-        .create(&PostParams::default(), &binding)
-        .await
-        .unwrap();
 }
 
 /// The admin impersonating user `name` in `groups`.
@@ -115,7 +94,10 @@ async fn only_the_priority_group_gives_a_run_a_high_priority() {
         .create(&PostParams::default(), &binding)
         .await
         .unwrap();
-    apply_policy(&admin).await;
+    server
+        .apply_admission_policy_file(&repo("charts/kruntimes/files/run-priority-policy.yaml"))
+        .await
+        .unwrap();
 
     let dana = as_user(&server, "dana", &["system:authenticated"]).await;
     let erin = as_user(&server, "erin", &["system:authenticated", GROUP]).await;

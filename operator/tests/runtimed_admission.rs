@@ -11,9 +11,6 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::admissionregistration::v1::{
-    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
-};
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, ServiceAccount};
 use kruntimes_api::Run;
@@ -26,26 +23,6 @@ const SA: &str = "kruntimes-runtime";
 
 fn repo(path: &str) -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
-}
-
-async fn apply_policy(client: &kube::Client) {
-    let text = std::fs::read_to_string(repo(
-        "charts/kruntimes/files/runtimed-admission-policy.yaml",
-    ))
-    .unwrap();
-    let mut docs = serde_yaml::Deserializer::from_str(&text);
-    let policy: ValidatingAdmissionPolicy =
-        serde::Deserialize::deserialize(docs.next().unwrap()).unwrap();
-    let binding: ValidatingAdmissionPolicyBinding =
-        serde::Deserialize::deserialize(docs.next().unwrap()).unwrap();
-    Api::<ValidatingAdmissionPolicy>::all(client.clone())
-        .create(&PostParams::default(), &policy)
-        .await
-        .unwrap();
-    Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
-        .create(&PostParams::default(), &binding)
-        .await
-        .unwrap();
 }
 
 async fn pod(client: &kube::Client, name: &str) -> String {
@@ -178,7 +155,12 @@ async fn a_runtimed_changes_only_the_runs_of_its_own_pod_and_never_their_assignm
     let p2 = pod(&admin, "rt-2").await;
     assigned_run(&admin, "mine", "rt-1", &p1).await;
     assigned_run(&admin, "theirs", "rt-2", &p2).await;
-    apply_policy(&admin).await;
+    server
+        .apply_admission_policy_file(&repo(
+            "charts/kruntimes/files/runtimed-admission-policy.yaml",
+        ))
+        .await
+        .unwrap();
 
     let own = client_with(&server, &token(&admin, Some(("rt-1", &p1))).await).await;
     // The policy takes effect once the API server has loaded it.
