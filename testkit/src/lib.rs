@@ -428,23 +428,10 @@ impl Stack {
         let endpoint = run["endpoint"].as_str().context("endpoint")?;
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
-            let routed = match run["mode"].as_str() {
-                Some("session") => self
-                    .http
-                    .get(endpoint)
-                    .bearer_auth(&self.token)
-                    .send()
-                    .await
-                    .is_ok_and(|r| r.status() == 200),
-                _ => self
-                    .http
-                    .post(endpoint)
-                    .bearer_auth(&self.token)
-                    .body("{")
-                    .send()
-                    .await
-                    .is_ok_and(|r| r.status() == 400),
-            };
+            let session = run["mode"].as_str() == Some("session");
+            let routed =
+                kruntimes_client::gateway::routes(&self.http, Some(&self.token), endpoint, session)
+                    .await;
             if routed {
                 return Ok(());
             }
