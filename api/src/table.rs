@@ -2,9 +2,67 @@
 //! (`kruntimes.ownership.v1`): the one place the core's [`TablePhase`] meets
 //! the protobuf enum.
 
+use kruntimes_core::ModeKind;
 use kruntimes_core::lifecycle::owner::Local;
-use kruntimes_core::lifecycle::{Phase, TablePhase};
+use kruntimes_core::lifecycle::{Life, Phase, TablePhase};
+use kruntimes_proto::api::truncate_utf8;
 use kruntimes_proto::ownership::v1 as own;
+
+/// Longest status message a control plane entry carries, in bytes.
+pub const MAX_ENTRY_MESSAGE_BYTES: usize = 512;
+
+/// One Run as a control plane (the embedded one or the operator) publishes
+/// it in its ownership table.
+#[derive(Debug, Clone, Copy)]
+pub struct Published<'a> {
+    /// Namespace.
+    pub namespace: &'a str,
+    /// Name.
+    pub name: &'a str,
+    /// UID.
+    pub uid: &'a str,
+    /// `spec.runtime`.
+    pub runtime: &'a str,
+    /// Its mode (function or session: only those are routed).
+    pub mode: ModeKind,
+    /// Phase, reason and attempt.
+    pub life: &'a Life,
+    /// `status.reason` as written (a control plane may read reasons it does
+    /// not know).
+    pub reason: &'a str,
+    /// `status.message`.
+    pub message: &'a str,
+}
+
+/// The control plane's table entry of `run`, owned by `owner` (none while
+/// pending). A Run that has ended or is ending carries its phase and
+/// bounded message, so the gateway answers why it no longer serves.
+pub fn control_entry(run: &Published<'_>, owner: Option<own::Owner>) -> own::OwnershipEntry {
+    let phase = run.life.phase;
+    let ending = phase.is_terminal() || phase == Phase::Finalizing;
+    own::OwnershipEntry {
+        namespace: run.namespace.to_owned(),
+        run_name: run.name.to_owned(),
+        run_uid: run.uid.to_owned(),
+        runtime: run.runtime.to_owned(),
+        mode: match run.mode {
+            ModeKind::Session => own::Mode::Session as i32,
+            ModeKind::Task => own::Mode::Task as i32,
+            ModeKind::Function => own::Mode::Function as i32,
+        },
+        owner,
+        attempt: run.life.attempt,
+        phase: published(phase),
+        limits: None,
+        reason: run.reason.to_owned(),
+        run_phase: if ending { phase.as_str() } else { "" }.to_owned(),
+        message: if ending {
+            truncate_utf8(run.message.to_owned(), MAX_ENTRY_MESSAGE_BYTES)
+        } else {
+            String::new()
+        },
+    }
+}
 
 /// The wire phase of a table phase.
 pub fn wire(phase: TablePhase) -> own::Phase {
@@ -66,5 +124,61 @@ mod tests {
         assert_eq!(parse(99), None);
         assert_eq!(published(Phase::Finalizing), own::Phase::Draining as i32);
         assert_eq!(published(Phase::Cancelled), own::Phase::Failed as i32);
+    }
+
+    fn entry(phase: Phase, message: &str) -> own::OwnershipEntry {
+        let life = Life {
+            phase,
+            reason: None,
+            attempt: 2,
+        };
+        control_entry(
+            &Published {
+                namespace: "ns",
+                name: "hello",
+                uid: "u1",
+                runtime: "python",
+                mode: ModeKind::Session,
+                life: &life,
+                reason: "Closed",
+                message,
+            },
+            None,
+        )
+    }
+
+    #[test]
+    fn ended_and_ending_runs_carry_their_phase_and_a_bounded_message() {
+        let e = entry(Phase::Failed, "RegistrationFailed: SyntaxError");
+        assert_eq!(e.phase, own::Phase::Failed as i32);
+        assert_eq!(e.run_phase, "Failed");
+        assert_eq!(e.message, "RegistrationFailed: SyntaxError");
+        assert_eq!((e.attempt, e.reason.as_str()), (2, "Closed"));
+        assert_eq!(e.mode, own::Mode::Session as i32);
+        assert_eq!(entry(Phase::Finalizing, "m").run_phase, "Finalizing");
+        for p in [Phase::Succeeded, Phase::Timeout, Phase::Cancelled] {
+            assert_eq!(entry(p, "m").run_phase, p.as_str());
+        }
+        let long = "é".repeat(MAX_ENTRY_MESSAGE_BYTES);
+        let e = entry(Phase::Timeout, &long);
+        assert!(e.message.len() <= MAX_ENTRY_MESSAGE_BYTES);
+        assert!(long.starts_with(&e.message));
+    }
+
+    #[test]
+    fn live_runs_carry_no_phase_or_message() {
+        for p in [
+            Phase::Pending,
+            Phase::Scheduled,
+            Phase::Running,
+            Phase::Ready,
+        ] {
+            let e = entry(p, "waiting for a pod");
+            assert_eq!(
+                (e.run_phase.as_str(), e.message.as_str()),
+                ("", ""),
+                "{p:?}"
+            );
+        }
     }
 }

@@ -6,14 +6,17 @@
 
 use kruntimes_proto::api::{ApiError, ErrorCode};
 
+use kruntimes_proto::ownership::v1::OwnershipEntry;
+
 use crate::auth::AuthError;
 use crate::table::RouteError;
 
 /// The answer to a request that failed while being proxied, or `None` when
-/// the client went away (nobody to answer). A dispatched request is never
-/// retried, so an upstream failure is the owner's (503) or its deadline's
-/// (504).
-pub fn of_proxy_failure(e: &pingora::Error) -> Option<ApiError> {
+/// the client went away (nobody to answer). A request is never retried: an
+/// owner that could not be reached did not run it (503); one that broke off
+/// after the request was `dispatched` may have run it (500
+/// `OutcomeUnknown`); one past the deadline was killed (504).
+pub fn of_proxy_failure(e: &pingora::Error, dispatched: bool) -> Option<ApiError> {
     use pingora::ErrorType::*;
     let code = match e.etype() {
         HTTPStatus(413) => ErrorCode::PayloadTooLarge,
@@ -21,6 +24,7 @@ pub fn of_proxy_failure(e: &pingora::Error) -> Option<ApiError> {
         ConnectTimedout | ConnectRefused | ConnectNoRoute | ConnectError | TLSHandshakeFailure
         | TLSHandshakeTimedout | InvalidCert | HandshakeError => ErrorCode::OwnerUnavailable,
         _ => match e.esource() {
+            pingora::ErrorSource::Upstream if dispatched => ErrorCode::OutcomeUnknown,
             pingora::ErrorSource::Upstream => ErrorCode::OwnerUnavailable,
             pingora::ErrorSource::Downstream => match e.etype() {
                 WriteError | ReadError | ConnectionClosed => return None,
@@ -32,6 +36,9 @@ pub fn of_proxy_failure(e: &pingora::Error) -> Option<ApiError> {
     let message = match code {
         ErrorCode::OwnerUnavailable => "owner is unreachable",
         ErrorCode::DeadlineExceeded => "owner did not answer before the deadline",
+        ErrorCode::OutcomeUnknown => {
+            "the connection to the owner broke after the request was sent: the call may have run"
+        }
         ErrorCode::PayloadTooLarge => "request body over the limit",
         _ => "request failed",
     };
@@ -54,9 +61,48 @@ impl From<RouteError> for ApiError {
             RouteError::NotReady(why) | RouteError::Settling(why) => {
                 ApiError::new(ErrorCode::NotReady, why)
             }
+            RouteError::Pending(entry) => pending(&entry),
+            RouteError::Ended(entry) => ended(&entry),
             RouteError::Stale(why) => ApiError::new(ErrorCode::OwnerUnavailable, why),
         }
     }
+}
+
+/// 503 `NotReady` for a Run waiting for a Pod, with the control plane's
+/// reason.
+fn pending(entry: &OwnershipEntry) -> ApiError {
+    let message = match entry.reason.as_str() {
+        "" => format!("run {} is pending", entry.run_name),
+        why => format!("run {} is pending ({why})", entry.run_name),
+    };
+    ApiError::new(ErrorCode::NotReady, message).with_run_state("Pending", entry.reason.clone())
+}
+
+/// 409 `RunFailed` or 410 `RunEnded` for a Run that will not serve again:
+/// its phase, reason and status message (bounded by the table).
+fn ended(entry: &OwnershipEntry) -> ApiError {
+    let phase = entry.run_phase.as_str();
+    let code = if phase == "Failed" {
+        ErrorCode::RunFailed
+    } else {
+        ErrorCode::RunEnded
+    };
+    let what = match phase {
+        "Finalizing" => "is finalizing".to_owned(),
+        "Failed" => "failed".to_owned(),
+        "" => "has ended".to_owned(),
+        ended => format!("has ended: {ended}"),
+    };
+    let mut message = format!("run {} {what}", entry.run_name);
+    if !entry.reason.is_empty() {
+        message.push_str(&format!(" ({})", entry.reason));
+    }
+    if !entry.message.is_empty() {
+        message.push_str(": ");
+        message.push_str(&entry.message);
+    }
+    message.push_str("; it will not serve again");
+    ApiError::new(code, message).with_run_state(phase, entry.reason.clone())
 }
 
 #[cfg(test)]

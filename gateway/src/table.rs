@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 // Looked up on every request by Run UID (from the control plane); foldhash is
 // seeded per process and ~5× cheaper per lookup than SipHash.
 use foldhash::HashMap;
+use kruntimes_api::lifecycle::Reason;
 use kruntimes_proto::ownership::v1::{Owner, OwnershipEntry, Phase};
 use kruntimes_proto::watch::SourceUpdate;
 
@@ -41,7 +42,7 @@ impl Source {
                     .collect();
             }
             SourceUpdate::Upsert(e) => {
-                self.entries.insert(e.run_uid.clone(), Arc::new(e));
+                self.entries.insert(e.run_uid.clone(), Arc::from(e));
             }
             SourceUpdate::Delete(uid) => {
                 self.entries.remove(&uid);
@@ -126,12 +127,18 @@ impl Route {
 }
 
 /// Why a Run cannot be routed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RouteError {
     /// No such Run UID, or not in that namespace/Runtime (404).
     NotFound,
-    /// Known but not Ready (503).
+    /// Known but not Ready; a retry may find it Ready (503).
     NotReady(&'static str),
+    /// Waiting for a Pod: the control plane's entry, with its reason (503).
+    Pending(Arc<OwnershipEntry>),
+    /// Ended or ending, for good: the control plane's entry (with the Run's
+    /// phase and message), or the owner's when it reports idle expiry
+    /// first (409 `RunFailed` / 410 `RunEnded`).
+    Ended(Arc<OwnershipEntry>),
     /// Known and on its way to Ready, or Ready with the owner's readiness
     /// not yet agreeing: the table is converging, a short wait may route it
     /// (503 if it does not).
@@ -237,11 +244,16 @@ impl Table {
         if a.namespace != namespace || a.runtime != runtime {
             return Err(RouteError::NotFound);
         }
-        if a.phase == Phase::Scheduled as i32 || a.phase == Phase::Running as i32 {
-            return Err(RouteError::Settling("run is not ready yet"));
-        }
-        if a.phase != Phase::Ready as i32 {
-            return Err(RouteError::NotReady("run is not ready"));
+        match Phase::try_from(a.phase) {
+            Ok(Phase::Ready) => {}
+            Ok(Phase::Scheduled | Phase::Running) => {
+                return Err(RouteError::Settling("run is not ready yet"));
+            }
+            Ok(Phase::Pending) => return Err(RouteError::Pending(a.clone())),
+            Ok(Phase::Draining | Phase::Failed) => return Err(RouteError::Ended(a.clone())),
+            Ok(Phase::Unspecified) | Err(_) => {
+                return Err(RouteError::NotReady("run is not ready"));
+            }
         }
         let route = Route::new(a.clone(), None).ok_or(RouteError::NotReady("run has no owner"))?;
         let owner = route.owner();
@@ -271,7 +283,14 @@ impl Table {
             // is on its way (or the owner is between two states): settle.
             return Err(RouteError::Settling("owner registration is not ready yet"));
         }
+        // Idle expiry is the one failure an owner reports that is final.
+        if r.phase == Phase::Failed as i32 && r.reason == Reason::IdleTimeout.as_str() {
+            // Final: the control plane's word (`Timeout`) is on its way.
+            return Err(RouteError::Ended(r.clone()));
+        }
         if r.phase != Phase::Ready as i32 {
+            // Draining or failed at the owner, with the control plane still
+            // saying Ready: it decides next (a retry, another owner).
             return Err(RouteError::NotReady("owner registration is not ready"));
         }
         let timeout = r

@@ -10,6 +10,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use kruntimes_testkit::prelude::*;
 use serde_json::Value;
@@ -125,8 +126,29 @@ fn send(client: Client, go: &Path, ca: &Path, r: &Request<'_>) -> (u16, String) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_client_reads_every_error_reply() {
-    let stack = start(1, vec![python_run("echo")], &[]);
+    let broken = kruntimes_testkit::function_run(
+        "broken",
+        "python",
+        "main.invoke",
+        "main.py",
+        "def invoke(:\n",
+        "",
+    );
+    let stack = start(
+        2,
+        vec![
+            python_run("echo"),
+            ("broken.yaml".into(), broken),
+            python_run_with("idle", "      idleTimeoutSeconds: 1\n"),
+        ],
+        &[],
+    );
     let echo = stack.wait_phase("echo", "Ready").await.unwrap();
+    stack.wait_phase("broken", "Failed").await.unwrap();
+    stack
+        .wait_run("idle", Duration::from_secs(60), |r| r["phase"] == "Timeout")
+        .await
+        .unwrap();
     let uid = echo["uid"].as_str().unwrap().to_owned();
     let url = stack.endpoint("echo").unwrap();
     let ca = stack.state_dir().join("pki/public-ca.crt");
@@ -224,12 +246,34 @@ async fn every_client_reads_every_error_reply() {
             Request {
                 method: "POST",
                 url: url.clone(),
-                body: Some(empty),
+                body: Some(empty.clone()),
                 headers: vec![("X-Padding".into(), "p".repeat(20 * 1024))],
                 token: Some(token),
             },
             431,
             "HeadersTooLarge",
+        ),
+        (
+            Request {
+                method: "POST",
+                url: stack.endpoint("broken").unwrap(),
+                body: Some(empty.clone()),
+                headers: vec![],
+                token: Some(token),
+            },
+            409,
+            "RunFailed",
+        ),
+        (
+            Request {
+                method: "POST",
+                url: stack.endpoint("idle").unwrap(),
+                body: Some(empty.clone()),
+                headers: vec![],
+                token: Some(token),
+            },
+            410,
+            "RunEnded",
         ),
         (
             Request {

@@ -59,6 +59,8 @@ fn slow_runs() -> Vec<(String, String)> {
         python_run("echo"),
         python_run("slow-a"),
         python_run("slow-b"),
+        python_run("doomed"),
+        python_run("orphaned"),
         python_run_with("deadline", "      invocationTimeoutSeconds: 1\n"),
         (
             "broken.yaml".into(),
@@ -78,7 +80,7 @@ fn slow_runs() -> Vec<(String, String)> {
 async fn every_error_row_is_a_typed_error() {
     let stack = start(2, slow_runs(), &["--max-in-flight", "2"]);
     let echo = stack.wait_phase("echo", "Ready").await.unwrap();
-    for n in ["slow-a", "slow-b", "deadline"] {
+    for n in ["slow-a", "slow-b", "deadline", "doomed", "orphaned"] {
         stack.wait_phase(n, "Ready").await.unwrap();
     }
     let uid = echo["uid"].as_str().unwrap().to_owned();
@@ -256,15 +258,15 @@ async fn every_error_row_is_a_typed_error() {
         .unwrap();
     expect_error(r, 504, "DeadlineExceeded").await;
 
-    // 503: the Run is known but not Ready (its handler does not import).
+    // 409: the Run has failed (its handler does not import), for good: the
+    // answer says why and asks for no retry.
     stack.wait_phase("broken", "Failed").await.unwrap();
     let broken = stack.endpoint("broken").unwrap();
-    expect_error(
-        post(broken).body("{}").send().await.unwrap(),
-        503,
-        "NotReady",
-    )
-    .await;
+    let r = post(broken).body("{}").send().await.unwrap();
+    assert!(r.headers().get("retry-after").is_none());
+    let body = expect_error(r, 409, "RunFailed").await;
+    assert_eq!(body["error"]["phase"], "Failed", "{body}");
+    assert_eq!(body["error"]["reason"], "RegistrationFailed", "{body}");
 
     // 429: one in-flight invocation per function Run.
     let slow_url = stack.endpoint("slow-a").unwrap();
@@ -296,6 +298,24 @@ async fn every_error_row_is_a_typed_error() {
     .await;
     assert_eq!(first.await.unwrap().unwrap().status(), 200);
     assert_eq!(second.await.unwrap().unwrap().status(), 200);
+
+    // 500 OutcomeUnknown, never a "did not run" 503: the Run is deleted
+    // while its handler runs.
+    let call = tokio::spawn(
+        post(stack.endpoint("doomed").unwrap())
+            .body(r#"{"sleep": 60, "started": "started"}"#)
+            .send(),
+    );
+    running(&stack, "doomed").await;
+    stack.remove_run("doomed.yaml").unwrap();
+    let body = expect_error(call.await.unwrap().unwrap(), 500, "OutcomeUnknown").await;
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("may have run"),
+        "{body}"
+    );
 
     // Payloads and outputs are never logged.
     let secret = "payload-marker-7f3a9c";
@@ -334,6 +354,28 @@ async fn every_error_row_is_a_typed_error() {
         assert!(!logs.contains(t.as_str()), "a token leaked into the logs");
     }
     assert!(!logs.contains(secret), "a payload leaked into the logs");
+
+    // 500 OutcomeUnknown from the gateway itself: the owner dies while the
+    // handler runs (last: it takes the Runs it owns with it).
+    let owner = stack.run("orphaned").unwrap()["assignedPod"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let call = tokio::spawn(
+        post(stack.endpoint("orphaned").unwrap())
+            .body(r#"{"sleep": 60, "started": "started"}"#)
+            .send(),
+    );
+    running(&stack, "orphaned").await;
+    stack.kill(&owner).unwrap();
+    let body = expect_error(call.await.unwrap().unwrap(), 500, "OutcomeUnknown").await;
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("broke after the request was sent"),
+        "{body}"
+    );
 }
 
 /// Waits until the call sent to Run `name` with `"started": "started"` is

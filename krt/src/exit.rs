@@ -11,7 +11,8 @@ pub const EXIT_LOCAL: i32 = 1;
 /// Exit code of an HTTP error without a kruntimes error body.
 pub const EXIT_HTTP: i32 = 9;
 
-/// The exit code of each API error code (10 and up, in the table's order).
+/// The exit code of each API error code (10 and up; codes added later
+/// take the next free number, so a script's numbers never change).
 pub fn exit_code(code: ErrorCode) -> i32 {
     use ErrorCode::*;
     match code {
@@ -36,6 +37,9 @@ pub fn exit_code(code: ErrorCode) -> i32 {
         InvalidOutput => 28,
         DeadlineExceeded => 29,
         Internal => 30,
+        RunEnded => 31,
+        RunFailed => 32,
+        OutcomeUnknown => 33,
     }
 }
 

@@ -165,13 +165,13 @@ async fn function_runs_live_their_whole_lifecycle_on_the_api_server() {
         )
         .await
         .unwrap();
-    // An ended Run still exists: its URL answers 503 NotReady (never routed
+    // An ended Run still exists: its URL answers 410 RunEnded (never routed
     // again) until it is deleted.
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
         let r = invoke(&cluster, &c_url, &alice).await;
         let status = r.status();
-        if status == 503 && error_code(r).await == "NotReady" {
+        if status == 410 && error_code(r).await == "RunEnded" {
             break;
         }
         assert!(

@@ -100,7 +100,12 @@ async fn idle_runs_time_out_and_release_their_capacity() {
         .unwrap();
     assert_eq!(ended["reason"], "IdleTimeout");
     let r = stack.invoke("idle", "{}").await.unwrap();
-    expect_error(r, 503, "NotReady").await;
+    let body = expect_error(r, 410, "RunEnded").await;
+    assert_eq!(
+        (&body["error"]["phase"], &body["error"]["reason"]),
+        (&"Timeout".into(), &"IdleTimeout".into()),
+        "{body}"
+    );
     // The freed capacity goes to the waiting Run.
     stack.wait_phase("waiting", "Ready").await.unwrap();
     // Ready in runs.json is the control plane's view; the gateway routes once

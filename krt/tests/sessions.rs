@@ -286,7 +286,9 @@ async fn drain_termination_finishes_accepted_work_then_succeeds() {
         .send()
         .await
         .unwrap();
-    assert_eq!(r.status().as_u16(), 503);
+    // Ended for good: 410 RunEnded, no Retry-After.
+    assert_eq!(r.status().as_u16(), 410);
+    assert!(r.headers().get("retry-after").is_none());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

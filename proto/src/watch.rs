@@ -227,8 +227,9 @@ pub enum SourceUpdate {
         /// All entries.
         entries: Vec<OwnershipEntry>,
     },
-    /// One entry added or changed.
-    Upsert(OwnershipEntry),
+    /// One entry added or changed (boxed: updates wait in channels, and an
+    /// entry is ten times the size of the other variants).
+    Upsert(Box<OwnershipEntry>),
     /// One entry removed.
     Delete(String),
     /// The stream was lost; the consumer's table for this source is now
@@ -256,7 +257,7 @@ impl Framer {
                     s.push(e);
                     Ok(None)
                 }
-                None if self.synced => Ok(Some(SourceUpdate::Upsert(e))),
+                None if self.synced => Ok(Some(SourceUpdate::Upsert(Box::new(e)))),
                 None => Err("upsert before snapshot"),
             },
             Some(Event::Delete(d)) if self.staging.is_none() && self.synced => {

@@ -83,6 +83,7 @@ impl LocalPod {
             phase: state.phase as i32,
             limits: state.limits,
             reason: state.reason.to_owned(),
+            ..Default::default()
         });
     }
 

@@ -27,6 +27,9 @@ type APIError struct {
 	RetryAfter time.Duration
 	// Source is "gateway", "kubernetes" or "client" (read from a state dir).
 	Source string
+	// Phase and Reason are the Run's, when the answer is about its state
+	// (RunEnded, RunFailed, a pending NotReady, a wait's errors).
+	Phase, Reason string
 }
 
 func (e *APIError) Error() string {
@@ -47,7 +50,9 @@ func (e *APIError) As(target any) bool {
 }
 
 // Retryable reports whether the call did not run and may be sent again after
-// RetryAfter (429 and 503).
+// RetryAfter (429 and 503). The retry contract (docs/api.md): other 4xx did
+// not run and will not as they are (RunEnded and RunFailed never on that
+// Run); a 500 or 504 ran or may have run (OutcomeUnknown).
 func (e *APIError) Retryable() bool {
 	return e.Status == http.StatusTooManyRequests || e.Status == http.StatusServiceUnavailable
 }
@@ -116,7 +121,8 @@ type (
 	HeadersTooLargeError struct{ APIError }
 	// BusyError is 429: an invocation is in flight, or the session queue is full; retry after RetryAfter.
 	BusyError struct{ APIError }
-	// NotReadyError is 503 NotReady: the Run is pending, draining or ended.
+	// NotReadyError is 503 NotReady: the Run is not Ready yet (pending — Phase
+	// and Reason say why —, registering, between owners).
 	NotReadyError struct{ UnavailableError }
 	// OwnerUnavailableError is 503 OwnerUnavailable.
 	OwnerUnavailableError struct{ UnavailableError }
@@ -134,6 +140,10 @@ type (
 	InvalidOutputError struct{ ServerError }
 	// InternalError is 500 Internal.
 	InternalError struct{ ServerError }
+	// OutcomeUnknownError is 500 OutcomeUnknown: the call reached the owner
+	// and may have run, but no outcome came back (the Run was deleted,
+	// terminated or moved while it ran, or the owner's connection broke).
+	OutcomeUnknownError struct{ ServerError }
 	// DeadlineExceededError is 504: the invocation timeout passed.
 	DeadlineExceededError struct{ APIError }
 )
@@ -178,6 +188,9 @@ var byCode = map[string]kind{
 	"WorkerCrashed":       {500, wrap[WorkerCrashedError]},
 	"InvalidOutput":       {500, wrap[InvalidOutputError]},
 	"Internal":            {500, wrap[InternalError]},
+	"OutcomeUnknown":      {500, wrap[OutcomeUnknownError]},
+	"RunEnded":            {410, wrap[RunEndedError]},
+	"RunFailed":           {409, wrap[RunFailedError]},
 	"DeadlineExceeded":    {504, wrap[DeadlineExceededError]},
 }
 
@@ -188,6 +201,7 @@ var byStatus = map[int]func(APIError) error{
 	404: wrap[NotFoundError],
 	405: wrap[MethodNotAllowedError],
 	409: wrap[ConflictError],
+	410: wrap[RunEndedError],
 	413: wrap[PayloadTooLargeError],
 	422: wrap[InvalidRequestError],
 	429: wrap[BusyError],
@@ -218,12 +232,13 @@ func fromAnswer(source string, status int, header http.Header, body []byte) erro
 	e := APIError{Status: status, Source: source, InvocationID: header.Get("X-Kruntimes-Invocation-Id")}
 	var doc struct {
 		Error *struct {
-			Code, Message, InvocationID string
+			Code, Message, InvocationID, Phase, Reason string
 		} `json:"error"`
 		Kind, Reason, Message string
 	}
 	if json.Unmarshal(body, &doc) == nil && doc.Error != nil {
 		e.Code, e.Message = doc.Error.Code, doc.Error.Message
+		e.Phase, e.Reason = doc.Error.Phase, doc.Error.Reason
 		if doc.Error.InvocationID != "" {
 			e.InvocationID = doc.Error.InvocationID
 		}
@@ -265,15 +280,49 @@ type NetworkError struct {
 func (e *NetworkError) Error() string { return e.Op + ": " + e.Err.Error() }
 func (e *NetworkError) Unwrap() error { return e.Err }
 
-// RunEndedError is a Run that ended (Failed, Timeout, Cancelled, …) while it
-// was awaited.
+// RunEndedError is a Run that has ended and will not serve again; Phase and
+// Reason are its own. The gateway answers 410 RunEnded (Succeeded, Timeout,
+// Cancelled, Finalizing) to a call on such a Run: the call did not run. A
+// wait returns it (Status 0, Code the phase, Namespace and Name set) when
+// the awaited Run ends before the awaited phase.
 type RunEndedError struct {
-	Namespace, Name       string
-	Phase, Reason, Detail string
+	APIError
+	// Namespace and Name of the awaited Run (waits only).
+	Namespace, Name string
 }
 
 func (e *RunEndedError) Error() string {
-	return fmt.Sprintf("run %s/%s ended %s (%s: %s)", e.Namespace, e.Name, e.Phase, e.Reason, e.Detail)
+	if e.Name == "" {
+		return e.APIError.Error()
+	}
+	return fmt.Sprintf("run %s/%s ended %s (%s: %s)", e.Namespace, e.Name, e.Phase, e.Reason, e.Message)
+}
+
+// RunFailedError is 409 RunFailed: the Run has failed (RegistrationFailed,
+// RuntimeFailed, …) and the message says why; or a wait whose Run ended
+// Failed. errors.As matches it as a *RunEndedError too.
+type RunFailedError struct{ RunEndedError }
+
+// As matches *RunEndedError, then the *APIError.
+func (e *RunFailedError) As(target any) bool {
+	if t, ok := target.(**RunEndedError); ok {
+		*t = &e.RunEndedError
+		return true
+	}
+	return e.APIError.As(target)
+}
+
+// runEnded is what a wait returns when the awaited Run ends first.
+func runEnded(namespace, name string, run *RunInfo) error {
+	ended := RunEndedError{
+		APIError:  APIError{Code: run.Phase, Message: run.Message, Source: "client", Phase: run.Phase, Reason: run.Reason},
+		Namespace: namespace,
+		Name:      name,
+	}
+	if run.Phase == "Failed" {
+		return &RunFailedError{ended}
+	}
+	return &ended
 }
 
 // OperationFailedError is a session file operation that ran and failed, or a

@@ -29,7 +29,8 @@ func TestEveryCodeOfTheTableHasItsType(t *testing.T) {
 		{503, "Overloaded", &OverloadedError{}}, {503, "AuthUnavailable", &AuthUnavailableError{}},
 		{500, "FunctionError", &FunctionError{}}, {500, "WorkerCrashed", &WorkerCrashedError{}},
 		{500, "InvalidOutput", &InvalidOutputError{}}, {500, "Internal", &InternalError{}},
-		{504, "DeadlineExceeded", &DeadlineExceededError{}},
+		{500, "OutcomeUnknown", &OutcomeUnknownError{}}, {504, "DeadlineExceeded", &DeadlineExceededError{}},
+		{409, "RunFailed", &RunFailedError{}}, {410, "RunEnded", &RunEndedError{}},
 	}
 	if len(table) != len(byCode) {
 		t.Fatalf("%d codes tested, %d known", len(table), len(byCode))
@@ -63,7 +64,7 @@ func TestGroupsMatchEveryCodeOfTheirStatus(t *testing.T) {
 			t.Errorf("%s is not an *UnavailableError", code)
 		}
 	}
-	for _, code := range []string{"FunctionError", "WorkerCrashed", "InvalidOutput", "Internal"} {
+	for _, code := range []string{"FunctionError", "WorkerCrashed", "InvalidOutput", "OutcomeUnknown", "Internal"} {
 		var g *ServerError
 		if err := fromAnswer("gateway", 500, http.Header{}, gatewayBody(code)); !errors.As(err, &g) {
 			t.Errorf("%s is not a *ServerError", code)
@@ -118,5 +119,43 @@ func TestRetryAfterTakesSecondsOrADate(t *testing.T) {
 	}
 	if d := parseRetryAfter("soon"); d != 0 {
 		t.Error(d)
+	}
+}
+
+func TestEndedAndFailedRunsCarryTheirPhaseAndAreNotRetryable(t *testing.T) {
+	body := []byte(`{"error":{"code":"RunFailed","message":"run x failed (RegistrationFailed): SyntaxError","phase":"Failed","reason":"RegistrationFailed"}}`)
+	err := fromAnswer("gateway", 409, http.Header{}, body)
+	var failed *RunFailedError
+	var ended *RunEndedError
+	var conflict *ConflictError
+	if !errors.As(err, &failed) || !errors.As(err, &ended) || errors.As(err, &conflict) {
+		t.Fatalf("%T %v", err, err)
+	}
+	if ended.Phase != "Failed" || ended.Reason != "RegistrationFailed" || ended.Retryable() || ended.Status != 409 {
+		t.Errorf("%+v", ended)
+	}
+	if got := err.Error(); got != "409 RunFailed: run x failed (RegistrationFailed): SyntaxError" {
+		t.Errorf("message %q", got)
+	}
+	err = fromAnswer("gateway", 410, http.Header{}, []byte(`{"error":{"code":"RunEnded","message":"m","phase":"Timeout","reason":"IdleTimeout"}}`))
+	if !errors.As(err, &ended) || errors.As(err, &failed) || ended.Phase != "Timeout" || ended.Reason != "IdleTimeout" {
+		t.Fatalf("%T %v", err, err)
+	}
+	var api *APIError
+	err = fromAnswer("gateway", 503, http.Header{"Retry-After": {"1"}}, []byte(`{"error":{"code":"NotReady","message":"m","phase":"Pending","reason":"NoIdlePod"}}`))
+	if !errors.As(err, &api) || api.Phase != "Pending" || api.Reason != "NoIdlePod" || !api.Retryable() {
+		t.Fatalf("%+v", api)
+	}
+	// A wait's: Status 0, Code the phase; Failed is a *RunFailedError.
+	err = runEnded("a", "hello", &RunInfo{Phase: "Failed", Reason: "RegistrationFailed", Message: "no bash"})
+	if !errors.As(err, &failed) || !errors.As(err, &ended) || ended.Status != 0 || ended.Code != "Failed" {
+		t.Fatalf("%T %+v", err, err)
+	}
+	if got := err.Error(); got != "run a/hello ended Failed (RegistrationFailed: no bash)" {
+		t.Errorf("message %q", got)
+	}
+	err = runEnded("a", "hello", &RunInfo{Phase: "Timeout", Reason: "IdleTimeout"})
+	if !errors.As(err, &ended) || errors.As(err, &failed) {
+		t.Fatalf("%T", err)
 	}
 }

@@ -62,9 +62,10 @@ func TestLiveASandboxClosedWhenDoneEndsSucceeded(t *testing.T) {
 	if err != nil || run.Phase != "Succeeded" {
 		t.Fatal(run, err)
 	}
-	var notReady *kruntimes.NotReadyError
+	// Ended for good: 410 RunEnded with the Run's phase, not retryable.
+	var gone *kruntimes.RunEndedError
 	var unavailable *kruntimes.UnavailableError
-	if _, err := s.Commands.Run(ctx, kruntimes.Argv("true")); !errors.As(err, &notReady) || !errors.As(err, &unavailable) || notReady.RetryAfter == 0 {
+	if _, err := s.Commands.Run(ctx, kruntimes.Argv("true")); !errors.As(err, &gone) || errors.As(err, &unavailable) || gone.Status != 410 || gone.Phase != "Succeeded" || gone.Retryable() {
 		t.Errorf("after close: %v", err)
 	}
 }

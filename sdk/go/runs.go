@@ -309,7 +309,8 @@ func (e *WaitTimeoutError) Error() string {
 func (e *WaitTimeoutError) Unwrap() error { return e.Err }
 
 // waitFor polls the Run until want holds; a Run that ends otherwise is a
-// *RunEndedError, one the store does not list yet is waited for.
+// *RunEndedError (*RunFailedError for Failed), one the store does not list
+// yet is waited for.
 func waitFor(ctx context.Context, store runStore, namespace, name, what string, want func(*RunInfo) bool) (*RunInfo, error) {
 	delay := 50 * time.Millisecond
 	var seen *RunInfo
@@ -320,7 +321,7 @@ func waitFor(ctx context.Context, store runStore, namespace, name, what string, 
 		case err == nil && want(run):
 			return run, nil
 		case err == nil && run.Ended():
-			return nil, &RunEndedError{Namespace: namespace, Name: name, Phase: run.Phase, Reason: run.Reason, Detail: run.Message}
+			return nil, runEnded(namespace, name, run)
 		case err == nil:
 			seen = run
 		case !errors.As(err, &nf):

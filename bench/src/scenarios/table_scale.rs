@@ -114,6 +114,7 @@ fn entry(i: u64) -> own::OwnershipEntry {
         phase: own::Phase::Ready as i32,
         limits: None,
         reason: String::new(),
+        ..Default::default()
     }
 }
 

@@ -27,6 +27,21 @@ pub enum Phase {
 }
 
 impl Phase {
+    /// The phase as written in `status.phase`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "Pending",
+            Self::Scheduled => "Scheduled",
+            Self::Running => "Running",
+            Self::Ready => "Ready",
+            Self::Finalizing => "Finalizing",
+            Self::Succeeded => "Succeeded",
+            Self::Failed => "Failed",
+            Self::Timeout => "Timeout",
+            Self::Cancelled => "Cancelled",
+        }
+    }
+
     /// Whether the Run has ended.
     pub fn is_terminal(self) -> bool {
         matches!(

@@ -240,7 +240,7 @@ async fn a_run_on_its_way_to_ready_is_routed_once_the_table_converges() {
             crate::table::fixtures::assignment("b2", "pod-a", "10.0.0.1:1", 1, Phase::Ready);
         e.mode = Mode::Function as i32;
         table::write(&table).apply_control_plane(
-            kruntimes_proto::watch::SourceUpdate::Upsert(e),
+            kruntimes_proto::watch::SourceUpdate::Upsert(Box::new(e)),
             Instant::now(),
         );
     });
@@ -274,7 +274,7 @@ fn publish_ready(table: &RwLock<Table>, uid: &str, pod: &str, addr: &str, attemp
     e.mode = Mode::Function as i32;
     let mut t = table::write(table);
     t.apply_control_plane(
-        kruntimes_proto::watch::SourceUpdate::Upsert(e.clone()),
+        kruntimes_proto::watch::SourceUpdate::Upsert(Box::new(e.clone())),
         Instant::now(),
     );
     t.apply_runtimed(
@@ -333,7 +333,7 @@ async fn an_unknown_run_that_stays_on_its_way_is_waited_for_once() {
             crate::table::fixtures::assignment("c3", "pod-c", "10.0.0.3:1", 1, Phase::Running);
         e.mode = Mode::Function as i32;
         table::write(&f.admission.table).apply_control_plane(
-            kruntimes_proto::watch::SourceUpdate::Upsert(e),
+            kruntimes_proto::watch::SourceUpdate::Upsert(Box::new(e)),
             Instant::now(),
         );
     };

@@ -127,6 +127,9 @@ pub struct Ctx {
     frames: Option<websocket::FrameReader>,
     /// The WebSocket was ended by the gateway: nothing more is forwarded.
     closed: bool,
+    /// The request reached the owner's connection: a failure from here on
+    /// may come after the owner ran it.
+    dispatched: bool,
     /// Counts the request on its connection until the request ends.
     _in_flight: Option<InFlight>,
 }
@@ -239,6 +242,7 @@ impl ProxyHttp for Gateway {
             facts: Facts::default(),
             frames: None,
             closed: false,
+            dispatched: false,
             _in_flight: None,
         }
     }
@@ -367,10 +371,11 @@ impl ProxyHttp for Gateway {
         peer: &HttpPeer,
         _session: &mut Session,
         e: Box<Error>,
-        _ctx: &mut Self::CTX,
+        ctx: &mut Self::CTX,
         _client_reused: bool,
     ) -> Box<Error> {
         // The outcome of a dispatched invocation is unknown: never retry.
+        ctx.dispatched = true;
         let mut e = e.more_context(format!("owner {peer}"));
         e.set_retry(false);
         e
@@ -388,7 +393,7 @@ impl ProxyHttp for Gateway {
             error = %e,
             "request failed"
         );
-        let status = match rejection::of_proxy_failure(e) {
+        let status = match rejection::of_proxy_failure(e, ctx.dispatched) {
             Some(rejection) if session.response_written().is_none() => {
                 if let Err(err) = respond::reject(session, &ctx.invocation_id, &rejection).await {
                     tracing::debug!(error = %err, "could not write error response");

@@ -2,7 +2,10 @@ use crate::admission::LimitError;
 use crate::auth::{AuthError, Verb};
 use crate::rejection;
 use crate::table::RouteError;
+use std::sync::Arc;
+
 use kruntimes_proto::api::{ApiError, PathError};
+use kruntimes_proto::ownership::v1::{OwnershipEntry, Phase};
 
 fn answer(r: &ApiError) -> (u16, &'static str, &str) {
     (r.status(), r.code.as_str(), r.message.as_ref())
@@ -81,6 +84,7 @@ fn unknown_runs_are_404_and_unroutable_runs_503() {
     );
     let r = ApiError::from(RouteError::NotReady("run is not ready"));
     assert_eq!(answer(&r), (503, "NotReady", "run is not ready"));
+    assert_eq!(r.run, None);
     let r = ApiError::from(RouteError::Stale("owner is unreachable"));
     assert_eq!(
         answer(&r),
@@ -101,8 +105,97 @@ fn other_methods_are_405_naming_the_one_the_route_takes() {
     );
 }
 
+fn entry(phase: Phase, run_phase: &str, reason: &str, message: &str) -> Arc<OwnershipEntry> {
+    Arc::new(OwnershipEntry {
+        run_name: "hello".into(),
+        phase: phase as i32,
+        run_phase: run_phase.into(),
+        reason: reason.into(),
+        message: message.into(),
+        ..Default::default()
+    })
+}
+
+#[test]
+fn pending_runs_are_503_with_the_reason_they_wait() {
+    let r = ApiError::from(RouteError::Pending(entry(
+        Phase::Pending,
+        "",
+        "NoIdlePod",
+        "",
+    )));
+    assert_eq!(
+        answer(&r),
+        (503, "NotReady", "run hello is pending (NoIdlePod)")
+    );
+    let body = r.body(None).error;
+    assert_eq!(
+        (body.phase.as_deref(), body.reason.as_deref()),
+        (Some("Pending"), Some("NoIdlePod"))
+    );
+    let r = ApiError::from(RouteError::Pending(entry(Phase::Pending, "", "", "")));
+    assert_eq!(r.message, "run hello is pending");
+    assert_eq!(r.body(None).error.reason, None);
+}
+
+#[test]
+fn failed_runs_are_409_and_ended_ones_410_saying_why_without_retry_after() {
+    let cases = [
+        (
+            entry(
+                Phase::Failed,
+                "Failed",
+                "RegistrationFailed",
+                "SyntaxError: expected ':' (main.py, line 1)",
+            ),
+            409,
+            "RunFailed",
+            "run hello failed (RegistrationFailed): SyntaxError: expected ':' (main.py, line 1); it will not serve again",
+        ),
+        (
+            entry(
+                Phase::Failed,
+                "Timeout",
+                "IdleTimeout",
+                "no activity within idleTimeoutSeconds",
+            ),
+            410,
+            "RunEnded",
+            "run hello has ended: Timeout (IdleTimeout): no activity within idleTimeoutSeconds; it will not serve again",
+        ),
+        (
+            entry(Phase::Failed, "Succeeded", "Drained", ""),
+            410,
+            "RunEnded",
+            "run hello has ended: Succeeded (Drained); it will not serve again",
+        ),
+        (
+            entry(Phase::Draining, "Finalizing", "Draining", ""),
+            410,
+            "RunEnded",
+            "run hello is finalizing (Draining); it will not serve again",
+        ),
+        // The owner's own word on idle expiry, before the control plane's.
+        (
+            entry(Phase::Failed, "", "IdleTimeout", ""),
+            410,
+            "RunEnded",
+            "run hello has ended (IdleTimeout); it will not serve again",
+        ),
+    ];
+    for (e, status, code, message) in cases {
+        let r = ApiError::from(RouteError::Ended(e.clone()));
+        assert_eq!(answer(&r), (status, code, message));
+        assert_eq!(r.code.retry_after_secs(), None, "{code}");
+        let body = r.body(Some("inv")).error;
+        let phase = (!e.run_phase.is_empty()).then(|| e.run_phase.clone());
+        assert_eq!(body.phase, phase);
+        assert_eq!(body.reason.as_deref(), Some(e.reason.as_str()));
+    }
+}
+
 fn proxy_failure(etype: pingora::ErrorType) -> Option<(u16, &'static str)> {
-    let r = rejection::of_proxy_failure(&pingora::Error::new(etype))?;
+    let r = rejection::of_proxy_failure(&pingora::Error::new(etype), false)?;
     Some((r.status(), r.code.as_str()))
 }
 
@@ -120,10 +213,10 @@ fn owners_that_cannot_be_reached_are_503_and_slow_ones_504() {
     for etype in [ReadTimedout, WriteTimedout] {
         assert_eq!(proxy_failure(etype), Some((504, "DeadlineExceeded")));
     }
-    let r = rejection::of_proxy_failure(&pingora::Error::new(ReadTimedout)).unwrap();
+    let r = rejection::of_proxy_failure(&pingora::Error::new(ReadTimedout), true).unwrap();
     assert_eq!(r.message, "owner did not answer before the deadline");
     let upstream = pingora::Error::new(ConnectionClosed).into_up();
-    let r = rejection::of_proxy_failure(&upstream).unwrap();
+    let r = rejection::of_proxy_failure(&upstream, false).unwrap();
     assert_eq!(
         answer(&r),
         (503, "OwnerUnavailable", "owner is unreachable")
@@ -131,9 +224,28 @@ fn owners_that_cannot_be_reached_are_503_and_slow_ones_504() {
 }
 
 #[test]
+fn an_owner_that_breaks_off_after_the_request_was_sent_is_outcome_unknown() {
+    use pingora::ErrorType::*;
+    for etype in [ConnectionClosed, ReadError, WriteError, H2Error] {
+        let upstream = pingora::Error::new(etype.clone()).into_up();
+        let r = rejection::of_proxy_failure(&upstream, true).unwrap();
+        assert_eq!(
+            answer(&r),
+            (
+                500,
+                "OutcomeUnknown",
+                "the connection to the owner broke after the request was sent: the call may have run"
+            ),
+            "{etype:?}"
+        );
+        assert_eq!(r.code.retry_after_secs(), None);
+    }
+}
+
+#[test]
 fn streamed_bodies_over_the_limit_are_413() {
     let e = pingora::Error::explain(pingora::ErrorType::HTTPStatus(413), "over").into_down();
-    let r = rejection::of_proxy_failure(&e).unwrap();
+    let r = rejection::of_proxy_failure(&e, true).unwrap();
     assert_eq!(
         answer(&r),
         (413, "PayloadTooLarge", "request body over the limit")
@@ -146,10 +258,10 @@ fn clients_that_went_away_get_no_answer_and_other_client_errors_400() {
     for etype in [WriteError, ReadError, ConnectionClosed] {
         let name = etype.as_str();
         let e = pingora::Error::new(etype).into_down();
-        assert_eq!(rejection::of_proxy_failure(&e), None, "{name}");
+        assert_eq!(rejection::of_proxy_failure(&e, true), None, "{name}");
     }
     let e = pingora::Error::new(InvalidHTTPHeader).into_down();
-    let r = rejection::of_proxy_failure(&e).unwrap();
+    let r = rejection::of_proxy_failure(&e, true).unwrap();
     assert_eq!(answer(&r), (400, "BadRequest", "request failed"));
     assert_eq!(proxy_failure(InternalError), Some((500, "Internal")));
 }

@@ -40,7 +40,7 @@ fn disagreement_on_attempt_or_pod_is_settling() {
     let mut t = ready_table(now);
     t.apply_runtimed(
         "10.0.0.1:1",
-        SourceUpdate::Upsert(assignment("u1", "pod-a", "10.0.0.1:1", 1, Phase::Ready)),
+        SourceUpdate::Upsert(Box::new(assignment("u1", "pod-a", "10.0.0.1:1", 1, Phase::Ready))),
         now,
     );
     assert!(matches!(
@@ -71,7 +71,7 @@ fn runs_on_their_way_settle_and_draining_registrations_are_not_ready() {
         Err(RouteError::Settling(_))
     ));
     t.apply_control_plane(
-        SourceUpdate::Upsert(assignment("u1", "pod-a", "a:1", 1, Phase::Ready)),
+        SourceUpdate::Upsert(Box::new(assignment("u1", "pod-a", "a:1", 1, Phase::Ready))),
         now,
     );
     assert!(matches!(
@@ -165,22 +165,50 @@ fn empty_table_is_stale_until_first_snapshot() {
 }
 
 #[test]
-fn pending_ended_and_ownerless_runs_are_not_ready_not_settling() {
+fn pending_runs_wait_and_ended_ones_say_so_not_settling() {
     let now = Instant::now();
-    for phase in [Phase::Pending, Phase::Draining, Phase::Failed] {
+    let mut t = ready_table(now);
+    t.apply_control_plane(
+        SourceUpdate::Upsert(Box::new(assignment("u1", "pod-a", "10.0.0.1:1", 2, Phase::Pending))),
+        now,
+    );
+    assert!(matches!(
+        t.route("default", "python", "u1", now),
+        Err(RouteError::Pending(e)) if e.run_uid == "u1"
+    ));
+    for phase in [Phase::Draining, Phase::Failed] {
         let mut t = ready_table(now);
-        t.apply_control_plane(
-            SourceUpdate::Upsert(assignment("u1", "pod-a", "10.0.0.1:1", 2, phase)),
-            now,
-        );
+        let mut ended = assignment("u1", "pod-a", "10.0.0.1:1", 2, phase);
+        ended.run_phase = "Failed".into();
+        t.apply_control_plane(SourceUpdate::Upsert(Box::new(ended)), now);
         assert!(
             matches!(
                 t.route("default", "python", "u1", now),
-                Err(RouteError::NotReady(_))
+                Err(RouteError::Ended(e)) if e.run_phase == "Failed"
             ),
             "{phase:?}"
         );
     }
+}
+
+#[test]
+fn an_owner_reporting_idle_expiry_ends_the_run_and_other_failures_leave_it_to_the_control_plane() {
+    let now = Instant::now();
+    let mut t = ready_table(now);
+    let mut expired = assignment("u1", "pod-a", "10.0.0.1:1", 2, Phase::Failed);
+    expired.reason = "IdleTimeout".into();
+    t.apply_runtimed("10.0.0.1:1", SourceUpdate::Upsert(Box::new(expired)), now);
+    assert!(matches!(
+        t.route("default", "python", "u1", now),
+        Err(RouteError::Ended(e)) if e.reason == "IdleTimeout"
+    ));
+    let mut lost = assignment("u1", "pod-a", "10.0.0.1:1", 2, Phase::Failed);
+    lost.reason = "RuntimeServerLost".into();
+    t.apply_runtimed("10.0.0.1:1", SourceUpdate::Upsert(Box::new(lost)), now);
+    assert!(matches!(
+        t.route("default", "python", "u1", now),
+        Err(RouteError::NotReady(_))
+    ));
 }
 
 #[test]

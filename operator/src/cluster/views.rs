@@ -138,8 +138,8 @@ pub fn with_written(
 
 /// The control plane's ownership table: every function and session Run that
 /// is not being deleted, with its assignment (owner absent while pending).
-/// Ended Runs stay, as `FAILED`, so their URL answers 503 `NotReady` until
-/// they are deleted.
+/// Ended Runs stay, as `FAILED` with their phase and message, so their URL
+/// answers `RunEnded`/`RunFailed` until they are deleted.
 pub fn ownership_entries(runs: &[RunView], pods: &[PodInfo]) -> Vec<own::OwnershipEntry> {
     let by_uid: BTreeMap<&str, &PodInfo> = pods.iter().map(|p| (p.uid.as_str(), p)).collect();
     runs.iter()
@@ -159,21 +159,23 @@ pub fn ownership_entries(runs: &[RunView], pods: &[PodInfo]) -> Vec<own::Ownersh
                         dataplane_address: p.address.clone()?,
                     })
                 });
-            own::OwnershipEntry {
-                namespace: r.namespace.clone(),
-                run_name: r.name.clone(),
-                run_uid: r.uid.clone(),
-                runtime: r.runtime.clone(),
-                mode: match r.mode {
-                    Ok(ModeKind::Session) => own::Mode::Session as i32,
-                    _ => own::Mode::Function as i32,
+            let mode = match r.mode {
+                Ok(ModeKind::Session) => ModeKind::Session,
+                _ => ModeKind::Function,
+            };
+            table::control_entry(
+                &table::Published {
+                    namespace: &r.namespace,
+                    name: &r.name,
+                    uid: &r.uid,
+                    runtime: &r.runtime,
+                    mode,
+                    life: &life,
+                    reason: r.status.reason.as_deref().unwrap_or_default(),
+                    message: r.status.message.as_deref().unwrap_or_default(),
                 },
                 owner,
-                attempt: life.attempt,
-                phase: table::published(life.phase),
-                limits: None,
-                reason: r.status.reason.clone().unwrap_or_default(),
-            }
+            )
         })
         .collect()
 }

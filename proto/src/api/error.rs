@@ -36,8 +36,15 @@ pub enum ErrorCode {
     HeadersTooLarge,
     /// The function already has an in-flight invocation.
     Busy,
-    /// Run known but not Ready (pending, recovering, draining).
+    /// Run known but not Ready yet, or between two owners (pending,
+    /// registering, recovering): a retry may find it Ready.
     NotReady,
+    /// The Run has ended (`Succeeded`, `Timeout`, `Cancelled`) or is
+    /// finalizing: it will not serve again.
+    RunEnded,
+    /// The Run has failed (`Failed`: its registration, its runtime, its
+    /// spec): it will not serve again.
+    RunFailed,
     /// Owner unreachable, or the table cannot vouch for it any more.
     OwnerUnavailable,
     /// The owner no longer holds this registration (fenced: other Pod or attempt).
@@ -54,13 +61,16 @@ pub enum ErrorCode {
     InvalidOutput,
     /// The invocation deadline passed; the worker was killed.
     DeadlineExceeded,
+    /// The call was sent to the owner and may have run, but no outcome came
+    /// back (the Run stopped serving, or the owner's connection broke).
+    OutcomeUnknown,
     /// Unexpected internal failure.
     Internal,
 }
 
 impl ErrorCode {
     /// Every code, in declaration order.
-    pub const ALL: [ErrorCode; 21] = {
+    pub const ALL: [ErrorCode; 24] = {
         use ErrorCode::*;
         [
             InvalidPath,
@@ -75,6 +85,8 @@ impl ErrorCode {
             HeadersTooLarge,
             Busy,
             NotReady,
+            RunEnded,
+            RunFailed,
             OwnerUnavailable,
             StaleOwner,
             Overloaded,
@@ -83,6 +95,7 @@ impl ErrorCode {
             WorkerCrashed,
             InvalidOutput,
             DeadlineExceeded,
+            OutcomeUnknown,
             Internal,
         ]
     };
@@ -96,11 +109,13 @@ impl ErrorCode {
             Unauthenticated => 401,
             Forbidden => 403,
             NotFound => 404,
+            RunFailed => 409,
+            RunEnded => 410,
             PayloadTooLarge => 413,
             HeadersTooLarge => 431,
             Busy => 429,
             NotReady | OwnerUnavailable | StaleOwner | Overloaded | AuthUnavailable => 503,
-            FunctionError | WorkerCrashed | InvalidOutput | Internal => 500,
+            FunctionError | WorkerCrashed | InvalidOutput | OutcomeUnknown | Internal => 500,
             DeadlineExceeded => 504,
         }
     }
@@ -131,6 +146,8 @@ impl ErrorCode {
             HeadersTooLarge => "HeadersTooLarge",
             Busy => "Busy",
             NotReady => "NotReady",
+            RunEnded => "RunEnded",
+            RunFailed => "RunFailed",
             OwnerUnavailable => "OwnerUnavailable",
             StaleOwner => "StaleOwner",
             Overloaded => "Overloaded",
@@ -139,6 +156,7 @@ impl ErrorCode {
             WorkerCrashed => "WorkerCrashed",
             InvalidOutput => "InvalidOutput",
             DeadlineExceeded => "DeadlineExceeded",
+            OutcomeUnknown => "OutcomeUnknown",
             Internal => "Internal",
         }
     }
@@ -178,7 +196,13 @@ impl ErrorCode {
                 "the function already has an in-flight invocation (one at a time per function Run; a call whose caller went away no longer counts)"
             }
             NotReady => {
-                "the Run exists but is not Ready: pending, registering, draining, or ended (`Succeeded`, `Failed`, `Timeout`, `Cancelled`; its status says why) until it is deleted; or its Runtime Server does not answer. A Run that is registering, or Ready with its owner's readiness not yet at the gateway, is first waited for up to `--route-settle-ms` (250 ms)"
+                "the Run exists but is not Ready yet: pending (the message gives the reason, e.g. `NoIdlePod`), registering, between two owners, or its Runtime Server does not answer. The call did not run. A Run that is registering, or Ready with its owner's readiness not yet at the gateway, is first waited for up to `--route-settle-ms` (250 ms)"
+            }
+            RunEnded => {
+                "the Run has ended (`Succeeded`, `Timeout` — e.g. `IdleTimeout` —, `Cancelled`) or is `Finalizing`, and answers this until it is deleted. The call did not run and never will on this Run: create a new one. `phase` and `reason` in the body, the Run's status message in `message`"
+            }
+            RunFailed => {
+                "the Run has failed (`Failed`: e.g. `RegistrationFailed` for a handler that does not load, `RuntimeFailed`, `InvalidSpec`) and answers this until it is deleted. The call did not run; fix the cause in the message (the Run's status message) and create the Run again. `phase` and `reason` in the body"
             }
             OwnerUnavailable => {
                 "the owner is unreachable, or its table entry is past the staleness window"
@@ -201,6 +225,9 @@ impl ErrorCode {
             InvalidOutput => "the output exceeds 1 MiB or is not JSON-serializable",
             DeadlineExceeded => {
                 "the invocation timeout passed; the handler's whole process tree was killed"
+            }
+            OutcomeUnknown => {
+                "the call was sent to the owner and may have run, but no outcome came back: the Run was deleted, terminated or drained while the handler ran, or the connection to the owner broke after the request was sent. Retry only what is safe to run twice"
             }
             Internal => {
                 "a fault of kruntimes itself, never of the caller or the handler; the message says where"
@@ -241,6 +268,18 @@ pub struct ApiError {
     pub code: ErrorCode,
     /// What went wrong, for people.
     pub message: Cow<'static, str>,
+    /// The Run's phase and reason, when the answer is about its state
+    /// (`RunEnded`, `RunFailed`, `NotReady`).
+    pub run: Option<RunState>,
+}
+
+/// A Run's phase and reason, as an error answer carries them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunState {
+    /// `status.phase`.
+    pub phase: String,
+    /// `status.reason` (may be empty).
+    pub reason: String,
 }
 
 impl ApiError {
@@ -249,7 +288,18 @@ impl ApiError {
         Self {
             code,
             message: message.into(),
+            run: None,
         }
+    }
+
+    /// The error with the Run's phase and reason (empty ones are left out
+    /// of the body).
+    pub fn with_run_state(mut self, phase: impl Into<String>, reason: impl Into<String>) -> Self {
+        self.run = Some(RunState {
+            phase: phase.into(),
+            reason: reason.into(),
+        });
+        self
     }
 
     /// HTTP status of the answer.
@@ -259,7 +309,13 @@ impl ApiError {
 
     /// The JSON body for a request with `invocation_id` (when known).
     pub fn body(&self, invocation_id: Option<&str>) -> ErrorBody {
-        ErrorBody::new(self.code, self.message.as_ref(), invocation_id)
+        let mut body = ErrorBody::new(self.code, self.message.as_ref(), invocation_id);
+        if let Some(run) = &self.run {
+            let some = |s: &str| (!s.is_empty()).then(|| truncate_utf8(s.to_owned(), 64));
+            body.error.phase = some(&run.phase);
+            body.error.reason = some(&run.reason);
+        }
+        body
     }
 
     /// No such Run UID, or not one of that namespace/Runtime (404).
@@ -339,6 +395,13 @@ pub struct ErrorDetail {
     /// Invocation id of the request, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub invocation_id: Option<String>,
+    /// The Run's `status.phase`, when the error is about its state
+    /// (`RunEnded`, `RunFailed`, and `NotReady` for a pending Run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// The Run's `status.reason`, with `phase`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 impl ErrorBody {
@@ -349,6 +412,8 @@ impl ErrorBody {
                 code,
                 message: truncate_utf8(message.into(), MAX_ERROR_MESSAGE_BYTES),
                 invocation_id: invocation_id.map(str::to_owned),
+                phase: None,
+                reason: None,
             },
         }
     }

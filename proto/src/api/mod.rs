@@ -5,7 +5,7 @@
 mod error;
 mod path;
 pub use error::{
-    ApiError, ErrorBody, ErrorCode, ErrorDetail, MAX_ERROR_MESSAGE_BYTES, error_table,
+    ApiError, ErrorBody, ErrorCode, ErrorDetail, MAX_ERROR_MESSAGE_BYTES, RunState, error_table,
 };
 pub use path::{ApiPath, PathError, SessionOp, dns_label, parse_path, valid_run_uid};
 

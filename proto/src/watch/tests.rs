@@ -65,7 +65,7 @@ fn framer_replaces_on_snapshot_then_applies_deltas() {
     p.delete("a");
     assert_eq!(
         f.push(rx.try_recv().unwrap()).unwrap(),
-        Some(SourceUpdate::Upsert(entry("a", 2)))
+        Some(SourceUpdate::Upsert(Box::new(entry("a", 2))))
     );
     assert_eq!(
         f.push(rx.try_recv().unwrap()).unwrap(),

@@ -25,9 +25,13 @@ pub enum EngineError {
     /// One invocation is already in flight.
     #[error("the function already has an in-flight invocation")]
     Busy,
-    /// Draining, failed or cancelled.
+    /// Draining or failed before the call started.
     #[error("registration is {0}")]
     NotReady(&'static str),
+    /// The registration was cancelled (the Run deleted, terminated or
+    /// moved) while the call ran: it may have run.
+    #[error("the run stopped serving while the call ran: it may have run")]
+    Interrupted,
     /// The Runtime Server does not answer (or lost the registration).
     #[error("the runtime server is unavailable: {0}")]
     Unavailable(String),
@@ -66,6 +70,7 @@ impl EngineError {
             Self::WrongRun => ErrorCode::NotFound,
             Self::Busy => ErrorCode::Busy,
             Self::NotReady(_) | Self::Unavailable(_) => ErrorCode::NotReady,
+            Self::Interrupted => ErrorCode::OutcomeUnknown,
             Self::TooLarge(_) => ErrorCode::PayloadTooLarge,
             Self::InvalidJson(_) => ErrorCode::InvalidJson,
             Self::Invoke(e) => match e {
@@ -74,9 +79,11 @@ impl EngineError {
                 InvokeError::Timeout(_) => ErrorCode::DeadlineExceeded,
                 InvokeError::InvalidOutput(_) => ErrorCode::InvalidOutput,
                 InvokeError::InvalidInput(_) => ErrorCode::InvalidJson,
-                // Unregistered or replaced while it ran; or the server lost
-                // what runtimed registered: the Run is not servable now.
-                InvokeError::Stopped | InvokeError::NotRegistered(_) => ErrorCode::NotReady,
+                // Unregistered or replaced while it ran: it may have run.
+                InvokeError::Stopped => ErrorCode::OutcomeUnknown,
+                // The server does not hold what runtimed registered: it did
+                // not run, and the Run is not servable now.
+                InvokeError::NotRegistered(_) => ErrorCode::NotReady,
                 // runtimed holds every lease itself: never a caller's fault.
                 InvokeError::Leased => ErrorCode::Internal,
             },
@@ -87,6 +94,7 @@ impl EngineError {
     fn message(&self) -> String {
         match self {
             Self::Invoke(InvokeError::Timeout(m)) => m.clone(),
+            Self::Invoke(InvokeError::Stopped) => Self::Interrupted.to_string(),
             Self::Invoke(InvokeError::NotRegistered(_)) => {
                 "the runtime server is unavailable: it does not hold this registration".into()
             }
@@ -135,7 +143,8 @@ mod tests {
             ),
             (InvokeError::InvalidOutput("big".into()).into(), 500),
             (InvokeError::InvalidInput("nul".into()).into(), 400),
-            (InvokeError::Stopped.into(), 503),
+            (InvokeError::Stopped.into(), 500),
+            (EngineError::Interrupted, 500),
             (InvokeError::NotRegistered("fn-1".into()).into(), 503),
             (InvokeError::Leased.into(), 500),
         ];
@@ -149,6 +158,14 @@ mod tests {
             busy.message,
             "the function already has an in-flight invocation"
         );
+        for stopped in [EngineError::Interrupted, InvokeError::Stopped.into()] {
+            let api = ApiError::from(stopped);
+            assert_eq!(api.code, ErrorCode::OutcomeUnknown);
+            assert_eq!(
+                api.message,
+                "the run stopped serving while the call ran: it may have run"
+            );
+        }
         let late = ApiError::from(EngineError::from(InvokeError::timeout(
             std::time::Duration::from_secs(2),
         )));

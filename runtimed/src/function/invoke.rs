@@ -158,7 +158,7 @@ impl Drop for Finish<'_> {
         tracing::info!(
             run_uid = %self.f.run.uid,
             invocation_id = %self.invocation_id,
-            backend = ?self.f.kind,
+            backend = self.f.kind.map_or("custom", Backend::as_str),
             path = self.path,
             outcome = self.outcome,
             duration_ms = elapsed.as_millis() as u64,
@@ -211,7 +211,7 @@ impl Engine {
                 finish.path = path;
                 result
             }
-            _ = cancelled.wait_for(|c| *c) => Err(EngineError::NotReady("cancelled")),
+            _ = cancelled.wait_for(|c| *c) => Err(EngineError::Interrupted),
         };
         finish.outcome = outcome_label(&result);
         result

@@ -374,7 +374,7 @@ impl Controller {
                     .collect();
             }
             SourceUpdate::Upsert(e) => {
-                state.entries.insert(e.run_uid.clone(), e);
+                state.entries.insert(e.run_uid.clone(), *e);
             }
             SourceUpdate::Delete(uid) => {
                 state.entries.remove(&uid);

@@ -135,8 +135,8 @@ impl Controller {
 
     /// The control plane's ownership table: every function and session Run
     /// that is not being deleted, with its assignment (no owner while
-    /// pending). Ended Runs stay, as `FAILED`, so their URL answers 503
-    /// `NotReady` until they are deleted.
+    /// pending). Ended Runs stay, as `FAILED` with their phase and message,
+    /// so their URL answers `RunEnded`/`RunFailed` until they are deleted.
     pub fn ownership_entries(&self) -> Vec<own::OwnershipEntry> {
         self.runs()
             .filter(|r| matches!(r.mode, Ok(ModeKind::Function | ModeKind::Session)))
@@ -148,21 +148,23 @@ impl Controller {
                         dataplane_address: p.cfg.address.clone(),
                     })
                 });
-                own::OwnershipEntry {
-                    namespace: r.run.namespace_or_default().to_owned(),
-                    run_name: r.run.name_str().to_owned(),
-                    run_uid: r.uid().to_owned(),
-                    runtime: r.run.spec.runtime.clone(),
-                    mode: match r.mode {
-                        Ok(ModeKind::Session) => own::Mode::Session as i32,
-                        _ => own::Mode::Function as i32,
+                let mode = match r.mode {
+                    Ok(ModeKind::Session) => ModeKind::Session,
+                    _ => ModeKind::Function,
+                };
+                table::control_entry(
+                    &table::Published {
+                        namespace: r.run.namespace_or_default(),
+                        name: r.run.name_str(),
+                        uid: r.uid(),
+                        runtime: &r.run.spec.runtime,
+                        mode,
+                        life: &r.life,
+                        reason: r.life.reason.map(|r| r.as_str()).unwrap_or(""),
+                        message: &r.message,
                     },
                     owner,
-                    attempt: r.life.attempt,
-                    phase: table::published(r.life.phase),
-                    limits: None,
-                    reason: r.life.reason.map(|r| r.as_str()).unwrap_or("").to_owned(),
-                }
+                )
             })
             .collect()
     }

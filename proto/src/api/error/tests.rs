@@ -12,6 +12,10 @@ fn every_code_maps_to_the_documented_status() {
     assert_eq!(ErrorCode::OwnerUnavailable.status(), 503);
     assert_eq!(ErrorCode::FunctionError.status(), 500);
     assert_eq!(ErrorCode::DeadlineExceeded.status(), 504);
+    assert_eq!(ErrorCode::RunFailed.status(), 409);
+    assert_eq!(ErrorCode::RunEnded.status(), 410);
+    assert_eq!(ErrorCode::OutcomeUnknown.status(), 500);
+    assert_eq!(ErrorCode::RunEnded.retry_after_secs(), None);
     assert_eq!(ErrorCode::Busy.retry_after_secs(), Some(1));
     assert_eq!(ErrorCode::NotFound.retry_after_secs(), None);
 }
@@ -38,6 +42,8 @@ fn all_lists_every_code_once_and_each_is_its_own_wire_name() {
             | ErrorCode::HeadersTooLarge
             | ErrorCode::Busy
             | ErrorCode::NotReady
+            | ErrorCode::RunEnded
+            | ErrorCode::RunFailed
             | ErrorCode::OwnerUnavailable
             | ErrorCode::StaleOwner
             | ErrorCode::Overloaded
@@ -46,9 +52,28 @@ fn all_lists_every_code_once_and_each_is_its_own_wire_name() {
             | ErrorCode::WorkerCrashed
             | ErrorCode::InvalidOutput
             | ErrorCode::DeadlineExceeded
+            | ErrorCode::OutcomeUnknown
             | ErrorCode::Internal => {}
         }
     }
+}
+
+#[test]
+fn a_runs_state_is_in_the_body_only_when_given_and_not_empty() {
+    let plain = ApiError::new(ErrorCode::NotReady, "later").body(None);
+    let text = String::from_utf8(plain.to_json()).unwrap();
+    assert!(
+        !text.contains("phase") && !text.contains("reason"),
+        "{text}"
+    );
+    let ended = ApiError::new(ErrorCode::RunEnded, "gone").with_run_state("Timeout", "IdleTimeout");
+    let body = ended.body(Some("i"));
+    assert_eq!(body.error.phase.as_deref(), Some("Timeout"));
+    assert_eq!(body.error.reason.as_deref(), Some("IdleTimeout"));
+    let back: ErrorBody = serde_json::from_slice(&body.to_json()).unwrap();
+    assert_eq!(back, body);
+    let no_reason = ApiError::new(ErrorCode::RunFailed, "x").with_run_state("Failed", "");
+    assert_eq!(no_reason.body(None).error.reason, None);
 }
 
 #[test]

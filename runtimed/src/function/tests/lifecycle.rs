@@ -1,6 +1,7 @@
 //! Idle expiry and unregistration (drain, cancel).
 
 use super::*;
+use kruntimes_proto::api::ErrorCode;
 
 #[tokio::test]
 async fn idle_registrations_expire_and_report_idle_timeout() {
@@ -64,6 +65,8 @@ async fn cancel_unregister_stops_the_in_flight_invocation_on_the_server() {
         .await
         .unwrap();
     let err = slow.await.unwrap().unwrap_err();
-    assert!(matches!(err, EngineError::NotReady("cancelled")), "{err:?}");
+    // It was running: the caller is told it may have run, not to retry.
+    assert!(matches!(err, EngineError::Interrupted), "{err:?}");
+    assert_eq!(err.code(), ErrorCode::OutcomeUnknown);
     assert!(fx.server.fake.state.lock().unwrap().functions.is_empty());
 }

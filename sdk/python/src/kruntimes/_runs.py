@@ -17,7 +17,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 import yaml
 
 from ._wire import KUBERNETES, Call, Flow, Sleep, done
-from .errors import ConfigError, ConflictError, NotFoundError, RunEndedError, UnsupportedError, WaitTimeoutError
+from .errors import (ConfigError, ConflictError, NotFoundError, RunEndedError, RunFailedError, UnsupportedError,
+                     WaitTimeoutError)
 
 GROUP_VERSION = "kruntimes.io/v1alpha1"
 TERMINAL = frozenset({"Succeeded", "Failed", "Timeout", "Cancelled"})
@@ -209,7 +210,8 @@ class StateDirRuns(RunStore):
 
 def wait_for(store: RunStore, namespace: str, name: str, want: Callable[[RunInfo], bool], what: str,
              timeout: float) -> Flow[RunInfo]:
-    """Polls the Run until ``want`` holds; raises :class:`RunEndedError` if it ends otherwise,
+    """Polls the Run until ``want`` holds; raises :class:`RunEndedError` (:class:`RunFailedError`
+    for ``Failed``) if it ends otherwise,
     :class:`WaitTimeoutError` after ``timeout`` seconds. A Run not listed yet is waited for
     (the control plane may not have read it)."""
     deadline = time.monotonic() + timeout
@@ -220,8 +222,9 @@ def wait_for(store: RunStore, namespace: str, name: str, want: Callable[[RunInfo
             return run
         if run is not None and run.ended:
             detail = f" ({run.reason}: {run.message})" if run.reason or run.message else ""
-            raise RunEndedError(f"run {namespace}/{name} ended {run.phase}{detail} before {what}",
-                                phase=run.phase, reason=run.reason)
+            cls = RunFailedError if run.phase == "Failed" else RunEndedError
+            raise cls(f"run {namespace}/{name} ended {run.phase}{detail} before {what}",
+                      status=0, code=run.phase, phase=run.phase, reason=run.reason)
         if time.monotonic() > deadline:
             raise WaitTimeoutError(f"run {namespace}/{name}: {what} not reached within {timeout:g}s "
                                    f"({_last_seen(run)})",

@@ -7,11 +7,15 @@ from the gateway or the Kubernetes API — or, when the client read it from
 such Run; 0 for the client's own errors: network, configuration, waiting),
 ``code`` (the stable error code, e.g. ``NotFound``), ``message``,
 ``invocation_id`` (the gateway's ``X-Kruntimes-Invocation-Id``),
-``retry_after`` (seconds, from ``Retry-After`` on 429 and 503) and ``source``
-(``"gateway"``, ``"kubernetes"`` or ``"client"``).
+``retry_after`` (seconds, from ``Retry-After`` on 429 and 503), ``source``
+(``"gateway"``, ``"kubernetes"`` or ``"client"``) and, when the answer is about
+the Run's state, its ``phase`` and ``reason`` ("" otherwise).
 
-Nothing is retried implicitly: a 429 or 503 may be retried by the caller after
-``retry_after``; retrying after any other error may run the call twice.
+Nothing is retried implicitly. The retry contract (``docs/api.md``): a 429 or
+503 did not run and may be retried after ``retry_after``; 4xx answers did not
+run and will not as they are — ``RunEndedError`` and ``RunFailedError`` (410,
+409) never on that Run; a ``ServerError`` (500, and 504) ran or may have run
+(``OutcomeUnknownError``), so retrying may run the call twice.
 """
 
 from __future__ import annotations
@@ -48,9 +52,11 @@ __all__ = [
     "InvalidOutputError",
     "InternalError",
     "DeadlineExceededError",
+    "OutcomeUnknownError",
     "NetworkError",
     "WaitTimeoutError",
     "RunEndedError",
+    "RunFailedError",
     "OperationFailedError",
     "CommandExitError",
     "UnsupportedError",
@@ -75,6 +81,8 @@ class KruntimesError(Exception):
         invocation_id: Optional[str] = None,
         retry_after: Optional[float] = None,
         source: str = "client",
+        phase: str = "",
+        reason: str = "",
     ) -> None:
         self.status: int = self.default_status if status is None else status
         self.code: str = code or self.default_code or "Unknown"
@@ -82,6 +90,11 @@ class KruntimesError(Exception):
         self.invocation_id = invocation_id
         self.retry_after = retry_after
         self.source = source
+        #: The Run's phase, when the error is about its state (``RunEnded``, ``RunFailed``, a
+        #: pending ``NotReady``, a wait's errors); "" otherwise.
+        self.phase = phase
+        #: The Run's reason, with ``phase``.
+        self.reason = reason
         where = f" (invocation {invocation_id})" if invocation_id else ""
         super().__init__(f"{self.status} {self.code}: {message}{where}")
 
@@ -182,7 +195,8 @@ class UnavailableError(KruntimesError):
 
 
 class NotReadyError(UnavailableError):
-    """503 ``NotReady``: the Run exists but is not Ready (pending, draining, or ended)."""
+    """503 ``NotReady``: the Run exists but is not Ready yet (pending — ``phase`` and ``reason``
+    say why —, registering, between owners)."""
 
     default_code = "NotReady"
 
@@ -235,6 +249,13 @@ class InvalidOutputError(ServerError):
     default_code = "InvalidOutput"
 
 
+class OutcomeUnknownError(ServerError):
+    """500 ``OutcomeUnknown``: the call reached the owner and may have run, but no outcome came
+    back (the Run was deleted, terminated or moved while it ran, or the owner's connection broke)."""
+
+    default_code = "OutcomeUnknown"
+
+
 class InternalError(ServerError):
     """500 ``Internal``: an unexpected failure in the gateway or runtimed."""
 
@@ -266,23 +287,25 @@ class WaitTimeoutError(KruntimesError):
 
     default_code = "WaitTimeout"
 
-    def __init__(self, message: str, *, phase: str = "", reason: str = "", **kwargs: Any) -> None:
-        super().__init__(message, **kwargs)
-        self.phase = phase
-        self.reason = reason
-
 
 class RunEndedError(KruntimesError):
-    """A Run ended (``Failed``, ``Timeout``, ``Cancelled``, …) while it was awaited.
+    """The Run has ended and will not serve again: ``phase`` and ``reason`` are its own.
 
-    ``phase`` and ``reason`` are the Run's; ``code`` is the phase.
+    Answered by the gateway as 410 ``RunEnded`` (``Succeeded``, ``Timeout``, ``Cancelled``,
+    ``Finalizing``) to a call on a Run that ended; the call did not run. Raised by the client
+    (status 0, ``code`` the phase) when an awaited Run ends before the awaited phase.
     """
 
-    def __init__(self, message: str, *, phase: str, reason: str = "", **kwargs: Any) -> None:
-        kwargs.setdefault("code", phase)
-        super().__init__(message, **kwargs)
-        self.phase = phase
-        self.reason = reason
+    default_status = 410
+    default_code = "RunEnded"
+
+
+class RunFailedError(RunEndedError):
+    """409 ``RunFailed``: the Run has failed (``RegistrationFailed``, ``RuntimeFailed``, …);
+    the message says why. Also raised by a wait whose Run ended ``Failed`` (status 0)."""
+
+    default_status = 409
+    default_code = "RunFailed"
 
 
 class OperationFailedError(KruntimesError):
@@ -334,6 +357,7 @@ _BY_STATUS: Dict[int, Type[KruntimesError]] = {
     404: NotFoundError,
     405: MethodNotAllowedError,
     409: ConflictError,
+    410: RunEndedError,
     413: PayloadTooLargeError,
     422: InvalidRequestError,
     429: BusyError,
@@ -375,6 +399,7 @@ def from_answer(source: str, status: int, headers: Mapping[str, str], body: byte
     """The typed error for an HTTP answer of the gateway (``{"error": {…}}``) or the
     Kubernetes API (a ``Status`` object)."""
     code, message, invocation_id = "", "", headers.get("x-kruntimes-invocation-id")
+    phase = reason = ""
     try:
         doc = json.loads(body)
     except ValueError:
@@ -384,6 +409,8 @@ def from_answer(source: str, status: int, headers: Mapping[str, str], body: byte
         code = str(err.get("code") or "")
         message = str(err.get("message") or "")
         invocation_id = err.get("invocationId") or invocation_id
+        phase = str(err.get("phase") or "")
+        reason = str(err.get("reason") or "")
     elif isinstance(doc, dict) and doc.get("kind") == "Status":
         code = str(doc.get("reason") or "")
         message = str(doc.get("message") or "")
@@ -397,6 +424,8 @@ def from_answer(source: str, status: int, headers: Mapping[str, str], body: byte
         invocation_id=invocation_id,
         retry_after=parse_retry_after(headers.get("retry-after")),
         source=source,
+        phase=phase,
+        reason=reason,
     )
 
 
@@ -409,4 +438,6 @@ def from_event(error: Any, invocation_id: Optional[str] = None) -> KruntimesErro
     cls = error_class(status, code)
     return cls(message, status=status, code=code,
                invocation_id=(err.get("invocationId") if isinstance(err, dict) else None) or invocation_id,
-               source="gateway")
+               source="gateway",
+               phase=str(err.get("phase") or "") if isinstance(err, dict) else "",
+               reason=str(err.get("reason") or "") if isinstance(err, dict) else "")

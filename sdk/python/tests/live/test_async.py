@@ -65,7 +65,7 @@ def test_async_sandbox_commands_files_and_paging():
             again = await AsyncSandbox.connect(client, sb.name)
             assert (await again.status()).uid == sb.uid
         assert sb.run_info.phase == "Succeeded"
-        with pytest.raises(kruntimes.NotReadyError):
+        with pytest.raises(kruntimes.RunEndedError):
             await sb.commands.run("true")
         sb = await AsyncSandbox.create(client, runtime=env("KRT_TEST_SESSION_RUNTIME"))
         assert (await sb.kill()).phase == "Cancelled"

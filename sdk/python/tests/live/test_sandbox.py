@@ -21,10 +21,11 @@ def test_a_sandbox_closed_by_its_context_manager_ends_succeeded(client, runtime)
         assert sb.status().uid == sb.uid
     assert sb.run_info.phase == "Succeeded"
     assert client.get_run(sb.name).phase == "Succeeded"
-    # An ended session stays known until it is deleted: 503 NotReady, retry later.
-    with pytest.raises(kruntimes.NotReadyError) as e:
+    # An ended session stays known until it is deleted: 410 RunEnded, never retry.
+    with pytest.raises(kruntimes.RunEndedError) as e:
         sb.commands.run("true")
-    assert (e.value.status, e.value.code) == (503, "NotReady") and e.value.retry_after is not None
+    assert (e.value.status, e.value.code, e.value.phase) == (410, "RunEnded", "Succeeded")
+    assert e.value.retry_after is None
 
 
 def test_kill_cancels_running_work_and_an_exception_in_the_block_kills(client, runtime):

@@ -22,6 +22,8 @@ TABLE = [
     (431, "HeadersTooLarge", kruntimes.HeadersTooLargeError),
     (429, "Busy", kruntimes.BusyError),
     (503, "NotReady", kruntimes.NotReadyError),
+    (409, "RunFailed", kruntimes.RunFailedError),
+    (410, "RunEnded", kruntimes.RunEndedError),
     (503, "OwnerUnavailable", kruntimes.OwnerUnavailableError),
     (503, "StaleOwner", kruntimes.StaleOwnerError),
     (503, "Overloaded", kruntimes.OverloadedError),
@@ -30,6 +32,7 @@ TABLE = [
     (500, "WorkerCrashed", kruntimes.WorkerCrashedError),
     (500, "InvalidOutput", kruntimes.InvalidOutputError),
     (500, "Internal", kruntimes.InternalError),
+    (500, "OutcomeUnknown", kruntimes.OutcomeUnknownError),
     (504, "DeadlineExceeded", kruntimes.DeadlineExceededError),
 ]
 
@@ -52,7 +55,7 @@ def test_every_code_of_the_table_has_its_class(status, code, cls):
 def test_groups_catch_their_codes():
     for code in ("NotReady", "OwnerUnavailable", "StaleOwner", "Overloaded", "AuthUnavailable"):
         assert isinstance(errors.from_answer("gateway", 503, {}, gateway_body(code)), kruntimes.UnavailableError)
-    for code in ("FunctionError", "WorkerCrashed", "InvalidOutput", "Internal"):
+    for code in ("FunctionError", "WorkerCrashed", "InvalidOutput", "OutcomeUnknown", "Internal"):
         assert isinstance(errors.from_answer("gateway", 500, {}, gateway_body(code)), kruntimes.ServerError)
     for code in ("InvalidPath", "InvalidJson", "InvalidInvocationId", "BadRequest"):
         assert isinstance(errors.from_answer("gateway", 400, {}, gateway_body(code)), kruntimes.InvalidRequestError)
@@ -104,5 +107,27 @@ def test_a_failed_stream_event_raises_its_code():
 def test_client_side_errors_say_so():
     e = kruntimes.WaitTimeoutError("slow")
     assert (e.status, e.code, e.source) == (0, "WaitTimeout", "client")
-    e = kruntimes.RunEndedError("ended", phase="Failed", reason="RegistrationFailed")
-    assert (e.code, e.phase, e.reason) == ("Failed", "Failed", "RegistrationFailed")
+    e = kruntimes.RunFailedError("ended", status=0, code="Failed", phase="Failed", reason="RegistrationFailed")
+    assert (e.status, e.code, e.phase, e.reason) == (0, "Failed", "Failed", "RegistrationFailed")
+    assert isinstance(e, kruntimes.RunEndedError)
+
+
+def test_ended_and_failed_runs_carry_their_phase_and_reason_and_are_not_retryable():
+    body = json.dumps({"error": {"code": "RunFailed", "message": "run x failed (RegistrationFailed): SyntaxError",
+                                 "phase": "Failed", "reason": "RegistrationFailed"}}).encode()
+    e = errors.from_answer("gateway", 409, {}, body)
+    assert type(e) is kruntimes.RunFailedError and isinstance(e, kruntimes.RunEndedError)
+    assert (e.phase, e.reason, e.retry_after) == ("Failed", "RegistrationFailed", None)
+    assert not isinstance(e, (kruntimes.UnavailableError, kruntimes.ServerError, kruntimes.ConflictError))
+    body = json.dumps({"error": {"code": "RunEnded", "message": "m", "phase": "Timeout",
+                                 "reason": "IdleTimeout"}}).encode()
+    e = errors.from_answer("gateway", 410, {}, body)
+    assert type(e) is kruntimes.RunEndedError and (e.phase, e.reason) == ("Timeout", "IdleTimeout")
+    # A pending Run's NotReady says why it waits; other answers carry no phase.
+    body = json.dumps({"error": {"code": "NotReady", "message": "m", "phase": "Pending",
+                                 "reason": "NoIdlePod"}}).encode()
+    e = errors.from_answer("gateway", 503, {"retry-after": "1"}, body)
+    assert type(e) is kruntimes.NotReadyError and (e.phase, e.reason, e.retry_after) == ("Pending", "NoIdlePod", 1.0)
+    assert errors.from_answer("gateway", 404, {}, gateway_body("NotFound")).phase == ""
+    e = errors.from_event({"code": "RunEnded", "message": "closed", "phase": "Succeeded", "reason": "Drained"})
+    assert type(e) is kruntimes.RunEndedError and (e.status, e.phase) == (410, "Succeeded")

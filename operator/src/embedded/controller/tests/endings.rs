@@ -54,7 +54,7 @@ fn idle_timeout_ends_the_run_and_releases_capacity() {
     settle(&mut c, actions, now);
     let a = uid(&c, "a");
     let idle = entry(&a, 1, own::Phase::Failed, "IdleTimeout");
-    let actions = c.apply_pod("runtimed-0", SourceUpdate::Upsert(idle), now);
+    let actions = c.apply_pod("runtimed-0", SourceUpdate::Upsert(Box::new(idle)), now);
     assert_eq!(
         life(&c, "a"),
         (Phase::Timeout, Some(Reason::IdleTimeout), 1)
@@ -143,7 +143,7 @@ fn idle_sessions_time_out_and_are_closed() {
     let s = uid(&c, "s");
     let mut e = entry(&s, 1, own::Phase::Failed, "IdleTimeout");
     e.mode = own::Mode::Session as i32;
-    let actions = c.apply_pod("runtimed-0", SourceUpdate::Upsert(e), now);
+    let actions = c.apply_pod("runtimed-0", SourceUpdate::Upsert(Box::new(e)), now);
     assert_eq!(life(&c, "s").0, Phase::Timeout);
     assert_eq!(
         actions,

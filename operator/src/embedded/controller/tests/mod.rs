@@ -147,7 +147,7 @@ pub(super) fn settle_with(
                 if is_session(&request) {
                     e.mode = own::Mode::Session as i32;
                 }
-                actions.extend(c.apply_pod(&pod, SourceUpdate::Upsert(e), now));
+                actions.extend(c.apply_pod(&pod, SourceUpdate::Upsert(Box::new(e)), now));
                 actions.extend(c.register_result(&uid, request.attempt, RegisterOutcome::Ok, now));
             }
             Action::Release { pod, run_uid, .. } => {

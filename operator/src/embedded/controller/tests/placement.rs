@@ -20,7 +20,7 @@ fn runs_wait_for_a_pod_register_and_become_ready_from_the_owners_table() {
     assert_eq!(life(&c, "a").0, Phase::Running);
     let ready = entry(&a, 1, own::Phase::Ready, "");
     assert!(
-        c.apply_pod("runtimed-0", SourceUpdate::Upsert(ready), now)
+        c.apply_pod("runtimed-0", SourceUpdate::Upsert(Box::new(ready)), now)
             .is_empty()
     );
     assert_eq!(life(&c, "a"), (Phase::Ready, Some(Reason::Registered), 1));
