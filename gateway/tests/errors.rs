@@ -250,6 +250,21 @@ async fn every_error_row_is_a_typed_error() {
     );
     assert!(!msg.contains("Traceback"), "tracebacks stay in logs: {msg}");
 
+    // 500: the handler returned what JSON cannot hold (a Python set).
+    let r = post(url.clone())
+        .body(r#"{"set": true}"#)
+        .send()
+        .await
+        .unwrap();
+    let body = expect_error(r, 500, "InvalidOutput").await;
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Object of type set is not JSON serializable"),
+        "{body}"
+    );
+
     // 504: the invocation deadline (1 s) passed.
     let r = post(stack.endpoint("deadline").unwrap())
         .body(r#"{"sleep": 5}"#)

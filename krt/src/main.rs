@@ -171,6 +171,9 @@ enum Command {
         /// Keep printing new lines.
         #[arg(short, long)]
         follow: bool,
+        /// `text` for people, `json` for the lines as logged.
+        #[arg(short, long, value_enum, default_value = "text")]
+        output: cmd::logs::LogFormat,
     },
     /// This build, and the versions of the components it can reach.
     Version,
@@ -479,7 +482,11 @@ async fn client_verb_inner(cli: Cli) -> anyhow::Result<i32> {
         Command::Runtime(RuntimeCommand::Get { name, output }) => {
             cmd::runtime::get(&t, cli.namespace.as_deref(), &name, output).await?
         }
-        Command::Logs { name, follow } => cmd::logs::logs(&t, &ns, &name, follow).await?,
+        Command::Logs {
+            name,
+            follow,
+            output,
+        } => cmd::logs::logs(&t, &ns, &name, follow, output).await?,
         // main() runs these itself and never hands them here.
         Command::Up(_)
         | Command::Token { .. }

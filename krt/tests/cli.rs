@@ -175,17 +175,40 @@ fn function_verbs(base: &[&str], dir: &Path, name: &str, ns: &str) {
     );
 }
 
-/// `krt logs`: the owner's lines about the Run, and only those — runtimed's
-/// and its Runtime Server's.
+/// `krt logs` on `krt up`: the owner's lines about the Run, and only those —
+/// runtimed's and its Runtime Server's, and the handler's own prints,
+/// labelled stdout — as JSON with `-o json` and for people by default.
 fn logs_verb(base: &[&str], name: &str, ns: &str) {
     let (info, _) = run_json(base, name, ns);
     let uid = info["uid"].as_str().unwrap().to_owned();
-    let logs = ok(krt(base, &["-n", ns, "logs", name]));
-    assert!(logs.lines().count() >= 1, "no line about {uid}");
-    assert!(logs.lines().all(|l| l.contains(&uid)), "{logs}");
+    ok(krt(
+        base,
+        &[
+            "-n",
+            ns,
+            "invoke",
+            name,
+            "--data",
+            r#"{"print": "printed-line"}"#,
+        ],
+    ));
+    let raw = ok(krt(base, &["-n", ns, "logs", name, "-o", "json"]));
+    assert!(raw.lines().count() >= 1, "no line about {uid}");
+    assert!(raw.lines().all(|l| l.contains(&uid)), "{raw}");
     for process in ["kruntimes_runtimed", "kruntimes_runtime_server"] {
-        assert!(logs.contains(process), "no line of {process}: {logs}");
+        assert!(raw.contains(process), "no line of {process}: {raw}");
     }
+    let text = ok(krt(base, &["-n", ns, "logs", name]));
+    assert_eq!(text.lines().count(), raw.lines().count(), "{text}");
+    assert!(
+        text.lines().any(|l| l.contains(" runtimed INFO ")) && !text.contains("Some("),
+        "{text}"
+    );
+    assert!(
+        text.lines().any(|l| l.ends_with(" stdout printed-line")),
+        "{text}"
+    );
+    assert!(!text.contains("stderr printed-line"), "{text}");
 }
 
 fn run_json(base: &[&str], name: &str, ns: &str) -> (Value, Value) {

@@ -78,11 +78,29 @@ impl RunLogWriter {
     }
 }
 
-fn record(run_uid: &str, text: &str) -> Option<String> {
+/// Which of a user process's outputs a line came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    /// Its stdout (a Python handler's `print()`).
+    Stdout,
+    /// Its stderr (tracebacks, a shell's diagnostics).
+    Stderr,
+}
+
+impl Stream {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Stdout => "stdout",
+            Self::Stderr => "stderr",
+        }
+    }
+}
+
+fn record(run_uid: &str, stream: Stream, text: &str) -> Option<String> {
     let now = time::OffsetDateTime::now_utc()
         .format(&time::format_description::well_known::Rfc3339)
         .ok()?;
-    let mut v = serde_json::json!({"timestamp": now, "stream": "stderr", "line": text});
+    let mut v = serde_json::json!({"timestamp": now, "stream": stream.as_str(), "line": text});
     v["run_uid"] = run_uid.into();
     Some(format!("{v}\n"))
 }
@@ -140,10 +158,16 @@ impl From<String> for Label {
     }
 }
 
-/// Reads `stream` to its end, logging each line with the Run UID.
-pub async fn forward<R: AsyncRead + Unpin>(stream: R, label: impl Into<Label>, tail: Option<Tail>) {
+/// Reads `output` (the process's `stream`) to its end, logging each line
+/// with the Run UID.
+pub async fn forward<R: AsyncRead + Unpin>(
+    output: R,
+    stream: Stream,
+    label: impl Into<Label>,
+    tail: Option<Tail>,
+) {
     let label = label.into();
-    let mut reader = BufReader::new(stream);
+    let mut reader = BufReader::new(output);
     let mut line = Vec::new();
     // The log of the Run the label names now (a spare is labelled late).
     let mut log: Option<(String, RunLogWriter)> = None;
@@ -161,7 +185,9 @@ pub async fn forward<R: AsyncRead + Unpin>(stream: R, label: impl Into<Label>, t
                 }
                 let text = String::from_utf8_lossy(&line);
                 let uid = label.get();
-                let (Some(dir), Some(rec)) = (RUN_LOGS.get(), record(&uid, text.trim_end())) else {
+                let (Some(dir), Some(rec)) =
+                    (RUN_LOGS.get(), record(&uid, stream, text.trim_end()))
+                else {
                     continue;
                 };
                 if log.as_ref().is_none_or(|(u, _)| *u != uid) {
@@ -214,10 +240,14 @@ mod tests {
 
     #[test]
     fn records_are_json_lines_with_a_timestamp() {
-        let r = record("u-1", "Traceback").unwrap();
+        let r = record("u-1", Stream::Stderr, "Traceback").unwrap();
         let v: serde_json::Value = serde_json::from_str(r.trim_end()).unwrap();
         assert_eq!(v["run_uid"], "u-1");
         assert_eq!(v["line"], "Traceback");
+        assert_eq!(v["stream"], "stderr");
         assert!(v["timestamp"].as_str().unwrap().ends_with('Z'));
+        let r = record("u-1", Stream::Stdout, "hello").unwrap();
+        let v: serde_json::Value = serde_json::from_str(r.trim_end()).unwrap();
+        assert_eq!(v["stream"], "stdout");
     }
 }

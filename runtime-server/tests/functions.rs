@@ -32,6 +32,10 @@ def invoke(request):
         time.sleep(request["sleep"])
     if request.get("big"):
         return "x" * request["big"]
+    if request.get("set"):
+        return {"tags": {1, 2}}
+    if request.get("nan"):
+        return float("nan")
     print("to stderr, not the protocol")
     return {"who": request.get("who", "world"), "pid": os.getpid(), "home": os.environ.get("HOME"), "leak": os.environ.get("CARGO")}
 "#;
@@ -267,6 +271,32 @@ async fn output_over_the_bound_is_refused_and_the_worker_replaced() {
         .unwrap_err();
     assert!(matches!(err, InvokeError::InvalidOutput(_)), "{err:?}");
     assert!(fx.call(&h, "{}", T).await.is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_return_value_json_cannot_hold_is_invalid_output_and_the_worker_stays() {
+    let fx = fixture();
+    let h = fx.register("python", "main.invoke", PY).await;
+    let before = fx.call(&h, "{}", T).await.unwrap();
+    for (input, why) in [
+        (
+            r#"{"set": true}"#,
+            "TypeError: Object of type set is not JSON serializable",
+        ),
+        (r#"{"nan": true}"#, "ValueError: Out of range float values"),
+    ] {
+        let err = fx.call(&h, input, T).await.unwrap_err();
+        let InvokeError::InvalidOutput(message) = &err else {
+            panic!("{input}: {err:?}");
+        };
+        assert!(
+            message.contains("not JSON-serializable") && message.contains(why),
+            "{message}"
+        );
+    }
+    // The handler returned: nothing to replace.
+    let after = fx.call(&h, "{}", T).await.unwrap();
+    assert_eq!(before["pid"], after["pid"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -34,6 +34,7 @@ fn spawn(dir: &Path, script: &str, grace: Duration) -> Contained {
         env: &env,
         grace,
         stdio: [Stdio::null(), Stdio::null(), Stdio::inherit()],
+        pass: None,
     })
     .unwrap()
 }

@@ -6,8 +6,8 @@
 
 use crate::{Options, Stack, function_run, krt_binary};
 
-/// A Python handler that greets, reports its pid, raises or sleeps on
-/// request; `{"started": FILE}` writes its pid to FILE in the Run's work
+/// A Python handler that greets, reports its pid, raises, sleeps, prints or
+/// returns a `set` (not JSON) on request; `{"started": FILE}` writes its pid to FILE in the Run's work
 /// directory first, so a test can wait for a call to be running.
 pub const PY: &str = r#"import os, time
 
@@ -19,6 +19,10 @@ def invoke(request):
         raise ValueError("bad " + str(request["raise"]))
     if request.get("sleep"):
         time.sleep(request["sleep"])
+    if request.get("set"):
+        return {"tags": {1, 2}}
+    if request.get("print"):
+        print(request["print"])
     return {"message": "hello " + request.get("name", "world"), "pid": os.getpid()}
 "#;
 

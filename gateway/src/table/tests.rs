@@ -40,7 +40,13 @@ fn disagreement_on_attempt_or_pod_is_settling() {
     let mut t = ready_table(now);
     t.apply_runtimed(
         "10.0.0.1:1",
-        SourceUpdate::Upsert(Box::new(assignment("u1", "pod-a", "10.0.0.1:1", 1, Phase::Ready))),
+        SourceUpdate::Upsert(Box::new(assignment(
+            "u1",
+            "pod-a",
+            "10.0.0.1:1",
+            1,
+            Phase::Ready,
+        ))),
         now,
     );
     assert!(matches!(
@@ -169,7 +175,13 @@ fn pending_runs_wait_and_ended_ones_say_so_not_settling() {
     let now = Instant::now();
     let mut t = ready_table(now);
     t.apply_control_plane(
-        SourceUpdate::Upsert(Box::new(assignment("u1", "pod-a", "10.0.0.1:1", 2, Phase::Pending))),
+        SourceUpdate::Upsert(Box::new(assignment(
+            "u1",
+            "pod-a",
+            "10.0.0.1:1",
+            2,
+            Phase::Pending,
+        ))),
         now,
     );
     assert!(matches!(

@@ -1,11 +1,12 @@
-//! `krt logs RUN [-f]`: the owner's log lines about one Run — runtimed's
-//! and its Runtime Server's records (lifecycle and invocations: neither
-//! logs payloads), and under `krt up` the Run's own log of handler output
-//! (`STATE_DIR/work/<instance>/.logs/<uid>.log`) — from `STATE_DIR/logs/`
-//! under `krt up`, from the owner Pod's `runtimed` and `runtime` containers
-//! through the API server on a cluster. Without
-//! `-f` the two are merged in timestamp order; with it, lines print as they
-//! come.
+//! `krt logs RUN [-f] [-o text|json]`: the owner's log lines about one Run
+//! — runtimed's and its Runtime Server's records (lifecycle and
+//! invocations: neither logs payloads), and under `krt up` the Run's own
+//! log of handler output (`STATE_DIR/work/<instance>/.logs/<uid>.log`,
+//! stdout and stderr) — from `STATE_DIR/logs/` under `krt up`, from the
+//! owner Pod's `runtimed` and `runtime` containers through the API server
+//! on a cluster. Without `-f` the two are merged in timestamp order; with
+//! it, lines print as they come. Printed for people by default ([`pretty`]),
+//! as the JSON lines themselves with `-o json`.
 
 use std::io::{BufRead as _, Seek as _};
 use std::pin::Pin;
@@ -21,9 +22,33 @@ use kruntimes_client::{RunInfo, Target};
 
 type Lines = Pin<Box<dyn Stream<Item = anyhow::Result<String>> + Send>>;
 
+/// How `krt logs` prints a line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// For people: time, source, level, message and fields.
+    Text,
+    /// The JSON line as logged.
+    Json,
+}
+
+impl LogFormat {
+    fn render(self, line: &str) -> String {
+        match self {
+            Self::Text => pretty(line),
+            Self::Json => line.to_owned(),
+        }
+    }
+}
+
 /// Prints the owner's lines that name the Run's UID; with `follow`, keeps
 /// printing new ones.
-pub async fn logs(t: &Target, namespace: &str, name: &str, follow: bool) -> anyhow::Result<()> {
+pub async fn logs(
+    t: &Target,
+    namespace: &str,
+    name: &str,
+    follow: bool,
+    format: LogFormat,
+) -> anyhow::Result<()> {
     let (run, _) = t.run(namespace, name).await?;
     let Some(pod) = run.assigned_pod.clone() else {
         bail!("run {namespace}/{name} has no owner yet ({})", run.phase);
@@ -46,7 +71,7 @@ pub async fn logs(t: &Target, namespace: &str, name: &str, follow: bool) -> anyh
     if follow {
         let mut all = futures::stream::select_all(sources).filter(mine);
         while let Some(line) = all.next().await {
-            println!("{}", line?);
+            println!("{}", format.render(&line?));
         }
         return Ok(());
     }
@@ -55,9 +80,52 @@ pub async fn logs(t: &Target, namespace: &str, name: &str, follow: bool) -> anyh
         lines.extend(source.filter(mine).try_collect::<Vec<_>>().await?);
     }
     for line in merge_by_time(lines) {
-        println!("{line}");
+        println!("{}", format.render(&line));
     }
     Ok(())
+}
+
+/// A log line for people. The stack's JSON records read
+/// `TIME SOURCE LEVEL message key=value…` (the Run's UID left out: it is
+/// the Run asked for), the Run's own output `TIME stdout|stderr text`;
+/// any other line prints as it is.
+fn pretty(line: &str) -> String {
+    use serde_json::Value;
+    let Ok(Value::Object(v)) = serde_json::from_str::<Value>(line) else {
+        return line.to_owned();
+    };
+    let text = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("");
+    let time = text("timestamp");
+    if let Some(stream) = v.get("stream").and_then(Value::as_str) {
+        return format!("{time} {stream} {}", text("line"));
+    }
+    let target = text("target");
+    let source = if target.starts_with("kruntimes_runtime_server") {
+        "runtime-server"
+    } else if target.starts_with("kruntimes_runtimed") {
+        "runtimed"
+    } else {
+        target.split("::").next().unwrap_or(target)
+    };
+    let mut out = format!("{time} {source} {}", text("level"));
+    if let Some(Value::Object(fields)) = v.get("fields") {
+        if let Some(m) = fields.get("message").and_then(Value::as_str) {
+            out.push(' ');
+            out.push_str(m);
+        }
+        for (k, value) in fields {
+            if k == "message" || k == "run_uid" {
+                continue;
+            }
+            match value {
+                Value::String(s) if !s.is_empty() && !s.contains(char::is_whitespace) => {
+                    out.push_str(&format!(" {k}={s}"));
+                }
+                other => out.push_str(&format!(" {k}={other}")),
+            }
+        }
+    }
+    out
 }
 
 /// Orders lines of several logs by their JSON `timestamp` (RFC 3339 in UTC
@@ -181,6 +249,28 @@ async fn cluster(client: &kube::Client, pod: &str, follow: bool) -> anyhow::Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn records_print_for_people_and_other_lines_as_they_are() {
+        let rec = r#"{"timestamp":"2026-12-07T04:29:24.579Z","level":"INFO","fields":{"message":"invocation finished","run_uid":"u-1","invocation_id":"inv 1","backend":"python","duration_ms":12},"target":"kruntimes_runtimed::function::invoke"}"#;
+        assert_eq!(
+            pretty(rec),
+            r#"2026-12-07T04:29:24.579Z runtimed INFO invocation finished invocation_id="inv 1" backend=python duration_ms=12"#
+        );
+        let server = r#"{"timestamp":"T","level":"WARN","fields":{"message":"m"},"target":"kruntimes_runtime_server::function"}"#;
+        assert_eq!(pretty(server), "T runtime-server WARN m");
+        let printed = r#"{"timestamp":"T","stream":"stdout","line":"hello","run_uid":"u-1"}"#;
+        assert_eq!(pretty(printed), "T stdout hello");
+        let raised = r#"{"timestamp":"T","stream":"stderr","line":"Traceback (most recent call last):","run_uid":"u-1"}"#;
+        assert_eq!(
+            pretty(raised),
+            "T stderr Traceback (most recent call last):"
+        );
+        for plain in ["Traceback", "[1, 2]", "", "{not json"] {
+            assert_eq!(pretty(plain), plain);
+        }
+        assert_eq!(LogFormat::Json.render(rec), rec);
+    }
 
     #[test]
     fn two_logs_merge_in_timestamp_order_and_plain_lines_stay_put() {

@@ -109,7 +109,9 @@ impl Embedded {
             let outcome = RegisterOutcome::Permanent("ImportError: no module main".into());
             return self.c.register_result(uid, attempt, outcome, now);
         }
-        let mut more = self.c.apply_pod(pod, SourceUpdate::Upsert(Box::new(entry)), now);
+        let mut more = self
+            .c
+            .apply_pod(pod, SourceUpdate::Upsert(Box::new(entry)), now);
         more.extend(
             self.c
                 .register_result(uid, attempt, RegisterOutcome::Ok, now),
@@ -162,7 +164,9 @@ impl Mode for Embedded {
                     mode: mode as i32,
                     ..Default::default()
                 };
-                let actions = self.c.apply_pod(&pod, SourceUpdate::Upsert(Box::new(e)), self.now);
+                let actions = self
+                    .c
+                    .apply_pod(&pod, SourceUpdate::Upsert(Box::new(e)), self.now);
                 self.queue.extend(actions);
             }
             Terminate(mode) => {

@@ -26,6 +26,9 @@ pub const LOAD_FAILED: u8 = b'f';
 pub const OUTPUT: u8 = b'o';
 /// The handler raised (JSON `{type, message}`).
 pub const ERROR: u8 = b'e';
+/// The handler returned a value JSON cannot hold (a `set`, `NaN`, an
+/// object): JSON `{type, message}` of the serialization error.
+pub const INVALID_OUTPUT: u8 = b'v';
 
 /// A frame's header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,6 +142,8 @@ pub enum Answer {
         /// Bounded message.
         message: String,
     },
+    /// The handler returned a value that is not JSON-serializable: why.
+    Unserializable(String),
 }
 
 /// Why an exchange has no answer. Each leaves the pipes in an unknown
@@ -180,6 +185,12 @@ where
         ERROR => {
             let (kind, message) = error_of(&body);
             Ok(Answer::Raised { kind, message })
+        }
+        INVALID_OUTPUT => {
+            let (kind, message) = error_of(&body);
+            Ok(Answer::Unserializable(format!(
+                "the handler's return value is not JSON-serializable ({kind}: {message})"
+            )))
         }
         _ => Err(ExchangeError::Unexpected),
     }
@@ -261,6 +272,37 @@ mod tests {
                 })
             ),
             "{e:?}"
+        );
+        drop(worker.await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn raised_and_unserializable_answers_are_told_apart() {
+        let (mut ours, mut theirs) = tokio::io::duplex(1024);
+        let worker = tokio::spawn(async move {
+            read(&mut theirs, 1024).await.unwrap();
+            let raised = br#"{"type": "ValueError", "message": "bad"}"#;
+            write(&mut theirs, ERROR, 1, raised).await.unwrap();
+            read(&mut theirs, 1024).await.unwrap();
+            let set = br#"{"type": "TypeError", "message": "Object of type set is not JSON serializable"}"#;
+            write(&mut theirs, INVALID_OUTPUT, 2, set).await.unwrap();
+            theirs
+        });
+        let (mut r, mut w) = tokio::io::split(&mut ours);
+        let a = exchange(&mut w, &mut r, 1, b"{}", 1024).await.unwrap();
+        assert_eq!(
+            a,
+            Answer::Raised {
+                kind: "ValueError".into(),
+                message: "bad".into()
+            }
+        );
+        let a = exchange(&mut w, &mut r, 2, b"{}", 1024).await.unwrap();
+        assert_eq!(
+            a,
+            Answer::Unserializable(
+                "the handler's return value is not JSON-serializable (TypeError: Object of type set is not JSON serializable)".into()
+            )
         );
         drop(worker.await.unwrap());
     }

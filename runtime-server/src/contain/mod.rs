@@ -39,6 +39,26 @@ pub struct Launch<'a> {
     pub grace: Duration,
     /// The child's stdin, stdout and stderr.
     pub stdio: [Stdio; 3],
+    /// One more descriptor the child inherits under its own number (a
+    /// Python worker's stdout beside its protocol pipes): the child learns
+    /// the number from its arguments ([`Passed::number`]).
+    pub pass: Option<Passed>,
+}
+
+/// A descriptor a [`Launch`] hands its child beside stdio.
+#[derive(Debug)]
+pub struct Passed(OwnedFd);
+
+impl Passed {
+    /// Hands `fd` to the child.
+    pub fn new(fd: OwnedFd) -> Self {
+        Self(fd)
+    }
+
+    /// The number the child finds it under.
+    pub fn number(&self) -> i32 {
+        self.0.as_raw_fd()
+    }
 }
 
 impl Shim {
@@ -62,13 +82,20 @@ impl Shim {
         // Only the read end is inherited; the write end never leaves the
         // server, so the pipe closes exactly when the server lets go.
         fcntl(&read, FcntlArg::F_SETFD(FdFlag::empty()))?;
+        // Inherited the same way; the shim keeps it open for the child.
+        if let Some(Passed(fd)) = &launch.pass {
+            fcntl(fd, FcntlArg::F_SETFD(FdFlag::empty()))?;
+        }
         let [stdin, stdout, stderr] = launch.stdio;
         let mut cmd = Command::new(&self.program);
         cmd.args(&self.prefix)
             .arg("shim")
             .arg("--control-fd")
-            .arg(read.as_raw_fd().to_string())
-            .arg("--grace-ms")
+            .arg(read.as_raw_fd().to_string());
+        if let Some(passed) = &launch.pass {
+            cmd.arg("--pass-fd").arg(passed.number().to_string());
+        }
+        cmd.arg("--grace-ms")
             .arg(launch.grace.as_millis().to_string())
             .arg("--")
             .args(launch.argv)
@@ -82,6 +109,7 @@ impl Shim {
             .kill_on_drop(false);
         let child = cmd.spawn();
         drop(read);
+        drop(launch.pass);
         Ok(Contained {
             child: child?,
             control: Some(write),

@@ -37,6 +37,9 @@ pub struct ShimArgs {
     /// kills the tree.
     #[arg(long)]
     pub control_fd: Option<i32>,
+    /// A descriptor (inherited) the child keeps under the same number.
+    #[arg(long)]
+    pub pass_fd: Option<i32>,
     /// On SIGTERM, how long the tree may take to end after SIGTERM before
     /// it is killed.
     #[arg(long, default_value_t = 0)]
@@ -57,13 +60,17 @@ enum Ended {
 /// (opened through `/proc/self/fd`, close-on-exec) and closes every other
 /// inherited descriptor above stdio — the pipe's number, and whatever a
 /// concurrent spawn in the server let slip through — so the child inherits
-/// stdio only.
-fn take_descriptors(control_fd: Option<i32>) -> std::io::Result<Option<std::fs::File>> {
+/// stdio only, and `pass_fd` when the server passed one.
+fn take_descriptors(
+    control_fd: Option<i32>,
+    pass_fd: Option<i32>,
+) -> std::io::Result<Option<std::fs::File>> {
     let control = match control_fd {
         Some(fd) => Some(std::fs::File::open(format!("/proc/self/fd/{fd}"))?),
         None => None,
     };
     let keep = control.as_ref().map(|f| f.as_raw_fd());
+    let pass = pass_fd.filter(|fd| *fd > 2 && Some(*fd) != control_fd);
     let inherited: Vec<i32> = std::fs::read_dir("/proc/self/fd")?
         .filter_map(Result::ok)
         .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
@@ -72,7 +79,7 @@ fn take_descriptors(control_fd: Option<i32>) -> std::io::Result<Option<std::fs::
         // The directory's own descriptor is in the list and already closed
         // again: EBADF is expected. Nothing else runs in this process yet,
         // so no number is reused meanwhile.
-        if fd > 2 && Some(fd) != keep {
+        if fd > 2 && Some(fd) != keep && Some(fd) != pass {
             let _ = nix::unistd::close(fd);
         }
     }
@@ -177,7 +184,7 @@ async fn supervise(args: ShimArgs, control: Option<std::fs::File>) -> i32 {
 
 /// Runs the shim; returns its exit code.
 pub fn run(args: ShimArgs) -> i32 {
-    let control = match take_descriptors(args.control_fd) {
+    let control = match take_descriptors(args.control_fd, args.pass_fd) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("runtime-server shim: control pipe: {e}");

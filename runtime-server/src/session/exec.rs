@@ -109,6 +109,7 @@ async fn run(shim: Shim, session: Arc<Session>, cmd: Command, events: Events) {
         env: &env,
         grace: KILL_GRACE,
         stdio: [Stdio::piped(), Stdio::piped(), Stdio::piped()],
+        pass: None,
     });
     let mut tree = match spawned {
         Ok(t) => t,

@@ -74,6 +74,7 @@ pub async fn call(
         Ok(Ok(Answer::Raised { kind, message })) => {
             Err(InvokeError::function(kind, message).into())
         }
+        Ok(Ok(Answer::Unserializable(why))) => Err(InvokeError::InvalidOutput(why).into()),
         Err(_) => {
             held.slot.take();
             Err(InvokeError::timeout(timeout).into())

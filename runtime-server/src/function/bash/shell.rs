@@ -236,6 +236,7 @@ impl Shell {
                 Stdio::null(),
                 Stdio::piped(),
             ],
+            pass: None,
         });
         let mut tree = match spawned {
             Ok(t) => t,
@@ -250,12 +251,18 @@ impl Shell {
         let forwarder = tree.child().stderr.take().map(|stderr| {
             tokio::spawn(logs::forward(
                 stderr,
+                logs::Stream::Stderr,
                 spec.run_uid.clone(),
                 Some(tail.clone()),
             ))
         });
         let (log, log_rx) = tokio::io::duplex(CHUNK);
-        tokio::spawn(logs::forward(log_rx, spec.run_uid.clone(), None));
+        tokio::spawn(logs::forward(
+            log_rx,
+            logs::Stream::Stderr,
+            spec.run_uid.clone(),
+            None,
+        ));
         let shim_pid = tree.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
         let mut shell = Self {
             tree,

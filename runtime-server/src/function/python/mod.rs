@@ -142,6 +142,7 @@ impl Inner {
         let answer = match outcome {
             Ok(Answer::Output(out)) => Ok(out),
             Ok(Answer::Raised { kind, message }) => Err(InvokeError::function(kind, message)),
+            Ok(Answer::Unserializable(why)) => Err(InvokeError::InvalidOutput(why)),
             Err(e) => {
                 // Timeouts, crashes, oversized output and replies out of
                 // step all leave the pipe in an unknown state.

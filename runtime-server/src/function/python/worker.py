@@ -5,7 +5,9 @@ module once, then serves invocations over a framed protocol on the original
 stdin/stdout (4-byte big-endian length, a one-byte tag, an 8-byte big-endian
 sequence number, then the payload). A reply carries the sequence number of the
 request it answers, so the server can tell it from a reply to an earlier call.
-The handler's own prints go to stderr, which the server forwards to its logs.
+The handler's own stdout (prints, and its children's output) goes to the
+descriptor named by the first argument, its stderr to stderr: the server
+writes both, labelled, to the Run's log.
 
 Started without a handler (argv has no module), the worker is a *spare*: the
 interpreter is already running and waits for b"l" + JSON {"module",
@@ -31,13 +33,16 @@ MAX_MESSAGE = 1024
 def main():
     proto_in = os.fdopen(os.dup(0), "rb", buffering=0)
     proto_out = os.fdopen(os.dup(1), "wb", buffering=0)
-    # Keep the protocol channel private: handler output goes to stderr and
-    # handlers read from an empty stdin.
+    # Keep the protocol channel private: handler output goes to its own
+    # descriptor and handlers read from an empty stdin.
+    out_fd = int(sys.argv.pop(1))
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
-    os.dup2(2, 1)
+    os.close(devnull)
+    os.dup2(out_fd, 1)
+    os.close(out_fd)
     sys.stdin = open(os.devnull, "r")
-    sys.stdout = sys.stderr
+    sys.stdout = open(1, "w", buffering=1, closefd=False)
 
     def send(tag, seq=0, payload=b""):
         proto_out.write(struct.pack(">IcQ", len(payload) + 9, tag, seq) + payload)
@@ -102,10 +107,15 @@ def main():
         try:
             request = json.loads(frame[2])
             result = handler(request)
-            body = json.dumps(result, ensure_ascii=False, allow_nan=False).encode()
         except BaseException as exc:  # noqa: BLE001 - handler errors are data
             traceback.print_exc()
             send(b"e", seq, error_json(exc))
+            continue
+        try:
+            body = json.dumps(result, ensure_ascii=False, allow_nan=False).encode()
+        except (TypeError, ValueError, RecursionError) as exc:
+            # The handler returned; its value is what JSON cannot hold.
+            send(b"v", seq, error_json(exc))
             continue
         send(b"o", seq, body)
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 use kruntimes_proto::runtime::worker::{self as frame, Answer, ExchangeError};
 use tokio::process::{ChildStdin, ChildStdout};
 
-use crate::contain::{Contained, Launch, Shim};
+use crate::contain::{Contained, Launch, Passed, Shim};
 use crate::function::{InvokeError, Spec, StartError};
 use crate::logs;
 
@@ -41,11 +41,17 @@ pub fn spawn(
     handler: Option<(&str, &str)>,
     label: logs::Label,
 ) -> std::io::Result<Process> {
+    // The handler's own stdout (its prints, its children's output): a pipe
+    // of its own beside the protocol's, so the Run's log tells it from
+    // stderr.
+    let (out_rx, out_tx) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let out = Passed::new(out_tx);
     let mut argv = vec![
         python.display().to_string(),
         "-u".into(),
         "-c".into(),
         WORKER_SOURCE.into(),
+        out.number().to_string(),
     ];
     if let Some((module, function)) = handler {
         argv.extend([module.to_owned(), function.to_owned()]);
@@ -56,13 +62,26 @@ pub fn spawn(
         env,
         grace: Duration::ZERO,
         stdio: [Stdio::piped(), Stdio::piped(), Stdio::piped()],
+        pass: Some(out),
     })?;
+    let out_rx = tokio::net::unix::pipe::Receiver::from_owned_fd(out_rx)?;
+    tokio::spawn(logs::forward(
+        out_rx,
+        logs::Stream::Stdout,
+        label.clone(),
+        None,
+    ));
     let child = tree.child();
     let io_err = || std::io::Error::other("worker pipes missing");
     let stdin = child.stdin.take().ok_or_else(io_err)?;
     let stdout = child.stdout.take().ok_or_else(io_err)?;
     if let Some(stderr) = child.stderr.take() {
-        tokio::spawn(logs::forward(stderr, label.clone(), None));
+        tokio::spawn(logs::forward(
+            stderr,
+            logs::Stream::Stderr,
+            label.clone(),
+            None,
+        ));
     }
     Ok(Process {
         tree,
