@@ -228,7 +228,8 @@ def image_config(name: str, img: dict, s: Settings) -> dict:
         "User": img["user"],
         "Entrypoint": img["entrypoint"],
         **({"Cmd": img["cmd"]} if "cmd" in img else {}),
-        "Env": [f"PATH={DEFAULT_PATH}"],
+        # The commit the binaries were built from, which the gateway's /version reports.
+        "Env": [f"PATH={DEFAULT_PATH}", f"KRUNTIMES_GIT_COMMIT={s.revision}"],
         "WorkingDir": img.get("workdir", "/"),
         "Labels": labels,
     }

@@ -51,13 +51,31 @@ use crate::watch::InternalTls;
 
 pub use kruntimes_process::init_logging;
 
-/// `GET /version`: this build (no secret, no configuration). The commit is
-/// what `KRUNTIMES_GIT_COMMIT` said at build time (image builds set it).
+static BUILD_COMMIT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Sets the commit `GET /version` reports: the embedding binary's own
+/// (`krt` sets the one it was built from). Without it, the gateway reports
+/// `KRUNTIMES_GIT_COMMIT` from its environment (the images set it), or
+/// "unknown".
+pub fn set_build_commit(commit: &str) {
+    let _ = BUILD_COMMIT.set(commit.to_owned());
+}
+
+fn build_commit() -> &'static str {
+    BUILD_COMMIT.get_or_init(|| {
+        std::env::var("KRUNTIMES_GIT_COMMIT")
+            .ok()
+            .filter(|c| !c.is_empty() && c.len() <= 64 && c.bytes().all(|b| b.is_ascii_hexdigit()))
+            .unwrap_or_else(|| "unknown".to_owned())
+    })
+}
+
+/// `GET /version`: this build (no secret, no configuration).
 fn version_json() -> Vec<u8> {
     serde_json::json!({
         "component": "kruntimes-gateway",
         "version": env!("CARGO_PKG_VERSION"),
-        "commit": option_env!("KRUNTIMES_GIT_COMMIT").unwrap_or("unknown"),
+        "commit": build_commit(),
     })
     .to_string()
     .into_bytes()

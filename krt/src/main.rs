@@ -351,6 +351,7 @@ fn main() -> anyhow::Result<()> {
             if e {
                 exit_with_parent();
             }
+            kruntimes_gateway::set_build_commit(env!("KRT_GIT_COMMIT"));
             // Pingora owns its runtimes; run it outside of any tokio runtime.
             Ok(kruntimes_gateway::run(args.into_config()?)?)
         }

@@ -318,6 +318,14 @@ async fn every_verb_works_against_krt_up() {
             v.starts_with("krt ") && v.contains("commit") && v.contains("gateway "),
             "{v}"
         );
+        // The gateway krt up runs is this build: the same commit.
+        let commit = |after: &str| {
+            v.split(after)
+                .nth(1)
+                .and_then(|r| r.split("(commit ").nth(1))
+                .map(|c| c.split([',', ')']).next().unwrap_or_default().to_owned())
+        };
+        assert_eq!(commit("krt "), commit("gateway "), "{v}");
     })
     .await
     .unwrap();
