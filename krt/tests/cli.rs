@@ -279,6 +279,28 @@ fn session_verbs(base: &[&str], dir: &Path, ns: &str) {
         ],
     ));
     assert_eq!(std::fs::read(&back).unwrap(), b"payload");
+    // A file over the 32 MiB a session takes is refused before it is sent,
+    // in the limit's own words.
+    let big = dir.join("big.bin");
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(40 * 1024 * 1024)
+        .unwrap();
+    fails_with(
+        krt(
+            base,
+            &[
+                "-n",
+                ns,
+                "session",
+                "cp",
+                big.to_str().unwrap(),
+                "cli-box:big.bin",
+            ],
+        ),
+        1,
+        "is 41943040 bytes: a session file is at most 32 MiB (33554432 bytes)",
+    );
     let closed = ok(krt(base, &["-n", ns, "session", "close", "cli-box"]));
     assert!(closed.contains("Succeeded"), "{closed}");
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"io"
 	"iter"
 	"net/http"
@@ -52,11 +53,19 @@ func (f *Files) mutate(ctx context.Context, op string, body map[string]any) erro
 	return nil
 }
 
-// Write writes (replaces) a file of at most 32 MiB with what r holds.
+// MaxFileBytes is the largest file a session writes or reads (32 MiB).
+const MaxFileBytes = 32 << 20
+
+// Write writes (replaces) a file of at most 32 MiB with what r holds; a
+// larger one is a *PayloadTooLargeError before anything is sent.
 func (f *Files) Write(ctx context.Context, path string, r io.Reader) error {
-	data, err := io.ReadAll(io.LimitReader(r, 32<<20+1))
+	data, err := io.ReadAll(io.LimitReader(r, MaxFileBytes+1))
 	if err != nil {
 		return err
+	}
+	if len(data) > MaxFileBytes {
+		return &PayloadTooLargeError{APIError{Status: http.StatusRequestEntityTooLarge, Code: "PayloadTooLarge", Source: "client",
+			Message: fmt.Sprintf("%s: the file is over %d bytes: a session file is at most 32 MiB", path, MaxFileBytes)}}
 	}
 	return f.mutate(ctx, "writeFile", map[string]any{
 		"writeFile": map[string]any{"path": path, "contentBase64": base64.StdEncoding.EncodeToString(data)},

@@ -148,3 +148,24 @@ func TestASandboxByEndpointCannotBeEndedAndNeedsASessionURL(t *testing.T) {
 		t.Errorf("create: %v", err)
 	}
 }
+
+func TestAFileOverTheLimitIsRefusedBeforeItIsSent(t *testing.T) {
+	s, rec := sandboxOn(t, func(w http.ResponseWriter, r *http.Request) { writeError(w, 500, "Internal") })
+	before := len(rec.all())
+	big := io.LimitReader(zeros{}, MaxFileBytes+1)
+	var tooLarge *PayloadTooLargeError
+	err := s.Files.Write(context.Background(), "big.bin", big)
+	if !errors.As(err, &tooLarge) || tooLarge.Source != "client" || !strings.Contains(err.Error(), "at most 32 MiB") {
+		t.Fatalf("%T %v", err, err)
+	}
+	if n := len(rec.all()) - before; n != 0 {
+		t.Errorf("%d requests sent", n)
+	}
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}

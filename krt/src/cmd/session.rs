@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use base64::Engine as _;
 use kruntimes_api::{EnvVar, Phase, Run, RunMode, RunSpec, SessionMode, TerminationMode};
+use kruntimes_proto::api;
 use serde_json::json;
 
 use kruntimes_client::gateway::{self, Gateway};
@@ -172,6 +173,12 @@ pub async fn run(t: &Target, namespace: &str, cmd: SessionCommand) -> anyhow::Re
         SessionCommand::Cp { src, dst } => {
             match (src.split_once(':'), dst.split_once(':')) {
                 (None, Some((name, path))) => {
+                    let len = std::fs::metadata(&src)
+                        .with_context(|| format!("read {src}"))?
+                        .len();
+                    if len > api::MAX_SESSION_FILE_BYTES as u64 {
+                        bail!("{src}: {}", api::session_file_too_large(len));
+                    }
                     let data = std::fs::read(&src).with_context(|| format!("read {src}"))?;
                     let (url, gw) = session(t, namespace, name).await?;
                     let body = json!({"writeFile": {"path": path, "contentBase64": base64::engine::general_purpose::STANDARD.encode(data)}});

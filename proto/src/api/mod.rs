@@ -32,6 +32,15 @@ pub const HOP_GATEWAY: &str = "gateway";
 pub const MAX_INVOCATION_ID_BYTES: usize = 128;
 /// Default bound of a function's JSON input and output.
 pub const DEFAULT_MAX_BODY_BYTES: u64 = 1024 * 1024;
+/// Largest file a session operation writes or reads (32 MiB).
+pub const MAX_SESSION_FILE_BYTES: usize = 32 * 1024 * 1024;
+
+/// Why a file is not sent to a session: it is `len` bytes.
+pub fn session_file_too_large(len: u64) -> String {
+    format!(
+        "the file is {len} bytes: a session file is at most 32 MiB ({MAX_SESSION_FILE_BYTES} bytes)"
+    )
+}
 
 /// Truncates `s` to at most `max` bytes without splitting a character.
 pub fn truncate_utf8(mut s: String, max: usize) -> String {

@@ -8,7 +8,7 @@ use kruntimes_proto::runtime::FileOp;
 use serde::Deserialize;
 
 /// Largest file written or read through the API.
-pub const MAX_FILE_BYTES: usize = 32 * 1024 * 1024;
+pub use kruntimes_proto::api::MAX_SESSION_FILE_BYTES as MAX_FILE_BYTES;
 /// Largest stdin of a command.
 pub const MAX_STDIN_BYTES: usize = 1024 * 1024;
 /// Captured bytes per output stream.
@@ -199,7 +199,10 @@ pub fn validate(req: OperationRequest) -> Result<Operation, String> {
             .decode(w.content_base64.as_bytes())
             .map_err(|e| format!("writeFile.contentBase64: {e}"))?;
         if content.len() > MAX_FILE_BYTES {
-            return Err("writeFile content exceeds 32 MiB".into());
+            return Err(format!(
+                "writeFile: {}",
+                kruntimes_proto::api::session_file_too_large(content.len() as u64)
+            ));
         }
         return Ok(Operation::File(FileOp::Write {
             path: w.path,

@@ -15,7 +15,7 @@ from typing import IO, TYPE_CHECKING, Any, Dict, List, Optional, Union
 
 from ._wire import GATEWAY, Call, Flow
 from .commands import CommandResult, _CommandsBase
-from .errors import BadRequestError, NotFoundError, OperationFailedError
+from .errors import BadRequestError, NotFoundError, OperationFailedError, PayloadTooLargeError
 
 if TYPE_CHECKING:
     from .sandbox import AsyncSandbox, Sandbox
@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 Content = Union[bytes, str, IO[bytes]]
 #: The largest page the API serves.
 MAX_PAGE = 1000
+#: Largest file a session writes or reads (32 MiB): a larger one is refused before it is sent.
+MAX_FILE_BYTES = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,11 @@ class _FilesBase(_CommandsBase):
         return result
 
     def _write(self, path: str, data: Content) -> Flow[CommandResult]:
-        encoded = base64.b64encode(_bytes(data)).decode()
+        content = _bytes(data)
+        if len(content) > MAX_FILE_BYTES:
+            raise PayloadTooLargeError(f"{path}: the file is {len(content)} bytes: a session file is at most "
+                                       f"32 MiB ({MAX_FILE_BYTES} bytes)")
+        encoded = base64.b64encode(content).decode()
         return self._mutate({"writeFile": {"path": path, "contentBase64": encoded}})
 
     def _read(self, path: str) -> Flow[bytes]:

@@ -94,6 +94,14 @@ def test_session_operations_are_sent_once_whatever_the_answer():
     assert len(fake.calls) == 2
 
 
+def test_a_file_over_the_limit_is_refused_before_it_is_sent():
+    sb, fake = sandbox(lambda call: error(500, "Internal"))
+    with pytest.raises(kruntimes.PayloadTooLargeError) as e:
+        sb.files.write("big.bin", bytes(32 * 1024 * 1024 + 1))
+    assert (e.value.status, e.value.source) == (413, "client") and "at most 32 MiB" in e.value.message
+    assert fake.calls == []
+
+
 def test_a_file_operation_that_failed_raises_with_its_result():
     sb, _ = sandbox(lambda call: ok({"operationId": "op-1", "state": "Failed", "error": "a not found"}))
     with pytest.raises(kruntimes.OperationFailedError) as e:
