@@ -1,5 +1,8 @@
 //! Session (sandbox) Runs end to end through the gateway.
 
+// Test helpers panic on failure: that is how a test fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -348,6 +351,37 @@ async fn krt_session_commands_create_exec_copy_list_and_close() {
     let ls = stack.krt(&["session", "ls", "cli-box"]).unwrap();
     assert!(String::from_utf8_lossy(&ls.stdout).contains("x.txt"));
 
+    // Ctrl-C on an exec cancels its operation (exit 130): the next exec
+    // does not wait behind it.
+    let exec = running_exec(&stack, "sleep infinity");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(exec.child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let (code, stderr) = exec.end();
+    assert_eq!(code, Some(130), "{stderr}");
+    assert!(stderr.contains("operation Cancelled"), "{stderr}");
+    let next = stack
+        .krt(&["session", "exec", "cli-box", "--", "true"])
+        .unwrap();
+    assert!(next.status.success(), "{next:?}");
+    // `krt session cancel` cancels one by its id (`exec -v` prints it).
+    let exec = running_exec(&stack, "sleep infinity");
+    let id = exec.id.clone();
+    let cancelled = stack.krt(&["session", "cancel", "cli-box", &id]).unwrap();
+    assert!(cancelled.status.success(), "{cancelled:?}");
+    let (code, stderr) = exec.end();
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("operation Cancelled"), "{stderr}");
+    // An operation that is not queued or running: 404, exit 17.
+    let unknown = stack.krt(&["session", "cancel", "cli-box", &id]).unwrap();
+    assert_eq!(unknown.status.code(), Some(17), "{unknown:?}");
+    assert!(
+        String::from_utf8_lossy(&unknown.stderr).contains("is not queued or running"),
+        "{unknown:?}"
+    );
+
     let closed = stack.krt(&["session", "close", "cli-box"]).unwrap();
     assert!(
         closed.status.success(),
@@ -355,6 +389,47 @@ async fn krt_session_commands_create_exec_copy_list_and_close() {
         String::from_utf8_lossy(&closed.stderr)
     );
     assert_eq!(String::from_utf8_lossy(&closed.stdout).trim(), "Succeeded");
+}
+
+/// `krt session exec -v cli-box --shell SCRIPT` started in the background,
+/// once the session accepted it: the process and the operation id it
+/// printed.
+fn running_exec(stack: &kruntimes_testkit::Stack, script: &str) -> Exec {
+    use std::io::BufRead as _;
+    let mut child = std::process::Command::new(kruntimes_testkit::krt_binary())
+        .arg("--state-dir")
+        .arg(stack.state_dir())
+        .args(["session", "exec", "-v", "cli-box", "--shell", script])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    let id = line
+        .strip_prefix("operation ")
+        .and_then(|l| l.strip_suffix(" accepted\n"))
+        .unwrap_or_else(|| panic!("{line:?}"))
+        .to_owned();
+    Exec { child, id, stderr }
+}
+
+/// A `krt session exec` running in the background.
+struct Exec {
+    child: std::process::Child,
+    id: String,
+    stderr: std::io::BufReader<std::process::ChildStderr>,
+}
+
+impl Exec {
+    /// Its exit code and the rest of its stderr.
+    fn end(mut self) -> (Option<i32>, String) {
+        use std::io::Read as _;
+        let mut rest = String::new();
+        self.stderr.read_to_string(&mut rest).unwrap();
+        (self.child.wait().unwrap().code(), rest)
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

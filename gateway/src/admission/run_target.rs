@@ -56,9 +56,10 @@ impl<'a> RunTarget<'a> {
 
     /// The one method the route takes.
     pub fn method(&self) -> Method {
-        match self.session {
-            None | Some(SessionOp::Execute | SessionOp::Stream) => Method::POST,
-            Some(_) => Method::GET,
+        if self.session.is_none_or(SessionOp::is_post) {
+            Method::POST
+        } else {
+            Method::GET
         }
     }
 

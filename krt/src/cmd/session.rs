@@ -50,9 +50,19 @@ pub enum SessionCommand {
         /// Timeout, seconds.
         #[arg(long)]
         timeout: Option<u64>,
+        /// Print the operation id (to stderr) once the session accepts it.
+        #[arg(short, long)]
+        verbose: bool,
         /// Program and arguments.
         #[arg(last = true)]
         argv: Vec<String>,
+    },
+    /// Cancel a queued or running operation (its id: `exec -v`).
+    Cancel {
+        /// Session name.
+        name: String,
+        /// Operation id (`op-…`).
+        operation: String,
     },
     /// Copy a file: `LOCAL NAME:PATH` uploads, `NAME:PATH LOCAL` downloads.
     Cp {
@@ -143,11 +153,18 @@ pub async fn run(t: &Target, namespace: &str, cmd: SessionCommand) -> anyhow::Re
             println!("{}", r.endpoint.unwrap_or_default());
             Ok(0)
         }
+        SessionCommand::Cancel { name, operation } => {
+            let (url, gw) = session(t, namespace, &name).await?;
+            cancel(&gw, &url, &operation).await?;
+            println!("{operation} cancelled");
+            Ok(0)
+        }
         SessionCommand::Exec {
             name,
             shell,
             cwd,
             timeout,
+            verbose,
             argv,
         } => {
             let (url, gw) = session(t, namespace, &name).await?;
@@ -168,7 +185,12 @@ pub async fn run(t: &Target, namespace: &str, cmd: SessionCommand) -> anyhow::Re
                 .json(&body)
                 .send()
                 .await?;
-            stream(gateway::check(resp).await?).await
+            let events = gateway::check(resp).await?;
+            stream(events, verbose, |id| {
+                let (gw, url) = (gw.clone(), url.clone());
+                async move { cancel(&gw, &url, &id).await }
+            })
+            .await
         }
         SessionCommand::Cp { src, dst } => {
             match (src.split_once(':'), dst.split_once(':')) {
@@ -259,16 +281,76 @@ pub async fn run(t: &Target, namespace: &str, cmd: SessionCommand) -> anyhow::Re
     }
 }
 
+/// Cancels operation `id` of the session at `url`.
+async fn cancel(gw: &Gateway, url: &str, id: &str) -> anyhow::Result<()> {
+    let resp = gw
+        .http()
+        .post(format!("{url}/operations:cancel"))
+        .json(&json!({"operationId": id}))
+        .send()
+        .await?;
+    gateway::check(resp).await?;
+    Ok(())
+}
+
+/// Exit code of a command Ctrl-C cancelled (a shell's `128 + SIGINT`).
+const INTERRUPTED: i32 = 130;
+
 /// Prints an `operations:stream` response; returns the command's exit code.
-async fn stream(mut resp: reqwest::Response) -> anyhow::Result<i32> {
+/// The first Ctrl-C cancels the operation (`cancel` with its id, as soon as
+/// the session has accepted it) and waits for its end; a second one stops
+/// waiting.
+async fn stream<F, Fut>(
+    mut resp: reqwest::Response,
+    verbose: bool,
+    cancel: F,
+) -> anyhow::Result<i32>
+where
+    F: Fn(String) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
     let mut buf = Vec::new();
     let mut code = 1;
-    while let Some(chunk) = resp.chunk().await? {
+    let mut operation: Option<String> = None;
+    let mut interrupted = false;
+    loop {
+        let chunk = tokio::select! {
+            chunk = resp.chunk() => chunk?,
+            _ = tokio::signal::ctrl_c() => {
+                if interrupted {
+                    return Ok(INTERRUPTED);
+                }
+                interrupted = true;
+                eprintln!("cancelling (Ctrl-C again to stop waiting)");
+                // Not accepted yet: cancelled as soon as it is.
+                if let Some(id) = &operation
+                    && let Err(e) = cancel(id.clone()).await
+                {
+                    eprintln!("error: cancel {id}: {e:#}");
+                    return Ok(INTERRUPTED);
+                }
+                continue;
+            }
+        };
+        let Some(chunk) = chunk else { break };
         buf.extend_from_slice(&chunk);
         while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
             let line: Vec<u8> = buf.drain(..=pos).collect();
             let ev: serde_json::Value = serde_json::from_slice(&line)?;
             match ev["type"].as_str() {
+                Some("accepted") => {
+                    operation = ev["operationId"].as_str().map(str::to_owned);
+                    if verbose && let Some(id) = &operation {
+                        eprintln!("operation {id} accepted");
+                    }
+                    if interrupted
+                        && let Some(id) = &operation
+                        && let Err(e) = cancel(id.clone()).await
+                    {
+                        eprintln!("error: cancel {id}: {e:#}");
+                        return Ok(INTERRUPTED);
+                    }
+                }
                 Some("output") => {
                     let data = ev["data"].as_str().unwrap_or_default();
                     if ev["stream"] == "stderr" {
@@ -281,6 +363,7 @@ async fn stream(mut resp: reqwest::Response) -> anyhow::Result<i32> {
                 Some("completed") => {
                     code = match ev["state"].as_str() {
                         Some("Succeeded") => 0,
+                        Some("Cancelled") if interrupted => INTERRUPTED,
                         _ => ev["exitCode"].as_i64().map_or(1, |c| c as i32),
                     };
                     if ev["state"] != "Succeeded" && ev["state"] != "Failed" {

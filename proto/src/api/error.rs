@@ -186,7 +186,7 @@ impl ErrorCode {
                 "authenticated, but the policy (embedded mode) or RBAC (`create` on `runs/invoke`, Kubernetes mode) does not allow this Run"
             }
             NotFound => {
-                "unknown Run UID, or the UID is not of that namespace/Runtime. Answered to an authenticated caller after waiting up to `--route-settle-ms` (250 ms) for the gateway's table to learn the UID: a Run just created may be `Ready` in its status before the control plane's word on it reaches the gateway"
+                "unknown Run UID, or the UID is not of that namespace/Runtime (sessions: also a workspace file, or an operation `operations:cancel` names that is not queued or running). Answered to an authenticated caller after waiting up to `--route-settle-ms` (250 ms) for the gateway's table to learn the UID: a Run just created may be `Ready` in its status before the control plane's word on it reaches the gateway"
             }
             PayloadTooLarge => {
                 "body over 1 MiB — answered before anything reaches runtimed (`Content-Length`), or cut off while streaming. The gateway then reads and drops the rest of the body (at most 10 s), so a client still sending reads the 413 instead of a reset (`Expect: 100-continue` clients are not asked to send; their connection is closed)"

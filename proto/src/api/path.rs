@@ -47,6 +47,15 @@ pub enum SessionOp {
     ListFiles,
     /// `files:content`
     ReadFile,
+    /// `operations:cancel`: cancels one queued or running operation.
+    Cancel,
+}
+
+impl SessionOp {
+    /// Whether the route takes `POST` (a body); the others take `GET`.
+    pub fn is_post(self) -> bool {
+        matches!(self, Self::Execute | Self::Stream | Self::Cancel)
+    }
 }
 
 /// Why a path was rejected.
@@ -144,6 +153,7 @@ pub fn parse_path(path: &str) -> Result<ApiPath<'_>, PathError> {
                 ["operations:ws"] => SessionOp::WebSocket,
                 ["files"] => SessionOp::ListFiles,
                 ["files:content"] => SessionOp::ReadFile,
+                ["operations:cancel"] => SessionOp::Cancel,
                 _ => return Err(PathError::UnknownRoute),
             };
             check(namespace, runtime, last)?;
@@ -194,6 +204,7 @@ mod tests {
             ("/operations:ws", SessionOp::WebSocket),
             ("/files", SessionOp::ListFiles),
             ("/files:content", SessionOp::ReadFile),
+            ("/operations:cancel", SessionOp::Cancel),
         ] {
             let p = format!("{base}{suffix}");
             assert!(

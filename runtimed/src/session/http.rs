@@ -59,6 +59,23 @@ async fn read_operation(body: Body) -> Result<ops::Operation, ApiError> {
     operation(req)
 }
 
+/// Largest `operations:cancel` body.
+const MAX_CANCEL_BODY: usize = 1024;
+
+/// The operation id of an `operations:cancel` body
+/// (`{"operationId": "op-7"}`).
+async fn read_cancel(body: Body) -> Result<String, ApiError> {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    struct Cancel {
+        operation_id: String,
+    }
+    let bytes = read_body(body, MAX_CANCEL_BODY, "cancel body").await?;
+    let c: Cancel = serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::new(ErrorCode::InvalidJson, e.to_string()))?;
+    Ok(c.operation_id)
+}
+
 /// Serves one session route for an admitted, fenced request; `r` is the
 /// request's reply context (the stream's `failed` event carries its
 /// invocation id).
@@ -72,9 +89,10 @@ pub async fn handle(
 ) -> Result<Response, ApiError> {
     let h = &h;
     let uri = &uri;
-    let want = match op {
-        SessionOp::Execute | SessionOp::Stream => Method::POST,
-        _ => Method::GET,
+    let want = if op.is_post() {
+        Method::POST
+    } else {
+        Method::GET
     };
     if method != want {
         return Err(ApiError::new(
@@ -134,6 +152,19 @@ pub async fn handle(
                 bytes,
             )
                 .into_response())
+        }
+        SessionOp::Cancel => {
+            let id = read_cancel(body).await?;
+            if !h.session.cancel_operation(&id) {
+                return Err(ApiError::new(
+                    ErrorCode::NotFound,
+                    format!("operation {id} is not queued or running in this session"),
+                ));
+            }
+            Ok(json(
+                StatusCode::OK,
+                &serde_json::json!({"operationId": id, "cancelled": true}),
+            ))
         }
         SessionOp::WebSocket => Err(ApiError::new(
             ErrorCode::BadRequest,
