@@ -5,6 +5,7 @@
 //! `session-NS-NAME.yaml`).
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use kruntimes_api::TerminationMode;
 use serde::{Deserialize, Serialize};
@@ -30,6 +31,34 @@ pub struct ClientConfig {
     /// The watched directory of Run manifests (the embedded store).
     #[serde(default)]
     pub runs_dir: Option<PathBuf>,
+}
+
+/// How long `krt apply` waits for a Run whose manifest came back while
+/// `krt up` still served it to be replaced, before it says the Run was kept.
+const KEPT_WAIT: Duration = Duration::from_secs(3);
+
+/// What `krt apply` did to one Run's manifest on `krt up`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// What changed.
+    pub change: Change,
+    /// The UID of the Run `krt up` served before the write, if any.
+    pub old_uid: Option<String>,
+}
+
+/// How an applied manifest changes its Run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// A new Run.
+    Created,
+    /// Fields a Run may change in place (priority, labels, timeout, …).
+    InPlace,
+    /// Fields a Run keeps for life: `krt up` deletes it and creates another.
+    Replaced,
 }
 
 /// One Run of `STATE_DIR/runs.json`.
@@ -293,8 +322,9 @@ impl Embedded {
         write_manifest(&path, doc)
     }
 
-    /// Writes each Run into the store (`apply-NS-NAME.yaml`).
-    pub fn apply(&self, docs: Vec<serde_json::Value>) -> Result<Vec<String>> {
+    /// Writes each Run into the store (`apply-NS-NAME.yaml`); what changed,
+    /// for [`Self::settled`] to report once `krt up` has taken it in.
+    pub fn apply(&self, docs: Vec<serde_json::Value>) -> Result<Vec<Applied>> {
         let dir = self.runs_dir()?.to_path_buf();
         // Every document is checked before any is written: a refused apply
         // changes nothing.
@@ -327,17 +357,74 @@ impl Embedded {
             let before = std::fs::read(&path)
                 .ok()
                 .and_then(|t| serde_yaml::from_slice::<kruntimes_api::Run>(&t).ok());
+            // The Run krt up serves now, if any: a new one must differ.
+            let old_uid = self.run(&ns, &name).ok().map(|(r, _)| r.uid);
             write_manifest(&path, &doc)?;
-            out.push(match before {
-                None if !existed => format!("run.kruntimes.io/{name} created"),
-                None => format!("run.kruntimes.io/{name} configured"),
-                Some(b) if b.same_inputs(&run) => format!("run.kruntimes.io/{name} configured"),
-                Some(_) => format!(
-                    "run.kruntimes.io/{name} configured: its runtime, source, mode, env, resources or affinity changed, which a Run keeps for life, so krt up replaces it — the old {ns}/{name} is deleted and the new one gets a new uid"
-                ),
+            let change = match before {
+                None if !existed => Change::Created,
+                Some(b) if !b.same_inputs(&run) => Change::Replaced,
+                _ => Change::InPlace,
+            };
+            out.push(Applied {
+                namespace: ns,
+                name,
+                change,
+                old_uid,
             });
         }
         Ok(out)
+    }
+
+    /// Waits (up to `within`) until `krt up` serves each created or replaced
+    /// Run under a new UID, then says what happened to each: the UIDs a
+    /// `krt wait` or a call must use, never the old Run's.
+    pub async fn settled(&self, applied: Vec<Applied>, within: Duration) -> Vec<String> {
+        let deadline = tokio::time::Instant::now() + within;
+        let mut out = Vec::new();
+        for a in applied {
+            let name = &a.name;
+            if a.change == Change::InPlace {
+                out.push(format!("run.kruntimes.io/{name} configured"));
+                continue;
+            }
+            // A manifest written again while the old Run is still served
+            // may leave it as it is (below): waited for briefly.
+            let until = match (a.change, &a.old_uid) {
+                (Change::Created, Some(_)) => deadline.min(tokio::time::Instant::now() + KEPT_WAIT),
+                _ => deadline,
+            };
+            let new_uid = loop {
+                match self.run(&a.namespace, name) {
+                    Ok((r, _)) if Some(&r.uid) != a.old_uid.as_ref() => break Some(r.uid),
+                    _ if tokio::time::Instant::now() >= until => break None,
+                    _ => tokio::time::sleep(Duration::from_millis(50)).await,
+                }
+            };
+            // A manifest removed and written again before krt up saw it go
+            // leaves the Run it serves as it was.
+            let kept = match (&new_uid, a.change, &a.old_uid) {
+                (None, Change::Created, Some(old)) => Some(old),
+                _ => None,
+            };
+            if let Some(old) = kept {
+                out.push(format!(
+                    "run.kruntimes.io/{name} configured: krt up kept the Run it serves (uid {old}): the manifest came back before it saw it go"
+                ));
+                continue;
+            }
+            let uid = new_uid.map_or_else(
+                || format!("uid not yet known: krt up has not taken it in after {within:?}"),
+                |u| format!("uid {u}"),
+            );
+            out.push(match (a.change, &a.old_uid) {
+                (Change::Replaced, Some(old)) => format!(
+                    "run.kruntimes.io/{name} configured: its runtime, source, mode, env, resources or affinity changed, which a Run keeps for life, so krt up replaced it — new {uid}; the old one ({old}) was deleted"
+                ),
+                (Change::Replaced, None) => format!("run.kruntimes.io/{name} configured ({uid})"),
+                _ => format!("run.kruntimes.io/{name} created ({uid})"),
+            });
+        }
+        out
     }
 
     /// Removes the file krt wrote for the Run.

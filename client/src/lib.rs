@@ -29,6 +29,10 @@ use std::time::{Duration, Instant};
 use kruntimes_api::{Phase, Run, TerminationMode};
 use serde::Serialize;
 
+/// How long `krt apply` on `krt up` waits for the control plane to take a
+/// new or replaced Run in (it reads the runs directory within moments).
+const APPLY_SETTLE: Duration = Duration::from_secs(10);
+
 /// A Run as the verbs show it, in either mode.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -170,7 +174,10 @@ impl Target {
     /// line per object.
     pub async fn apply(&self, docs: Vec<serde_json::Value>) -> Result<Vec<String>> {
         match self {
-            Self::Embedded(e) => e.apply(docs),
+            Self::Embedded(e) => {
+                let applied = e.apply(docs)?;
+                Ok(e.settled(applied, APPLY_SETTLE).await)
+            }
             Self::Cluster(c) => c.apply(docs).await,
         }
     }

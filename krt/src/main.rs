@@ -94,9 +94,9 @@ enum DeleteNoun {
     Run {
         /// Name.
         name: String,
-        /// Wait until it is gone.
-        #[arg(long, value_parser = cmd::parse_duration)]
-        wait: Option<Duration>,
+        /// How long to wait until it is gone (`0s`: do not wait).
+        #[arg(long, default_value = "60s", value_parser = cmd::parse_duration)]
+        wait: Duration,
     },
 }
 

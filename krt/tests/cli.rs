@@ -324,10 +324,9 @@ async fn every_verb_works_against_krt_up() {
             "{:?}",
             std::fs::read_dir(&runs_dir).unwrap().collect::<Vec<_>>()
         );
-        ok(krt(
-            &base_ref,
-            &["delete", "run", "cli-fn", "--wait", "30s"],
-        ));
+        // Delete waits until the Run is gone (as kubectl does): the next
+        // read, or an apply of the same name, never meets the old Run.
+        ok(krt(&base_ref, &["delete", "run", "cli-fn"]));
         fails_with(krt(&base_ref, &["get", "run", "cli-fn"]), 1, "not found");
         // Deleting a Run that does not exist says so.
         fails_with(
@@ -769,9 +768,18 @@ async fn apply_on_krt_up_refuses_what_krt_up_would_not_run_and_says_what_it_repl
         }
         std::fs::remove_file(runs_dir.join("garbled.yaml")).unwrap();
 
-        // Created, configured in place, then replaced — and told so.
+        // Created, configured in place, then replaced — and told so, with
+        // the UID krt up serves it under.
         let f = good.display().to_string();
-        assert_eq!(ok(krt(&base, &["apply", "-f", &f])).trim(), "run.kruntimes.io/kept created");
+        let uid_of = |name: &str| -> String {
+            let all: Vec<Value> =
+                serde_json::from_str(&ok(krt(&base, &["runs", "-o", "json"]))).unwrap();
+            let run = all.into_iter().find(|r| r["name"] == name).expect("listed");
+            run["uid"].as_str().unwrap().to_owned()
+        };
+        let created = ok(krt(&base, &["apply", "-f", &f]));
+        let first = uid_of("kept");
+        assert_eq!(created.trim(), format!("run.kruntimes.io/kept created (uid {first})"));
         let longer = std::fs::read_to_string(&good)
             .unwrap()
             .replace("invocationTimeoutSeconds: 2", "invocationTimeoutSeconds: 2\n  priority: 7");
@@ -780,10 +788,18 @@ async fn apply_on_krt_up_refuses_what_krt_up_would_not_run_and_says_what_it_repl
         let other = longer.replace("invocationTimeoutSeconds: 2", "invocationTimeoutSeconds: 3");
         let f = write("kept.yaml", &other);
         let out = ok(krt(&base, &["apply", "-f", &f]));
+        let second = uid_of("kept");
+        assert_ne!(first, second);
         assert!(
-            out.contains("krt up replaces it") && out.contains("new uid"),
+            out.contains("krt up replaced it")
+                && out.contains(&format!("new uid {second}; the old one ({first}) was deleted")),
             "{out}"
         );
+        // A wait right after a replacement follows the new Run, never the
+        // old one's state.
+        let waited = ok(krt(&base, &["wait", "run", "kept", "--for", "Ready"]));
+        assert_eq!(waited.trim(), "run.kruntimes.io/kept Ready");
+        assert_eq!(uid_of("kept"), second);
     })
     .await
     .unwrap();

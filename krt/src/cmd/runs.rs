@@ -76,15 +76,11 @@ pub async fn apply(t: &Target, file: &Path, namespace: Option<&str>) -> anyhow::
     Ok(())
 }
 
-/// `krt delete run NAME [--wait]`.
-pub async fn delete(
-    t: &Target,
-    namespace: &str,
-    name: &str,
-    wait: Option<Duration>,
-) -> anyhow::Result<()> {
+/// `krt delete run NAME [--wait D]`: waits (as `kubectl delete` does) until
+/// the Run is gone, so a `krt apply` of the same name next makes a new Run.
+pub async fn delete(t: &Target, namespace: &str, name: &str, wait: Duration) -> anyhow::Result<()> {
     t.delete(namespace, name).await?;
-    if let Some(timeout) = wait {
+    if let Some(timeout) = Some(wait).filter(|w| !w.is_zero()) {
         let deadline = std::time::Instant::now() + timeout;
         while t.run(namespace, name).await.is_ok() {
             if std::time::Instant::now() > deadline {
