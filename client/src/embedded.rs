@@ -28,9 +28,14 @@ pub struct ClientConfig {
     /// Control plane ownership watch address.
     #[serde(default)]
     pub control_plane: Option<String>,
-    /// The watched directory of Run manifests (the embedded store).
+    /// The watched directory clients write Run manifests into (`krt
+    /// apply`, `krt session create`, the SDKs): `STATE_DIR/runs`.
     #[serde(default)]
     pub runs_dir: Option<PathBuf>,
+    /// The user's own watched directory of manifests (`krt up --runs`),
+    /// when it is another: krt never writes there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manifests_dir: Option<PathBuf>,
 }
 
 /// How long `krt apply` waits for a Run whose manifest came back while
@@ -434,9 +439,13 @@ impl Embedded {
             None => {
                 // No such Run: say so (as `krt get` does), not how it was made.
                 self.run(namespace, name)?;
+                let dir = match &self.client.manifests_dir {
+                    Some(d) => d.as_path(),
+                    None => self.runs_dir()?,
+                };
                 Err(Error::Unsupported(format!(
                     "run {namespace}/{name} was not created by krt apply or krt session create; remove it from its manifest in {}",
-                    self.runs_dir()?.display()
+                    dir.display()
                 )))
             }
         }

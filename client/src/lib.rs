@@ -128,7 +128,7 @@ impl Selector {
 /// The embedded stack or a cluster.
 pub enum Target {
     /// `krt up`'s state directory.
-    Embedded(embedded::Embedded),
+    Embedded(Box<embedded::Embedded>),
     /// A Kubernetes cluster.
     Cluster(Box<cluster::Cluster>),
 }
@@ -141,7 +141,7 @@ impl Target {
                 cluster::Cluster::connect(sel).await?,
             )))
         } else {
-            Ok(Self::Embedded(embedded::Embedded::open(sel)?))
+            Ok(Self::Embedded(Box::new(embedded::Embedded::open(sel)?)))
         }
     }
 
@@ -239,6 +239,20 @@ impl Target {
         phases: &[Phase],
         timeout: Duration,
     ) -> Result<RunInfo> {
+        self.wait_seeing(namespace, name, phases, timeout, |_| {})
+            .await
+    }
+
+    /// [`Self::wait`], calling `seen` with the Run each time it is read
+    /// while it waits (`None` while it is not listed), for a progress line.
+    pub async fn wait_seeing(
+        &self,
+        namespace: &str,
+        name: &str,
+        phases: &[Phase],
+        timeout: Duration,
+        mut seen_now: impl FnMut(Option<&RunInfo>),
+    ) -> Result<RunInfo> {
         let want: Vec<String> = phases.iter().map(|p| format!("{p:?}")).collect();
         let deadline = Instant::now() + timeout;
         let mut seen = None;
@@ -256,7 +270,10 @@ impl Target {
                         message: r.message,
                     });
                 }
+                seen_now(Some(&r));
                 seen = Some(r);
+            } else {
+                seen_now(None);
             }
             if Instant::now() > deadline {
                 return Err(Error::WaitTimedOut {
@@ -300,7 +317,9 @@ pub fn endpoint(r: &RunInfo) -> Result<&str> {
 /// What a wait saw of a Run last: its phase, and why it waits when its
 /// status says (`phase Pending, NoIdlePod: 0/2 bash Pods can take this session: …`), or that it
 /// was never listed.
-fn last_seen(run: Option<&RunInfo>) -> String {
+/// Where a Run stands, in words (`phase Pending, NoIdlePod: …`; `not
+/// listed` for none), as waits report it.
+pub fn last_seen(run: Option<&RunInfo>) -> String {
     let Some(r) = run else {
         return "not listed".into();
     };

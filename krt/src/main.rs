@@ -11,6 +11,7 @@ mod client;
 mod cmd;
 mod exit;
 mod pki;
+mod progress;
 mod up;
 
 use std::path::PathBuf;

@@ -26,7 +26,9 @@ use supervised::{Supervised, exited, failure_of, supervise};
 /// `krt up` options.
 #[derive(Debug, Clone, clap::Args)]
 pub struct UpArgs {
-    /// Directory of Run manifests (default: STATE_DIR/runs).
+    /// A directory of Run manifests of your own, watched beside
+    /// STATE_DIR/runs (where `krt apply`, `krt session create` and the SDKs
+    /// write theirs); krt never writes into it.
     #[arg(long)]
     pub runs: Option<PathBuf>,
     /// Gateway HTTPS listen address.
@@ -334,7 +336,10 @@ async fn wait_ready(client: &reqwest::Client, url: &str, deadline: Duration) -> 
 /// The state directory's folders, created and resolved.
 struct Dirs {
     state: PathBuf,
+    /// `STATE_DIR/runs`: the manifests clients write.
     runs: PathBuf,
+    /// `--runs`, when it is another directory: the user's own.
+    manifests: Option<PathBuf>,
     logs: PathBuf,
 }
 
@@ -342,12 +347,32 @@ impl Dirs {
     fn create(state_dir: &Path, args: &UpArgs) -> anyhow::Result<Self> {
         std::fs::create_dir_all(state_dir)?;
         let state = state_dir.canonicalize()?;
-        let runs = args.runs.clone().unwrap_or_else(|| state.join("runs"));
+        let runs = state.join("runs");
         std::fs::create_dir_all(&runs)?;
-        let runs = runs.canonicalize()?;
+        let manifests = match &args.runs {
+            Some(dir) => {
+                std::fs::create_dir_all(dir)?;
+                Some(dir.canonicalize()?).filter(|d| *d != runs)
+            }
+            None => None,
+        };
         let logs = state.join("logs");
         std::fs::create_dir_all(&logs)?;
-        Ok(Self { state, runs, logs })
+        Ok(Self {
+            state,
+            runs,
+            manifests,
+            logs,
+        })
+    }
+
+    /// The watched directories: the user's first, then the clients'.
+    fn watched(&self) -> Vec<PathBuf> {
+        self.manifests
+            .iter()
+            .chain(std::iter::once(&self.runs))
+            .cloned()
+            .collect()
     }
 }
 
@@ -421,12 +446,13 @@ pub async fn up(state_dir: &Path, args: UpArgs) -> anyhow::Result<()> {
         internal_ca_file: Some(pki.tls.internal_ca.clone()),
         control_plane: Some(control_addr.to_string()),
         runs_dir: Some(dirs.runs.clone()),
+        manifests_dir: dirs.manifests.clone(),
     };
     write_private_json(&dirs.state.join("client.json"), &client_cfg)?;
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let cp_cfg = EmbeddedConfig {
-        runs_dir: dirs.runs.clone(),
+        runs_dirs: dirs.watched(),
         state_dir: dirs.state.clone(),
         pods,
         gateway_url: gateway_url.clone(),
@@ -480,10 +506,18 @@ pub async fn up(state_dir: &Path, args: UpArgs) -> anyhow::Result<()> {
     // Ready means ready: the Runs it starts with are Ready and routed (or
     // ended, or named as still waiting). Meanwhile the stack is supervised
     // and its pool served: those Runs may need instances it starts.
-    let first: std::collections::BTreeSet<String> =
-        embedded::store::scan(&dirs.runs).runs.into_keys().collect();
+    let first: std::collections::BTreeSet<String> = embedded::store::scan_all(&dirs.watched())
+        .runs
+        .into_keys()
+        .collect();
     let announce = {
-        let (state, runs_dir) = (dirs.state.clone(), dirs.runs.clone());
+        let state = dirs.state.clone();
+        let runs_from = dirs
+            .watched()
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect::<Vec<_>>()
+            .join(" and ");
         let (http, token) = (http.clone(), client_cfg.token.clone());
         let gateway_url = gateway_url.clone();
         // With --kubeconfig the gateway takes the cluster's tokens, not
@@ -505,8 +539,7 @@ pub async fn up(state_dir: &Path, args: UpArgs) -> anyhow::Result<()> {
             })
             .await;
             println!(
-                "kruntimes ready: gateway {gateway_url}, runs from {}, state in {}; {} (Ctrl-C to stop)",
-                runs_dir.display(),
+                "kruntimes ready: gateway {gateway_url}, runs from {runs_from}, state in {}; {} (Ctrl-C to stop)",
                 state.display(),
                 settled.summary()
             );

@@ -311,18 +311,24 @@ async fn every_verb_works_against_krt_up() {
     let state = stack.state_dir().display().to_string();
     let dir = tempfile::tempdir().unwrap();
     let dir_path = dir.path().to_owned();
-    let runs_dir = stack.runs_dir();
+    let (runs_dir, own_dir) = (stack.runs_dir(), stack.state_dir().join("runs"));
     tokio::task::spawn_blocking(move || {
         let base_ref = ["--state-dir", state.as_str()];
         function_verbs(&base_ref, &dir_path, "cli-fn", "default");
         logs_verb(&base_ref, "cli-fn", "default");
         session_verbs(&base_ref, &dir_path, "default");
         // A sandbox made by the CLI is kept where the SDKs keep theirs, so
-        // either may close it.
+        // either may close it — in the state directory: the user's own
+        // runs directory gets nothing written into it.
         assert!(
-            runs_dir.join("session-default-cli-box.yaml").exists(),
+            own_dir.join("session-default-cli-box.yaml").exists(),
             "{:?}",
-            std::fs::read_dir(&runs_dir).unwrap().collect::<Vec<_>>()
+            std::fs::read_dir(&own_dir).unwrap().collect::<Vec<_>>()
+        );
+        assert_eq!(
+            std::fs::read_dir(&runs_dir).unwrap().count(),
+            0,
+            "krt wrote into the user's runs directory"
         );
         // Delete waits until the Run is gone (as kubectl does): the next
         // read, or an apply of the same name, never meets the old Run.
@@ -705,7 +711,8 @@ fn runtimed_refuses_a_listener_it_cannot_serve_on() {
 async fn apply_on_krt_up_refuses_what_krt_up_would_not_run_and_says_what_it_replaces() {
     let stack = kruntimes_testkit::fixtures::start(1, vec![], &[]);
     let state = stack.state_dir().display().to_string();
-    let runs_dir = stack.runs_dir();
+    // Where krt apply writes (the user's --runs directory stays as it is).
+    let runs_dir = stack.state_dir().join("runs");
     let dir = tempfile::tempdir().unwrap();
     let dir_path = dir.path().to_owned();
     tokio::task::spawn_blocking(move || {

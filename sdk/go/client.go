@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -22,6 +23,7 @@ type Client struct {
 	gateway   string
 	runs      runStore
 	gw        *gateway
+	logger    *slog.Logger
 }
 
 type options struct {
@@ -29,6 +31,7 @@ type options struct {
 	token       string
 	caFile      string
 	kubeContext string
+	logger      *slog.Logger
 }
 
 // Option configures a Client.
@@ -49,6 +52,12 @@ func WithCAFile(path string) Option { return func(o *options) { o.caFile = path 
 
 // WithKubeContext picks a kubeconfig context other than the current one.
 func WithKubeContext(name string) Option { return func(o *options) { o.kubeContext = name } }
+
+// WithLogger logs the client's long waits (a sandbox coming up or ending:
+// up to minutes while a Runtime scales up) to l at Info, once a second has
+// passed and at each change of where the Run stands — WithLogger(slog.Default())
+// prints them on stderr. Without it the client logs nothing.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
 func collect(opts []Option) options {
 	var o options
@@ -76,7 +85,7 @@ func New(gatewayURL, token string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{namespace: or(o.namespace, "default"), gateway: strings.TrimRight(gatewayURL, "/"), gw: gw}, nil
+	return &Client{namespace: or(o.namespace, "default"), gateway: strings.TrimRight(gatewayURL, "/"), gw: gw, logger: o.logger}, nil
 }
 
 // NewFromStateDir is a client of the krt up stack whose state directory is
@@ -103,6 +112,7 @@ func NewFromStateDir(dir string, opts ...Option) (*Client, error) {
 		gateway:   strings.TrimRight(cfg.Gateway, "/"),
 		runs:      &stateDirRuns{stateDir: dir, runsDir: cfg.RunsDir},
 		gw:        gw,
+		logger:    o.logger,
 	}, nil
 }
 
@@ -157,7 +167,7 @@ func fromRESTConfig(cfg *rest.Config, o options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{namespace: or(o.namespace, "default"), runs: &kubeRuns{dyn: dyn}, gw: gw}, nil
+	return &Client{namespace: or(o.namespace, "default"), runs: &kubeRuns{dyn: dyn}, gw: gw, logger: o.logger}, nil
 }
 
 // Namespace is where Runs are looked up and created.

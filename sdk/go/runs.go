@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -311,9 +312,12 @@ func (e *WaitTimeoutError) Unwrap() error { return e.Err }
 // waitFor polls the Run until want holds; a Run that ends otherwise is a
 // *RunEndedError (*RunFailedError for Failed), one the store does not list
 // yet is waited for.
-func waitFor(ctx context.Context, store runStore, namespace, name, what string, want func(*RunInfo) bool) (*RunInfo, error) {
+// Where the Run stands is logged to log (when not nil) once quietWait has
+// passed, and again at each change.
+func waitFor(ctx context.Context, log *slog.Logger, store runStore, namespace, name, what string, want func(*RunInfo) bool) (*RunInfo, error) {
 	delay := 50 * time.Millisecond
 	var seen *RunInfo
+	started, said := time.Now(), ""
 	for {
 		run, err := store.get(ctx, namespace, name)
 		var nf *NotFoundError
@@ -327,6 +331,10 @@ func waitFor(ctx context.Context, store runStore, namespace, name, what string, 
 		case !errors.As(err, &nf):
 			return nil, err
 		}
+		if now := lastSeen(seen); log != nil && now != said && time.Since(started) >= quietWait {
+			log.InfoContext(ctx, "kruntimes: waiting for run", "run", namespace+"/"+name, "for", what, "status", now)
+			said = now
+		}
 		if err := sleep(ctx, delay); err != nil {
 			e := &WaitTimeoutError{Namespace: namespace, Name: name, What: what, Last: lastSeen(seen), Err: err}
 			if seen != nil {
@@ -337,6 +345,9 @@ func waitFor(ctx context.Context, store runStore, namespace, name, what string, 
 		delay = min(2*delay, 500*time.Millisecond)
 	}
 }
+
+// quietWait is how long a wait logs nothing: a quick one stays silent.
+const quietWait = time.Second
 
 // lastSeen is what a wait saw last: the phase, and why the Run waits when
 // its status says.

@@ -140,7 +140,7 @@ func (c *Client) ConnectSandboxAt(ctx context.Context, endpoint string) (*Sandbo
 func (c *Client) ready(ctx context.Context, store runStore, ns, name string) (*Sandbox, error) {
 	ctx, cancel := bounded(ctx, defaultReadyWait)
 	defer cancel()
-	run, err := waitFor(ctx, store, ns, name, "Ready", func(r *RunInfo) bool { return r.Phase == "Ready" && r.Endpoint != "" })
+	run, err := waitFor(ctx, c.logger, store, ns, name, "Ready", func(r *RunInfo) bool { return r.Phase == "Ready" && r.Endpoint != "" })
 	if err != nil {
 		return nil, err
 	}
@@ -211,7 +211,7 @@ func (s *Sandbox) end(ctx context.Context, mode string) (RunInfo, error) {
 	if err := store.terminate(ctx, s.run.Namespace, s.run.Name, mode); err != nil {
 		return s.run, err
 	}
-	run, err := waitFor(ctx, store, s.run.Namespace, s.run.Name, "its end", func(r *RunInfo) bool { return r.Ended() })
+	run, err := waitFor(ctx, s.c.logger, store, s.run.Namespace, s.run.Name, "its end", func(r *RunInfo) bool { return r.Ended() })
 	if err != nil {
 		return s.run, err
 	}

@@ -101,7 +101,36 @@ pub async fn wait(
     phase: Phase,
     timeout: Duration,
 ) -> anyhow::Result<()> {
-    let r = t.wait(namespace, name, &[phase], timeout).await?;
+    let r = wait_showing(t, namespace, name, &[phase], timeout).await?;
     println!("run.kruntimes.io/{} {}", r.name, r.phase);
     Ok(())
+}
+
+/// How long a wait stays silent: a quick one prints nothing.
+const QUIET: Duration = Duration::from_secs(1);
+
+/// [`Target::wait`], showing on stderr where the Run stands once it takes
+/// longer than [`QUIET`] (a spinner line on a terminal, a line per change
+/// otherwise).
+pub async fn wait_showing(
+    t: &Target,
+    namespace: &str,
+    name: &str,
+    phases: &[Phase],
+    timeout: Duration,
+) -> kruntimes_client::Result<RunInfo> {
+    let started = std::time::Instant::now();
+    let mut progress = crate::progress::Progress::new();
+    let r = t
+        .wait_seeing(namespace, name, phases, timeout, |r| {
+            if started.elapsed() >= QUIET {
+                progress.show(format!(
+                    "waiting for run {namespace}/{name}: {}",
+                    kruntimes_client::last_seen(r)
+                ));
+            }
+        })
+        .await;
+    progress.finish();
+    r
 }

@@ -149,7 +149,8 @@ pub async fn run(t: &Target, namespace: &str, cmd: SessionCommand) -> anyhow::Re
         } => {
             let run = session_run(namespace, &name, &runtime, &env, idle_timeout, queue_size)?;
             t.create(&run).await?;
-            let r = t.wait(namespace, &name, &[Phase::Ready], timeout).await?;
+            let r =
+                super::runs::wait_showing(t, namespace, &name, &[Phase::Ready], timeout).await?;
             println!("{}", r.endpoint.unwrap_or_default());
             Ok(0)
         }
@@ -272,9 +273,9 @@ pub async fn run(t: &Target, namespace: &str, cmd: SessionCommand) -> anyhow::Re
                 (TerminationMode::Drain, Phase::Succeeded)
             };
             t.terminate(namespace, &name, mode).await?;
-            let r = t
-                .wait(namespace, &name, &[want, Phase::Cancelled], timeout)
-                .await?;
+            let r =
+                super::runs::wait_showing(t, namespace, &name, &[want, Phase::Cancelled], timeout)
+                    .await?;
             println!("{}", r.phase);
             Ok(0)
         }
@@ -311,6 +312,7 @@ where
 {
     let mut buf = Vec::new();
     let mut code = 1;
+    let mut completed = false;
     let mut operation: Option<String> = None;
     let mut interrupted = false;
     loop {
@@ -361,6 +363,7 @@ where
                     }
                 }
                 Some("completed") => {
+                    completed = true;
                     code = match ev["state"].as_str() {
                         Some("Succeeded") => 0,
                         Some("Cancelled") if interrupted => INTERRUPTED,
@@ -370,10 +373,20 @@ where
                         eprintln!("operation {}", ev["state"].as_str().unwrap_or("ended"));
                     }
                 }
-                Some("failed") => eprintln!("error: {}", ev["error"]),
+                Some("failed") => {
+                    completed = true;
+                    eprintln!("error: {}", ev["error"]);
+                }
                 _ => {}
             }
         }
+    }
+    if !completed {
+        // Never silent: the caller learns the outcome is unknown.
+        let op = operation.as_deref().unwrap_or("the operation");
+        eprintln!(
+            "error: the stream ended before {op} completed: whether it ran is unknown (krt session exec -v names operations)"
+        );
     }
     Ok(code)
 }

@@ -6,11 +6,12 @@
 //! a spinner line on a terminal, a plain line per change otherwise.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::IsTerminal as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use kruntimes_client::embedded::{RunRow, RunsFile};
+
+use crate::progress::Progress;
 
 /// How long `krt up` waits for its first Runs before it says ready anyway,
 /// naming those still waiting.
@@ -165,52 +166,13 @@ where
             settled.waiting = pending;
             return settled;
         }
-        progress.show(&pending);
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// What `krt up` shows while it waits.
-struct Progress {
-    tty: bool,
-    last: String,
-    frame: usize,
-    drawn: bool,
-}
-
-impl Progress {
-    fn new() -> Self {
-        Self {
-            tty: std::io::stderr().is_terminal(),
-            last: String::new(),
-            frame: 0,
-            drawn: false,
-        }
-    }
-
-    fn show(&mut self, pending: &[(String, String)]) {
         let names: Vec<String> = pending.iter().map(|(n, w)| format!("{n} {w}")).collect();
-        let line = format!(
+        progress.show(format!(
             "waiting for {}: {}",
             plural(pending.len()),
             names.join("; ")
-        );
-        if self.tty {
-            const FRAMES: [char; 4] = ['|', '/', '-', '\\'];
-            self.frame = (self.frame + 1) % FRAMES.len();
-            let shown: String = line.chars().take(160).collect();
-            eprint!("\r\x1b[2K{} {shown}", FRAMES[self.frame]);
-            self.drawn = true;
-        } else if line != self.last {
-            eprintln!("{line}");
-        }
-        self.last = line;
-    }
-
-    fn finish(&mut self) {
-        if self.drawn {
-            eprint!("\r\x1b[2K");
-        }
+        ));
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

@@ -59,8 +59,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Configuration of the embedded control plane.
 #[derive(Debug, Clone)]
 pub struct EmbeddedConfig {
-    /// Directory of Run manifests.
-    pub runs_dir: PathBuf,
+    /// Directories of Run manifests, watched together (a Run is named in
+    /// one of them).
+    pub runs_dirs: Vec<PathBuf>,
     /// Where `runs.json` is written.
     pub state_dir: PathBuf,
     /// The runtimed instances.
@@ -209,7 +210,9 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     instances: Option<Instances>,
 ) -> Result<()> {
-    std::fs::create_dir_all(&cfg.runs_dir)?;
+    for dir in &cfg.runs_dirs {
+        std::fs::create_dir_all(dir)?;
+    }
     std::fs::create_dir_all(&cfg.state_dir)?;
     let publisher = Publisher::new(
         SourceKind::ControlPlane,
@@ -259,7 +262,7 @@ pub async fn run(
     for pod in &cfg.pods {
         conns.add(pod)?;
     }
-    let _watcher = spawn_store_watcher(cfg.runs_dir.clone(), tx.clone())?;
+    let _watcher = spawn_store_watcher(cfg.runs_dirs.clone(), tx.clone())?;
 
     let mut ctl = Controller::new(
         cfg.pods.clone(),
@@ -369,7 +372,7 @@ fn write_atomic(path: &std::path::Path, data: &[u8]) -> std::io::Result<()> {
 /// itself makes them, and counting them made the watch rescan every 20 ms
 /// for as long as the process lived.
 fn spawn_store_watcher(
-    dir: PathBuf,
+    dirs: Vec<PathBuf>,
     tx: mpsc::UnboundedSender<Msg>,
 ) -> Result<notify::RecommendedWatcher> {
     use notify::Watcher;
@@ -380,13 +383,15 @@ fn spawn_store_watcher(
             w.notify_one();
         }
     })?;
-    watcher.watch(&dir, notify::RecursiveMode::NonRecursive)?;
+    for dir in &dirs {
+        watcher.watch(dir, notify::RecursiveMode::NonRecursive)?;
+    }
     tokio::spawn(async move {
         let mut last: Option<Scan> = None;
         let mut backstop = tokio::time::interval(Duration::from_secs(2));
         loop {
-            let d = dir.clone();
-            let scan = match tokio::task::spawn_blocking(move || store::scan(&d)).await {
+            let d = dirs.clone();
+            let scan = match tokio::task::spawn_blocking(move || store::scan_all(&d)).await {
                 Ok(s) => s,
                 Err(_) => return,
             };

@@ -1,7 +1,8 @@
 //! The file-backed Run store of the embedded control plane: every `*.yaml` /
-//! `*.yml` file in one directory holds one or more Run manifests, read
-//! straight into the API's [`Run`] (the same YAML as the CRD). Adding or
-//! removing a file while running adds or removes those Runs.
+//! `*.yml` file in its directories (the user's, and the one clients write
+//! into) holds one or more Run manifests, read straight into the API's
+//! [`Run`] (the same YAML as the CRD). Adding or removing a file while
+//! running adds or removes those Runs.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -29,6 +30,28 @@ pub struct Scan {
     pub runs: BTreeMap<String, Run>,
     /// Files (or documents) that were skipped.
     pub errors: Vec<FileError>,
+}
+
+/// Reads every manifest in `dirs`, in order: a Run named again in a later
+/// directory is a duplicate (skipped, and said so).
+pub fn scan_all(dirs: &[PathBuf]) -> Scan {
+    let mut out = Scan::default();
+    for dir in dirs {
+        let one = scan(dir);
+        out.errors.extend(one.errors);
+        for (key, run) in one.runs {
+            match out.runs.entry(key) {
+                std::collections::btree_map::Entry::Occupied(e) => out.errors.push(FileError {
+                    file: dir.display().to_string(),
+                    message: format!("duplicate Run {} (also in an earlier directory)", e.key()),
+                }),
+                std::collections::btree_map::Entry::Vacant(e) => {
+                    e.insert(run);
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Reads every manifest in `dir`; a missing directory is empty.
@@ -119,6 +142,30 @@ mod tests {
     use super::*;
 
     const RUN: &str = "apiVersion: kruntimes.io/v1alpha1\nkind: Run\nmetadata:\n  name: NAME\nspec:\n  runtime: python\n  mode:\n    function:\n      handler: main.invoke\n";
+
+    #[test]
+    fn several_directories_merge_and_a_run_named_twice_is_refused_once() {
+        let a = tempfile::tempdir().unwrap();
+        let b = tempfile::tempdir().unwrap();
+        let run = |name: &str| {
+            format!(
+                "apiVersion: {API_VERSION}\nkind: Run\nmetadata:\n  name: {name}\nspec:\n  runtime: python\n  mode:\n    function: {{handler: main.invoke}}\n"
+            )
+        };
+        std::fs::write(a.path().join("one.yaml"), run("one")).unwrap();
+        std::fs::write(b.path().join("two.yaml"), run("two")).unwrap();
+        std::fs::write(b.path().join("again.yaml"), run("one")).unwrap();
+        let s = scan_all(&[a.path().to_owned(), b.path().to_owned()]);
+        assert_eq!(
+            s.runs.keys().collect::<Vec<_>>(),
+            ["default/one", "default/two"]
+        );
+        assert_eq!(s.errors.len(), 1, "{:?}", s.errors);
+        assert!(s.errors[0].message.contains("duplicate Run default/one"));
+        // A missing directory is empty.
+        let gone = a.path().join("missing");
+        assert_eq!(scan_all(&[gone]).runs.len(), 0);
+    }
 
     #[test]
     fn scans_single_and_multi_document_files() {

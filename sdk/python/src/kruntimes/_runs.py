@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -208,14 +209,24 @@ class StateDirRuns(RunStore):
         return done(None)
 
 
+#: Long waits (a sandbox coming up or ending) are logged here at INFO, once a second has passed
+#: and at each change of where the Run stands: ``logging.basicConfig(level=logging.INFO)`` shows them.
+log = logging.getLogger("kruntimes")
+
+#: How long a wait logs nothing: a quick one stays silent.
+QUIET_WAIT = 1.0
+
+
 def wait_for(store: RunStore, namespace: str, name: str, want: Callable[[RunInfo], bool], what: str,
              timeout: float) -> Flow[RunInfo]:
     """Polls the Run until ``want`` holds; raises :class:`RunEndedError` (:class:`RunFailedError`
     for ``Failed``) if it ends otherwise,
     :class:`WaitTimeoutError` after ``timeout`` seconds. A Run not listed yet is waited for
     (the control plane may not have read it)."""
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    deadline = started + timeout
     delay = 0.05
+    said = ""
     while True:
         run = yield from store.get(namespace, name)
         if run is not None and want(run):
@@ -225,6 +236,10 @@ def wait_for(store: RunStore, namespace: str, name: str, want: Callable[[RunInfo
             cls = RunFailedError if run.phase == "Failed" else RunEndedError
             raise cls(f"run {namespace}/{name} ended {run.phase}{detail} before {what}",
                       status=0, code=run.phase, phase=run.phase, reason=run.reason)
+        now = _last_seen(run)
+        if now != said and time.monotonic() - started >= QUIET_WAIT:
+            log.info("waiting for run %s/%s (%s): %s", namespace, name, what, now)
+            said = now
         if time.monotonic() > deadline:
             raise WaitTimeoutError(f"run {namespace}/{name}: {what} not reached within {timeout:g}s "
                                    f"({_last_seen(run)})",

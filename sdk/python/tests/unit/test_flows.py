@@ -278,3 +278,36 @@ def test_the_state_dir_store_writes_and_terminates_manifests(tmp_path):
     drive(store.delete("default", "s"), lambda c: None)
     assert list(runs_dir.iterdir()) == []
     drive(store.delete("default", "s"), lambda c: None)  # already gone: no error
+
+
+def test_a_long_wait_is_logged_at_each_change_and_a_quick_one_not(monkeypatch, caplog):
+    from kruntimes import _runs
+    from kruntimes._runs import RunInfo, RunStore, wait_for
+    from kruntimes._wire import done
+
+    class Phases(RunStore):
+        def __init__(self, phases):
+            self.phases = list(phases)
+
+        def get(self, namespace, name):
+            phase, reason = self.phases.pop(0) if len(self.phases) > 1 else self.phases[0]
+            return done(RunInfo(name=name, namespace=namespace, uid="u", runtime="bash", mode="session",
+                                phase=phase, reason=reason))
+
+    def no_send(call):
+        raise AssertionError(call)
+
+    ready = lambda r: r.phase == "Ready"  # noqa: E731
+    monkeypatch.setattr(_runs, "QUIET_WAIT", 0.0)
+    monkeypatch.setattr(_runs.time, "sleep", lambda s: None, raising=False)
+    caplog.set_level("INFO", logger="kruntimes")
+    store = Phases([("Pending", "NoIdlePod"), ("Pending", "NoIdlePod"), ("Running", "Registering"), ("Ready", "")])
+    drive(wait_for(store, "a", "box", ready, "Ready", 30), no_send)
+    assert [r.getMessage() for r in caplog.records] == [
+        "waiting for run a/box (Ready): phase Pending, NoIdlePod",
+        "waiting for run a/box (Ready): phase Running, Registering",
+    ]
+    caplog.clear()
+    monkeypatch.setattr(_runs, "QUIET_WAIT", 3600.0)
+    drive(wait_for(Phases([("Pending", ""), ("Ready", "")]), "a", "box", ready, "Ready", 30), no_send)
+    assert caplog.records == []
