@@ -470,6 +470,15 @@ async fn token_audiences_are_enforced() {
     let for_api = server.service_account_token("a", "bot", 600).await.unwrap();
     let r = call(&stack, &url, Some(&for_api)).await;
     assert_eq!(r.status(), 401);
-    assert_eq!(error_code(r).await, "Unauthenticated");
+    // ...and the answer names the audience it lacks, and how to get one.
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "Unauthenticated");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("this gateway takes kruntimes-gateway")
+            && message.contains("--audience kruntimes-gateway"),
+        "{message}"
+    );
+    assert!(!message.contains(&for_api));
     assert_no_token_in_logs(&stack, &[&for_gateway, &for_api]).await;
 }
