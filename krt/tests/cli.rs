@@ -138,7 +138,8 @@ fn function_verbs(base: &[&str], dir: &Path, name: &str, ns: &str) {
             ],
         ),
         26,
-        "500 FunctionError: ValueError: bad 7 (invocation inv-raise)",
+        // The line docs/cli.md shows.
+        "error: 500 FunctionError: ValueError: bad 7 (invocation inv-raise)",
     );
     fails_with(
         krt(base, &["-n", ns, "invoke", name, "--data", "not json"]),
