@@ -3,12 +3,14 @@ package kruntimes
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
@@ -93,6 +95,9 @@ func New(gatewayURL, token string, opts ...Option) (*Client, error) {
 // sandboxes created as manifests in its runs directory.
 func NewFromStateDir(dir string, opts ...Option) (*Client, error) {
 	o := collect(opts)
+	if !stackRunning(dir) {
+		return nil, fmt.Errorf("%w for %s (start one with `krt --state-dir %s up`): its state files describe a stack that is gone", ErrNoStack, dir, dir)
+	}
 	raw, err := os.ReadFile(filepath.Join(dir, "client.json"))
 	if err != nil {
 		return nil, fmt.Errorf("read client.json (is `krt up` running with this state dir?): %w", err)
@@ -215,4 +220,23 @@ func or(a, b string) string {
 		return a
 	}
 	return b
+}
+
+// ErrNoStack is returned by NewFromStateDir for a state directory no krt up
+// runs with (errors.Is).
+var ErrNoStack = errors.New("kruntimes: no krt up running")
+
+// stackRunning reports whether a krt up holds dir: it keeps an exclusive
+// flock on krt-up.lock for its whole life, so a shared one is refused
+// exactly while it runs.
+func stackRunning(dir string) bool {
+	f, err := os.Open(filepath.Join(dir, "krt-up.lock"))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
+		return errors.Is(err, syscall.EWOULDBLOCK)
+	}
+	return false
 }

@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -366,5 +367,32 @@ func TestTheStateDirStoreWritesAndTerminatesManifests(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(runs); len(entries) != 0 {
 		t.Errorf("left %v", entries)
+	}
+}
+
+func TestAStateDirNoKrtUpHoldsIsRefusedInWords(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "client.json"), []byte(`{"gateway":"https://127.0.0.1:1","token":"t"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		_, err := NewFromStateDir(dir)
+		if !errors.Is(err, ErrNoStack) || !strings.Contains(err.Error(), "no krt up running for "+dir) {
+			t.Fatalf("%v", err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "krt-up.lock"), []byte("{}"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held, err := os.Open(filepath.Join(dir, "krt-up.lock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if err := syscall.Flock(int(held.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewFromStateDir(dir); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -17,7 +17,9 @@ Three ways to make one, the same for :class:`Client` (blocking) and
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, TypeVar
 
@@ -68,6 +70,9 @@ class _ClientBase:
         ``krt up --kubeconfig`` accepts, or one minted with ``krt token``).
         """
         state = Path(path)
+        if not _stack_running(state):
+            raise ConfigError(f"no krt up running for {state} (start one with `krt --state-dir {state} up`): "
+                              "its state files describe a stack that is gone")
         try:
             cfg = json.loads((state / "client.json").read_text())
         except (OSError, ValueError) as e:
@@ -176,3 +181,19 @@ class AsyncClient(_ClientBase):
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.aclose()
+
+
+def _stack_running(state: Path) -> bool:
+    """Whether a ``krt up`` holds ``state`` (its lifelong ``flock`` on ``krt-up.lock``): a
+    shared lock is refused exactly while it does."""
+    try:
+        fd = os.open(state / "krt-up.lock", os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False

@@ -131,3 +131,20 @@ def test_ended_and_failed_runs_carry_their_phase_and_reason_and_are_not_retryabl
     assert errors.from_answer("gateway", 404, {}, gateway_body("NotFound")).phase == ""
     e = errors.from_event({"code": "RunEnded", "message": "closed", "phase": "Succeeded", "reason": "Drained"})
     assert type(e) is kruntimes.RunEndedError and (e.status, e.phase) == (410, "Succeeded")
+
+
+def test_a_state_dir_no_krt_up_holds_is_refused_in_words(tmp_path):
+    import fcntl
+    import json as _json
+
+    (tmp_path / "client.json").write_text(_json.dumps({"gateway": "https://127.0.0.1:1", "token": "t"}))
+    # No lock file, then a lock file nobody holds: the stack is gone.
+    for _ in range(2):
+        with pytest.raises(kruntimes.ConfigError) as e:
+            kruntimes.Client.from_state_dir(str(tmp_path))
+        assert f"no krt up running for {tmp_path}" in e.value.message
+        (tmp_path / "krt-up.lock").write_text("{}")
+    # Held (as krt up holds it for its life): the client is made.
+    with open(tmp_path / "krt-up.lock") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        kruntimes.Client.from_state_dir(str(tmp_path)).close()
