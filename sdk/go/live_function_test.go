@@ -56,6 +56,21 @@ func TestLiveHandlerFailuresAreTypedByCode(t *testing.T) {
 	}
 }
 
+func TestLiveAFunctionThatCannotLoadHasFailedForGood(t *testing.T) {
+	fn := client(t, "").Function(env(t, "KRT_TEST_BROKEN_FUNCTION"))
+	ctx := timeout(t, time.Minute)
+	err := fn.Invoke(ctx, nil, nil)
+	var failed *kruntimes.RunFailedError
+	var ended *kruntimes.RunEndedError
+	var unavailable *kruntimes.UnavailableError
+	if !errors.As(err, &failed) || !errors.As(err, &ended) || errors.As(err, &unavailable) {
+		t.Fatalf("%T %v", err, err)
+	}
+	if failed.Status != 409 || failed.Phase != "Failed" || failed.Reason != "RegistrationFailed" || failed.Retryable() || !strings.Contains(failed.Message, "SyntaxError") {
+		t.Errorf("%+v", failed.APIError)
+	}
+}
+
 func TestLiveABadTokenIsUnauthenticatedAndBobIsDenied(t *testing.T) {
 	ctx := timeout(t, time.Minute)
 	name := env(t, "KRT_TEST_FUNCTION")

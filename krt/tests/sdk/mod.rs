@@ -31,6 +31,10 @@ use serde_json::json;
 
 /// The fixture function Run.
 pub const FUNCTION: &str = "sdk-hello";
+/// A function Run whose handler does not load: it ends `Failed`.
+const BROKEN: &str = "sdk-broken";
+/// Its handler: a syntax error.
+const BROKEN_PY: &str = "def invoke(request)\n    return request\n";
 /// Its handler (`main.invoke`): the end-to-end tests' greeter (sleeps and
 /// raises on request), which also crashes its worker or returns 2 MiB.
 pub fn handler() -> String {
@@ -85,6 +89,7 @@ impl Target {
             &handler(),
             "      invocationTimeoutSeconds: 2\n",
         );
+        let broken = function_run(BROKEN, "python", "main.invoke", "main.py", BROKEN_PY, "");
         let stack = Stack::start(
             krt(),
             Options {
@@ -92,11 +97,15 @@ impl Target {
                 // sandbox takes a whole instance and another starts.
                 runtimed: 2,
                 max_runtimed: Some(16),
-                runs: vec![(format!("{FUNCTION}.yaml"), manifest)],
+                runs: vec![
+                    (format!("{FUNCTION}.yaml"), manifest),
+                    (format!("{BROKEN}.yaml"), broken),
+                ],
                 extra_args: Vec::new(),
             },
         )
         .expect("start the embedded stack");
+        stack.wait_phase(BROKEN, "Failed").await.unwrap();
         let run = stack.wait_phase(FUNCTION, "Ready").await.unwrap();
         stack.wait_routable(&run).await.unwrap();
         // The embedded policy allows only its admins: bob is authenticated and denied.
@@ -113,6 +122,7 @@ impl Target {
             ),
             var("KRT_TEST_NAMESPACE", "default"),
             var("KRT_TEST_FUNCTION", FUNCTION),
+            var("KRT_TEST_BROKEN_FUNCTION", BROKEN),
             var("KRT_TEST_SESSION_RUNTIME", "bash"),
             var(
                 "KRT_TEST_FORBIDDEN_TOKEN",
@@ -177,8 +187,27 @@ impl Target {
             }
         }))
         .unwrap();
-        kube::Api::<kruntimes_api::Run>::namespaced(server.client().await.unwrap(), NAMESPACE)
-            .create(&kube::api::PostParams::default(), &run)
+        let runs =
+            kube::Api::<kruntimes_api::Run>::namespaced(server.client().await.unwrap(), NAMESPACE);
+        runs.create(&kube::api::PostParams::default(), &run)
+            .await
+            .unwrap();
+        let broken: kruntimes_api::Run = serde_json::from_value(json!({
+            "apiVersion": "kruntimes.io/v1alpha1",
+            "kind": "Run",
+            "metadata": {"name": BROKEN, "namespace": NAMESPACE},
+            "spec": {
+                "runtime": "python",
+                "source": {"inlinePath": "main.py", "inline": BROKEN_PY},
+                "mode": {"function": {"handler": "main.invoke"}},
+            }
+        }))
+        .unwrap();
+        runs.create(&kube::api::PostParams::default(), &broken)
+            .await
+            .unwrap();
+        cluster
+            .wait_phase(NAMESPACE, BROKEN, "Failed")
             .await
             .unwrap();
         let run = cluster
@@ -197,6 +226,7 @@ impl Target {
             var("KRT_TEST_MODE", "kubernetes"),
             var("KRT_TEST_NAMESPACE", NAMESPACE),
             var("KRT_TEST_FUNCTION", FUNCTION),
+            var("KRT_TEST_BROKEN_FUNCTION", BROKEN),
             var("KRT_TEST_SESSION_RUNTIME", "bash"),
             var("KRT_TEST_KUBECONFIG", kubeconfig(User::Alice)),
             var("KRT_TEST_KUBECONFIG_BOB", kubeconfig(User::Bob)),

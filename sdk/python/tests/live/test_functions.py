@@ -39,6 +39,17 @@ def test_a_crashing_worker_and_an_oversized_output_are_their_own_errors(client, 
     assert fn.invoke({"name": "again"})["message"] == "hello again"
 
 
+def test_a_function_that_cannot_load_has_failed_for_good(client):
+    # The retry contract: 409 RunFailed, with the Run's phase and reason, never retryable.
+    with pytest.raises(kruntimes.RunFailedError) as e:
+        client.function(env("KRT_TEST_BROKEN_FUNCTION")).invoke({})
+    assert (e.value.status, e.value.code, e.value.phase, e.value.reason) == (409, "RunFailed", "Failed",
+                                                                             "RegistrationFailed")
+    assert "SyntaxError" in e.value.message and e.value.retry_after is None
+    assert isinstance(e.value, kruntimes.RunEndedError)
+    assert not isinstance(e.value, (kruntimes.UnavailableError, kruntimes.ServerError))
+
+
 def test_a_bad_token_is_unauthenticated(function_name):
     with make_client(token="not-a-valid-token") as c:
         with pytest.raises(kruntimes.UnauthenticatedError) as e:
