@@ -21,11 +21,22 @@ async fn killed_runtimed_answers_503_then_recovers_with_the_next_attempt() {
 
     stack.kill("runtimed-0").unwrap();
     let resp = stack.invoke("survivor", "{}").await.unwrap();
-    assert_eq!(resp.status().as_u16(), 503, "the owner is gone");
-    assert!(resp.headers().contains_key("retry-after"));
+    let status = resp.status().as_u16();
+    let retry_after = resp.headers().contains_key("retry-after");
     let body = json(resp).await;
     let code = body["error"]["code"].as_str().unwrap();
-    assert!(["OwnerUnavailable", "NotReady"].contains(&code), "{body}");
+    // The owner is gone: 503 once the gateway knows (retry later), or 500
+    // OutcomeUnknown when the call went out on the pooled connection to the
+    // dead process — whether it got there first cannot be told, so it is
+    // never answered as "did not run".
+    match status {
+        503 => {
+            assert!(retry_after, "{body}");
+            assert!(["OwnerUnavailable", "NotReady"].contains(&code), "{body}");
+        }
+        500 => assert_eq!(code, "OutcomeUnknown", "{body}"),
+        other => panic!("the owner is gone, yet {other}: {body}"),
+    }
 
     // krt restarts the instance with a new Pod UID; the control plane fences
     // the old registration and re-registers as attempt 2.

@@ -375,7 +375,9 @@ impl ProxyHttp for Gateway {
         _client_reused: bool,
     ) -> Box<Error> {
         // The outcome of a dispatched invocation is unknown: never retry.
-        ctx.dispatched = true;
+        // Only what HTTP/2 says was not processed (GOAWAY past the stream,
+        // REFUSED_STREAM: Pingora marks those retryable) did not run.
+        ctx.dispatched = !matches!(e.retry, pingora::RetryType::Decided(true));
         let mut e = e.more_context(format!("owner {peer}"));
         e.set_retry(false);
         e

@@ -86,7 +86,8 @@ pub async fn logs(
 }
 
 /// A log line for people. The stack's JSON records read
-/// `TIME SOURCE LEVEL message key=value…` (the Run's UID left out: it is
+/// `TIME SOURCE LEVEL message key=value…` (fields in key order; the Run's
+/// UID left out: it is
 /// the Run asked for), the Run's own output `TIME stdout|stderr text`;
 /// any other line prints as it is.
 fn pretty(line: &str) -> String {
@@ -113,10 +114,13 @@ fn pretty(line: &str) -> String {
             out.push(' ');
             out.push_str(m);
         }
-        for (k, value) in fields {
-            if k == "message" || k == "run_uid" {
-                continue;
-            }
+        // In key order, whatever order the JSON map keeps.
+        let mut rest: Vec<_> = fields
+            .iter()
+            .filter(|(k, _)| *k != "message" && *k != "run_uid")
+            .collect();
+        rest.sort_by(|a, b| a.0.cmp(b.0));
+        for (k, value) in rest {
             match value {
                 Value::String(s) if !s.is_empty() && !s.contains(char::is_whitespace) => {
                     out.push_str(&format!(" {k}={s}"));
@@ -255,7 +259,7 @@ mod tests {
         let rec = r#"{"timestamp":"2026-12-07T04:29:24.579Z","level":"INFO","fields":{"message":"invocation finished","run_uid":"u-1","invocation_id":"inv 1","backend":"python","duration_ms":12},"target":"kruntimes_runtimed::function::invoke"}"#;
         assert_eq!(
             pretty(rec),
-            r#"2026-12-07T04:29:24.579Z runtimed INFO invocation finished invocation_id="inv 1" backend=python duration_ms=12"#
+            r#"2026-12-07T04:29:24.579Z runtimed INFO invocation finished backend=python duration_ms=12 invocation_id="inv 1""#
         );
         let server = r#"{"timestamp":"T","level":"WARN","fields":{"message":"m"},"target":"kruntimes_runtime_server::function"}"#;
         assert_eq!(pretty(server), "T runtime-server WARN m");
