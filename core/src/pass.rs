@@ -94,6 +94,7 @@ impl RunFacts {
             mode,
             max_retries: self.max_retries,
             termination: self.termination,
+            retry_exit_codes: crate::lifecycle::ExitCodes::NONE,
         }
     }
 

@@ -155,6 +155,7 @@ impl Run {
             mode,
             max_retries: self.spec.retry_policy.max_retries,
             termination: self.termination(),
+            retry_exit_codes: kruntimes_core::lifecycle::ExitCodes::NONE,
         }
     }
 

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use super::{Event, Life, Phase, Rules, Transition, apply};
+use super::{Event, ExitCodes, Life, Phase, Rules, Transition, apply};
 use crate::{ModeKind, TerminationMode};
 
 /// What the control plane knows about a Run's owner.
@@ -112,6 +112,7 @@ fn transition(f: &Facts<'_>, mode: ModeKind, event: &Event<'_>) -> Decision {
         mode,
         max_retries: f.max_retries,
         termination: f.termination,
+        retry_exit_codes: ExitCodes::NONE,
     };
     apply(&f.life, &rules, event).map_or(Decision::Nothing, Decision::Apply)
 }

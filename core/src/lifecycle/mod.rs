@@ -60,6 +60,35 @@ pub struct Rules {
     pub max_retries: u32,
     /// `spec.termination.mode`.
     pub termination: Option<TerminationMode>,
+    /// `spec.retryPolicy.onExitCodes`: the non-zero exit codes of a task
+    /// that are retried (none unless the policy names them).
+    pub retry_exit_codes: ExitCodes,
+}
+
+/// A set of process exit codes (0–255: a shell's `128 + N` for signal N
+/// included), small enough to copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ExitCodes([u64; 4]);
+
+impl ExitCodes {
+    /// No code.
+    pub const NONE: Self = Self([0; 4]);
+
+    /// The codes of `codes` that are exit codes (0–255); `None` names the
+    /// first that is not.
+    pub fn of(codes: &[i32]) -> Result<Self, i32> {
+        let mut set = Self::NONE;
+        for &c in codes {
+            let bit = u8::try_from(c).map_err(|_| c)?;
+            set.0[usize::from(bit / 64)] |= 1 << (bit % 64);
+        }
+        Ok(set)
+    }
+
+    /// Whether `code` is in the set.
+    pub fn contains(self, code: i32) -> bool {
+        u8::try_from(code).is_ok_and(|b| self.0[usize::from(b / 64)] & (1 << (b % 64)) != 0)
+    }
 }
 
 /// Something that happened to a Run.
@@ -122,6 +151,16 @@ pub enum Event<'a> {
     Terminate,
     /// The owner finished draining.
     Drained,
+    /// A task's process started on its owner.
+    TaskStarted,
+    /// A task's process exited with `code` (a shell's `128 + N` when signal
+    /// N ended it).
+    TaskExited {
+        /// Its exit code.
+        code: i32,
+    },
+    /// A task's process could not be started on its owner.
+    StartFailed(&'a str),
 }
 
 /// A change of a Run's life, with the message that explains it.
@@ -261,7 +300,51 @@ pub fn apply(life: &Life, rules: &Rules, event: &Event<'_>) -> Option<Transition
             (_, TerminationMode::Immediate) => to(Cancelled, Reason::Terminated, String::new()),
         },
         Event::Drained if phase == Finalizing => to(Succeeded, Reason::Drained, String::new()),
+        Event::TaskStarted if phase == Scheduled && rules.mode == ModeKind::Task => {
+            to(Running, Reason::Started, String::new())
+        }
+        // An exit may be the first word of a task that was quick.
+        Event::TaskExited { code }
+            if matches!(phase, Scheduled | Running) && rules.mode == ModeKind::Task =>
+        {
+            Some(task_exited(life, rules, code))
+        }
+        Event::StartFailed(why)
+            if matches!(phase, Scheduled | Running) && rules.mode == ModeKind::Task =>
+        {
+            let (phase, message) = if rules.termination.is_some() {
+                (Cancelled, format!("{why}; termination requested"))
+            } else {
+                retry_or_fail(life, rules, why)
+            };
+            Some(Transition {
+                phase,
+                reason: Reason::StartFailed,
+                attempt: life.attempt,
+                message,
+            })
+        }
         _ => None,
+    }
+}
+
+/// A task's exit: `Succeeded` on 0; another code is `Failed`, or placed
+/// again when the retry policy names that code and retries are left.
+fn task_exited(life: &Life, rules: &Rules, code: i32) -> Transition {
+    let exited = format!("exited with code {code}");
+    let (phase, reason, message) = if code == 0 {
+        (Phase::Succeeded, Reason::Completed, exited)
+    } else if rules.retry_exit_codes.contains(code) && rules.termination.is_none() {
+        let (phase, message) = retry_or_fail(life, rules, &exited);
+        (phase, Reason::NonZeroExit, message)
+    } else {
+        (Phase::Failed, Reason::NonZeroExit, exited)
+    };
+    Transition {
+        phase,
+        reason,
+        attempt: life.attempt,
+        message,
     }
 }
 

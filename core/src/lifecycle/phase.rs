@@ -138,11 +138,21 @@ pub enum Reason {
     /// `Pending` (rescheduling), `Failed` or `Cancelled`: the owner did not
     /// make the Run Ready within its registration deadline.
     RegistrationTimeout,
+    /// `Running`: a task's process started on its owner.
+    Started,
+    /// `Succeeded`: a task's process exited with code 0.
+    Completed,
+    /// `Failed`, or `Pending` when the retry policy retries that exit code:
+    /// a task's process exited with another code.
+    NonZeroExit,
+    /// `Failed`, or `Pending` while retries are left: a task's process could
+    /// not be started on its owner.
+    StartFailed,
 }
 
 impl Reason {
     /// Every reason, for parsing and tests.
-    pub const ALL: [Reason; 19] = [
+    pub const ALL: [Reason; 23] = [
         Self::NoIdlePod,
         Self::InsufficientResources,
         Self::AffinityUnsatisfied,
@@ -162,6 +172,10 @@ impl Reason {
         Self::RuntimeFailed,
         Self::SessionLost,
         Self::RegistrationTimeout,
+        Self::Started,
+        Self::Completed,
+        Self::NonZeroExit,
+        Self::StartFailed,
     ];
 
     /// The reason as written to `status.reason`.
@@ -186,6 +200,10 @@ impl Reason {
             Self::RuntimeFailed => "RuntimeFailed",
             Self::SessionLost => "SessionLost",
             Self::RegistrationTimeout => "RegistrationTimeout",
+            Self::Started => "Started",
+            Self::Completed => "Completed",
+            Self::NonZeroExit => "NonZeroExit",
+            Self::StartFailed => "StartFailed",
         }
     }
 

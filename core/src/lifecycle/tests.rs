@@ -10,11 +10,23 @@ fn rules(mode: ModeKind, max_retries: u32, termination: Option<TerminationMode>)
         mode,
         max_retries,
         termination,
+        retry_exit_codes: ExitCodes::NONE,
     }
 }
 
 fn function() -> Rules {
     rules(ModeKind::Function, 3, None)
+}
+
+fn task() -> Rules {
+    rules(ModeKind::Task, 3, None)
+}
+
+fn retried_on(codes: &[i32]) -> Rules {
+    Rules {
+        retry_exit_codes: ExitCodes::of(codes).unwrap(),
+        ..task()
+    }
 }
 
 fn life(phase: Phase, attempt: u64) -> Life {
@@ -213,6 +225,76 @@ fn every_event_applies_in_exactly_its_phases() {
             Event::Drained,
             vec![(vec![Finalizing], Succeeded, Reason::Drained)],
         ),
+        row(
+            "task started",
+            task(),
+            Event::TaskStarted,
+            vec![(vec![Scheduled], Running, Reason::Started)],
+        ),
+        row(
+            "task exited 0",
+            task(),
+            Event::TaskExited { code: 0 },
+            vec![(vec![Scheduled, Running], Succeeded, Reason::Completed)],
+        ),
+        row(
+            "task exited 3",
+            task(),
+            Event::TaskExited { code: 3 },
+            vec![(vec![Scheduled, Running], Failed, Reason::NonZeroExit)],
+        ),
+        row(
+            "task exited 3, retried on 3",
+            retried_on(&[3, 137]),
+            Event::TaskExited { code: 3 },
+            vec![(vec![Scheduled, Running], Pending, Reason::NonZeroExit)],
+        ),
+        row(
+            "task exited 4, retried on 3 only",
+            retried_on(&[3, 137]),
+            Event::TaskExited { code: 4 },
+            vec![(vec![Scheduled, Running], Failed, Reason::NonZeroExit)],
+        ),
+        row(
+            "task start failed",
+            task(),
+            Event::StartFailed("no such file: main.py"),
+            vec![(vec![Scheduled, Running], Pending, Reason::StartFailed)],
+        ),
+        row(
+            "task start failed while terminating",
+            rules(ModeKind::Task, 3, Some(TerminationMode::Immediate)),
+            Event::StartFailed("no such file: main.py"),
+            vec![(vec![Scheduled, Running], Cancelled, Reason::StartFailed)],
+        ),
+        row(
+            "owner lost (task)",
+            task(),
+            Event::OwnerLost { pod: "p" },
+            vec![
+                (assigned(), Pending, Reason::OwnerLost),
+                (vec![Finalizing], Cancelled, Reason::OwnerLost),
+            ],
+        ),
+        // The task events are a task's only.
+        row(
+            "task started (function)",
+            function(),
+            Event::TaskStarted,
+            vec![],
+        ),
+        row(
+            "task exited (session)",
+            session,
+            Event::TaskExited { code: 0 },
+            vec![],
+        ),
+        row(
+            "start failed (function)",
+            function(),
+            Event::StartFailed("x"),
+            vec![],
+        ),
     ];
     for r in table {
         for phase in ALL_PHASES {
@@ -374,4 +456,67 @@ fn deletion_releases_as_termination_says_and_cancels_otherwise() {
         release_on_delete(Some(TerminationMode::Immediate)),
         Stop::Cancel
     );
+}
+
+#[test]
+fn a_task_runs_once_and_its_exit_code_decides_how_it_ends() {
+    let r = task();
+    let mut l = Life::default();
+    for (event, phase, reason) in [
+        (Event::Assigned { pod: "p" }, Scheduled, Reason::Scheduled),
+        (Event::TaskStarted, Running, Reason::Started),
+        (Event::TaskExited { code: 0 }, Succeeded, Reason::Completed),
+    ] {
+        let t = apply(&l, &r, &event).unwrap();
+        assert_eq!((t.phase, t.reason, t.attempt), (phase, reason, 1));
+        l = t.life();
+    }
+    // A non-zero exit is not retried unless the policy names the code.
+    let running = life(Running, 1);
+    let failed = apply(&running, &r, &Event::TaskExited { code: 137 }).unwrap();
+    assert_eq!(
+        (failed.phase, failed.message.as_str()),
+        (Failed, "exited with code 137")
+    );
+    let r = retried_on(&[137]);
+    let again = apply(&running, &r, &Event::TaskExited { code: 137 }).unwrap();
+    assert_eq!(
+        (again.phase, again.message.as_str()),
+        (
+            Pending,
+            "exited with code 137; rescheduling (attempt 2 of 4)"
+        )
+    );
+    assert!(again.clears_assignment());
+    // Bounded: after maxRetries the same exit fails.
+    let last = apply(&life(Running, 4), &r, &Event::TaskExited { code: 137 }).unwrap();
+    assert_eq!(
+        (last.phase, last.message.as_str()),
+        (
+            Failed,
+            "exited with code 137, and the retry policy (3 retries) is exhausted"
+        )
+    );
+    // A task being terminated is not retried.
+    let stopping = Rules {
+        termination: Some(TerminationMode::Immediate),
+        ..r
+    };
+    let t = apply(&running, &stopping, &Event::TaskExited { code: 137 }).unwrap();
+    assert_eq!(t.phase, Failed);
+}
+
+#[test]
+fn exit_codes_are_a_set_of_0_to_255() {
+    let set = ExitCodes::of(&[0, 1, 63, 64, 127, 128, 255]).unwrap();
+    for c in [0, 1, 63, 64, 127, 128, 255] {
+        assert!(set.contains(c), "{c}");
+    }
+    for c in [2, 65, 129, 254, -1, 256, i32::MAX] {
+        assert!(!set.contains(c), "{c}");
+    }
+    assert_eq!(ExitCodes::of(&[1, 256]), Err(256));
+    assert_eq!(ExitCodes::of(&[-3]), Err(-3));
+    assert_eq!(ExitCodes::of(&[]), Ok(ExitCodes::NONE));
+    assert!(!ExitCodes::NONE.contains(0));
 }

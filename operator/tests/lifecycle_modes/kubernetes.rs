@@ -140,6 +140,7 @@ impl Kubernetes {
                 mode: run.mode.clone().unwrap_or(ModeKind::Function),
                 max_retries: run.max_retries,
                 termination: run.termination,
+                retry_exit_codes: kruntimes_api::lifecycle::ExitCodes::NONE,
             };
             let facts = owner::Facts {
                 mine: run.status.assigned_pod_uid.as_deref()

@@ -1,5 +1,6 @@
 use super::Step::*;
 use super::*;
+use crate::lifecycle::ExitCodes;
 use crate::{ModeKind, TerminationMode};
 
 fn facts(phase: Phase, attempt: u64) -> Facts {
@@ -15,6 +16,7 @@ fn facts(phase: Phase, attempt: u64) -> Facts {
             mode: ModeKind::Function,
             max_retries: 3,
             termination: None,
+            retry_exit_codes: ExitCodes::NONE,
         },
         deleting: false,
         has_finalizer: true,
