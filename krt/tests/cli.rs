@@ -745,10 +745,34 @@ async fn apply_on_krt_up_refuses_what_krt_up_would_not_run_and_says_what_it_repl
                 "  mode:\n    function: {handler: main.invoke}\n  priorityClassName: urgent\n",
                 "unknown variant `urgent`",
             ),
+            // The task input semantics, refused as the API server would.
+            (
+                "  mode:\n    task:\n      entrypoint: ../x.py\n",
+                "spec.mode.task.entrypoint \"../x.py\": path must not contain '..'",
+            ),
+            ("  mode:\n    task: {}\n", "a task needs something to run"),
         ] {
             let f = write("bad.yaml", &format!("{head}{body}"));
             fails_with(krt(&base, &["apply", "-f", &f]), 1, needle);
         }
+        // What has no effect is said, and the Run written.
+        let ignored = write(
+            "ignored.yaml",
+            &format!(
+                "{}  source:\n    inline: print(1)\n  mode:\n    task:\n      args: [--verbose]\n",
+                head.replace("name: x", "name: ignored")
+            ),
+        );
+        let out = krt(&base, &["apply", "-f", &ignored]);
+        assert!(out.status.success(), "{}", text(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(
+                "Warning: run default/ignored: spec.mode.task.args has no effect: spec.source.inline is a standalone script"
+            ),
+            "{}",
+            text(&out)
+        );
+        ok(krt(&base, &["delete", "run", "ignored"]));
         // A good document beside a bad one: neither is written.
         let good = manifest(&dir_path, "kept", "default");
         let both = format!(

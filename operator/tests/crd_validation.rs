@@ -80,6 +80,19 @@ async fn the_api_server_enforces_the_run_schema() {
     let mut long_runtime = run("long", json!({"function": {"handler": "main.invoke"}}));
     long_runtime.data["spec"]["runtime"] = json!("x".repeat(64));
     rejected(&runs, &long_runtime).await;
+    // A task's entrypoint and args are bounded.
+    let msg = rejected(
+        &runs,
+        &run(
+            "long-entrypoint",
+            json!({"task": {"entrypoint": "x".repeat(256)}}),
+        ),
+    )
+    .await;
+    assert!(msg.contains("entrypoint"), "{msg}");
+    let many = vec!["a"; 257];
+    let msg = rejected(&runs, &run("many-args", json!({"task": {"args": many}}))).await;
+    assert!(msg.contains("args"), "{msg}");
 
     // One mode is accepted.
     let good = run("good", json!({"function": {"handler": "main.invoke"}}));

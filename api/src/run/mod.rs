@@ -6,6 +6,7 @@
 
 mod spec;
 mod status;
+pub mod task;
 
 use std::collections::BTreeMap;
 
@@ -89,6 +90,9 @@ impl Run {
         {
             return Err("spec.mode.function.handler is required".into());
         }
+        if let Some(t) = &m.task {
+            task::task_input(&self.spec.source, t)?;
+        }
         if self
             .spec
             .source
@@ -122,6 +126,19 @@ impl Run {
             a.validate()?;
         }
         Ok(kind)
+    }
+
+    /// What the spec sets that has no effect, for the person who wrote it
+    /// (`krt apply` prints it; a valid Run may have some).
+    pub fn warnings(&self) -> Vec<String> {
+        self.spec
+            .mode
+            .task
+            .as_ref()
+            .and_then(|t| task::task_input(&self.spec.source, t).ok())
+            .and_then(|(_, warning)| warning)
+            .into_iter()
+            .collect()
     }
 
     /// `spec.resources.requests` in thousandths, or the first invalid one.

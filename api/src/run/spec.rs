@@ -114,14 +114,20 @@ pub struct SourceSpec {
     pub inline_path: Option<String>,
 }
 
-/// `spec.mode.task`: a one-shot process.
+/// `spec.mode.task`: a one-shot process. With `spec.source.inline` the
+/// inline script runs and these have no effect; otherwise `entrypoint` (a
+/// file of the source) runs with `args`, and without it a shell-style
+/// Runtime runs `args` as shell commands ([`super::task`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct TaskMode {
     /// File to run, relative to the working directory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 255))]
     pub entrypoint: Option<String>,
-    /// Arguments.
+    /// Arguments of `entrypoint`; without it, shell commands.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256), inner(length(max = 4096)))]
     pub args: Vec<String>,
 }
 

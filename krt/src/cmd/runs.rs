@@ -70,6 +70,16 @@ pub async fn apply(t: &Target, file: &Path, namespace: Option<&str>) -> anyhow::
             }
         }
     }
+    // What a Run sets that has no effect is said before it is written, on
+    // either target (a Runtime or an unparsable document is the target's
+    // to refuse).
+    for doc in &docs {
+        if let Ok(run) = serde_json::from_value::<kruntimes_api::Run>(doc.clone()) {
+            for w in run.warnings() {
+                eprintln!("Warning: run {}: {w}", run.key());
+            }
+        }
+    }
     for line in t.apply(docs).await? {
         println!("{line}");
     }
