@@ -150,7 +150,10 @@ fn rules() -> Vec<Rule> {
     };
     let task = Spec {
         mode: RunMode {
-            task: Some(TaskMode::default()),
+            task: Some(TaskMode {
+                entrypoint: Some("main.py".into()),
+                args: vec![],
+            }),
             ..Default::default()
         },
         ..function()
