@@ -129,6 +129,17 @@ func (c *Commands) Stream(ctx context.Context, cmd Command) iter.Seq2[Event, err
 	}
 }
 
+// Cancel cancels a queued or running command by the OperationID of its
+// accepted event: its whole process tree ends and its result says Cancelled.
+// A command that is not queued or running is a *NotFoundError.
+func (c *Commands) Cancel(ctx context.Context, operationID string) error {
+	resp, err := c.s.post(ctx, "operations:cancel", map[string]string{"operationId": operationID})
+	if err != nil {
+		return err
+	}
+	return resp.Body.Close()
+}
+
 func parseEvent(line []byte) (Event, error) {
 	var d struct {
 		Type        string          `json:"type"`

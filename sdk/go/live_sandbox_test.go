@@ -90,6 +90,36 @@ func TestLiveKillCancelsRunningWork(t *testing.T) {
 	}
 }
 
+func TestLiveARunningCommandIsCancelledByItsOperationID(t *testing.T) {
+	s := sandbox(t, kruntimes.SandboxOptions{})
+	ctx := timeout(t, time.Minute)
+	var id, state string
+	for ev, err := range s.Commands.Stream(ctx, kruntimes.Shell("sleep 60")) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch ev.Type {
+		case "accepted":
+			id = ev.OperationID
+			if err := s.Commands.Cancel(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+		case "completed":
+			state = ev.Result.State
+		}
+	}
+	if id == "" || state != "Cancelled" {
+		t.Fatalf("operation %q ended %q", id, state)
+	}
+	var nf *kruntimes.NotFoundError
+	if err := s.Commands.Cancel(ctx, id); !errors.As(err, &nf) {
+		t.Errorf("cancel again: %v", err)
+	}
+	if r, err := s.Commands.Run(ctx, kruntimes.Shell("true")); err != nil || !r.OK() {
+		t.Errorf("after cancel: %+v %v", r, err)
+	}
+}
+
 func TestLiveCommandsTakeArgvStdinCwdEnvAndATimeout(t *testing.T) {
 	s := sandbox(t, kruntimes.SandboxOptions{Env: map[string]string{"GREETING": "hi"}})
 	ctx := timeout(t, time.Minute)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, Iterator, Mapping, Optional, Sequence, Union
 
 from . import errors
-from ._wire import Flow
+from ._wire import GATEWAY, Call, Flow
 
 if TYPE_CHECKING:
     from .sandbox import AsyncSandbox, Sandbox
@@ -127,6 +127,11 @@ class _CommandsBase:
         assert reply is not None
         return CommandResult.from_json(reply.json())
 
+    def _cancel(self, operation_id: str) -> Flow[None]:
+        sb = self._sandbox
+        yield Call(GATEWAY, "POST", f"{sb.endpoint}/operations:cancel", json={"operationId": operation_id},
+                   ca_pem=sb._ca_pem)
+
 
 class Commands(_CommandsBase):
     """``sandbox.commands`` of a :class:`~kruntimes.Sandbox`."""
@@ -151,6 +156,12 @@ class Commands(_CommandsBase):
         for line in self._sandbox._client._transport.lines(self._sandbox._operation(body, stream=True)):
             yield parse_event(line)
 
+    def cancel(self, operation_id: str) -> None:
+        """Cancels a queued or running command by the ``operation_id`` of its ``accepted`` event:
+        its whole process tree ends and its result says ``Cancelled``. A command that is not queued
+        or running (finished, or unknown) raises :class:`~kruntimes.NotFoundError`."""
+        self._sandbox._client._drive(self._cancel(operation_id))
+
 
 class AsyncCommands(_CommandsBase):
     """``sandbox.commands`` of an :class:`~kruntimes.AsyncSandbox`."""
@@ -170,3 +181,7 @@ class AsyncCommands(_CommandsBase):
         body = command_body(cmd, timeout=timeout, cwd=cwd, env=env, stdin=stdin)
         async for line in self._sandbox._client._transport.lines(self._sandbox._operation(body, stream=True)):
             yield parse_event(line)
+
+    async def cancel(self, operation_id: str) -> None:
+        """:meth:`Commands.cancel`."""
+        await self._sandbox._client._drive(self._cancel(operation_id))

@@ -46,6 +46,19 @@ def test_kill_cancels_running_work_and_an_exception_in_the_block_kills(client, r
     assert sb.run_info.phase == "Cancelled"
 
 
+def test_a_running_command_is_cancelled_by_its_operation_id(sandbox):
+    events = sandbox.commands.stream("sleep 60")
+    accepted = next(events)
+    assert accepted.type == "accepted" and accepted.operation_id
+    sandbox.commands.cancel(accepted.operation_id)
+    last = [e for e in events][-1]
+    assert last.type == "completed" and last.result.state == "Cancelled"
+    # No longer queued or running: 404, and the session goes on.
+    with pytest.raises(kruntimes.NotFoundError):
+        sandbox.commands.cancel(accepted.operation_id)
+    assert sandbox.commands.run("true").ok
+
+
 def test_commands_take_argv_stdin_cwd_env_and_a_timeout(sandbox):
     r = sandbox.commands.run(["cat"], stdin="piped input")
     assert (r.state, r.exit_code, r.stdout) == ("Succeeded", 0, "piped input")
