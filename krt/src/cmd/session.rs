@@ -180,6 +180,11 @@ pub async fn run(t: &Target, namespace: &str, cmd: SessionCommand) -> anyhow::Re
             if let Some(t) = timeout {
                 body["timeoutSeconds"] = t.into();
             }
+            // Listening before the request goes out: a Ctrl-C from here on
+            // reaches the stream's loop (and cancels what was accepted), never
+            // ends the process behind an operation's back.
+            let interrupts =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
             let resp = gw
                 .http()
                 .post(format!("{url}/operations:stream"))
@@ -187,7 +192,7 @@ pub async fn run(t: &Target, namespace: &str, cmd: SessionCommand) -> anyhow::Re
                 .send()
                 .await?;
             let events = gateway::check(resp).await?;
-            stream(events, verbose, |id| {
+            stream(events, interrupts, verbose, |id| {
                 let (gw, url) = (gw.clone(), url.clone());
                 async move { cancel(&gw, &url, &id).await }
             })
@@ -303,6 +308,7 @@ const INTERRUPTED: i32 = 130;
 /// waiting.
 async fn stream<F, Fut>(
     mut resp: reqwest::Response,
+    mut interrupts: tokio::signal::unix::Signal,
     verbose: bool,
     cancel: F,
 ) -> anyhow::Result<i32>
@@ -318,7 +324,7 @@ where
     loop {
         let chunk = tokio::select! {
             chunk = resp.chunk() => chunk?,
-            _ = tokio::signal::ctrl_c() => {
+            _ = interrupts.recv() => {
                 if interrupted {
                     return Ok(INTERRUPTED);
                 }
