@@ -38,8 +38,8 @@ impl Progress {
         self.last = line;
     }
 
-    /// Clears the line on a terminal once the wait is over.
-    pub fn finish(&mut self) {
+    /// Clears the line on a terminal once the wait is over (when dropped).
+    fn finish(&mut self) {
         if self.drawn {
             eprint!("\r\x1b[2K");
             self.drawn = false;

@@ -131,16 +131,14 @@ pub async fn wait_showing(
 ) -> kruntimes_client::Result<RunInfo> {
     let started = std::time::Instant::now();
     let mut progress = crate::progress::Progress::new();
-    let r = t
-        .wait_seeing(namespace, name, phases, timeout, |r| {
-            if started.elapsed() >= QUIET {
-                progress.show(format!(
-                    "waiting for run {namespace}/{name}: {}",
-                    kruntimes_client::last_seen(r)
-                ));
-            }
-        })
-        .await;
-    progress.finish();
-    r
+    // The line is cleared when `progress` is dropped, however the wait ends.
+    t.wait_seeing(namespace, name, phases, timeout, |r| {
+        if started.elapsed() >= QUIET {
+            progress.show(format!(
+                "waiting for run {namespace}/{name}: {}",
+                kruntimes_client::last_seen(r)
+            ));
+        }
+    })
+    .await
 }

@@ -162,7 +162,6 @@ where
             }
         }
         if pending.is_empty() || Instant::now() >= deadline {
-            progress.finish();
             settled.waiting = pending;
             return settled;
         }
