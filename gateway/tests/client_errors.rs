@@ -126,19 +126,11 @@ fn send(client: Client, go: &Path, ca: &Path, r: &Request<'_>) -> (u16, String) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_client_reads_every_error_reply() {
-    let broken = kruntimes_testkit::function_run(
-        "broken",
-        "python",
-        "main.invoke",
-        "main.py",
-        "def invoke(:\n",
-        "",
-    );
     let stack = start(
         2,
         vec![
             python_run("echo"),
-            ("broken.yaml".into(), broken),
+            broken_python_run("broken"),
             python_run_with("idle", "      idleTimeoutSeconds: 1\n"),
         ],
         &[],

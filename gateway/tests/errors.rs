@@ -62,17 +62,7 @@ fn slow_runs() -> Vec<(String, String)> {
         python_run("doomed"),
         python_run("orphaned"),
         python_run_with("deadline", "      invocationTimeoutSeconds: 1\n"),
-        (
-            "broken.yaml".into(),
-            kruntimes_testkit::function_run(
-                "broken",
-                "python",
-                "main.invoke",
-                "main.py",
-                "def invoke(:\n",
-                "",
-            ),
-        ),
+        broken_python_run("broken"),
     ]
 }
 

@@ -374,14 +374,6 @@ async fn one_stack_per_state_directory_and_no_stale_state_after_it_stops() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ready_means_the_first_runs_answer_and_names_those_that_cannot() {
-    let broken = kruntimes_testkit::function_run(
-        "broken",
-        "python",
-        "main.invoke",
-        "main.py",
-        "def invoke(r)\n    return r\n",
-        "",
-    );
     let sandbox = "apiVersion: kruntimes.io/v1alpha1\nkind: Run\nmetadata:\n  name: sandbox\nspec:\n  runtime: bash\n  mode:\n    session: {}\n";
     let stack = kruntimes_testkit::Stack::start(
         kruntimes_testkit::krt_binary(),
@@ -392,7 +384,7 @@ async fn ready_means_the_first_runs_answer_and_names_those_that_cannot() {
                 python_run("py"),
                 bash_run("sh"),
                 ("sandbox.yaml".into(), sandbox.into()),
-                ("broken.yaml".into(), broken),
+                broken_python_run("broken"),
                 ("garbled.yaml".into(), "kind: Run\nmetadata: [".into()),
             ],
             extra_args: Vec::new(),

@@ -26,6 +26,10 @@ def invoke(request):
     return {"message": "hello " + request.get("name", "world"), "pid": os.getpid()}
 "#;
 
+/// A Python handler that does not load (`SyntaxError: expected ':'`): its
+/// Run ends `Failed` (`RegistrationFailed`).
+pub const BROKEN_PY: &str = "def invoke(request)\n    return request\n";
+
 /// A Bash handler that greets.
 pub const SH: &str = r#"greet() {
   local name
@@ -47,6 +51,14 @@ pub fn python_run_with(name: &str, extra: &str) -> (String, String) {
     (
         format!("{name}.yaml"),
         function_run(name, "python", "main.invoke", "main.py", PY, extra),
+    )
+}
+
+/// A Python function Run `name` of [`BROKEN_PY`], as (file name, manifest).
+pub fn broken_python_run(name: &str) -> (String, String) {
+    (
+        format!("{name}.yaml"),
+        function_run(name, "python", "main.invoke", "main.py", BROKEN_PY, ""),
     )
 }
 

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use kruntimes_kubetest::cluster::Cluster;
 use kruntimes_kubetest::{ApiServer, Subject, User};
+use kruntimes_testkit::fixtures::{BROKEN_PY, broken_python_run};
 use kruntimes_testkit::{Options, Stack, function_run};
 use serde_json::json;
 
@@ -33,8 +34,6 @@ use serde_json::json;
 pub const FUNCTION: &str = "sdk-hello";
 /// A function Run whose handler does not load: it ends `Failed`.
 const BROKEN: &str = "sdk-broken";
-/// Its handler: a syntax error.
-const BROKEN_PY: &str = "def invoke(request)\n    return request\n";
 /// Its handler (`main.invoke`): the end-to-end tests' greeter (sleeps and
 /// raises on request), which also crashes its worker or returns 2 MiB.
 pub fn handler() -> String {
@@ -73,6 +72,25 @@ fn rbac(file: &str) -> PathBuf {
         .join(file)
 }
 
+/// A Python function Run `name` of `source` in the test namespace.
+fn python_function(name: &str, source: &str, timeout: Option<u32>) -> kruntimes_api::Run {
+    let mut function = json!({"handler": "main.invoke"});
+    if let Some(t) = timeout {
+        function["invocationTimeoutSeconds"] = t.into();
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "kruntimes.io/v1alpha1",
+        "kind": "Run",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "runtime": "python",
+            "source": {"inlinePath": "main.py", "inline": source},
+            "mode": {"function": function},
+        }
+    }))
+    .unwrap()
+}
+
 fn var(name: &str, value: impl Into<String>) -> (String, String) {
     (name.to_owned(), value.into())
 }
@@ -89,7 +107,6 @@ impl Target {
             &handler(),
             "      invocationTimeoutSeconds: 2\n",
         );
-        let broken = function_run(BROKEN, "python", "main.invoke", "main.py", BROKEN_PY, "");
         let stack = Stack::start(
             krt(),
             Options {
@@ -99,7 +116,7 @@ impl Target {
                 max_runtimed: Some(16),
                 runs: vec![
                     (format!("{FUNCTION}.yaml"), manifest),
-                    (format!("{BROKEN}.yaml"), broken),
+                    broken_python_run(BROKEN),
                 ],
                 extra_args: Vec::new(),
             },
@@ -176,36 +193,19 @@ impl Target {
         ] {
             cluster.add_pod(pod, runtime).await.unwrap();
         }
-        let run: kruntimes_api::Run = serde_json::from_value(json!({
-            "apiVersion": "kruntimes.io/v1alpha1",
-            "kind": "Run",
-            "metadata": {"name": FUNCTION, "namespace": NAMESPACE},
-            "spec": {
-                "runtime": "python",
-                "source": {"inlinePath": "main.py", "inline": handler()},
-                "mode": {"function": {"handler": "main.invoke", "invocationTimeoutSeconds": 2}},
-            }
-        }))
-        .unwrap();
         let runs =
             kube::Api::<kruntimes_api::Run>::namespaced(server.client().await.unwrap(), NAMESPACE);
-        runs.create(&kube::api::PostParams::default(), &run)
+        for (name, source, timeout) in [
+            (FUNCTION, handler(), Some(2)),
+            (BROKEN, BROKEN_PY.into(), None),
+        ] {
+            runs.create(
+                &kube::api::PostParams::default(),
+                &python_function(name, &source, timeout),
+            )
             .await
             .unwrap();
-        let broken: kruntimes_api::Run = serde_json::from_value(json!({
-            "apiVersion": "kruntimes.io/v1alpha1",
-            "kind": "Run",
-            "metadata": {"name": BROKEN, "namespace": NAMESPACE},
-            "spec": {
-                "runtime": "python",
-                "source": {"inlinePath": "main.py", "inline": BROKEN_PY},
-                "mode": {"function": {"handler": "main.invoke"}},
-            }
-        }))
-        .unwrap();
-        runs.create(&kube::api::PostParams::default(), &broken)
-            .await
-            .unwrap();
+        }
         cluster
             .wait_phase(NAMESPACE, BROKEN, "Failed")
             .await
