@@ -356,14 +356,18 @@ impl Embedded {
             };
             checked.push((doc, run, ns, name, path));
         }
+        // The Runs krt up serves now, read once: a new one must differ.
+        let served = self.runs(None).unwrap_or_default();
         let mut out = Vec::new();
         for (doc, run, ns, name, path) in checked {
             let existed = path.exists();
             let before = std::fs::read(&path)
                 .ok()
                 .and_then(|t| serde_yaml::from_slice::<kruntimes_api::Run>(&t).ok());
-            // The Run krt up serves now, if any: a new one must differ.
-            let old_uid = self.run(&ns, &name).ok().map(|(r, _)| r.uid);
+            let old_uid = served
+                .iter()
+                .find(|r| r.namespace == ns && r.name == name)
+                .map(|r| r.uid.clone());
             write_manifest(&path, &doc)?;
             let change = match before {
                 None if !existed => Change::Created,
