@@ -28,7 +28,7 @@ pub use kruntimes_core::{
 };
 pub use run::{
     Endpoint, EnvVar, FunctionMode, RetryPolicy, Run, RunMode, RunResources, RunSpec, RunStatus,
-    SessionMode, SourceSpec, TaskMode, Termination,
+    SessionMode, SourceSpec, TaskMode, TaskStatus, Termination,
 };
 pub use runtime::{Backend, Capacity, Pool, Runtime, RuntimeSpec, RuntimeStatus};
 

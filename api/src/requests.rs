@@ -17,8 +17,8 @@ fn run_ref(run: &Run) -> rt::RunRef {
     }
 }
 
-/// The `Assign` request of a Run at `attempt`; `None` for a Run of a mode
-/// runtimed does not host (a task Run).
+/// The `Assign` request of a Run at `attempt`; `None` for a Run with no
+/// mode (an invalid one).
 pub fn assign_request(run: &Run, attempt: u64) -> Option<pb::AssignRequest> {
     let mode = if let Some(f) = &run.spec.mode.function {
         Mode::Function(pb::FunctionAssignment {
@@ -36,6 +36,11 @@ pub fn assign_request(run: &Run, attempt: u64) -> Option<pb::AssignRequest> {
             queue_size: s.queue_size.unwrap_or(0),
             operation_timeout_seconds: s.operation_timeout.unwrap_or(0),
             idle_timeout_seconds: s.idle_timeout_seconds.unwrap_or(0),
+        })
+    } else if let Some(t) = &run.spec.mode.task {
+        Mode::Task(pb::TaskAssignment {
+            entrypoint: t.entrypoint.clone().unwrap_or_default(),
+            args: t.args.clone(),
         })
     } else {
         return None;
@@ -140,12 +145,25 @@ mod tests {
     }
 
     #[test]
-    fn a_task_run_is_assigned_nothing() {
+    fn a_task_assignment_carries_its_entrypoint_and_args() {
         let mut run = function_run();
         run.spec.mode = RunMode {
-            task: Some(TaskMode::default()),
+            task: Some(TaskMode {
+                entrypoint: Some("run.py".into()),
+                args: vec!["--n".into(), "3".into()],
+            }),
             ..Default::default()
         };
+        let req = assign_request(&run, 3).unwrap();
+        assert_eq!(req.attempt, 3);
+        match req.mode {
+            Some(Mode::Task(t)) => {
+                assert_eq!(t.entrypoint, "run.py");
+                assert_eq!(t.args, ["--n", "3"]);
+            }
+            other => panic!("{other:?}"),
+        }
+        run.spec.mode = RunMode::default();
         assert_eq!(assign_request(&run, 1), None);
     }
 }

@@ -61,6 +61,7 @@ pub fn control_entry(run: &Published<'_>, owner: Option<own::Owner>) -> own::Own
         } else {
             String::new()
         },
+        task: None,
     }
 }
 
@@ -101,6 +102,7 @@ pub fn local(entry: &own::OwnershipEntry) -> Local {
         attempt: entry.attempt,
         phase: parse(entry.phase),
         reason: entry.reason.clone(),
+        exit: entry.task.as_ref().filter(|t| t.ended).map(|t| t.exit_code),
     }
 }
 

@@ -15,6 +15,7 @@ use crate::function::python::spare::SparePool;
 use crate::function::{Functions, Interpreter};
 use crate::service::{Service, Sockets};
 use crate::session::Sessions;
+use crate::task::Tasks;
 use crate::{direct, lease};
 
 pub use kruntimes_process::{init_logging, shutdown_signal};
@@ -182,6 +183,12 @@ pub async fn serve(
             config.python_spares,
         )
     });
+    let tasks = Tasks::new(
+        work_root.clone(),
+        config.run_logs.clone(),
+        shim.clone(),
+        config.python.clone(),
+    );
     let interpreter = Interpreter {
         shim: shim.clone(),
         python: config.python,
@@ -191,6 +198,7 @@ pub async fn serve(
     let service = Service::new(
         functions.clone(),
         Sessions::new(work_root.clone(), shim),
+        tasks,
         Sockets {
             workers: worker_name,
             invoke: invoke_name,

@@ -50,6 +50,7 @@ mod routes;
 mod service;
 mod session;
 mod source;
+mod task;
 pub mod validate;
 
 pub use config::{Args, Config, ConfigError, Mode, ServeArgs};

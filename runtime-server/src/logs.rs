@@ -32,9 +32,17 @@ pub fn run_log(dir: &Path, run_uid: &str) -> Option<PathBuf> {
     plain.then(|| dir.join(format!("{run_uid}.log")))
 }
 
-/// Removes `run_uid`'s log (and its rotated part).
+/// Removes `run_uid`'s log (and its rotated part) from the server's per-Run
+/// log directory.
 pub fn remove_run_log(run_uid: &str) {
-    if let Some(path) = RUN_LOGS.get().and_then(|d| run_log(d, run_uid)) {
+    remove_run_log_in(None, run_uid);
+}
+
+/// Removes `run_uid`'s log (and its rotated part) from `dir` (`None`: the
+/// server's per-Run log directory).
+pub fn remove_run_log_in(dir: Option<&Path>, run_uid: &str) {
+    let dir = dir.or_else(|| RUN_LOGS.get().map(PathBuf::as_path));
+    if let Some(path) = dir.and_then(|d| run_log(d, run_uid)) {
         let _ = std::fs::remove_file(path.with_extension("log.1"));
         let _ = std::fs::remove_file(path);
     }
@@ -110,24 +118,71 @@ const MAX_LINE: u64 = 8 * 1024;
 /// Bytes of stderr kept for the error message of a failed Bash call.
 pub const TAIL_BYTES: usize = 512;
 
-/// The last bytes a process wrote to stderr.
-#[derive(Debug, Clone, Default)]
-pub struct Tail(Arc<Mutex<VecDeque<u8>>>);
+/// The last bytes a process wrote to one stream: [`TAIL_BYTES`] by
+/// default ([`Tail::with_capacity`] for a task's result).
+#[derive(Debug, Clone)]
+pub struct Tail(Arc<Mutex<TailBuf>>);
+
+#[derive(Debug)]
+struct TailBuf {
+    bytes: VecDeque<u8>,
+    capacity: usize,
+    dropped: bool,
+}
+
+impl Default for Tail {
+    fn default() -> Self {
+        Self::with_capacity(TAIL_BYTES)
+    }
+}
 
 impl Tail {
-    /// Appends bytes, keeping the last [`TAIL_BYTES`].
+    /// A tail keeping the last `capacity` bytes.
+    pub fn with_capacity(capacity: usize) -> Self {
+        Self(Arc::new(Mutex::new(TailBuf {
+            bytes: VecDeque::with_capacity(capacity.min(64 * 1024)),
+            capacity,
+            dropped: false,
+        })))
+    }
+
+    /// Appends bytes, keeping the last `capacity`.
     pub fn push(&self, line: &[u8]) {
         let mut t = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        t.extend(line);
-        let excess = t.len().saturating_sub(TAIL_BYTES);
-        t.drain(..excess);
+        let skip = line.len().saturating_sub(t.capacity);
+        t.dropped |= skip > 0;
+        t.bytes.extend(&line[skip..]);
+        let excess = t.bytes.len().saturating_sub(t.capacity);
+        t.dropped |= excess > 0;
+        t.bytes.drain(..excess);
     }
 
     /// The tail as (lossy) text, trimmed.
     pub fn text(&self) -> String {
+        self.utf8().0.trim().to_owned()
+    }
+
+    /// The tail as text, and whether earlier bytes were dropped. A
+    /// character cut by the bound is left out whole; bytes that are not
+    /// UTF-8 become U+FFFD.
+    pub fn utf8(&self) -> (String, bool) {
         let t = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let bytes: Vec<u8> = t.iter().copied().collect();
-        String::from_utf8_lossy(&bytes).trim().to_owned()
+        let bytes: Vec<u8> = t.bytes.iter().copied().collect();
+        // Continuation bytes at the start belong to a character whose
+        // first byte was dropped (at most three of them).
+        let start = if t.dropped {
+            bytes
+                .iter()
+                .take(3)
+                .take_while(|b| (**b & 0b1100_0000) == 0b1000_0000)
+                .count()
+        } else {
+            0
+        };
+        (
+            String::from_utf8_lossy(&bytes[start..]).into_owned(),
+            t.dropped,
+        )
     }
 }
 
@@ -155,6 +210,95 @@ impl Label {
 impl From<String> for Label {
     fn from(s: String) -> Self {
         Self(Arc::new(Mutex::new(s)))
+    }
+}
+
+/// One stream of a process as its Run's log receives it: bytes in as they
+/// come, one record per line (lines longer than the bound are split), the
+/// log opened on the first line and rotated like every Run's log.
+pub struct StreamLog {
+    dir: Option<PathBuf>,
+    run_uid: String,
+    stream: Stream,
+    line: Vec<u8>,
+    writer: Option<RunLogWriter>,
+    opened: bool,
+}
+
+impl StreamLog {
+    /// The log of `run_uid`'s `stream` in `dir` (`None`: the server's
+    /// per-Run log directory, if it has one).
+    pub fn new(dir: Option<&Path>, run_uid: &str, stream: Stream) -> Self {
+        Self {
+            dir: dir
+                .or_else(|| RUN_LOGS.get().map(PathBuf::as_path))
+                .map(Path::to_path_buf),
+            run_uid: run_uid.to_owned(),
+            stream,
+            line: Vec::new(),
+            writer: None,
+            opened: false,
+        }
+    }
+
+    /// Logs the complete lines of `bytes`, keeping a partial last line.
+    pub fn push(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            let room = MAX_LINE as usize - self.line.len();
+            let end = bytes[..bytes.len().min(room)]
+                .iter()
+                .position(|b| *b == b'\n')
+                .map(|i| i + 1);
+            match end {
+                Some(n) => {
+                    self.line.extend_from_slice(&bytes[..n]);
+                    bytes = &bytes[n..];
+                    self.flush();
+                }
+                None if bytes.len() >= room => {
+                    self.line.extend_from_slice(&bytes[..room]);
+                    bytes = &bytes[room..];
+                    self.flush();
+                }
+                None => {
+                    self.line.extend_from_slice(bytes);
+                    bytes = &[];
+                }
+            }
+        }
+    }
+
+    /// Logs what is left of the last line.
+    pub fn finish(&mut self) {
+        if !self.line.is_empty() {
+            self.flush();
+        }
+    }
+
+    fn flush(&mut self) {
+        let text = String::from_utf8_lossy(&self.line).into_owned();
+        self.line.clear();
+        if !self.opened {
+            self.opened = true;
+            self.writer = self
+                .dir
+                .as_deref()
+                .and_then(|d| run_log(d, &self.run_uid))
+                .and_then(|p| RunLogWriter::open(p, MAX_RUN_LOG).ok());
+        }
+        let (Some(w), Some(rec)) = (
+            self.writer.as_mut(),
+            record(
+                &self.run_uid,
+                self.stream,
+                text.trim_end_matches(['\n', '\r']),
+            ),
+        ) else {
+            return;
+        };
+        if let Err(e) = w.write(&rec) {
+            tracing::warn!(run_uid = %self.run_uid, error = %e, "could not write the Run's log");
+        }
     }
 }
 
@@ -236,6 +380,26 @@ mod tests {
         assert!(now <= 1000 && old <= 1100, "{now} {old}");
         let last = std::fs::read_to_string(&path).unwrap();
         assert!(last.ends_with(&format!("{:0>99}\n", 199)));
+    }
+
+    #[test]
+    fn a_tail_keeps_the_last_bytes_and_never_half_a_character() {
+        let t = Tail::with_capacity(8);
+        t.push(b"abc");
+        assert_eq!(t.utf8(), ("abc".to_owned(), false));
+        // "é" is two bytes: cut in the middle, it is left out whole.
+        t.push("xyzé1234".as_bytes());
+        let (text, dropped) = t.utf8();
+        assert!(dropped);
+        assert_eq!(text, "yzé1234");
+        t.push("€€€".as_bytes());
+        assert_eq!(t.utf8().0, "€€");
+        // A push larger than the tail keeps its end.
+        t.push(&[b'q'; 100]);
+        assert_eq!(t.utf8().0, "q".repeat(8));
+        let bad = Tail::with_capacity(4);
+        bad.push(&[0xff, b'a']);
+        assert_eq!(bad.utf8(), ("\u{fffd}a".to_owned(), false));
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! The contract's three services on one gRPC server, routed by the service
+//! The contract's four services on one gRPC server, routed by the service
 //! name that opens each request's path
 //! (`/kruntimes.runtime.v1.FunctionRuntime/InvokeFunction`). tonic's own
 //! router would link axum, an HTTP stack the untrusted side has no use for:
@@ -10,7 +10,8 @@ use std::task::{Context, Poll};
 use kruntimes_proto::runtime::v1::function_runtime_server::FunctionRuntimeServer;
 use kruntimes_proto::runtime::v1::runtime_server_server::RuntimeServerServer;
 use kruntimes_proto::runtime::v1::session_runtime_server::SessionRuntimeServer;
-use kruntimes_proto::runtime::{FUNCTION_RUNTIME, SESSION_RUNTIME};
+use kruntimes_proto::runtime::v1::task_runtime_server::TaskRuntimeServer;
+use kruntimes_proto::runtime::{FUNCTION_RUNTIME, SESSION_RUNTIME, TASK_RUNTIME};
 use tonic::body::Body;
 use tonic::codegen::{BoxFuture, Service};
 
@@ -25,25 +26,28 @@ fn service_of(path: &str) -> Option<&str> {
     (!method.is_empty() && !method.contains('/')).then_some(service)
 }
 
-/// The three services, one `tower` service.
+/// The four services, one `tower` service.
 #[derive(Clone)]
 pub struct Routes {
     server: RuntimeServerServer<Handle>,
     functions: FunctionRuntimeServer<Handle>,
     sessions: SessionRuntimeServer<Handle>,
+    tasks: TaskRuntimeServer<Handle>,
 }
 
 impl Routes {
-    /// Routes to the three services.
+    /// Routes to the four services.
     pub fn new(
         server: RuntimeServerServer<Handle>,
         functions: FunctionRuntimeServer<Handle>,
         sessions: SessionRuntimeServer<Handle>,
+        tasks: TaskRuntimeServer<Handle>,
     ) -> Self {
         Self {
             server,
             functions,
             sessions,
+            tasks,
         }
     }
 }
@@ -63,6 +67,7 @@ impl Service<http::Request<Body>> for Routes {
             Some(RUNTIME_SERVER) => self.server.call(req),
             Some(FUNCTION_RUNTIME) => self.functions.call(req),
             Some(SESSION_RUNTIME) => self.sessions.call(req),
+            Some(TASK_RUNTIME) => self.tasks.call(req),
             _ => {
                 let path = req.uri().path().to_owned();
                 Box::pin(async move {

@@ -1,7 +1,7 @@
-//! The contract's three gRPC services over one [`Service`]:
-//! `RuntimeServer` (Info, Reset), `FunctionRuntime` and `SessionRuntime`.
-//! Each call is validated ([`crate::validate`]) and handed to the functions
-//! or the sessions; the conversions to protobuf are here, the logic is not.
+//! The contract's four gRPC services over one [`Service`]:
+//! `RuntimeServer` (Info, Reset), `FunctionRuntime`, `SessionRuntime` and
+//! `TaskRuntime`. Each call is validated ([`crate::validate`]) and handed to
+//! the functions, the sessions or the tasks; the conversions to protobuf are here, the logic is not.
 //! Errors become gRPC statuses only here ([`crate::Error`] → the contract's
 //! `ServerError` → status); an invocation's failure is an answer
 //! ([`invoke_function`]), whichever path carries it.
@@ -14,6 +14,7 @@ use kruntimes_proto::runtime::v1::function_runtime_server::{
 };
 use kruntimes_proto::runtime::v1::runtime_server_server::{RuntimeServer, RuntimeServerServer};
 use kruntimes_proto::runtime::v1::session_runtime_server::{SessionRuntime, SessionRuntimeServer};
+use kruntimes_proto::runtime::v1::task_runtime_server::{TaskRuntime, TaskRuntimeServer};
 use kruntimes_proto::runtime::{self, FileOp, MAX_MESSAGE_BYTES, invoke};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
@@ -22,12 +23,14 @@ use crate::error::Error;
 use crate::function::Functions;
 use crate::routes::Routes;
 use crate::session::{Sessions, exec, files};
+use crate::task::{self, Tasks};
 use crate::validate;
 
 /// What the services serve.
 pub struct Service {
     functions: Arc<Functions>,
     sessions: Sessions,
+    tasks: Tasks,
     instance_id: String,
     sockets: Sockets,
 }
@@ -43,18 +46,24 @@ pub struct Sockets {
 }
 
 impl Service {
-    /// A service over `functions` and `sessions`, with a fresh instance id,
-    /// announcing `sockets`.
-    pub fn new(functions: Arc<Functions>, sessions: Sessions, sockets: Sockets) -> Arc<Self> {
+    /// A service over `functions`, `sessions` and `tasks`, with a fresh
+    /// instance id, announcing `sockets`.
+    pub fn new(
+        functions: Arc<Functions>,
+        sessions: Sessions,
+        tasks: Tasks,
+        sockets: Sockets,
+    ) -> Arc<Self> {
         Arc::new(Self {
             functions,
             sessions,
+            tasks,
             instance_id: uuid::Uuid::new_v4().to_string(),
             sockets,
         })
     }
 
-    /// The three tonic services, with the contract's message limits, as
+    /// The four tonic services, with the contract's message limits, as
     /// one service to serve.
     pub fn routes(self: &Arc<Self>) -> Routes {
         let handle = Handle(self.clone());
@@ -65,7 +74,10 @@ impl Service {
             FunctionRuntimeServer::new(handle.clone())
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
-            SessionRuntimeServer::new(handle)
+            SessionRuntimeServer::new(handle.clone())
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            TaskRuntimeServer::new(handle)
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
         )
@@ -74,6 +86,7 @@ impl Service {
     /// Stops everything (shutdown).
     pub async fn shutdown(&self) {
         self.sessions.reset().await;
+        self.tasks.reset().await;
         self.functions.shutdown().await;
     }
 }
@@ -127,6 +140,7 @@ impl RuntimeServer for Handle {
             services: vec![
                 runtime::FUNCTION_RUNTIME.into(),
                 runtime::SESSION_RUNTIME.into(),
+                runtime::TASK_RUNTIME.into(),
             ],
             instance_id: self.0.instance_id.clone(),
             worker_socket: self.0.sockets.workers.clone(),
@@ -139,7 +153,9 @@ impl RuntimeServer for Handle {
         &self,
         _: Request<pb::ResetRequest>,
     ) -> Result<Response<pb::ResetResponse>, Status> {
-        let dropped = self.0.sessions.reset().await + self.0.functions.reset().await;
+        let dropped = self.0.sessions.reset().await
+            + self.0.tasks.reset().await
+            + self.0.functions.reset().await;
         tracing::info!(dropped, "reset");
         Ok(Response::new(pb::ResetResponse {
             dropped: u32::try_from(dropped).unwrap_or(u32::MAX),
@@ -274,5 +290,75 @@ impl SessionRuntime for Handle {
         let uid = validate::run_uid(&req.into_inner().run_uid)?;
         let existed = self.0.sessions.close(&uid).await;
         Ok(Response::new(pb::CloseSessionResponse { existed }))
+    }
+}
+
+#[tonic::async_trait]
+impl TaskRuntime for Handle {
+    async fn start_task(
+        &self,
+        req: Request<pb::StartTaskRequest>,
+    ) -> Result<Response<pb::StartTaskResponse>, Status> {
+        let t = self
+            .0
+            .tasks
+            .start(validate::start_task(req.into_inner())?)
+            .await?;
+        Ok(Response::new(pb::StartTaskResponse {
+            started_unix_ms: t.started_unix_ms,
+        }))
+    }
+
+    type WatchTaskStream = ReceiverStream<Result<pb::TaskEvent, Status>>;
+
+    async fn watch_task(
+        &self,
+        req: Request<pb::WatchTaskRequest>,
+    ) -> Result<Response<Self::WatchTaskStream>, Status> {
+        let r = req.into_inner();
+        let t = self
+            .0
+            .tasks
+            .get(&validate::run_uid(&r.run_uid)?, r.attempt)?;
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        tokio::spawn(task::follow(t, r.output, tx));
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn task_status(
+        &self,
+        req: Request<pb::TaskStatusRequest>,
+    ) -> Result<Response<pb::TaskStatusResponse>, Status> {
+        let t = self
+            .0
+            .tasks
+            .get(&validate::run_uid(&req.into_inner().run_uid)?, 0)?;
+        Ok(Response::new(pb::TaskStatusResponse {
+            attempt: t.attempt,
+            started_unix_ms: t.started_unix_ms,
+            result: t.result(),
+        }))
+    }
+
+    async fn cancel_task(
+        &self,
+        req: Request<pb::CancelTaskRequest>,
+    ) -> Result<Response<pb::CancelTaskResponse>, Status> {
+        let r = req.into_inner();
+        let uid = validate::run_uid(&r.run_uid)?;
+        let running = match self.0.tasks.get(&uid, r.attempt) {
+            Ok(t) => t.cancel().await,
+            Err(_) => false,
+        };
+        Ok(Response::new(pb::CancelTaskResponse { running }))
+    }
+
+    async fn close_task(
+        &self,
+        req: Request<pb::CloseTaskRequest>,
+    ) -> Result<Response<pb::CloseTaskResponse>, Status> {
+        let uid = validate::run_uid(&req.into_inner().run_uid)?;
+        let existed = self.0.tasks.close(&uid).await;
+        Ok(Response::new(pb::CloseTaskResponse { existed }))
     }
 }

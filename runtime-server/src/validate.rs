@@ -39,6 +39,41 @@ pub struct Register {
     pub start_timeout: Duration,
 }
 
+/// What a task runs, decided from its request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Program {
+    /// The inline source, written at this workspace path.
+    Inline(String),
+    /// A script file of the workspace and its arguments.
+    Entrypoint {
+        /// Workspace-relative path.
+        path: String,
+        /// Its arguments.
+        args: Vec<String>,
+    },
+    /// Shell commands, one per line.
+    Commands(String),
+}
+
+/// A validated `StartTask`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartTask {
+    /// Run UID.
+    pub run_uid: String,
+    /// Attempt (≥ 1).
+    pub attempt: u64,
+    /// The backend.
+    pub kind: Backend,
+    /// What runs.
+    pub program: Program,
+    /// Inline source: its path and text (with [`Program::Inline`]).
+    pub source: Option<(String, String)>,
+    /// The Run's variables.
+    pub env: BTreeMap<String, String>,
+    /// Bytes kept of each stream's end.
+    pub tail_bytes: usize,
+}
+
 /// A validated `InvokeFunction`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Invoke {
@@ -169,6 +204,73 @@ pub fn register(req: pb::RegisterFunctionRequest) -> Result<Register> {
             0 => DEFAULT_START_TIMEOUT,
             ms => Duration::from_millis(ms.into()).min(MAX_TIMEOUT),
         },
+    })
+}
+
+/// Validates `StartTask`: inline source runs as it is (`entrypoint` and
+/// `args` ignored); else `entrypoint` with `args`; else `args` as shell
+/// commands, which only a shell-style backend runs (a refusal, not a
+/// malformed request, for another: the Run's spec asked for it).
+pub fn start_task(req: pb::StartTaskRequest) -> Result<StartTask> {
+    use kruntimes_proto::runtime::{DEFAULT_TASK_TAIL_BYTES, MAX_TASK_TAIL_BYTES};
+    let run = req.run.ok_or_else(|| invalid("run is required"))?;
+    let named = if req.backend.is_empty() {
+        &run.runtime
+    } else {
+        &req.backend
+    };
+    let kind = Backend::parse(named)
+        .ok_or_else(|| invalid(format!("runtime {named:?} has no built-in backend")))?;
+    if req.args.iter().any(|a| a.contains('\0')) {
+        return Err(invalid("args contain NUL"));
+    }
+    let source = inline(req.source)?.map(|(p, text)| {
+        let default = match kind {
+            Backend::Python => "main.py",
+            Backend::Bash => "main.sh",
+        };
+        (p.unwrap_or_else(|| default.into()), text)
+    });
+    let program = match (&source, req.entrypoint.as_str()) {
+        (Some((path, _)), _) => Program::Inline(path.clone()),
+        (None, "") if req.args.is_empty() => {
+            return Err(invalid("a task needs inline source, an entrypoint or args"));
+        }
+        (None, "") => match kind {
+            Backend::Bash => Program::Commands(req.args.join("\n")),
+            Backend::Python => {
+                return Err(Error::Load(
+                    "the python runtime runs a script: set spec.source.inline or \
+                     spec.mode.task.entrypoint (args alone are shell commands, for a \
+                     shell-style Runtime such as bash)"
+                        .into(),
+                ));
+            }
+        },
+        (None, entrypoint) => {
+            let path = path::normalize(entrypoint)
+                .map_err(|e| invalid(format!("entrypoint {entrypoint:?}: {e}")))?;
+            if path.as_os_str().is_empty() {
+                return Err(invalid("entrypoint names no file"));
+            }
+            Program::Entrypoint {
+                path: path.to_string_lossy().into_owned(),
+                args: req.args,
+            }
+        }
+    };
+    let tail = match req.tail_bytes {
+        0 => DEFAULT_TASK_TAIL_BYTES,
+        n => n.min(MAX_TASK_TAIL_BYTES),
+    };
+    Ok(StartTask {
+        run_uid: run_uid(&run.uid)?,
+        attempt: attempt(req.attempt)?,
+        kind,
+        program,
+        source,
+        env: environment(req.env)?,
+        tail_bytes: tail as usize,
     })
 }
 

@@ -16,6 +16,7 @@ use crate::listener::listen;
 use crate::local::LocalPod;
 use crate::runtime::{self, Link};
 use crate::session::Sessions;
+use crate::task::Tasks;
 
 /// How long runtimed waits for its Runtime Server at start before it
 /// serves anyway (readiness says the server is missing meanwhile).
@@ -32,15 +33,21 @@ fn modes(config: &Config, pod: &Arc<LocalPod>, link: &Arc<Link>) -> Host {
     engine.spawn_idle_reaper(IDLE_CHECK);
     let sessions = Sessions::new(pod.clone(), link.clone());
     sessions.spawn_idle_reaper(IDLE_CHECK);
-    let (e, s) = (engine.clone(), sessions.clone());
+    let tasks = Tasks::new(pod.clone(), link.clone(), config.engine.backend);
+    let (e, s, t) = (engine.clone(), sessions.clone(), tasks.clone());
     runtime::spawn_monitor(link.clone(), SERVER_CHECK, move |change| {
-        let (e, s) = (e.clone(), s.clone());
+        let (e, s, t) = (e.clone(), s.clone(), t.clone());
         async move {
             e.server_changed(change).await;
             s.server_changed(change).await;
+            t.server_changed(change).await;
         }
     });
-    Host { engine, sessions }
+    Host {
+        engine,
+        sessions,
+        tasks,
+    }
 }
 
 /// The TLS port's server configuration: the serving pair (reloaded when
@@ -177,13 +184,7 @@ pub async fn run(config: Config, handed_over: Option<std::net::TcpListener>) -> 
         tls,
         policy: config.peers.clone(),
     };
-    let serving = serve(
-        pod,
-        host.engine.clone(),
-        host.sessions.clone(),
-        serve_config,
-        shutdown_signal(),
-    );
+    let serving = serve(pod, host.clone(), serve_config, shutdown_signal());
     // A Kubernetes loop that dies takes the daemon down (the kubelet restarts
     // it) rather than leaving a Ready Pod that acts on nothing.
     let loop_died = async {
@@ -199,7 +200,9 @@ pub async fn run(config: Config, handed_over: Option<std::net::TcpListener>) -> 
     tokio::select! {
         r = serving => r?,
         e = loop_died => {
-            host.sessions.shutdown().await;
+            host.tasks.shutdown();
+            host.tasks.shutdown();
+    host.sessions.shutdown().await;
             host.engine.shutdown().await;
             return Err(e);
         }
@@ -212,6 +215,7 @@ pub async fn run(config: Config, handed_over: Option<std::net::TcpListener>) -> 
             Ok(Ok(())) => {}
         }
     }
+    host.tasks.shutdown();
     host.sessions.shutdown().await;
     host.engine.shutdown().await;
     tracing::info!("runtimed stopped");

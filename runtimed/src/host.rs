@@ -14,24 +14,28 @@ use crate::registration::{
     self, IdCheck, Mode, RegisterError, Release, StaleRegistration, check_id,
 };
 use crate::session::Sessions;
+use crate::task::Tasks;
 
-/// The function engine and the sessions of this runtimed.
+/// The function engine, the sessions and the tasks of this runtimed.
 #[derive(Clone)]
 pub struct Host {
     /// Function-mode Runs.
     pub engine: Arc<Engine>,
     /// Session-mode Runs.
     pub sessions: Arc<Sessions>,
+    /// Task-mode Runs.
+    pub tasks: Arc<Tasks>,
 }
 
 impl Host {
-    /// Assigns a Run: registers its function or opens its session; returns
-    /// the registration id.
+    /// Assigns a Run: registers its function, opens its session or starts
+    /// its task; returns the registration id.
     pub async fn assign(&self, req: AssignRequest) -> Result<String, RegisterError> {
         let (assignment, mode) = registration::assignment(req)?;
         match mode {
             Mode::Function(f) => self.engine.register(assignment, f).await,
             Mode::Session(s) => self.sessions.open(assignment, s).await,
+            Mode::Task(t) => self.tasks.start(assignment, t).await,
         }
     }
 
@@ -44,6 +48,12 @@ impl Host {
         registration_id: &str,
         how: Release,
     ) -> Result<bool, StaleRegistration> {
+        if let Some(h) = self.tasks.get(run_uid) {
+            return match check_id(Some(&h.record), registration_id) {
+                IdCheck::Stale => Err(StaleRegistration),
+                IdCheck::Current | IdCheck::Absent => Ok(self.tasks.close(run_uid).await),
+            };
+        }
         if let Some(h) = self.sessions.get(run_uid) {
             return match check_id(Some(&h.record), registration_id) {
                 IdCheck::Stale => Err(StaleRegistration),
@@ -51,5 +61,11 @@ impl Host {
             };
         }
         self.engine.unregister(run_uid, registration_id, how).await
+    }
+
+    /// Kills a task's process tree, keeping its result and log until it is
+    /// released; `false` when no task is held for the Run.
+    pub async fn kill(&self, run_uid: &str) -> bool {
+        self.tasks.kill(run_uid).await
     }
 }

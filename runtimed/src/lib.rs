@@ -37,6 +37,7 @@ mod periodic;
 mod registration;
 mod runtime;
 mod session;
+mod task;
 
 pub use cluster::assigned_to;
 pub use config::{Args, Config, ConfigError, KubernetesConfig, TlsConfig};

@@ -68,7 +68,11 @@ impl LocalPod {
 
     /// Upserts the entry of `run` at `attempt`, owned by this Pod.
     pub fn publish(&self, run: &RunRef, attempt: u64, state: Published<'_>) {
-        self.publisher.upsert(own::OwnershipEntry {
+        self.publisher.upsert(self.entry(run, attempt, state));
+    }
+
+    fn entry(&self, run: &RunRef, attempt: u64, state: Published<'_>) -> own::OwnershipEntry {
+        own::OwnershipEntry {
             namespace: run.namespace.clone(),
             run_name: run.name.clone(),
             run_uid: run.uid.clone(),
@@ -84,6 +88,20 @@ impl LocalPod {
             limits: state.limits,
             reason: state.reason.to_owned(),
             ..Default::default()
+        }
+    }
+
+    /// Upserts the entry of a task Run, with how its task went.
+    pub fn publish_task(
+        &self,
+        run: &RunRef,
+        attempt: u64,
+        state: Published<'_>,
+        task: Option<own::TaskOutcome>,
+    ) {
+        self.publisher.upsert(own::OwnershipEntry {
+            task,
+            ..self.entry(run, attempt, state)
         });
     }
 

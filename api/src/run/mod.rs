@@ -20,7 +20,7 @@ pub use spec::{
     EnvVar, FunctionMode, RetryPolicy, Run, RunMode, RunResources, RunSpec, SessionMode,
     SourceSpec, TaskMode, Termination,
 };
-pub use status::{Endpoint, RunStatus};
+pub use status::{Endpoint, RunStatus, TaskStatus};
 
 use kruntimes_core::scheduler::queue::{MAX_PRIORITY, MIN_PRIORITY};
 
@@ -93,6 +93,7 @@ impl Run {
         if let Some(t) = &m.task {
             task::task_input(&self.spec.source, t)?;
         }
+        task::retry_policy(&self.spec.retry_policy, kind)?;
         if self
             .spec
             .source
@@ -172,7 +173,11 @@ impl Run {
             mode,
             max_retries: self.spec.retry_policy.max_retries,
             termination: self.termination(),
-            retry_exit_codes: kruntimes_core::lifecycle::ExitCodes::NONE,
+            // Validated: a code out of range never reaches here.
+            retry_exit_codes: kruntimes_core::lifecycle::ExitCodes::of(
+                &self.spec.retry_policy.on_exit_codes,
+            )
+            .unwrap_or(kruntimes_core::lifecycle::ExitCodes::NONE),
         }
     }
 

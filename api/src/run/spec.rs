@@ -189,10 +189,16 @@ pub struct EnvVar {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RetryPolicy {
-    /// Moves to another Pod allowed after owner loss (a failed
-    /// registration is terminal).
+    /// Moves to another Pod allowed after owner loss or a task's failed
+    /// start (a failed registration is terminal); at most 100.
     #[serde(default = "default_retries")]
+    #[schemars(range(max = 100))]
     pub max_retries: u32,
+    /// Task Runs: the non-zero exit codes that are retried too (1–255, at
+    /// most 32); a task exiting with another code fails.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), inner(range(min = 1, max = 255)))]
+    pub on_exit_codes: Vec<i32>,
 }
 
 fn default_retries() -> u32 {
@@ -203,6 +209,7 @@ impl Default for RetryPolicy {
     fn default() -> Self {
         Self {
             max_retries: default_retries(),
+            on_exit_codes: Vec::new(),
         }
     }
 }

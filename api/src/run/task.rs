@@ -10,7 +10,43 @@
 
 use kruntimes_proto::runtime::path::normalize;
 
-use super::{SourceSpec, TaskMode};
+use kruntimes_core::ModeKind;
+
+use super::{RetryPolicy, SourceSpec, TaskMode};
+
+/// Most retries a Run may ask for.
+pub const MAX_RETRIES: u32 = 100;
+/// Most exit codes `retryPolicy.onExitCodes` may name.
+pub const MAX_RETRY_EXIT_CODES: usize = 32;
+
+/// Checks `spec.retryPolicy` for a Run of `mode`: bounded retries; exit
+/// codes 1–255, for task Runs only.
+pub fn retry_policy(p: &RetryPolicy, mode: ModeKind) -> Result<(), String> {
+    if p.max_retries > MAX_RETRIES {
+        return Err(format!(
+            "spec.retryPolicy.maxRetries {} is more than {MAX_RETRIES}",
+            p.max_retries
+        ));
+    }
+    if p.on_exit_codes.is_empty() {
+        return Ok(());
+    }
+    if mode != ModeKind::Task {
+        return Err("spec.retryPolicy.onExitCodes applies to task Runs only".into());
+    }
+    if p.on_exit_codes.len() > MAX_RETRY_EXIT_CODES {
+        return Err(format!(
+            "spec.retryPolicy.onExitCodes has {} codes; at most {MAX_RETRY_EXIT_CODES}",
+            p.on_exit_codes.len()
+        ));
+    }
+    if let Some(c) = p.on_exit_codes.iter().find(|c| !(1..=255).contains(*c)) {
+        return Err(format!(
+            "spec.retryPolicy.onExitCodes holds {c}; exit codes that fail are 1 to 255"
+        ));
+    }
+    Ok(())
+}
 
 /// Most arguments a task takes.
 pub const MAX_TASK_ARGS: usize = 256;

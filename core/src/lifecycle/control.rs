@@ -63,9 +63,9 @@ pub enum Decision {
 }
 
 /// The decision for one Run. Rules in order: ended Runs are left alone;
-/// invalid specs and unsupported modes fail; an elapsed `spec.timeout` ends
+/// invalid specs fail; an elapsed `spec.timeout` ends
 /// the Run whatever its phase; a Run its living owner has not made Ready
-/// within the registration deadline is placed again
+/// within the registration deadline (a task: started) is placed again
 /// ([`Event::RegistrationExpired`]); otherwise a living owner drives the
 /// Run; a lost owner is fenced ([`Event::OwnerLost`]); a Run terminated
 /// before it had a Pod is cancelled; any other Run needs a Pod.
@@ -77,17 +77,19 @@ pub fn decide(f: &Facts<'_>) -> Decision {
         Ok(mode) => mode,
         Err(why) => return transition(f, ModeKind::Function, &Event::Invalid(why)),
     };
-    if mode == ModeKind::Task {
-        return transition(f, mode, &Event::Unsupported(mode));
-    }
     if let Some(seconds) = f.timeout
         && f.age >= Duration::from_secs(seconds.into())
     {
         return transition(f, mode, &Event::TimedOut { seconds });
     }
     let deadline = super::registration_deadline(mode);
+    // A started task is running its own course (bounded by spec.timeout).
+    let registering = match mode {
+        ModeKind::Task => f.life.phase == Phase::Scheduled,
+        _ => matches!(f.life.phase, Phase::Scheduled | Phase::Running),
+    };
     if let (Owner::Alive, Some((pod, since))) = (f.owner, f.assigned)
-        && matches!(f.life.phase, Phase::Scheduled | Phase::Running)
+        && registering
         && since >= deadline
     {
         return transition(
@@ -163,7 +165,7 @@ mod tests {
     }
 
     #[test]
-    fn invalid_and_task_runs_fail_before_anything_else() {
+    fn invalid_runs_fail_before_anything_else_and_tasks_are_served() {
         let mut f = facts(Phase::Pending, Owner::Unassigned);
         f.mode = Err("spec.mode must set exactly one of task, function, session");
         f.timeout = Some(0);
@@ -171,10 +173,30 @@ mod tests {
             outcome(decide(&f)),
             Some((Phase::Failed, Reason::InvalidSpec))
         );
+        let mut f = facts(Phase::Pending, Owner::Unassigned);
         f.mode = Ok(ModeKind::Task);
+        assert_eq!(decide(&f), Decision::NeedsPod);
+    }
+
+    #[test]
+    fn a_started_task_is_not_held_to_the_registration_deadline() {
+        let mut f = facts(Phase::Running, Owner::Alive);
+        f.mode = Ok(ModeKind::Task);
+        f.assigned = Some(("p", Duration::from_secs(3600)));
+        assert_eq!(decide(&f), Decision::OwnerDrives);
+        // Never started: placed again like any Run.
+        f.life.phase = Phase::Scheduled;
         assert_eq!(
             outcome(decide(&f)),
-            Some((Phase::Failed, Reason::UnsupportedMode))
+            Some((Phase::Pending, Reason::RegistrationTimeout))
+        );
+        // Its spec.timeout still ends it.
+        f.life.phase = Phase::Running;
+        f.timeout = Some(60);
+        f.age = Duration::from_secs(60);
+        assert_eq!(
+            outcome(decide(&f)),
+            Some((Phase::Timeout, Reason::RunTimeout))
         );
     }
 

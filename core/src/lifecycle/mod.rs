@@ -96,8 +96,6 @@ impl ExitCodes {
 pub enum Event<'a> {
     /// The spec fails validation (the message says why).
     Invalid(&'a str),
-    /// The mode is not served.
-    Unsupported(ModeKind),
     /// A scheduling cycle found no Pod for the Run.
     Unplaced {
         /// The `Pending` reason the scheduler gave.
@@ -161,6 +159,9 @@ pub enum Event<'a> {
     },
     /// A task's process could not be started on its owner.
     StartFailed(&'a str),
+    /// A started task's process is gone from its (living) owner without an
+    /// exit: the owner or its Runtime Server restarted.
+    TaskLost(&'a str),
 }
 
 /// A change of a Run's life, with the message that explains it.
@@ -230,14 +231,6 @@ pub fn apply(life: &Life, rules: &Rules, event: &Event<'_>) -> Option<Transition
     };
     match *event {
         Event::Invalid(why) => to(Failed, Reason::InvalidSpec, why.to_owned()),
-        Event::Unsupported(mode) => to(
-            Failed,
-            Reason::UnsupportedMode,
-            format!(
-                "{} mode is not served yet; use function or session mode",
-                mode.as_str()
-            ),
-        ),
         Event::Unplaced { reason, message } if phase == Pending => to(
             Pending,
             // A Run waiting after owner loss keeps saying so.
@@ -280,7 +273,14 @@ pub fn apply(life: &Life, rules: &Rules, event: &Event<'_>) -> Option<Transition
             Reason::RunTimeout,
             format!("spec.timeout of {seconds}s elapsed"),
         ),
-        Event::OwnerLost { pod } if phase != Pending => Some(owner_lost(life, rules, pod)),
+        Event::OwnerLost { pod } if phase != Pending => {
+            Some(owner_lost(life, rules, format!("owner Pod {pod} is gone")))
+        }
+        Event::TaskLost(why)
+            if matches!(phase, Scheduled | Running) && rules.mode == ModeKind::Task =>
+        {
+            Some(owner_lost(life, rules, why.to_owned()))
+        }
         Event::RegistrationExpired { seconds, pod } if matches!(phase, Scheduled | Running) => {
             Some(registration_expired(life, rules, seconds, pod))
         }
@@ -348,6 +348,15 @@ fn task_exited(life: &Life, rules: &Rules, code: i32) -> Transition {
     }
 }
 
+/// How long a Run its owner placed back in `Pending` (a task that failed
+/// to start, exited with a code the retry policy names, or was lost) waits
+/// before it is placed again: one second, doubling with each attempt, at
+/// most a minute.
+pub fn retry_backoff(attempt: u64) -> std::time::Duration {
+    let doublings = attempt.saturating_sub(1).min(6) as u32;
+    std::time::Duration::from_secs(1 << doublings).min(std::time::Duration::from_secs(60))
+}
+
 /// How long an assigned Run may take to become `Ready` (its owner
 /// registers a function, opens a session) before it is placed again.
 pub fn registration_deadline(mode: ModeKind) -> std::time::Duration {
@@ -378,11 +387,10 @@ fn registration_expired(life: &Life, rules: &Rules, seconds: u64, pod: &str) -> 
     }
 }
 
-/// Owner loss of an assigned Run: a Run being terminated is cancelled, a
-/// session fails (a workspace never moves), a function Run is placed again
-/// while retries are left.
-fn owner_lost(life: &Life, rules: &Rules, pod: &str) -> Transition {
-    let gone = format!("owner Pod {pod} is gone");
+/// Owner loss of an assigned Run (`gone` says how): a Run being terminated
+/// is cancelled, a session fails (a workspace never moves), a function or
+/// task Run is placed again while retries are left.
+fn owner_lost(life: &Life, rules: &Rules, gone: String) -> Transition {
     let (phase, message) = if rules.termination.is_some() || life.phase == Phase::Finalizing {
         (Phase::Cancelled, format!("{gone}; termination requested"))
     } else if rules.mode == ModeKind::Session {

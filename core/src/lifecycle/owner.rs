@@ -13,6 +13,7 @@
 use super::{
     Event, Life, Phase, Reason, Rules, Stop, TablePhase, Transition, apply, release_on_delete,
 };
+use crate::TerminationMode;
 
 /// The Run, as its owner sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,16 +43,21 @@ pub struct Local {
     pub phase: Option<TablePhase>,
     /// The reason of that phase (`IdleTimeout` after idle expiry).
     pub reason: String,
+    /// A task's process has ended, with this exit code.
+    pub exit: Option<i32>,
 }
 
 /// One step of the owner.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
-    /// Register (function) or open (session) the Run at its attempt; the
-    /// outcome goes through [`registered`].
+    /// Register (function), open (session) or start (task) the Run at its
+    /// attempt; the outcome goes through [`registered`].
     Register,
     /// Stop serving the Run and remove its local state.
     Release(Stop),
+    /// End a task's process at once, keeping its result and its log until
+    /// the Run is deleted.
+    Kill,
     /// Write this transition as the owner.
     Report(Transition),
     /// Remove the cleanup finalizer: local clean-up is done.
@@ -74,25 +80,58 @@ pub fn decide(run: &Facts, local: Option<&Local>) -> Vec<Step> {
         }
         t
     };
+    let task = run.rules.mode == crate::ModeKind::Task;
+    // This attempt's task, still running.
+    let running = local.is_some_and(|l| l.attempt == life.attempt && l.exit.is_none());
     // Fenced: not ours (any more), or this owner is gone.
     if !run.mine || run.pod_gone {
         release(&mut out, Stop::Cancel);
         return out;
     }
     if run.deleting {
-        release(&mut out, release_on_delete(run.rules.termination));
+        // A task's result and log go with the Run; its process never
+        // outlives it.
+        let stop = if task {
+            Stop::Cancel
+        } else {
+            release_on_delete(run.rules.termination)
+        };
+        release(&mut out, stop);
         if run.has_finalizer {
             out.push(Step::RemoveFinalizer);
         }
         return out;
     }
-    if life.phase.is_terminal() {
+    // Placed again (a retried task): what is left here is an older
+    // attempt's.
+    if life.phase == Phase::Pending {
         release(&mut out, Stop::Cancel);
         return out;
     }
-    if run.rules.termination.is_some() {
+    if life.phase.is_terminal() {
+        if !task {
+            release(&mut out, Stop::Cancel);
+        } else if running {
+            out.push(Step::Kill);
+        } else if local.is_some_and(|l| l.attempt != life.attempt) {
+            release(&mut out, Stop::Cancel);
+        }
+        return out;
+    }
+    // A task asked to drain runs to its end; only `Immediate` stops it.
+    let terminating = match run.rules.termination {
+        Some(TerminationMode::Drain) if task => None,
+        t => t,
+    };
+    if terminating.is_some() {
         let finalizing = match report(&mut out, &life, Event::Terminate) {
             Some(t) if t.phase == Phase::Finalizing => Some(t.life()),
+            Some(_) if task => {
+                if running {
+                    out.push(Step::Kill);
+                }
+                return out;
+            }
             Some(_) => {
                 release(&mut out, Stop::Cancel);
                 return out;
@@ -104,6 +143,10 @@ pub fn decide(run: &Facts, local: Option<&Local>) -> Vec<Step> {
             release(&mut out, Stop::Drain);
             report(&mut out, &finalizing, Event::Drained);
         }
+        return out;
+    }
+    if task {
+        task_steps(&mut out, &life, local, report);
         return out;
     }
     match local {
@@ -142,10 +185,45 @@ pub fn decide(run: &Facts, local: Option<&Local>) -> Vec<Step> {
     out
 }
 
-/// The transition a registration's outcome causes.
+/// A live task's steps: started once, its exit reported, its loss (the
+/// owner or its Runtime Server restarted under it) placed again; a task is
+/// never started twice at one attempt.
+fn task_steps<'a>(
+    out: &mut Vec<Step>,
+    life: &Life,
+    local: Option<&'a Local>,
+    report: impl Fn(&mut Vec<Step>, &Life, Event<'a>) -> Option<super::Transition>,
+) {
+    const RESTARTED: &str = "the task's owner restarted and its process died with it";
+    match local {
+        Some(l) if l.attempt == life.attempt => match l.exit {
+            Some(code) => {
+                report(out, life, Event::TaskExited { code });
+            }
+            None if l.phase == Some(TablePhase::Failed) => {
+                report(out, life, Event::TaskLost(&l.reason));
+            }
+            None => {
+                // Its start was not reported yet.
+                report(out, life, Event::TaskStarted);
+            }
+        },
+        Some(l) if l.attempt > life.attempt => out.push(Step::Release(Stop::Cancel)),
+        _ if life.phase == Phase::Scheduled => out.push(Step::Register),
+        _ => {
+            report(out, life, Event::TaskLost(RESTARTED));
+        }
+    }
+}
+
+/// The transition a registration's outcome causes (a task's start: it
+/// started, or could not).
 pub fn registered(life: &Life, rules: &Rules, outcome: Result<(), &str>) -> Option<Transition> {
+    let task = rules.mode == crate::ModeKind::Task;
     match outcome {
+        Ok(()) if task => apply(life, rules, &Event::TaskStarted),
         Ok(()) => apply(life, rules, &Event::Registered),
+        Err(why) if task => apply(life, rules, &Event::StartFailed(why)),
         Err(why) => apply(life, rules, &Event::RegisterFailed(why)),
     }
 }

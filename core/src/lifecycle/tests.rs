@@ -64,6 +64,23 @@ fn row<'a>(
     }
 }
 
+#[test]
+fn retries_back_off_exponentially_up_to_a_minute() {
+    let secs = |a| retry_backoff(a).as_secs();
+    assert_eq!(
+        [
+            secs(0),
+            secs(1),
+            secs(2),
+            secs(3),
+            secs(6),
+            secs(7),
+            secs(50)
+        ],
+        [1, 1, 2, 4, 32, 60, 60]
+    );
+}
+
 /// Every event against every phase.
 #[test]
 fn every_event_applies_in_exactly_its_phases() {
@@ -78,12 +95,6 @@ fn every_event_applies_in_exactly_its_phases() {
             function(),
             Event::Invalid("bad"),
             vec![(live(), Failed, Reason::InvalidSpec)],
-        ),
-        row(
-            "unsupported",
-            function(),
-            Event::Unsupported(ModeKind::Task),
-            vec![(live(), Failed, Reason::UnsupportedMode)],
         ),
         row(
             "unplaced",
@@ -276,7 +287,25 @@ fn every_event_applies_in_exactly_its_phases() {
                 (vec![Finalizing], Cancelled, Reason::OwnerLost),
             ],
         ),
+        row(
+            "task lost",
+            task(),
+            Event::TaskLost("the owner restarted"),
+            vec![(vec![Scheduled, Running], Pending, Reason::OwnerLost)],
+        ),
+        row(
+            "task lost while terminating",
+            rules(ModeKind::Task, 3, Some(TerminationMode::Drain)),
+            Event::TaskLost("the owner restarted"),
+            vec![(vec![Scheduled, Running], Cancelled, Reason::OwnerLost)],
+        ),
         // The task events are a task's only.
+        row(
+            "task lost (function)",
+            function(),
+            Event::TaskLost("x"),
+            vec![],
+        ),
         row(
             "task started (function)",
             function(),

@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kruntimes_api::lifecycle::{Life, Transition};
+use kruntimes_api::lifecycle::{Life, Phase, Transition};
 use kruntimes_api::{Affinity, Endpoint, ModeKind, RunStatus, TerminationMode, bounded_message};
 use kruntimes_core::Resources;
 use kruntimes_core::pass::{self, OwnerRef, PodFacts, Report, RunFacts};
@@ -235,13 +235,29 @@ fn snapshot(
     let runs = runs
         .iter()
         .map(|r| {
+            let life = r.life();
+            // A Run its owner placed back in `Pending` (a task to retry)
+            // still names that owner until it is placed again: it has none.
             let owner = match (&r.status.assigned_pod, &r.status.assigned_pod_uid) {
-                (Some(pod), Some(uid)) => Some(OwnerRef {
+                (Some(pod), Some(uid)) if life.phase != Phase::Pending => Some(OwnerRef {
                     pod: pod.clone(),
                     pod_uid: uid.clone(),
                 }),
                 _ => None,
             };
+            // ... and waits out its backoff from the owner's report.
+            let backing_off = life.phase == Phase::Pending
+                && r.status.assigned_pod.is_some()
+                && r.status
+                    .conditions
+                    .iter()
+                    .find(|c| c.type_ == "Ready")
+                    .is_some_and(|c| {
+                        let since = now
+                            .duration_since(SystemTime::from(c.last_transition_time.0))
+                            .unwrap_or(Duration::ZERO);
+                        since < kruntimes_api::lifecycle::retry_backoff(life.attempt)
+                    });
             let age = now.duration_since(r.created).unwrap_or(Duration::ZERO);
             let assigned_for = r.status.scheduled_time.as_ref().map(|t| {
                 now.duration_since(SystemTime::from(t.0))
@@ -274,7 +290,7 @@ fn snapshot(
                 owner,
                 deleting: r.deleting,
                 has_finalizer: r.has_finalizer,
-                backing_off: false,
+                backing_off,
                 requests: r.requests.clone(),
                 priority: r.priority,
                 affinity: r.affinity.clone(),

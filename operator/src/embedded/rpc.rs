@@ -98,12 +98,16 @@ pub(super) fn perform(
                 registered(run.as_ref(), attempt, &pod, "assign", result)
             }
             Action::Release {
-                run_uid, cancel, ..
+                run_uid,
+                cancel,
+                keep,
+                ..
             } => {
                 let req = pb::ReleaseRequest {
                     run_uid: run_uid.clone(),
                     cancel,
                     registration_id: String::new(),
+                    keep,
                 };
                 if let Err(s) = c.agent.clone().release(req).await {
                     tracing::warn!(uid = %run_uid, pod = %pod, code = ?s.code(), "release failed");

@@ -167,6 +167,7 @@ impl Kubernetes {
                                     attempt: life.attempt,
                                     phase: Some(TablePhase::Ready),
                                     reason: String::new(),
+                                    exit: None,
                                 },
                             );
                             Ok(())
@@ -177,6 +178,11 @@ impl Kubernetes {
                     }
                     Step::Release(_) => {
                         self.pods[i].locals.remove(&run.uid);
+                    }
+                    Step::Kill => {
+                        if let Some(l) = self.pods[i].locals.get_mut(&run.uid) {
+                            l.exit = Some(137);
+                        }
                     }
                     Step::RemoveFinalizer => {}
                 }

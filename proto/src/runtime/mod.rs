@@ -1,5 +1,5 @@
 //! The Runtime Server contract, `kruntimes.runtime.v1` (the services
-//! `RuntimeServer`, `FunctionRuntime` and `SessionRuntime`; see
+//! `RuntimeServer`, `FunctionRuntime`, `SessionRuntime` and `TaskRuntime`; see
 //! `proto/kruntimes/runtime/v1/runtime.proto`), and the Rust types both sides
 //! of that process boundary share: an invocation's outcome
 //! ([`InvokeError`], [`invoke::encode`] / [`invoke::decode`]), the one error
@@ -26,6 +26,7 @@ use tonic::transport::Channel;
 use v1::function_runtime_client::FunctionRuntimeClient;
 use v1::runtime_server_client::RuntimeServerClient;
 use v1::session_runtime_client::SessionRuntimeClient;
+use v1::task_runtime_client::TaskRuntimeClient;
 
 /// Version 1 of the contract.
 pub mod v1 {
@@ -39,12 +40,18 @@ pub const CONTRACT: &str = "kruntimes.runtime.v1";
 pub const FUNCTION_RUNTIME: &str = "kruntimes.runtime.v1.FunctionRuntime";
 /// `InfoResponse.services`: the server serves session-mode Runs.
 pub const SESSION_RUNTIME: &str = "kruntimes.runtime.v1.SessionRuntime";
+/// `InfoResponse.services`: the server serves task-mode Runs.
+pub const TASK_RUNTIME: &str = "kruntimes.runtime.v1.TaskRuntime";
+/// Bytes of the end of each output stream a task's result keeps by default.
+pub const DEFAULT_TASK_TAIL_BYTES: u32 = 4096;
+/// Largest tail a task's result keeps per stream.
+pub const MAX_TASK_TAIL_BYTES: u32 = 64 * 1024;
 
 /// Largest message on the Runtime Server socket: a 32 MiB file plus
 /// framing.
 pub const MAX_MESSAGE_BYTES: usize = 40 * 1024 * 1024;
 
-/// Clients of the three services of one Runtime Server, over one channel
+/// Clients of the four services of one Runtime Server, over one channel
 /// and with the contract's message limits. Cloning is cheap.
 #[derive(Debug, Clone)]
 pub struct Clients {
@@ -54,6 +61,8 @@ pub struct Clients {
     pub functions: FunctionRuntimeClient<Channel>,
     /// `SessionRuntime`.
     pub sessions: SessionRuntimeClient<Channel>,
+    /// `TaskRuntime`.
+    pub tasks: TaskRuntimeClient<Channel>,
 }
 
 impl Clients {
@@ -80,7 +89,10 @@ impl Clients {
             functions: FunctionRuntimeClient::new(channel.clone())
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
-            sessions: SessionRuntimeClient::new(channel)
+            sessions: SessionRuntimeClient::new(channel.clone())
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            tasks: TaskRuntimeClient::new(channel)
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
         }

@@ -244,9 +244,7 @@ impl Agent {
                 let registered = match run.validate().map(|_| assign_request(run, attempt)) {
                     Ok(Some(req)) => self.host.assign(req).await.map(|_| ()),
                     // `Load` carries a message as it is.
-                    Ok(None) => Err(RegisterError::Load(
-                        "task mode is not served by runtimed".into(),
-                    )),
+                    Ok(None) => Err(RegisterError::Load("the Run has no mode".into())),
                     Err(e) => Err(RegisterError::Load(e)),
                 };
                 // A Runtime Server that does not answer (yet) fails nothing:
@@ -274,6 +272,10 @@ impl Agent {
             }
             Step::Release(stop) => {
                 self.unregister(&uid, stop).await;
+                Ok(())
+            }
+            Step::Kill => {
+                self.host.kill(&uid).await;
                 Ok(())
             }
             Step::Report(t) => self.report(run, &t).await,
@@ -333,6 +335,16 @@ impl Agent {
         }
         if t.phase.is_terminal() {
             body["status"]["completionTime"] = json!(status.completion_time.clone().unwrap_or(now));
+        }
+        // A task's result, with the transition its exit caused.
+        let uid = run.uid().unwrap_or_default();
+        if let Some(task) = self
+            .host
+            .tasks
+            .outcome(&uid, run.life().attempt)
+            .and_then(|o| kruntimes_api::TaskStatus::of(&o, run.life().attempt))
+        {
+            body["status"]["task"] = json!(task);
         }
         *run = Api::<Run>::namespaced(self.client.clone(), &run.namespace().unwrap_or_default())
             .patch_status(

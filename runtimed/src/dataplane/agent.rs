@@ -55,6 +55,10 @@ impl Agent for AgentService {
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
         self.policy.require_control(&req, "Agent")?;
         let r = req.into_inner();
+        if r.keep {
+            let existed = self.host.kill(&r.run_uid).await;
+            return Ok(Response::new(pb::ReleaseResponse { existed }));
+        }
         let how = if r.cancel {
             Release::Cancel
         } else {

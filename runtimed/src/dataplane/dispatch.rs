@@ -28,6 +28,8 @@ pub struct Dataplane {
     pub engine: Arc<Engine>,
     /// The sessions.
     pub sessions: Arc<Sessions>,
+    /// The tasks (the control plane's to start and release).
+    pub tasks: Arc<crate::task::Tasks>,
     /// Who may call.
     pub policy: Arc<PeerPolicy>,
 }

@@ -22,10 +22,8 @@ use tower::ServiceExt;
 use super::agent::AgentService;
 use super::dispatch::{self, Dataplane};
 use super::peer::{PeerIdentity, PeerPolicy};
-use crate::function::Engine;
 use crate::host::Host;
 use crate::local::LocalPod;
-use crate::session::Sessions;
 
 /// What [`serve`] needs.
 pub struct ServeConfig {
@@ -48,6 +46,7 @@ pub fn router(dp: Dataplane) -> Router {
     let host = Host {
         engine: dp.engine.clone(),
         sessions: dp.sessions.clone(),
+        tasks: dp.tasks.clone(),
     };
     let grpc = tonic::service::Routes::new(AgentService::new(host, dp.policy.clone()))
         .add_service(dp.pod.publisher().service())
@@ -58,18 +57,18 @@ pub fn router(dp: Dataplane) -> Router {
         .merge(grpc)
 }
 
-/// Serves `pod`'s functions and sessions until `shutdown` resolves.
+/// Serves `pod`'s Runs until `shutdown` resolves.
 pub async fn serve(
     pod: Arc<LocalPod>,
-    engine: Arc<Engine>,
-    sessions: Arc<Sessions>,
+    host: Host,
     cfg: ServeConfig,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
     let app = router(Dataplane {
         pod,
-        engine,
-        sessions,
+        engine: host.engine,
+        sessions: host.sessions,
+        tasks: host.tasks,
         policy: Arc::new(cfg.policy),
     });
     let acceptor = TlsAcceptor::from(Arc::new(cfg.tls));

@@ -80,6 +80,8 @@ pub enum Mode {
     Function(agent::FunctionAssignment),
     /// Open a session.
     Session(agent::SessionAssignment),
+    /// Start a task.
+    Task(agent::TaskAssignment),
 }
 
 /// Validates an `Assign` request into what both modes take.
@@ -88,6 +90,7 @@ pub fn assignment(req: agent::AssignRequest) -> Result<(Assignment, Mode), Regis
     let mode = match req.mode {
         Some(agent::assign_request::Mode::Function(f)) => Mode::Function(f),
         Some(agent::assign_request::Mode::Session(s)) => Mode::Session(s),
+        Some(agent::assign_request::Mode::Task(t)) => Mode::Task(t),
         None => return Err(RegisterError::Invalid("mode is required".into())),
     };
     let a = Assignment {

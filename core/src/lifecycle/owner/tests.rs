@@ -28,6 +28,7 @@ fn local(attempt: u64, phase: TablePhase, reason: &str) -> Local {
         attempt,
         phase: Some(phase),
         reason: reason.into(),
+        exit: None,
     }
 }
 
@@ -40,6 +41,7 @@ fn shape(steps: &[Step]) -> Vec<String> {
             Release(stop) => format!("Release({stop:?})"),
             Report(t) => format!("{:?}/{}", t.phase, t.reason),
             RemoveFinalizer => "RemoveFinalizer".to_owned(),
+            Kill => "Kill".to_owned(),
         })
         .collect()
 }
@@ -217,4 +219,152 @@ fn terminal_runs_are_only_cleaned_up() {
 fn a_draining_local_registration_is_left_alone() {
     let l = local(1, TablePhase::Draining, "Unregistering");
     assert!(decide(&facts(Phase::Ready, 1), Some(&l)).is_empty());
+}
+
+fn task(phase: Phase, attempt: u64) -> Facts {
+    let mut f = facts(phase, attempt);
+    f.rules.mode = ModeKind::Task;
+    f
+}
+
+fn running_task(attempt: u64) -> Local {
+    local(attempt, TablePhase::Running, "")
+}
+
+fn exited(attempt: u64, code: i32) -> Local {
+    Local {
+        exit: Some(code),
+        ..running_task(attempt)
+    }
+}
+
+#[test]
+fn a_task_is_started_once_then_its_start_and_exit_are_reported() {
+    // Assigned: start it (no registering phase of its own).
+    assert_eq!(
+        shape(&decide(&task(Phase::Scheduled, 1), None)),
+        ["Register"]
+    );
+    let started = registered(
+        &task(Phase::Scheduled, 1).life,
+        &task(Phase::Scheduled, 1).rules,
+        Ok(()),
+    );
+    assert_eq!(
+        started.map(|t| (t.phase, t.reason)),
+        Some((Phase::Running, Reason::Started))
+    );
+    let failed = registered(
+        &task(Phase::Scheduled, 1).life,
+        &task(Phase::Scheduled, 1).rules,
+        Err("python3: not found"),
+    )
+    .unwrap();
+    assert_eq!(
+        (failed.phase, failed.reason),
+        (Phase::Pending, Reason::StartFailed)
+    );
+    // Started, its report lost: reported again, never started again.
+    assert_eq!(
+        shape(&decide(&task(Phase::Scheduled, 1), Some(&running_task(1)))),
+        ["Running/Started"]
+    );
+    assert!(decide(&task(Phase::Running, 1), Some(&running_task(1))).is_empty());
+    // Its exit, whenever it is first seen.
+    for phase in [Phase::Scheduled, Phase::Running] {
+        assert_eq!(
+            shape(&decide(&task(phase, 1), Some(&exited(1, 0)))),
+            ["Succeeded/Completed"]
+        );
+        assert_eq!(
+            shape(&decide(&task(phase, 1), Some(&exited(1, 3)))),
+            ["Failed/NonZeroExit"]
+        );
+    }
+    let mut retried = task(Phase::Running, 1);
+    retried.rules.retry_exit_codes = ExitCodes::of(&[3]).unwrap();
+    assert_eq!(
+        shape(&decide(&retried, Some(&exited(1, 3)))),
+        ["Pending/NonZeroExit"]
+    );
+}
+
+#[test]
+fn an_ended_task_keeps_its_result_until_the_run_is_deleted() {
+    for phase in [
+        Phase::Succeeded,
+        Phase::Failed,
+        Phase::Timeout,
+        Phase::Cancelled,
+    ] {
+        assert!(decide(&task(phase, 1), Some(&exited(1, 0))).is_empty());
+        // Still running when the Run ended (timeout, cancel): killed, kept.
+        assert_eq!(
+            shape(&decide(&task(phase, 1), Some(&running_task(1)))),
+            ["Kill"]
+        );
+        // An older attempt's leftovers go.
+        assert_eq!(
+            shape(&decide(&task(phase, 2), Some(&exited(1, 0)))),
+            ["Release(Cancel)"]
+        );
+    }
+    let mut deleting = task(Phase::Succeeded, 1);
+    deleting.deleting = true;
+    deleting.rules.termination = Some(TerminationMode::Drain);
+    assert_eq!(
+        shape(&decide(&deleting, Some(&exited(1, 0)))),
+        ["Release(Cancel)", "RemoveFinalizer"]
+    );
+    // Placed again after a retry: the old attempt goes.
+    assert_eq!(
+        shape(&decide(&task(Phase::Pending, 1), Some(&exited(1, 3)))),
+        ["Release(Cancel)"]
+    );
+    assert!(decide(&task(Phase::Pending, 1), None).is_empty());
+}
+
+#[test]
+fn immediate_termination_kills_a_task_and_drain_lets_it_finish() {
+    let mut f = task(Phase::Running, 1);
+    f.rules.termination = Some(TerminationMode::Immediate);
+    assert_eq!(
+        shape(&decide(&f, Some(&running_task(1)))),
+        ["Cancelled/Terminated", "Kill"]
+    );
+    f.rules.termination = Some(TerminationMode::Drain);
+    assert!(decide(&f, Some(&running_task(1))).is_empty());
+    assert_eq!(
+        shape(&decide(&f, Some(&exited(1, 0)))),
+        ["Succeeded/Completed"]
+    );
+}
+
+#[test]
+fn a_task_lost_under_its_owner_is_placed_again() {
+    // runtimed restarted: no local task, the Run says it runs.
+    let steps = decide(&task(Phase::Running, 1), None);
+    assert_eq!(shape(&steps), ["Pending/OwnerLost"]);
+    let Report(t) = &steps[0] else {
+        unreachable!("a report")
+    };
+    assert!(t.message.contains("restarted"), "{}", t.message);
+    // The Runtime Server restarted: the task is gone without an exit.
+    assert_eq!(
+        shape(&decide(
+            &task(Phase::Running, 1),
+            Some(&local(1, TablePhase::Failed, "RuntimeServerLost"))
+        )),
+        ["Pending/OwnerLost"]
+    );
+    // Out of retries: failed.
+    assert_eq!(
+        shape(&decide(&task(Phase::Running, 4), None)),
+        ["Failed/OwnerLost"]
+    );
+    // A newer local attempt than the Run's: never trusted.
+    assert_eq!(
+        shape(&decide(&task(Phase::Running, 1), Some(&running_task(2)))),
+        ["Release(Cancel)"]
+    );
 }

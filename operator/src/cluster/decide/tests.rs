@@ -367,7 +367,7 @@ fn termination_before_scheduling_cancels() {
 }
 
 #[test]
-fn invalid_and_task_runs_fail_with_a_reason() {
+fn invalid_runs_fail_with_a_reason_and_tasks_are_placed() {
     let mut bad = run("bad", 0);
     bad.mode = Err("spec.mode must set exactly one of task, function, session".into());
     let mut task = run("task", 0);
@@ -375,7 +375,9 @@ fn invalid_and_task_runs_fail_with_a_reason() {
     let ops = reconcile(&[bad, task], &[pod("p")], &[runtime(2)], &settings(), at(1));
     let s = statuses(&ops);
     assert_eq!(s["bad"].reason.as_deref(), Some("InvalidSpec"));
-    assert_eq!(s["task"].reason.as_deref(), Some("UnsupportedMode"));
+    assert_eq!(s["task"].reason.as_deref(), Some("Scheduled"));
+    assert_eq!(s["task"].assigned_pod.as_deref(), Some("p"));
+    assert!(s["task"].endpoint.is_none(), "a task has no URL");
 }
 
 #[test]

@@ -91,6 +91,8 @@ pub enum Action {
         run_uid: String,
         /// Cancel instead of draining.
         cancel: bool,
+        /// A task's: kill its process, keep its result and log.
+        keep: bool,
     },
     /// Start this many runtimed instances; each is reported through
     /// [`Controller::instance_started`] (or
@@ -151,6 +153,8 @@ pub struct RunState {
     pub owner: Option<Owner>,
     /// Its manifest is gone: released by its owner, then forgotten.
     pub deleting: bool,
+    /// How its task ended (task Runs, once their owner reported it).
+    pub task: Option<kruntimes_api::TaskStatus>,
     in_flight: Option<InFlight>,
     retry_at: Option<Instant>,
     assigned_at: Option<Instant>,
@@ -341,6 +345,7 @@ impl Controller {
                     message: String::new(),
                     owner: None,
                     deleting: false,
+                    task: None,
                     in_flight: None,
                     retry_at: None,
                     assigned_at: None,

@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use kruntimes_api::lifecycle::owner::{self, Step};
-use kruntimes_api::lifecycle::{Stop, Transition};
+use kruntimes_api::lifecycle::{self, Stop, Transition};
 use kruntimes_api::requests::assign_request;
 use kruntimes_api::table;
 use kruntimes_core::pass::{self, Op, PodFacts, RunFacts};
@@ -264,7 +264,12 @@ impl Controller {
         if !pod.connected {
             return false;
         }
-        let local = pod.entries.get(uid).map(table::local);
+        let entry = pod.entries.get(uid);
+        let local = entry.map(table::local);
+        let ended_task = entry
+            .filter(|e| e.attempt == run.life.attempt)
+            .and_then(|e| e.task.as_ref())
+            .and_then(|t| kruntimes_api::TaskStatus::of(t, run.life.attempt));
         // A step in flight is decided about again once the owner's table
         // reflects it (or its RPC failed).
         let settled = match run.in_flight {
@@ -295,10 +300,18 @@ impl Controller {
             return false;
         };
         run.in_flight = None;
+        if ended_task.is_some() && !run.life.phase.is_terminal() {
+            run.task = ended_task;
+        }
         let before = run.life;
         for step in steps {
             match step {
-                Step::Report(t) => set(run, t, now, Duration::ZERO),
+                Step::Report(t) => {
+                    // Placed back by its owner (a task to retry): after a
+                    // backoff.
+                    let backoff = lifecycle::retry_backoff(t.attempt);
+                    set(run, t, now, backoff);
+                }
                 Step::Register => {
                     let attempt = run.life.attempt;
                     run.in_flight = Some(InFlight::Register {
@@ -318,6 +331,16 @@ impl Controller {
                 Step::Release(stop) => {
                     run.in_flight = Some(InFlight::Release { done: false });
                     actions.push(release(&o.pod, uid, stop));
+                    return run.life != before;
+                }
+                Step::Kill => {
+                    run.in_flight = Some(InFlight::Release { done: false });
+                    actions.push(Action::Release {
+                        pod: o.pod.clone(),
+                        run_uid: uid.to_owned(),
+                        cancel: true,
+                        keep: true,
+                    });
                     return run.life != before;
                 }
                 Step::RemoveFinalizer => {
@@ -399,5 +422,6 @@ fn release(pod: &str, uid: &str, stop: Stop) -> Action {
         pod: pod.to_owned(),
         run_uid: uid.to_owned(),
         cancel: stop == Stop::Cancel,
+        keep: false,
     }
 }

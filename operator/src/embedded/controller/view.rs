@@ -40,6 +40,9 @@ pub struct RunStatus {
     /// Invoke URL (function Runs) or session URL (session Runs).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
+    /// How its task ended (task Runs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task: Option<kruntimes_api::TaskStatus>,
 }
 
 /// A runtimed instance as `runs.json` shows it.
@@ -129,6 +132,7 @@ impl Controller {
                 attempt: r.life.attempt,
                 endpoint: matches!(r.mode, Ok(ModeKind::Function | ModeKind::Session))
                     .then(|| Endpoint::new(gateway_url, &r.run, None).url),
+                task: r.task.clone(),
             })
             .collect()
     }

@@ -56,7 +56,7 @@ async fn python() -> (Fixture, String) {
 async fn register(fx: &Fixture, req: agent::AssignRequest) -> Result<String, RegisterError> {
     match assignment(req)? {
         (a, Mode::Function(f)) => fx.engine.register(a, f).await,
-        (_, Mode::Session(_)) => panic!("not a function"),
+        (_, Mode::Session(_) | Mode::Task(_)) => panic!("not a function"),
     }
 }
 

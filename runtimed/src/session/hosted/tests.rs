@@ -38,7 +38,7 @@ fn open_request(attempt: u64, digest: &str) -> agent::AssignRequest {
 async fn open(s: &Sessions, req: agent::AssignRequest) -> Result<String, RegisterError> {
     match registration::assignment(req)? {
         (a, Mode::Session(m)) => s.open(a, m).await,
-        (_, Mode::Function(_)) => panic!("not a session"),
+        (_, Mode::Function(_) | Mode::Task(_)) => panic!("not a session"),
     }
 }
 

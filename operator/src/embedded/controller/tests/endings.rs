@@ -17,7 +17,8 @@ fn deleting_a_run_cancels_it_and_frees_capacity_once_released() {
         vec![Action::Release {
             pod: "runtimed-0".into(),
             run_uid: a.clone(),
-            cancel: true
+            cancel: true,
+            keep: false
         }],
         "b waits until a is released"
     );
@@ -62,7 +63,8 @@ fn idle_timeout_ends_the_run_and_releases_capacity() {
     assert!(actions.contains(&Action::Release {
         pod: "runtimed-0".into(),
         run_uid: a,
-        cancel: true
+        cancel: true,
+        keep: false
     }));
     // b takes the capacity the ended Run no longer holds.
     assert_eq!(registers(&actions), vec![("runtimed-0".into(), 1)]);
@@ -150,7 +152,8 @@ fn idle_sessions_time_out_and_are_closed() {
         vec![Action::Release {
             pod: "runtimed-0".into(),
             run_uid: s,
-            cancel: true
+            cancel: true,
+            keep: false
         }]
     );
 }
@@ -172,7 +175,8 @@ fn total_timeout_ends_the_run_and_releases_it() {
         vec![Action::Release {
             pod: "runtimed-0".into(),
             run_uid: s,
-            cancel: true
+            cancel: true,
+            keep: false
         }]
     );
 }

@@ -98,6 +98,14 @@ pub(super) fn is_session(request: &kruntimes_proto::agent::v1::AssignRequest) ->
     )
 }
 
+/// Whether an assignment starts a task.
+pub(super) fn is_task(request: &kruntimes_proto::agent::v1::AssignRequest) -> bool {
+    matches!(
+        request.mode,
+        Some(kruntimes_proto::agent::v1::assign_request::Mode::Task(_))
+    )
+}
+
 pub(super) fn registers(actions: &[Action]) -> Vec<(String, u64)> {
     actions
         .iter()
@@ -147,8 +155,33 @@ pub(super) fn settle_with(
                 if is_session(&request) {
                     e.mode = own::Mode::Session as i32;
                 }
+                if is_task(&request) {
+                    // Started, running.
+                    e.mode = own::Mode::Task as i32;
+                    e.phase = own::Phase::Running as i32;
+                    e.task = Some(own::TaskOutcome::default());
+                }
                 actions.extend(c.apply_pod(&pod, SourceUpdate::Upsert(Box::new(e)), now));
                 actions.extend(c.register_result(&uid, request.attempt, RegisterOutcome::Ok, now));
+            }
+            // A killed task is kept, with its end.
+            Action::Release {
+                pod,
+                run_uid,
+                keep: true,
+                ..
+            } => {
+                let attempt = c.runs.get(&run_uid).map_or(0, |r| r.life.attempt);
+                let mut e = entry(&run_uid, attempt, own::Phase::Running, "");
+                e.mode = own::Mode::Task as i32;
+                e.task = Some(own::TaskOutcome {
+                    ended: true,
+                    cancelled: true,
+                    exit_code: 143,
+                    ..Default::default()
+                });
+                actions.extend(c.apply_pod(&pod, SourceUpdate::Upsert(Box::new(e)), now));
+                actions.extend(c.release_result(&pod, &run_uid, now));
             }
             Action::Release { pod, run_uid, .. } => {
                 actions.extend(c.apply_pod(&pod, SourceUpdate::Delete(run_uid.clone()), now));
@@ -194,3 +227,4 @@ mod endings;
 mod owners;
 mod placement;
 mod pool;
+mod tasks;

@@ -75,7 +75,8 @@ fn a_missing_registration_of_a_ready_function_is_rebuilt_and_orphans_released() 
     assert!(actions.contains(&Action::Release {
         pod: "runtimed-0".into(),
         run_uid: "orphan".into(),
-        cancel: true
+        cancel: true,
+        keep: false
     }));
     // The orphan's release is not repeated while in flight.
     let again = c.tick(now);

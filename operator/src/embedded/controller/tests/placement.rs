@@ -117,7 +117,7 @@ fn sessions_take_an_idle_pod_exclusively_and_open_there() {
 }
 
 #[test]
-fn invalid_and_unsupported_manifests_fail_without_scheduling() {
+fn invalid_manifests_fail_without_scheduling_and_tasks_are_started() {
     let now = Instant::now();
     let mut c = connected(1, now);
     let mut bad = function("bad");
@@ -131,15 +131,17 @@ fn invalid_and_unsupported_manifests_fail_without_scheduling() {
         ..Default::default()
     };
     let actions = c.apply_store(store(&[bad, task]), now);
-    assert!(actions.is_empty());
     assert_eq!(
         life(&c, "bad"),
         (Phase::Failed, Some(Reason::InvalidSpec), 0)
     );
+    assert_eq!(actions.len(), 1);
+    assert!(matches!(&actions[0], Action::Assign { request, .. } if is_task(request)));
     assert_eq!(
         life(&c, "task"),
-        (Phase::Failed, Some(Reason::UnsupportedMode), 0)
+        (Phase::Scheduled, Some(Reason::Scheduled), 1)
     );
+    // Tasks have no URL: nothing is routed to them.
     assert!(c.ownership_entries().is_empty());
 }
 

@@ -1,0 +1,460 @@
+//! Task mode: one process per Run attempt, run to its exit. Starting writes
+//! the source into a fresh working directory and starts the process under a
+//! shim (its whole tree killed on cancel, double-forked and `setsid`
+//! children included); its output goes, as it comes, to the Run's log, to a
+//! bounded tail per stream for the result, and to whoever watches. The
+//! server keeps the latest attempt of each Run — running or ended — until
+//! it is closed.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use kruntimes_proto::runtime::v1 as pb;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::sync::{broadcast, watch};
+
+use crate::contain::{Contained, Launch, Shim};
+use crate::error::{Error, Result};
+use crate::function::Backend;
+use crate::held::Held;
+use crate::logs::{self, StreamLog, Tail};
+use crate::validate::{Program, StartTask};
+use crate::{env, source};
+
+/// Grace between SIGTERM and SIGKILL when a task is cancelled.
+pub const KILL_GRACE: Duration = Duration::from_secs(2);
+/// Output chunks a watcher may fall behind before it loses some.
+const WATCH_BUFFER: usize = 256;
+
+/// One chunk of a task's output, as watchers receive it.
+pub type Chunk = (pb::CommandStream, Arc<[u8]>);
+
+/// One task: the latest attempt of a Run.
+#[derive(Debug)]
+pub struct Task {
+    /// Run UID.
+    pub run_uid: String,
+    /// Attempt.
+    pub attempt: u64,
+    /// When it started, Unix milliseconds.
+    pub started_unix_ms: i64,
+    root: PathBuf,
+    logs: PathBuf,
+    output: broadcast::Sender<Chunk>,
+    result: watch::Sender<Option<pb::TaskResult>>,
+    cancel: watch::Sender<bool>,
+    runner: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Task {
+    /// The result, once the task has ended.
+    pub fn result(&self) -> Option<pb::TaskResult> {
+        self.result.borrow().clone()
+    }
+
+    /// Its output from now on, and its result.
+    pub fn watch(
+        &self,
+    ) -> (
+        broadcast::Receiver<Chunk>,
+        watch::Receiver<Option<pb::TaskResult>>,
+    ) {
+        (self.output.subscribe(), self.result.subscribe())
+    }
+
+    /// Kills the task's tree unless it has ended, and waits for its result;
+    /// whether it was running.
+    pub async fn cancel(&self) -> bool {
+        let running = self.result.borrow().is_none();
+        let _ = self.cancel.send(true);
+        let mut result = self.result.subscribe();
+        let _ = result.wait_for(Option::is_some).await;
+        running
+    }
+
+    async fn close(&self) {
+        self.cancel().await;
+        let runner = self.runner.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(r) = runner {
+            let _ = r.await;
+        }
+        let _ = std::fs::remove_dir_all(&self.root);
+        logs::remove_run_log_in(Some(&self.logs), &self.run_uid);
+    }
+}
+
+/// Every task of the server.
+pub struct Tasks {
+    root: PathBuf,
+    logs: PathBuf,
+    shim: Shim,
+    python: PathBuf,
+    held: Held<Task>,
+}
+
+impl Tasks {
+    /// No tasks yet; working directories live under `root`, the Runs' logs
+    /// in `logs`, Python tasks run with `python`.
+    pub fn new(root: PathBuf, logs: PathBuf, shim: Shim, python: PathBuf) -> Self {
+        Self {
+            root,
+            logs,
+            shim,
+            python,
+            held: Held::default(),
+        }
+    }
+
+    /// The task of a Run, at `attempt` unless it is 0.
+    pub fn get(&self, run_uid: &str, attempt: u64) -> Result<Arc<Task>> {
+        self.held
+            .get(run_uid)
+            .filter(|t| attempt == 0 || t.attempt == attempt)
+            .ok_or_else(|| Error::NotFound(format!("task {run_uid} at attempt {attempt}")))
+    }
+
+    /// Starts a task: the same attempt again answers as the first call did,
+    /// a higher one replaces the older (its tree killed), a lower one is
+    /// refused.
+    pub async fn start(&self, req: StartTask) -> Result<Arc<Task>> {
+        let _change = self.held.change().await;
+        match self.held.get(&req.run_uid) {
+            Some(t) if t.attempt == req.attempt => return Ok(t),
+            Some(t) if t.attempt > req.attempt => {
+                return Err(Error::Stale {
+                    requested: req.attempt,
+                    current: t.attempt,
+                });
+            }
+            Some(t) => {
+                self.held.take(&t.run_uid);
+                t.close().await;
+            }
+            None => {}
+        }
+        let workspace = self.root.join(&req.run_uid);
+        if workspace.exists() {
+            std::fs::remove_dir_all(&workspace)?;
+        }
+        std::fs::create_dir_all(&workspace)?;
+        let root = workspace.canonicalize()?;
+        let task = match self.spawn(&root, req) {
+            Ok(t) => t,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&root);
+                return Err(e);
+            }
+        };
+        tracing::info!(run_uid = %task.run_uid, attempt = task.attempt, "task started");
+        self.held.insert(task.run_uid.clone(), task.clone());
+        Ok(task)
+    }
+
+    fn spawn(&self, root: &Path, req: StartTask) -> Result<Arc<Task>> {
+        if let Some((path, text)) = &req.source {
+            source::write_inline(root, path, text.as_bytes())?;
+        }
+        let env = env::for_run(&req.run_uid, root, req.env);
+        let argv = argv(req.kind, &self.python, &req.program);
+        if lookup(&argv[0], env.get("PATH").map(String::as_str)).is_none() {
+            return Err(Error::Load(format!(
+                "{}: not found or not executable on the task's PATH",
+                argv[0]
+            )));
+        }
+        let mut tree = self
+            .shim
+            .spawn(Launch {
+                argv: &argv,
+                cwd: root,
+                env: &env,
+                grace: KILL_GRACE,
+                stdio: [Stdio::null(), Stdio::piped(), Stdio::piped()],
+                pass: None,
+            })
+            .map_err(|e| Error::Load(format!("start {}: {e}", argv[0])))?;
+        let (output, _) = broadcast::channel(WATCH_BUFFER);
+        let task = Arc::new(Task {
+            run_uid: req.run_uid,
+            attempt: req.attempt,
+            started_unix_ms: unix_ms(SystemTime::now()),
+            root: root.to_path_buf(),
+            logs: self.logs.clone(),
+            output,
+            result: watch::channel(None).0,
+            cancel: watch::channel(false).0,
+            runner: Mutex::new(None),
+        });
+        let tails = [
+            Tail::with_capacity(req.tail_bytes),
+            Tail::with_capacity(req.tail_bytes),
+        ];
+        let child = tree.child();
+        let readers = [
+            child.stdout.take().map(|s| {
+                tokio::spawn(pump(
+                    s,
+                    pb::CommandStream::Stdout,
+                    task.clone(),
+                    tails[0].clone(),
+                ))
+            }),
+            child.stderr.take().map(|s| {
+                tokio::spawn(pump(
+                    s,
+                    pb::CommandStream::Stderr,
+                    task.clone(),
+                    tails[1].clone(),
+                ))
+            }),
+        ];
+        let runner = tokio::spawn(run(task.clone(), tree, readers, tails));
+        *task.runner.lock().unwrap_or_else(|p| p.into_inner()) = Some(runner);
+        Ok(task)
+    }
+
+    /// Closes a task: kills what runs, removes its directory and its Run's
+    /// log; `false` when there is none.
+    pub async fn close(&self, run_uid: &str) -> bool {
+        let _change = self.held.change().await;
+        let Some(t) = self.held.take(run_uid) else {
+            return false;
+        };
+        t.close().await;
+        tracing::info!(run_uid = %run_uid, "task closed");
+        true
+    }
+
+    /// Closes every task.
+    pub async fn reset(&self) -> usize {
+        let _change = self.held.change().await;
+        let all = self.held.drain();
+        for t in &all {
+            t.close().await;
+        }
+        all.len()
+    }
+}
+
+/// The command line of a task.
+fn argv(kind: Backend, python: &Path, program: &Program) -> Vec<String> {
+    let interpreter = match kind {
+        // Unbuffered: output reaches the log and watchers as it is written.
+        Backend::Python => vec![python.display().to_string(), "-u".into()],
+        Backend::Bash => vec!["bash".into()],
+    };
+    let mut argv = interpreter;
+    match program {
+        Program::Inline(path) => argv.push(path.clone()),
+        Program::Entrypoint { path, args } => {
+            argv.push(path.clone());
+            argv.extend(args.iter().cloned());
+        }
+        // As a CI runner does: the first failing command (or pipeline
+        // stage) ends the script with its code.
+        Program::Commands(script) => {
+            argv.extend(["-e", "-o", "pipefail", "-c"].map(String::from));
+            argv.push(script.clone());
+        }
+    }
+    argv
+}
+
+/// `program` as the child's PATH resolves it, if it is an executable file.
+fn lookup(program: &str, path: Option<&str>) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        let p = PathBuf::from(program);
+        return executable(&p).then_some(p);
+    }
+    path?
+        .split(':')
+        .filter(|d| !d.is_empty())
+        .map(|d| Path::new(d).join(program))
+        .find(|p| executable(p))
+}
+
+fn unix_ms(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Reads one stream of the task to its end: to the Run's log, the tail and
+/// the watchers.
+async fn pump<R: AsyncRead + Unpin>(
+    mut r: R,
+    stream: pb::CommandStream,
+    task: Arc<Task>,
+    tail: Tail,
+) {
+    let mut log = StreamLog::new(
+        Some(&task.logs),
+        &task.run_uid,
+        match stream {
+            pb::CommandStream::Stderr => logs::Stream::Stderr,
+            _ => logs::Stream::Stdout,
+        },
+    );
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match r.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let chunk = &buf[..n];
+        tail.push(chunk);
+        log.push(chunk);
+        // No watcher is fine.
+        let _ = task.output.send((stream, Arc::from(chunk)));
+    }
+    log.finish();
+}
+
+/// Waits for the task to exit or be cancelled, then publishes its result.
+async fn run(
+    task: Arc<Task>,
+    mut tree: Contained,
+    readers: [Option<tokio::task::JoinHandle<()>>; 2],
+    tails: [Tail; 2],
+) {
+    let mut cancel = task.cancel.subscribe();
+    let (status, cancelled) = tokio::select! {
+        s = tree.wait() => (s.ok(), false),
+        _ = async { let _ = cancel.wait_for(|c| *c).await; } => {
+            tree.terminate();
+            (tree.wait().await.ok(), true)
+        }
+    };
+    for r in readers.into_iter().flatten() {
+        let _ = r.await;
+    }
+    let exit_code = status.map_or(1, |s| crate::contain::shim::exit_code(&s));
+    let (stdout_tail, stdout_truncated) = tails[0].utf8();
+    let (stderr_tail, stderr_truncated) = tails[1].utf8();
+    let result = pb::TaskResult {
+        attempt: task.attempt,
+        end: if cancelled {
+            pb::TaskEnd::Cancelled
+        } else {
+            pb::TaskEnd::Exited
+        } as i32,
+        exit_code,
+        stdout_tail,
+        stderr_tail,
+        stdout_truncated,
+        stderr_truncated,
+        started_unix_ms: task.started_unix_ms,
+        finished_unix_ms: unix_ms(SystemTime::now()),
+    };
+    tracing::info!(run_uid = %task.run_uid, attempt = task.attempt, exit_code, cancelled, "task ended");
+    task.result.send_replace(Some(result));
+}
+
+/// The events of a watch: output (when asked for) as it comes, then the
+/// result.
+pub async fn follow(
+    task: Arc<Task>,
+    with_output: bool,
+    events: tokio::sync::mpsc::Sender<std::result::Result<pb::TaskEvent, tonic::Status>>,
+) {
+    use pb::task_event::Event;
+    let (mut output, mut result) = task.watch();
+    let send = |e: Event| {
+        let events = events.clone();
+        async move {
+            events
+                .send(Ok(pb::TaskEvent { event: Some(e) }))
+                .await
+                .is_ok()
+        }
+    };
+    let forward = |chunk: std::result::Result<Chunk, broadcast::error::RecvError>| match chunk {
+        Ok((stream, data)) => Some(Event::Output(pb::CommandOutput {
+            stream: stream as i32,
+            data: data.to_vec(),
+        })),
+        Err(broadcast::error::RecvError::Lagged(n)) => Some(Event::Dropped(n)),
+        Err(broadcast::error::RecvError::Closed) => None,
+    };
+    loop {
+        tokio::select! {
+            biased;
+            chunk = output.recv(), if with_output => {
+                if let Some(e) = forward(chunk)
+                    && !send(e).await
+                {
+                    return;
+                }
+            }
+            _ = async { let _ = result.wait_for(Option::is_some).await; } => break,
+        }
+    }
+    // The readers finished before the result was set: what is buffered is
+    // the rest of the output.
+    if with_output {
+        loop {
+            let e = match output.try_recv() {
+                Ok(c) => forward(Ok(c)),
+                Err(broadcast::error::TryRecvError::Lagged(n)) => Some(Event::Dropped(n)),
+                Err(_) => break,
+            };
+            if let Some(e) = e
+                && !send(e).await
+            {
+                return;
+            }
+        }
+    }
+    let last = result.borrow().clone();
+    if let Some(r) = last {
+        send(Event::Result(r)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_program_has_its_command_line() {
+        let py = Path::new("/usr/bin/python3");
+        assert_eq!(
+            argv(Backend::Python, py, &Program::Inline("main.py".into())),
+            ["/usr/bin/python3", "-u", "main.py"]
+        );
+        let entry = Program::Entrypoint {
+            path: "bin/run.sh".into(),
+            args: vec!["a b".into(), "--x".into()],
+        };
+        assert_eq!(
+            argv(Backend::Bash, py, &entry),
+            ["bash", "bin/run.sh", "a b", "--x"]
+        );
+        assert_eq!(
+            argv(
+                Backend::Bash,
+                py,
+                &Program::Commands("echo 1\nfalse".into())
+            ),
+            ["bash", "-e", "-o", "pipefail", "-c", "echo 1\nfalse"]
+        );
+    }
+
+    #[test]
+    fn programs_are_looked_up_on_the_tasks_path() {
+        assert!(lookup("sh", Some("/nowhere:/bin:/usr/bin")).is_some());
+        assert_eq!(lookup("sh", Some("/nowhere")), None);
+        assert_eq!(lookup("sh", None), None);
+        assert!(lookup("/bin/sh", None).is_some());
+        assert_eq!(lookup("/etc/hostname-not-here", None), None);
+        // A file that is not executable is not a program.
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("tool"), "x").unwrap();
+        assert_eq!(lookup("tool", d.path().to_str()), None);
+    }
+}
