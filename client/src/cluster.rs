@@ -239,6 +239,7 @@ pub fn info(run: &Run) -> RunInfo {
         assigned_pod: status.assigned_pod,
         attempt: status.attempt.unwrap_or(0).max(0) as u64,
         endpoint: status.endpoint.map(|e| e.url),
+        task: status.task,
     }
 }
 

@@ -97,6 +97,9 @@ pub struct RunRow {
     /// Endpoint URL.
     #[serde(default)]
     pub endpoint: Option<String>,
+    /// How its task ended (task Runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<kruntimes_api::TaskStatus>,
 }
 
 impl From<RunRow> for RunInfo {
@@ -113,6 +116,7 @@ impl From<RunRow> for RunInfo {
             assigned_pod: r.assigned_pod,
             attempt: r.attempt,
             endpoint: r.endpoint,
+            task: r.task,
         }
     }
 }

@@ -63,6 +63,9 @@ pub struct RunInfo {
     /// Endpoint URL on the gateway.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
+    /// How its task ended (task Runs, once it has).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task: Option<kruntimes_api::TaskStatus>,
 }
 
 impl RunInfo {

@@ -145,6 +145,8 @@ enum Command {
     /// Wait until an object reaches a state.
     #[command(subcommand)]
     Wait(WaitNoun),
+    /// Run a task once: create it, print its output, exit with its exit code.
+    Run(cmd::run::RunArgs),
     /// Invoke a function Run through the gateway.
     Invoke {
         /// Run name.
@@ -480,6 +482,7 @@ async fn client_verb_inner(cli: Cli) -> anyhow::Result<i32> {
             cmd::invoke::invoke(&t, &ns, &name, body, invocation_id.as_deref()).await?
         }
         Command::Session(c) => return cmd::session::run(&t, &ns, c).await,
+        Command::Run(args) => return cmd::run::run(&t, &ns, args).await,
         Command::Runtime(RuntimeCommand::List { output }) => cmd::runtime::list(&t, output).await?,
         Command::Runtime(RuntimeCommand::Get { name, output }) => {
             cmd::runtime::get(&t, cli.namespace.as_deref(), &name, output).await?

@@ -3,6 +3,7 @@
 
 pub mod invoke;
 pub mod logs;
+pub mod run;
 pub mod runs;
 pub mod runtime;
 pub mod session;

@@ -20,8 +20,8 @@ pub async fn list(t: &Target, namespace: Option<&str>, output: Output) -> anyhow
         return print_doc(&runs, output);
     }
     println!(
-        "{:<20} {:<12} {:<8} {:<36} {:<9} {:<10} {:<14} {:<3} ENDPOINT",
-        "NAME", "NAMESPACE", "RUNTIME", "UID", "MODE", "PHASE", "OWNER", "ATT"
+        "{:<20} {:<12} {:<8} {:<36} {:<9} {:<10} {:<14} {:<3} {:<4} ENDPOINT",
+        "NAME", "NAMESPACE", "RUNTIME", "UID", "MODE", "PHASE", "OWNER", "ATT", "EXIT"
     );
     for r in &runs {
         print_row(r);
@@ -30,8 +30,13 @@ pub async fn list(t: &Target, namespace: Option<&str>, output: Output) -> anyhow
 }
 
 fn print_row(r: &RunInfo) {
+    // A task's exit code, once its process ended.
+    let exit = r
+        .task
+        .as_ref()
+        .map_or_else(|| "-".to_owned(), |t| t.exit_code.to_string());
     println!(
-        "{:<20} {:<12} {:<8} {:<36} {:<9} {:<10} {:<14} {:<3} {}",
+        "{:<20} {:<12} {:<8} {:<36} {:<9} {:<10} {:<14} {:<3} {:<4} {}",
         r.name,
         r.namespace,
         r.runtime,
@@ -40,6 +45,7 @@ fn print_row(r: &RunInfo) {
         r.phase,
         r.assigned_pod.as_deref().unwrap_or("-"),
         r.attempt,
+        exit,
         r.endpoint.as_deref().unwrap_or("-")
     );
     if !r.message.is_empty() {
