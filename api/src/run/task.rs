@@ -116,8 +116,9 @@ pub fn task_input<'a>(
         .collect();
         let warning = (!ignored.is_empty()).then(|| {
             format!(
-                "spec.mode.task.{} has no effect: spec.source.inline is a standalone script and runs as it is",
-                ignored.join(" and ")
+                "spec.mode.task.{} {} no effect: spec.source.inline is a standalone script and runs as it is",
+                ignored.join(" and "),
+                if ignored.len() > 1 { "have" } else { "has" }
             )
         });
         return Ok((TaskInput::Inline, warning));
@@ -157,6 +158,39 @@ mod tests {
     }
 
     #[test]
+    fn retry_policies_are_bounded_and_exit_codes_are_a_tasks() {
+        let p = |max_retries, codes: &[i32]| RetryPolicy {
+            max_retries,
+            on_exit_codes: codes.to_vec(),
+        };
+        assert_eq!(retry_policy(&p(3, &[]), ModeKind::Function), Ok(()));
+        assert_eq!(
+            retry_policy(&p(100, &[1, 137, 255]), ModeKind::Task),
+            Ok(())
+        );
+        for (policy, mode, why) in [
+            (
+                p(101, &[]),
+                ModeKind::Task,
+                "maxRetries 101 is more than 100",
+            ),
+            (p(3, &[3]), ModeKind::Function, "applies to task Runs only"),
+            (p(3, &[3]), ModeKind::Session, "applies to task Runs only"),
+            (
+                p(3, &[0]),
+                ModeKind::Task,
+                "holds 0; exit codes that fail are 1 to 255",
+            ),
+            (p(3, &[256]), ModeKind::Task, "holds 256"),
+            (p(3, &[-1]), ModeKind::Task, "holds -1"),
+            (p(3, &[1; 33]), ModeKind::Task, "has 33 codes; at most 32"),
+        ] {
+            let e = retry_policy(&policy, mode).unwrap_err();
+            assert!(e.contains(why), "{e}");
+        }
+    }
+
+    #[test]
     fn the_input_semantics_table_row_by_row() {
         let inline = source(Some("print(1)"));
         let none = source(None);
@@ -167,16 +201,16 @@ mod tests {
         );
         // Inline with entrypoint and/or args: the script, and a warning.
         for (t, ignored) in [
-            (task(Some("main.py"), &[]), "entrypoint"),
-            (task(None, &["--verbose"]), "args"),
-            (task(Some("main.py"), &["-v"]), "entrypoint and args"),
+            (task(Some("main.py"), &[]), "entrypoint has"),
+            (task(None, &["--verbose"]), "args has"),
+            (task(Some("main.py"), &["-v"]), "entrypoint and args have"),
         ] {
             let (input, warning) = task_input(&inline, &t).unwrap();
             assert_eq!(input, TaskInput::Inline);
             assert_eq!(
                 warning.unwrap(),
                 format!(
-                    "spec.mode.task.{ignored} has no effect: spec.source.inline is a standalone script and runs as it is"
+                    "spec.mode.task.{ignored} no effect: spec.source.inline is a standalone script and runs as it is"
                 )
             );
         }

@@ -69,10 +69,10 @@ impl Embedded {
         let more = match action {
             Action::Assign { pod, request } => {
                 let uid = request.run.clone().unwrap().uid;
+                use kruntimes_proto::agent::v1::assign_request::Mode as Assigned;
                 let mode = match request.mode {
-                    Some(kruntimes_proto::agent::v1::assign_request::Mode::Session(_)) => {
-                        own::Mode::Session
-                    }
+                    Some(Assigned::Session(_)) => own::Mode::Session,
+                    Some(Assigned::Task(_)) => own::Mode::Task,
                     _ => own::Mode::Function,
                 };
                 self.registered(
@@ -81,6 +81,17 @@ impl Embedded {
                     request.attempt,
                     entry(&uid, request.attempt, mode),
                 )
+            }
+            // A kept task is killed: its exit is published, its entry stays.
+            Action::Release {
+                pod,
+                run_uid,
+                keep: true,
+                ..
+            } => {
+                let attempt = self.c.runs().next().unwrap().life.attempt;
+                let update = task_ended(&run_uid, attempt, 137);
+                self.c.apply_pod(&pod, update, now)
             }
             Action::Release { pod, run_uid, .. } => {
                 let mut more = self
@@ -118,6 +129,22 @@ impl Embedded {
         );
         more
     }
+}
+
+/// runtimed's entry for a task attempt that exited with `code`.
+fn task_ended(uid: &str, attempt: u64, code: i32) -> SourceUpdate {
+    SourceUpdate::Upsert(Box::new(own::OwnershipEntry {
+        run_uid: uid.into(),
+        attempt,
+        phase: own::Phase::Running as i32,
+        mode: own::Mode::Task as i32,
+        task: Some(own::TaskOutcome {
+            ended: true,
+            exit_code: code,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }))
 }
 
 impl Mode for Embedded {
@@ -179,6 +206,13 @@ impl Mode for Embedded {
                 self.queue.extend(actions);
             }
             Advance(secs) => self.now += Duration::from_secs(secs),
+            TaskExits(code) => {
+                let pod = self.owner();
+                let run = self.c.runs().next().unwrap();
+                let update = task_ended(run.uid(), run.life.attempt, code);
+                let actions = self.c.apply_pod(&pod, update, self.now);
+                self.queue.extend(actions);
+            }
         }
     }
 

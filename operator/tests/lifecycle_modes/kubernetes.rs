@@ -140,7 +140,10 @@ impl Kubernetes {
                 mode: run.mode.clone().unwrap_or(ModeKind::Function),
                 max_retries: run.max_retries,
                 termination: run.termination,
-                retry_exit_codes: kruntimes_api::lifecycle::ExitCodes::NONE,
+                retry_exit_codes: kruntimes_api::lifecycle::ExitCodes::of(
+                    &self.spec.as_ref().unwrap().retry_exit_codes,
+                )
+                .unwrap(),
             };
             let facts = owner::Facts {
                 mine: run.status.assigned_pod_uid.as_deref()
@@ -234,6 +237,12 @@ impl Mode for Kubernetes {
                 self.run.as_mut().unwrap().termination = Some(mode);
             }
             Advance(secs) => self.now += Duration::from_secs(secs),
+            TaskExits(code) => {
+                let i = self.owner_index();
+                for l in self.pods[i].locals.values_mut() {
+                    l.exit = Some(code);
+                }
+            }
         }
     }
 

@@ -41,6 +41,8 @@ enum Happening {
     Terminate(TerminationMode),
     /// The clock moves on.
     Advance(u64),
+    /// The owner's task process exits with this code.
+    TaskExits(i32),
 }
 
 use Happening::*;
@@ -54,6 +56,8 @@ struct Spec {
     termination: Option<TerminationMode>,
     /// Its registration is refused by the owner.
     refused: bool,
+    /// `retryPolicy.onExitCodes`.
+    retry_exit_codes: Vec<i32>,
 }
 
 fn function() -> Spec {
@@ -69,6 +73,7 @@ fn function() -> Spec {
         timeout: None,
         termination: None,
         refused: false,
+        retry_exit_codes: vec![],
     }
 }
 
@@ -96,6 +101,7 @@ impl Spec {
         );
         run.metadata.namespace = Some("default".into());
         run.spec.retry_policy.max_retries = self.max_retries;
+        run.spec.retry_policy.on_exit_codes = self.retry_exit_codes.clone();
         run
     }
 }
@@ -158,6 +164,11 @@ fn rules() -> Vec<Rule> {
         },
         ..function()
     };
+    let retried_task = Spec {
+        max_retries: 1,
+        retry_exit_codes: vec![75],
+        ..task.clone()
+    };
     let timed = Spec {
         timeout: Some(30),
         ..function()
@@ -200,11 +211,84 @@ fn rules() -> Vec<Rule> {
             (Failed, Reason::InvalidSpec, 0),
         ),
         rule(
-            "task mode is unsupported",
+            "a task Run starts once and runs",
+            2,
+            task.clone(),
+            vec![],
+            (Running, Reason::Started, 1),
+        ),
+        rule(
+            "a task that exits 0 succeeds",
+            2,
+            task.clone(),
+            vec![TaskExits(0)],
+            (Succeeded, Reason::Completed, 1),
+        ),
+        rule(
+            "a task that exits non-zero fails",
+            2,
+            task.clone(),
+            vec![TaskExits(3)],
+            (Failed, Reason::NonZeroExit, 1),
+        ),
+        rule(
+            "an exit code the policy names is retried after a backoff",
+            2,
+            retried_task.clone(),
+            vec![TaskExits(75), Advance(2)],
+            (Running, Reason::Started, 2),
+        ),
+        rule(
+            "a retried code fails once retries run out",
+            2,
+            retried_task.clone(),
+            vec![TaskExits(75), Advance(2), TaskExits(75)],
+            (Failed, Reason::NonZeroExit, 2),
+        ),
+        rule(
+            "an exit code the policy does not name is not retried",
+            2,
+            retried_task,
+            vec![TaskExits(3)],
+            (Failed, Reason::NonZeroExit, 1),
+        ),
+        rule(
+            "owner loss retries a running task",
+            2,
+            task.clone(),
+            vec![OwnerReplaced, Advance(2)],
+            (Running, Reason::Started, 2),
+        ),
+        rule(
+            "a restarted owner loses a running task",
+            2,
+            Spec {
+                max_retries: 0,
+                ..task.clone()
+            },
+            vec![OwnerRestarted],
+            (Failed, Reason::OwnerLost, 1),
+        ),
+        rule(
+            "Drain lets a task finish",
+            2,
+            task.clone(),
+            vec![Terminate(TerminationMode::Drain), TaskExits(0)],
+            (Succeeded, Reason::Completed, 1),
+        ),
+        rule(
+            "Immediate kills a task",
+            2,
+            task.clone(),
+            vec![Terminate(TerminationMode::Immediate)],
+            (Cancelled, Reason::Terminated, 1),
+        ),
+        rule(
+            "a finished task stays finished",
             2,
             task,
-            vec![],
-            (Failed, Reason::UnsupportedMode, 0),
+            vec![TaskExits(0), OwnerReplaced, Advance(3600)],
+            (Succeeded, Reason::Completed, 1),
         ),
         rule(
             "a refused registration fails",
