@@ -65,3 +65,26 @@ mod tests {
         assert_eq!(API_VERSION, format!("{GROUP}/{VERSION}"));
     }
 }
+
+/// What wrote a Run into `krt up`'s runs directory, which names its file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ManifestWriter {
+    /// `krt apply` and `krt run`: `apply-NS-NAME.yaml`.
+    Apply,
+    /// `krt session create` and the SDKs' sandboxes: `session-NS-NAME.yaml`.
+    Session,
+}
+
+impl ManifestWriter {
+    /// Every writer, in the order a Run's file is looked for.
+    pub const ALL: [Self; 2] = [Self::Apply, Self::Session];
+
+    /// The file this writer keeps the Run `namespace/name` in.
+    pub fn file_name(self, namespace: &str, name: &str) -> String {
+        let prefix = match self {
+            Self::Apply => "apply",
+            Self::Session => "session",
+        };
+        format!("{prefix}-{namespace}-{name}.yaml")
+    }
+}

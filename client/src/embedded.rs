@@ -312,9 +312,9 @@ impl Embedded {
     /// The file `krt apply` or `krt session create` wrote for a Run.
     fn own_file(&self, namespace: &str, name: &str) -> Result<Option<PathBuf>> {
         let dir = self.runs_dir()?;
-        Ok(["apply", "session"]
+        Ok(kruntimes_api::ManifestWriter::ALL
             .iter()
-            .map(|prefix| dir.join(format!("{prefix}-{namespace}-{name}.yaml")))
+            .map(|w| dir.join(w.file_name(namespace, name)))
             .find(|p| p.exists()))
     }
 
@@ -327,7 +327,9 @@ impl Embedded {
         if self.own_file(ns, name)?.is_some() || self.run(ns, name).is_ok() {
             return Err(Error::Invalid(format!("run {ns}/{name} already exists")));
         }
-        let path = self.runs_dir()?.join(format!("session-{ns}-{name}.yaml"));
+        let path = self
+            .runs_dir()?
+            .join(kruntimes_api::ManifestWriter::Session.file_name(ns, name));
         write_manifest(&path, doc)
     }
 
@@ -356,7 +358,7 @@ impl Embedded {
             let run = checked_run(&doc, &ns, &name)?;
             let path = match self.own_file(&ns, &name)? {
                 Some(p) => p,
-                None => dir.join(format!("apply-{ns}-{name}.yaml")),
+                None => dir.join(kruntimes_api::ManifestWriter::Apply.file_name(&ns, &name)),
             };
             checked.push((doc, run, ns, name, path));
         }

@@ -86,6 +86,11 @@ pub struct RunFacts {
     pub priority: i32,
     /// `spec.affinity`.
     pub affinity: Affinity,
+    /// `spec.ttlSecondsAfterFinished`.
+    pub ttl_after_finished: Option<u32>,
+    /// Time since it reached its terminal phase (`None`: it has not, or
+    /// that time is not known).
+    pub finished_for: Option<Duration>,
 }
 
 impl RunFacts {
@@ -143,7 +148,8 @@ pub struct Snapshot {
 impl Snapshot {
     /// What the next pass observes once an adapter carried `plan` out and
     /// every write landed: the transitions and binds taken, finalizers
-    /// added, Runs whose finalizer went forgotten, the memo kept. For
+    /// added, Runs deleted marked so, Runs whose finalizer went forgotten,
+    /// the memo kept. For
     /// simulations of successive passes (tests, the scheduling bench).
     pub fn after(&self, plan: &Plan) -> Snapshot {
         let mut next = self.clone();
@@ -151,6 +157,8 @@ impl Snapshot {
         for op in &plan.ops {
             match op {
                 Op::AddFinalizer { run } => next.runs[*run].has_finalizer = true,
+                // Its owner releases it, then its finalizer goes.
+                Op::Delete { run } => next.runs[*run].deleting = true,
                 Op::RemoveFinalizer { run } => {
                     gone.insert(*run);
                 }
@@ -193,6 +201,12 @@ pub enum Op {
     },
     /// Remove the cleanup finalizer: no living owner will release the Run.
     RemoveFinalizer {
+        /// The Run.
+        run: usize,
+    },
+    /// Delete the Run: its `ttlSecondsAfterFinished` has passed since it
+    /// ended.
+    Delete {
         /// The Run.
         run: usize,
     },
@@ -278,6 +292,10 @@ pub fn decide(snapshot: &Snapshot, framework: &Framework) -> Plan {
             } else if run.has_finalizer {
                 plan.ops.push(Op::RemoveFinalizer { run: i });
             }
+            continue;
+        }
+        if lifecycle::ttl_elapsed(run.life.phase, run.ttl_after_finished, run.finished_for) {
+            plan.ops.push(Op::Delete { run: i });
             continue;
         }
         if !run.has_finalizer && !run.life.phase.is_terminal() {

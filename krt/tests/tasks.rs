@@ -370,3 +370,60 @@ async fn the_input_semantics_are_told_and_refused_in_words() {
         assert!(stack.run(name).is_none(), "{name} was written");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_task_is_deleted_with_its_log_once_its_ttl_passes() {
+    // One in the user's manifests, which krt up never edits: it stays.
+    let stack = start(
+        1,
+        vec![bash_task(
+            "yours",
+            "echo mine",
+            "  ttlSecondsAfterFinished: 0\n",
+        )],
+        &[],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (file, yaml) = bash_task("brief", "echo brief", "  ttlSecondsAfterFinished: 1\n");
+    let path = dir.path().join(file);
+    std::fs::write(&path, yaml).unwrap();
+    let out = stack.krt(&["apply", "-f", path.to_str().unwrap()]).unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let done = stack
+        .wait_run("brief", WITHIN, |r| r["phase"] == "Succeeded")
+        .await
+        .unwrap();
+    let log = stack
+        .state_dir()
+        .join("work")
+        .join(done["assignedPod"].as_str().unwrap())
+        .join(".logs")
+        .join(format!("{}.log", done["uid"].as_str().unwrap()));
+    let gone = tokio::time::timeout(WITHIN, async {
+        while stack.run("brief").is_some() || log.exists() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(gone.is_ok(), "the Run or its log outlived its TTL");
+    let yours = stack.wait_phase("yours", "Succeeded").await.unwrap();
+    assert_eq!(yours["task"]["stdoutTail"], "mine\n");
+    // Its TTL passed long ago; it is still served, as its file says.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(stack.run("yours").is_some());
+    // A TTL is a task's only, refused elsewhere in words.
+    let (file, yaml) = task(
+        "fn-ttl",
+        "python",
+        "  mode:\n    function:\n      handler: main.invoke\n  ttlSecondsAfterFinished: 5\n",
+    );
+    let path = dir.path().join(file);
+    std::fs::write(&path, yaml).unwrap();
+    let out = stack.krt(&["apply", "-f", path.to_str().unwrap()]).unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("spec.ttlSecondsAfterFinished applies to task Runs only"),
+        "{}",
+        text(&out.stderr)
+    );
+}

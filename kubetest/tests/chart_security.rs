@@ -275,6 +275,28 @@ fn the_admission_policy_is_the_shipped_file_for_this_release() {
 }
 
 #[test]
+fn the_task_input_policy_is_the_shipped_file_and_only_warns() {
+    let helm = helm();
+    let shipped = kruntimes_kubetest::helm::parse_manifests(
+        &std::fs::read_to_string(chart_dir().join("files/run-task-input-policy.yaml")).unwrap(),
+    )
+    .unwrap();
+    let r = Rendered::new(&helm, &[], &[]);
+    let policy = r
+        .find("ValidatingAdmissionPolicy", &name("run-task-input"))
+        .unwrap();
+    assert_eq!(policy["spec"], shipped[0]["spec"]);
+    let binding = r
+        .find("ValidatingAdmissionPolicyBinding", &name("run-task-input"))
+        .unwrap();
+    assert_eq!(binding["spec"]["policyName"], name("run-task-input"));
+    assert_eq!(
+        binding["spec"]["validationActions"],
+        serde_json::json!(["Warn"])
+    );
+}
+
+#[test]
 fn the_priority_policy_is_the_shipped_file_trusting_the_configured_group() {
     let helm = helm();
     let shipped = kruntimes_kubetest::helm::parse_manifests(

@@ -182,3 +182,101 @@ async fn the_api_server_enforces_the_run_schema() {
         .await
         .unwrap();
 }
+
+/// A Run of `spec` (no source unless `spec` sets one).
+fn bare(name: &str, spec: Value) -> DynamicObject {
+    let mut spec = spec;
+    spec["runtime"] = json!("bash");
+    serde_json::from_value(json!({
+        "apiVersion": "kruntimes.io/v1alpha1",
+        "kind": "Run",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn the_api_server_refuses_a_task_that_cannot_run_as_the_embedded_store_does() {
+    let server = ApiServer::start().await.expect("start the test API server");
+    let runs = api(server.client().await.unwrap());
+    let function = json!({"function": {"handler": "main.invoke"}});
+    for (name, spec, why) in [
+        (
+            "nothing",
+            json!({"mode": {"task": {}}}),
+            "a task needs something to run",
+        ),
+        (
+            "escape",
+            json!({"mode": {"task": {"entrypoint": "a/../../run.sh"}}}),
+            "spec.mode.task.entrypoint must name a file inside the working directory",
+        ),
+        (
+            "absolute",
+            json!({"mode": {"task": {"entrypoint": "/bin/sh"}}}),
+            "spec.mode.task.entrypoint must name a file inside the working directory",
+        ),
+        (
+            "dot",
+            json!({"mode": {"task": {"entrypoint": "./"}}}),
+            "spec.mode.task.entrypoint must name a file inside the working directory",
+        ),
+        (
+            "codes-of-a-function",
+            json!({"mode": function, "retryPolicy": {"onExitCodes": [3]}}),
+            "spec.retryPolicy.onExitCodes applies to task Runs only",
+        ),
+        (
+            "ttl-of-a-function",
+            json!({"mode": function, "ttlSecondsAfterFinished": 60}),
+            "spec.ttlSecondsAfterFinished applies to task Runs only",
+        ),
+        (
+            "zero",
+            json!({"mode": {"task": {"args": ["true"]}}, "retryPolicy": {"onExitCodes": [0]}}),
+            "spec.retryPolicy.onExitCodes",
+        ),
+        (
+            "long-ttl",
+            json!({"mode": {"task": {"args": ["true"]}}, "ttlSecondsAfterFinished": 2_592_001}),
+            "spec.ttlSecondsAfterFinished",
+        ),
+        (
+            "many-retries",
+            json!({"mode": {"task": {"args": ["true"]}}, "retryPolicy": {"maxRetries": 101}}),
+            "spec.retryPolicy.maxRetries",
+        ),
+    ] {
+        let obj = bare(name, spec);
+        let msg = rejected(&runs, &obj).await;
+        assert!(msg.contains(why), "{name}: {msg}");
+        // The embedded store refuses it too, naming the same field.
+        let run: Run = serde_json::from_value(serde_json::to_value(&obj).unwrap()).unwrap();
+        let embedded = run.validate().unwrap_err();
+        let field = why
+            .split(' ')
+            .find(|w| w.starts_with("spec."))
+            .unwrap_or(why);
+        assert!(embedded.contains(field), "{name}: {embedded}");
+    }
+    // Each way of saying what to run is accepted, with a TTL and codes.
+    for (name, spec) in [
+        (
+            "inline",
+            json!({"source": {"inline": "exit 0"}, "mode": {"task": {}}}),
+        ),
+        (
+            "entry",
+            json!({"mode": {"task": {"entrypoint": "ci/..x/run.sh", "args": ["-v"]}}}),
+        ),
+        (
+            "commands",
+            json!({"mode": {"task": {"args": ["echo hi"]}}, "ttlSecondsAfterFinished": 0, "retryPolicy": {"onExitCodes": [3, 255]}}),
+        ),
+    ] {
+        runs.create(&PostParams::default(), &bare(name, spec))
+            .await
+            .unwrap();
+    }
+}

@@ -94,6 +94,7 @@ impl Run {
             task::task_input(&self.spec.source, t)?;
         }
         task::retry_policy(&self.spec.retry_policy, kind)?;
+        task::ttl(self.spec.ttl_seconds_after_finished, kind)?;
         if self
             .spec
             .source

@@ -45,6 +45,11 @@ use super::RunStatus;
     validation = Rule::new("has(self.affinity) == has(oldSelf.affinity) && (!has(self.affinity) || self.affinity == oldSelf.affinity)").message("spec.affinity is immutable"),
     validation = Rule::new("!has(oldSelf.termination) || (has(self.termination) && (self.termination.mode == oldSelf.termination.mode || self.termination.mode == 'Immediate'))").message("spec.termination can only be set once, or moved from Drain to Immediate"),
     validation = Rule::new("!(has(self.priority) && has(self.priorityClassName))").message("set spec.priority or spec.priorityClassName, not both"),
+    // Task Runs (api::run::task decides the same for the embedded store).
+    validation = Rule::new("!has(self.mode.task) || (has(self.source) && has(self.source.inline)) || has(self.mode.task.entrypoint) || (has(self.mode.task.args) && size(self.mode.task.args) > 0)").message("a task needs something to run: spec.source.inline, spec.mode.task.entrypoint, or spec.mode.task.args (shell commands)"),
+    validation = Rule::new("!has(self.mode.task) || !has(self.mode.task.entrypoint) || !(self.mode.task.entrypoint.startsWith('/') || self.mode.task.entrypoint.matches('(^|/)[.][.](/|$)') || self.mode.task.entrypoint.matches('^([.]/*)+$'))").message("spec.mode.task.entrypoint must name a file inside the working directory (relative, no '..')"),
+    validation = Rule::new("has(self.mode.task) || !has(self.retryPolicy) || !has(self.retryPolicy.onExitCodes) || size(self.retryPolicy.onExitCodes) == 0").message("spec.retryPolicy.onExitCodes applies to task Runs only"),
+    validation = Rule::new("has(self.mode.task) || !has(self.ttlSecondsAfterFinished)").message("spec.ttlSecondsAfterFinished applies to task Runs only"),
 )]
 pub struct RunSpec {
     /// Runtime name (`python`, `bash`, or a custom Runtime).
@@ -66,6 +71,12 @@ pub struct RunSpec {
     /// `Timeout` (reason `RunTimeout`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<u32>,
+    /// Task Runs: seconds after the task ends (any terminal phase) that the
+    /// Run — its status, result and log — is deleted; 0 deletes it at once,
+    /// unset keeps it until deleted (at most 30 days).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 2592000))]
+    pub ttl_seconds_after_finished: Option<u32>,
     /// Ends the Run: `Drain` finishes accepted work, `Immediate` cancels it.
     /// Monotonic: once set it can only move from `Drain` to `Immediate`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -48,6 +48,25 @@ pub fn retry_policy(p: &RetryPolicy, mode: ModeKind) -> Result<(), String> {
     Ok(())
 }
 
+/// Longest `spec.ttlSecondsAfterFinished`: 30 days.
+pub const MAX_TTL_SECONDS: u32 = 30 * 24 * 3600;
+
+/// Checks `spec.ttlSecondsAfterFinished` for a Run of `mode`: bounded, and
+/// for task Runs only (a function or session Run ends when it is told to,
+/// and is deleted by whoever told it).
+pub fn ttl(ttl: Option<u32>, mode: ModeKind) -> Result<(), String> {
+    match ttl {
+        None => Ok(()),
+        Some(_) if mode != ModeKind::Task => {
+            Err("spec.ttlSecondsAfterFinished applies to task Runs only".into())
+        }
+        Some(t) if t > MAX_TTL_SECONDS => Err(format!(
+            "spec.ttlSecondsAfterFinished {t} is more than {MAX_TTL_SECONDS} (30 days)"
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
 /// Most arguments a task takes.
 pub const MAX_TASK_ARGS: usize = 256;
 /// Longest argument, in bytes.
@@ -154,6 +173,19 @@ mod tests {
         TaskMode {
             entrypoint: entrypoint.map(str::to_owned),
             args: args.iter().map(|a| a.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn a_ttl_is_a_tasks_and_bounded() {
+        assert_eq!(ttl(None, ModeKind::Function), Ok(()));
+        assert_eq!(ttl(Some(0), ModeKind::Task), Ok(()));
+        assert_eq!(ttl(Some(MAX_TTL_SECONDS), ModeKind::Task), Ok(()));
+        let e = ttl(Some(MAX_TTL_SECONDS + 1), ModeKind::Task).unwrap_err();
+        assert!(e.contains("more than 2592000"), "{e}");
+        for mode in [ModeKind::Function, ModeKind::Session] {
+            let e = ttl(Some(60), mode).unwrap_err();
+            assert!(e.contains("applies to task Runs only"), "{e}");
         }
     }
 

@@ -160,6 +160,8 @@ pub(super) fn snapshot(runs: usize, pods: usize) -> Snapshot {
                 deleting: false,
                 has_finalizer: true,
                 backing_off: false,
+                ttl_after_finished: None,
+                finished_for: None,
                 requests: if i % 3 == 0 {
                     Resources::new().with("cpu", 500)
                 } else {

@@ -357,6 +357,22 @@ pub fn retry_backoff(attempt: u64) -> std::time::Duration {
     std::time::Duration::from_secs(1 << doublings).min(std::time::Duration::from_secs(60))
 }
 
+/// Whether a Run in `phase` is due for deletion: it ended `finished_for`
+/// ago (`None`: not known to have ended) and its
+/// `ttlSecondsAfterFinished` is `ttl` (`None`: kept until deleted).
+pub fn ttl_elapsed(
+    phase: Phase,
+    ttl: Option<u32>,
+    finished_for: Option<std::time::Duration>,
+) -> bool {
+    match (ttl, finished_for) {
+        (Some(ttl), Some(f)) => {
+            phase.is_terminal() && f >= std::time::Duration::from_secs(ttl.into())
+        }
+        _ => false,
+    }
+}
+
 /// How long an assigned Run may take to become `Ready` (its owner
 /// registers a function, opens a session) before it is placed again.
 pub fn registration_deadline(mode: ModeKind) -> std::time::Duration {

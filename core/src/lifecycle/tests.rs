@@ -549,3 +549,17 @@ fn exit_codes_are_a_set_of_0_to_255() {
     assert_eq!(ExitCodes::of(&[]), Ok(ExitCodes::NONE));
     assert!(!ExitCodes::NONE.contains(0));
 }
+
+#[test]
+fn a_ttl_elapses_only_after_a_terminal_phase() {
+    let secs = |s| Some(std::time::Duration::from_secs(s));
+    assert!(ttl_elapsed(Succeeded, Some(10), secs(10)));
+    assert!(ttl_elapsed(Failed, Some(0), secs(0)));
+    assert!(ttl_elapsed(Cancelled, Some(10), secs(11)));
+    assert!(!ttl_elapsed(Succeeded, Some(10), secs(9)));
+    assert!(!ttl_elapsed(Succeeded, None, secs(1_000_000)));
+    assert!(!ttl_elapsed(Timeout, Some(0), None));
+    for phase in [Pending, Scheduled, Running, Ready, Finalizing] {
+        assert!(!ttl_elapsed(phase, Some(0), secs(100)), "{phase:?}");
+    }
+}

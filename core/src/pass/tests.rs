@@ -28,6 +28,8 @@ fn run(name: &str, created: u64) -> RunFacts {
         requests: Resources::new(),
         priority: 0,
         affinity: Affinity::default(),
+        ttl_after_finished: None,
+        finished_for: None,
     }
 }
 
@@ -529,4 +531,43 @@ fn a_snapshot_after_a_plan_is_what_the_next_pass_observes() {
     assert_eq!((r.life.phase, r.life.attempt), (Scheduled, 1));
     // Carried out, nothing is left to do.
     assert!(super::decide(&next, &Framework::default()).ops.is_empty());
+}
+
+#[test]
+fn a_finished_run_is_deleted_once_its_ttl_has_passed_and_not_before() {
+    let task = |name, phase, ttl, finished: Option<u64>| RunFacts {
+        mode: Ok(ModeKind::Task),
+        ttl_after_finished: ttl,
+        finished_for: finished.map(Duration::from_secs),
+        ..on(run(name, 1), "p", phase, 1)
+    };
+    let (plan, s) = decide(
+        vec![
+            task("due", Succeeded, Some(60), Some(60)),
+            task("failed-due", Failed, Some(0), Some(0)),
+            task("early", Succeeded, Some(60), Some(59)),
+            task("kept", Succeeded, None, Some(86_400)),
+            task("running", Running, Some(0), None),
+            // A terminal time not known yet: kept until it is.
+            task("unknown", Timeout, Some(0), None),
+        ],
+        vec![pod("p", 8)],
+    );
+    let deleted: Vec<&str> = plan
+        .ops
+        .iter()
+        .filter_map(|op| match op {
+            Op::Delete { run } => Some(s.runs[*run].name.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(deleted, ["due", "failed-due"]);
+    // A Run already being deleted is its owner's to release, not deleted again.
+    let mut gone = task("gone", Succeeded, Some(0), Some(5));
+    gone.deleting = true;
+    let (plan, _) = decide(vec![gone], vec![pod("p", 8)]);
+    assert!(
+        !plan.ops.iter().any(|op| matches!(op, Op::Delete { .. })),
+        "{plan:?}"
+    );
 }

@@ -45,6 +45,8 @@ pub struct RunView {
     pub max_retries: u32,
     /// `spec.termination.mode`.
     pub termination: Option<TerminationMode>,
+    /// `spec.ttlSecondsAfterFinished`.
+    pub ttl_after_finished: Option<u32>,
     /// `spec.resources.requests` (empty when invalid: the mode says why).
     pub requests: Resources,
     /// `spec.priority`.
@@ -125,6 +127,16 @@ pub enum Op {
         namespace: String,
         /// Name.
         name: String,
+    },
+    /// Delete the Run (its `ttlSecondsAfterFinished` passed); only the
+    /// object of this UID.
+    Delete {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// UID.
+        uid: String,
     },
     /// Replace the status.
     Status {
@@ -259,6 +271,10 @@ fn snapshot(
                         since < kruntimes_api::lifecycle::retry_backoff(life.attempt)
                     });
             let age = now.duration_since(r.created).unwrap_or(Duration::ZERO);
+            let finished_for = r.status.completion_time.as_ref().map(|t| {
+                now.duration_since(SystemTime::from(t.0))
+                    .unwrap_or(Duration::ZERO)
+            });
             let assigned_for = r.status.scheduled_time.as_ref().map(|t| {
                 now.duration_since(SystemTime::from(t.0))
                     .unwrap_or(Duration::ZERO)
@@ -294,6 +310,8 @@ fn snapshot(
                 requests: r.requests.clone(),
                 priority: r.priority,
                 affinity: r.affinity.clone(),
+                ttl_after_finished: r.ttl_after_finished,
+                finished_for,
             }
         })
         .collect();
@@ -349,6 +367,11 @@ pub fn reconcile(
             pass::Op::RemoveFinalizer { run } => ops.push(Op::RemoveFinalizer {
                 namespace: runs[*run].namespace.clone(),
                 name: runs[*run].name.clone(),
+            }),
+            pass::Op::Delete { run } => ops.push(Op::Delete {
+                namespace: runs[*run].namespace.clone(),
+                name: runs[*run].name.clone(),
+                uid: runs[*run].uid.clone(),
             }),
             pass::Op::Status {
                 run,

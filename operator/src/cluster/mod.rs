@@ -301,6 +301,9 @@ impl Operator {
         for op in plan.ops {
             let (Op::AddFinalizer { namespace, name }
             | Op::RemoveFinalizer { namespace, name }
+            | Op::Delete {
+                namespace, name, ..
+            }
             | Op::Status {
                 namespace, name, ..
             }) = &op;
@@ -315,11 +318,29 @@ impl Operator {
             else {
                 continue;
             };
-            let kind = if matches!(op, Op::Status { .. }) {
-                "status"
-            } else {
-                "finalizer"
+            let kind = match op {
+                Op::Status { .. } => "status",
+                Op::Delete { .. } => "delete",
+                Op::AddFinalizer { .. } | Op::RemoveFinalizer { .. } => "finalizer",
             };
+            if let Op::Delete { uid, .. } = &op {
+                tracing::info!(namespace = %namespace, run = %name, "run deleted: its ttlSecondsAfterFinished passed");
+                let result = writes::delete_expired(&self.client, &run, uid).await;
+                if let Some(m) = metrics::get() {
+                    let outcome = if result.is_ok() { "ok" } else { "error" };
+                    m.writes.with_label_values(&[kind, outcome]).inc();
+                }
+                match result {
+                    Ok(Some(run)) => {
+                        latest.insert(key, Arc::new(run.clone()));
+                        written_views.push(views::run_view(&run));
+                        written.push(run);
+                    }
+                    Ok(None) => {}
+                    Err(e) => failed.push(format!("{namespace}/{name}: {e}")),
+                }
+                continue;
+            }
             let result = match &op {
                 Op::AddFinalizer { .. } => set_finalizer(&self.client, &run, true)
                     .await
@@ -327,6 +348,7 @@ impl Operator {
                 Op::RemoveFinalizer { .. } => set_finalizer(&self.client, &run, false)
                     .await
                     .doing(|| format!("remove the finalizer of {namespace}/{name}")),
+                Op::Delete { .. } => continue, // made above
                 Op::Status { status, .. } => {
                     tracing::info!(
                         namespace = %namespace,

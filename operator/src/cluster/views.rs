@@ -38,6 +38,7 @@ pub fn run_view(run: &Run) -> RunView {
         timeout: spec.timeout,
         max_retries: spec.retry_policy.max_retries,
         termination: spec.termination.as_ref().map(|t| t.mode),
+        ttl_after_finished: spec.ttl_seconds_after_finished,
         deleting: run.meta().deletion_timestamp.is_some(),
         has_finalizer: run.finalizers().iter().any(|f| f == FINALIZER),
         status: run.status.clone().unwrap_or_default(),

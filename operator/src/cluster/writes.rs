@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kruntimes_api::{Run, RunStatus};
 use kruntimes_support::kube::merge_diff;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::reflector::{self, Store};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
@@ -40,6 +40,32 @@ pub(super) async fn patch_status(
         )
         .await
         .doing(|| format!("patch the status of {}", run.name_any()))
+}
+
+/// Deletes the Run of UID `uid` (a precondition: a new Run of the same
+/// name is never deleted in its place). Its owner then releases it (result,
+/// log) and takes its finalizer off. Returns the Run as the deletion left
+/// it, or `None` when it is gone already.
+pub(super) async fn delete_expired(
+    client: &kube::Client,
+    run: &Run,
+    uid: &str,
+) -> Result<Option<Run>> {
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some(uid.to_owned()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    let deleted = Api::<Run>::namespaced(client.clone(), &run.namespace().unwrap_or_default())
+        .delete(&run.name_any(), &params)
+        .await;
+    match deleted {
+        Ok(either) => Ok(either.left()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+        Err(e) => Err(e).doing(|| format!("delete {} (ttlSecondsAfterFinished)", run.name_any())),
+    }
 }
 
 /// Waits (bounded by 5 s) until `runs` holds every object in `written` at

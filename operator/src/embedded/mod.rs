@@ -200,6 +200,39 @@ fn read(path: &std::path::Path) -> Result<Vec<u8>> {
     })
 }
 
+/// Deletes a Run whose `ttlSecondsAfterFinished` passed: the file a client
+/// wrote it into (the last of `dirs`, the one clients write) is removed,
+/// and the store's watch takes the Run away. A Run of the user's own
+/// manifests stays: krt up never edits them.
+fn delete_expired(dirs: &[PathBuf], namespace: &str, name: &str) {
+    let Some(dir) = dirs.last() else {
+        return;
+    };
+    for writer in kruntimes_api::ManifestWriter::ALL {
+        let path = dir.join(writer.file_name(namespace, name));
+        match std::fs::remove_file(&path) {
+            Ok(()) => {
+                tracing::info!(
+                    namespace,
+                    run = name,
+                    "run deleted: its ttlSecondsAfterFinished passed"
+                );
+                return;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(namespace, run = name, file = %path.display(), error = %e, "cannot delete a Run whose ttlSecondsAfterFinished passed");
+                return;
+            }
+        }
+    }
+    tracing::warn!(
+        namespace,
+        run = name,
+        "ttlSecondsAfterFinished passed, but the Run comes from a manifest of yours, which krt up does not edit: remove it there"
+    );
+}
+
 /// Runs the embedded control plane until `shutdown` resolves. The ownership
 /// watch is served on `listener`. With `instances`, the set of runtimed
 /// instances follows demand (`cfg.pods` are the first ones); without, it is
@@ -338,6 +371,9 @@ pub async fn run(
                     if let Some(l) = &launcher {
                         let _ = l.send(InstanceRequest::Stop { name: pod });
                     }
+                }
+                Action::Delete { namespace, name } => {
+                    delete_expired(&cfg.runs_dirs, &namespace, &name);
                 }
                 action => rpc::perform(action, &conns.clients, &tx),
             }

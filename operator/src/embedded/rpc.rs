@@ -84,7 +84,9 @@ pub(super) fn perform(
 ) {
     let pod = match &action {
         Action::Assign { pod, .. } | Action::Release { pod, .. } => pod.clone(),
-        Action::StartInstances { .. } | Action::StopInstance { .. } => return,
+        Action::StartInstances { .. } | Action::StopInstance { .. } | Action::Delete { .. } => {
+            return;
+        }
     };
     let Some(c) = clients.get(&pod).cloned() else {
         return;
@@ -114,7 +116,9 @@ pub(super) fn perform(
                 }
                 Msg::Released { pod, uid: run_uid }
             }
-            Action::StartInstances { .. } | Action::StopInstance { .. } => return,
+            Action::StartInstances { .. } | Action::StopInstance { .. } | Action::Delete { .. } => {
+                return;
+            }
         };
         let _ = tx.send(msg);
     });

@@ -100,9 +100,9 @@ impl Embedded {
                 more.extend(self.c.release_result(&pod, &run_uid, now));
                 more
             }
-            // The case table runs on a fixed set of instances.
-            Action::StartInstances { .. } | Action::StopInstance { .. } => {
-                unreachable!("a fixed set of instances is never resized: {action:?}")
+            // The case table runs on a fixed set of instances, with no TTL.
+            Action::StartInstances { .. } | Action::StopInstance { .. } | Action::Delete { .. } => {
+                unreachable!("a fixed set of instances is never resized, no TTL set: {action:?}")
             }
         };
         self.queue.extend(more);

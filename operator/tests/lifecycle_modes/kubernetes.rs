@@ -85,6 +85,7 @@ impl Kubernetes {
             timeout: spec.timeout,
             max_retries: spec.max_retries,
             termination: spec.termination,
+            ttl_after_finished: None,
             deleting: false,
             has_finalizer: true,
             status,

@@ -41,6 +41,7 @@ fn run(name: &str, created: u64) -> RunView {
         timeout: None,
         max_retries: 3,
         termination: None,
+        ttl_after_finished: None,
         deleting: false,
         has_finalizer: true,
         status: RunStatus::default(),
@@ -523,5 +524,31 @@ fn a_bind_records_its_time_and_a_run_not_ready_by_the_deadline_is_placed_again()
     assert_eq!(
         (s.assigned_pod.as_ref(), s.scheduled_time.as_ref()),
         (None, None)
+    );
+}
+
+#[test]
+fn a_finished_task_is_deleted_by_uid_once_its_ttl_has_passed_since_completion() {
+    let p = pod("p1");
+    let finished = |name: &str, ttl, completed: u64| {
+        let mut r = assigned(run(name, 0), &p, RunPhase::Succeeded, 1);
+        r.mode = Ok(ModeKind::Task);
+        r.ttl_after_finished = ttl;
+        r.status.completion_time = Some(Time(Timestamp::try_from(at(completed)).unwrap()));
+        r
+    };
+    let runs = [
+        finished("due", Some(60), 0),
+        finished("early", Some(60), 1),
+        finished("kept", None, 0),
+    ];
+    let ops = reconcile(&runs, std::slice::from_ref(&p), &[runtime(2)], &settings(), at(60));
+    assert_eq!(
+        ops,
+        vec![Op::Delete {
+            namespace: "a".into(),
+            name: "due".into(),
+            uid: "uid-due".into(),
+        }]
     );
 }

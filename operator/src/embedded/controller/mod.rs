@@ -107,6 +107,14 @@ pub enum Action {
         /// Instance name.
         pod: String,
     },
+    /// Delete this Run from the store: its `ttlSecondsAfterFinished` passed.
+    /// Once the store drops it, it is released like any deleted Run.
+    Delete {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+    },
 }
 
 /// How long the pool waits to ask for an instance again after a start
@@ -155,6 +163,11 @@ pub struct RunState {
     pub deleting: bool,
     /// How its task ended (task Runs, once their owner reported it).
     pub task: Option<kruntimes_api::TaskStatus>,
+    /// When it reached its terminal phase.
+    finished_at: Option<Instant>,
+    /// Its `ttlSecondsAfterFinished` passed and its deletion was asked
+    /// for ([`Action::Delete`]); the store has not dropped it yet.
+    expired: bool,
     in_flight: Option<InFlight>,
     retry_at: Option<Instant>,
     assigned_at: Option<Instant>,
@@ -346,6 +359,8 @@ impl Controller {
                     owner: None,
                     deleting: false,
                     task: None,
+                    finished_at: None,
+                    expired: false,
                     in_flight: None,
                     retry_at: None,
                     assigned_at: None,

@@ -59,6 +59,15 @@ impl Controller {
             match op {
                 // Every Run of the store carries its finalizer.
                 Op::AddFinalizer { .. } => {}
+                Op::Delete { run } => {
+                    if let Some(state) = self.runs.get_mut(&uids[run]) {
+                        state.expired = true;
+                        actions.push(Action::Delete {
+                            namespace: state.run.namespace_or_default().to_owned(),
+                            name: state.run.name_str().to_owned(),
+                        });
+                    }
+                }
                 // No living owner will release it: forget it.
                 Op::RemoveFinalizer { run } => {
                     self.runs.remove(&uids[run]);
@@ -208,6 +217,13 @@ impl Controller {
                 requests: r.run.requests().unwrap_or_default(),
                 priority: r.run.priority(),
                 affinity: r.run.spec.affinity.clone().unwrap_or_default(),
+                ttl_after_finished: r.run.spec.ttl_seconds_after_finished,
+                // Asked for once: the store drops it, or (a manifest of the
+                // user's, which krt up never edits) it stays.
+                finished_for: r
+                    .finished_at
+                    .filter(|_| !r.expired)
+                    .map(|t| now.duration_since(t)),
             })
             .collect();
         let pods = self.pods.values().map(|p| self.pod_facts(p, now)).collect();
@@ -411,6 +427,9 @@ pub(super) fn set(run: &mut RunState, t: Transition, now: Instant, backoff: Dura
         // A step sent to the old owner no longer holds the Run back; what
         // it left there is released as an orphan.
         run.in_flight = None;
+    }
+    if t.phase.is_terminal() && !run.life.phase.is_terminal() {
+        run.finished_at = Some(now);
     }
     run.life = t.life();
     run.message = kruntimes_api::bounded_message(&t.message).unwrap_or_default();

@@ -160,3 +160,44 @@ fn immediate_termination_kills_a_running_task_and_keeps_it() {
     let seen = settle(&mut c, actions, now);
     assert_eq!(seen.len(), 1, "killed once: {seen:?}");
 }
+
+#[test]
+fn a_finished_task_is_deleted_once_its_ttl_has_passed() {
+    let now = Instant::now();
+    let mut c = connected(1, now);
+    let mut t = task("t", "true");
+    t.spec.ttl_seconds_after_finished = Some(30);
+    let kept = task("kept", "true");
+    let actions = c.apply_store(store(&[t.clone(), kept.clone()]), now);
+    settle(&mut c, actions, now);
+    for name in ["t", "kept"] {
+        let u = uid(&c, name);
+        c.apply_pod("runtimed-0", exited(&u, 1, 0), now);
+    }
+    let delete = Action::Delete {
+        namespace: "default".into(),
+        name: "t".into(),
+    };
+    // Not before the TTL, counted from the end, not the creation.
+    let later = now + Duration::from_secs(29);
+    assert!(!c.tick(later).contains(&delete));
+    let due = now + Duration::from_secs(30);
+    let actions = c.tick(due);
+    assert_eq!(actions, vec![delete], "asked for once, for it alone");
+    assert!(
+        c.tick(due + Duration::from_secs(60)).is_empty(),
+        "asked once"
+    );
+    // The store drops it: released for good (result and log).
+    let u = uid(&c, "t");
+    let actions = c.apply_store(store(&[kept]), due);
+    assert_eq!(
+        actions,
+        vec![Action::Release {
+            pod: "runtimed-0".into(),
+            run_uid: u,
+            cancel: true,
+            keep: false,
+        }]
+    );
+}
