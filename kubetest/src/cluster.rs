@@ -297,6 +297,12 @@ impl Cluster {
         self.spawn(name, args)
     }
 
+    /// The working directory Pod `pod`'s Runtime Server gives Run `run_uid`
+    /// (what its code may write, beside its temporary directory).
+    pub fn work_dir(&self, pod: &str, run_uid: &str) -> PathBuf {
+        self.dir.path().join("work").join(pod).join(run_uid)
+    }
+
     /// The log of a process.
     pub fn log(&self, name: &str) -> String {
         std::fs::read_to_string(self.dir.path().join(format!("{name}.log"))).unwrap_or_default()
@@ -426,8 +432,12 @@ impl Cluster {
             "runtimed".into(),
             "--exit-with-parent".into(),
             "--kubernetes".into(),
-            // As the operator's Deployment passes Runtime.spec.backend.
-            "--backend=python".into(),
+            // As the operator's Deployment passes Runtime.spec.backend (the
+            // harness's Runtimes are named after theirs; others are Python).
+            format!(
+                "--backend={}",
+                if runtime == "bash" { "bash" } else { "python" }
+            ),
             format!("--name={name}"),
             format!("--pod-uid={uid}"),
             format!("--pod-namespace={SYSTEM_NAMESPACE}"),

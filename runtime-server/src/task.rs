@@ -156,7 +156,10 @@ impl Tasks {
         if let Some((path, text)) = &req.source {
             source::write_inline(root, path, text.as_bytes())?;
         }
-        let env = env::for_run(&req.run_uid, root, req.env);
+        let mut env = env::for_run(&req.run_uid, root, req.env);
+        // Which attempt this is (1, 2, …): a retried task may tell.
+        env.entry("KRUNTIMES_ATTEMPT".into())
+            .or_insert_with(|| req.attempt.to_string());
         let argv = argv(req.kind, &self.python, &req.program);
         if lookup(&argv[0], env.get("PATH").map(String::as_str)).is_none() {
             return Err(Error::Load(format!(

@@ -63,7 +63,7 @@ async fn watch(s: &mut Server, attempt: u64, output: bool) -> (String, pb::TaskR
 async fn an_inline_task_runs_once_with_its_exit_code_output_and_environment() {
     let mut s = start().await;
     // It waits for a file, so the watch below sees all of its output.
-    let script = "while [ ! -f go ]; do sleep 0.02; done\necho \"$GREETING from $PWD\"\necho oops >&2\nexit 3\n";
+    let script = "while [ ! -f go ]; do sleep 0.02; done\necho \"$GREETING from $PWD\"\necho \"oops $KRUNTIMES_ATTEMPT\" >&2\nexit 3\n";
     let started = s
         .client
         .tasks
@@ -102,11 +102,12 @@ async fn an_inline_task_runs_once_with_its_exit_code_output_and_environment() {
     let r = result.unwrap();
     let expected = format!("hi from {}\n", s.workspace().display());
     assert_eq!(out.lines().count(), 2, "{out}");
-    assert!(out.contains(&expected) && out.contains("oops\n"), "{out}");
+    // Its attempt is in its environment.
+    assert!(out.contains(&expected) && out.contains("oops 1\n"), "{out}");
     assert_eq!((r.end, r.exit_code), (pb::TaskEnd::Exited as i32, 3));
     assert_eq!(
         (r.stdout_tail.as_str(), r.stderr_tail.as_str()),
-        (expected.as_str(), "oops\n")
+        (expected.as_str(), "oops 1\n")
     );
     assert!(!r.stdout_truncated && !r.stderr_truncated);
     assert_eq!(r.started_unix_ms, started.started_unix_ms);

@@ -388,10 +388,12 @@ pub fn reconcile(
         }
     }
     // A Run its owner drives keeps a current endpoint (a rotated CA bundle,
-    // a new gateway URL); everything else of its status is the owner's.
+    // a new gateway URL); everything else of its status is the owner's. A
+    // task is not called: it has none.
     for &i in &plan.owned {
         let r = &runs[i];
-        if r.deleting || written.contains(&i) || r.life().phase.is_terminal() {
+        let reachable = matches!(r.mode, Ok(ModeKind::Function | ModeKind::Session));
+        if !reachable || r.deleting || written.contains(&i) || r.life().phase.is_terminal() {
             continue;
         }
         let mut status = r.status.clone();

@@ -542,7 +542,13 @@ fn a_finished_task_is_deleted_by_uid_once_its_ttl_has_passed_since_completion() 
         finished("early", Some(60), 1),
         finished("kept", None, 0),
     ];
-    let ops = reconcile(&runs, std::slice::from_ref(&p), &[runtime(2)], &settings(), at(60));
+    let ops = reconcile(
+        &runs,
+        std::slice::from_ref(&p),
+        &[runtime(2)],
+        &settings(),
+        at(60),
+    );
     assert_eq!(
         ops,
         vec![Op::Delete {
@@ -551,4 +557,22 @@ fn a_finished_task_is_deleted_by_uid_once_its_ttl_has_passed_since_completion() 
             uid: "uid-due".into(),
         }]
     );
+}
+
+#[test]
+fn a_running_task_gets_no_endpoint_from_the_owned_runs_refresh() {
+    let p = pod("p1");
+    let mut t = assigned(run("t", 0), &p, RunPhase::Running, 1);
+    t.mode = Ok(ModeKind::Task);
+    let f = assigned(run("f", 0), &p, RunPhase::Ready, 1);
+    let ops = reconcile(
+        &[t, f],
+        std::slice::from_ref(&p),
+        &[runtime(2)],
+        &settings(),
+        at(1),
+    );
+    let written = statuses(&ops);
+    assert!(!written.contains_key("t"), "{ops:?}");
+    assert!(written["f"].endpoint.is_some());
 }
