@@ -21,6 +21,9 @@ import (
 // Client reaches the gateway and, unless made with New, the control plane
 // where Runs are looked up and created. It is safe for concurrent use.
 type Client struct {
+	// Tasks runs task Runs.
+	Tasks *Tasks
+
 	namespace string
 	gateway   string
 	runs      runStore
@@ -87,7 +90,7 @@ func New(gatewayURL, token string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{namespace: or(o.namespace, "default"), gateway: strings.TrimRight(gatewayURL, "/"), gw: gw, logger: o.logger}, nil
+	return withTasks(&Client{namespace: or(o.namespace, "default"), gateway: strings.TrimRight(gatewayURL, "/"), gw: gw, logger: o.logger}), nil
 }
 
 // NewFromStateDir is a client of the krt up stack whose state directory is
@@ -112,13 +115,13 @@ func NewFromStateDir(dir string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{
+	return withTasks(&Client{
 		namespace: or(o.namespace, "default"),
 		gateway:   strings.TrimRight(cfg.Gateway, "/"),
 		runs:      &stateDirRuns{stateDir: dir, runsDir: cfg.RunsDir},
 		gw:        gw,
 		logger:    o.logger,
-	}, nil
+	}), nil
 }
 
 // NewFromKubeconfig is a client of the cluster of the kubeconfig at path
@@ -172,7 +175,12 @@ func fromRESTConfig(cfg *rest.Config, o options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{namespace: or(o.namespace, "default"), runs: &kubeRuns{dyn: dyn}, gw: gw, logger: o.logger}, nil
+	return withTasks(&Client{namespace: or(o.namespace, "default"), runs: &kubeRuns{dyn: dyn}, gw: gw, logger: o.logger}), nil
+}
+
+func withTasks(c *Client) *Client {
+	c.Tasks = &Tasks{c: c}
+	return c
 }
 
 // Namespace is where Runs are looked up and created.

@@ -1,6 +1,7 @@
 // Package kruntimes is the Go client of kruntimes: function Runs (invoke a
-// handler registered once) and session Runs (agent sandboxes: commands,
-// files, streamed output), against a Kubernetes cluster or a `krt up` stack.
+// handler registered once), session Runs (agent sandboxes: commands, files,
+// streamed output) and task Runs (run once: exit code and output), against a
+// Kubernetes cluster or a `krt up` stack.
 //
 //	import kruntimes "kruntimes.io/sdk"
 //
@@ -13,6 +14,9 @@
 //	defer sb.Close(context.Background())
 //	res, err := sb.Commands.Run(ctx, kruntimes.Shell("echo hi"))
 //	for ev, err := range sb.Commands.Stream(ctx, kruntimes.Argv("make", "test")) { … }
+//
+//	task, err := client.Tasks.Run(ctx, kruntimes.TaskOptions{Runtime: "python", Inline: "print(1)", Remove: true})
+//	fmt.Print(*task.ExitCode, task.Stdout)   // a non-zero exit is a result, not an error
 //
 // On a cluster, a sandbox is a session Run created through the Kubernetes API
 // as the kubeconfig's user (whose credentials — token, token file, exec

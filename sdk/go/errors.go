@@ -284,7 +284,10 @@ func (e *NetworkError) Unwrap() error { return e.Err }
 // Reason are its own. The gateway answers 410 RunEnded (Succeeded, Timeout,
 // Cancelled, Finalizing) to a call on such a Run: the call did not run. A
 // wait returns it (Status 0, Code the phase, Namespace and Name set) when
-// the awaited Run ends before the awaited phase.
+// the awaited Run ends before the awaited phase, and Tasks.Run when a task
+// Run ends without an exit of its own — inside the type that says how:
+// *RunTimeoutError, *RunCancelledError, *RunLostError,
+// *TaskStartFailedError, *InvalidSpecError.
 type RunEndedError struct {
 	APIError
 	// Namespace and Name of the awaited Run (waits only).
@@ -312,15 +315,96 @@ func (e *RunFailedError) As(target any) bool {
 	return e.APIError.As(target)
 }
 
-// runEnded is what a wait returns when the awaited Run ends first.
+// How an awaited Run ended, when not as awaited: returned by the client only
+// (Status 0, Code the phase); the gateway answers such Runs with RunEnded or
+// RunFailed. errors.As matches each as the *RunEndedError (and
+// *RunFailedError) it is too.
+type (
+	// RunTimeoutError is an awaited Run that ended Timeout: its spec.timeout
+	// passed (reason RunTimeout; its processes were killed) or it was idle
+	// too long (IdleTimeout).
+	RunTimeoutError struct{ RunEndedError }
+	// RunCancelledError is an awaited Run that ended Cancelled:
+	// spec.termination Immediate (reason Terminated), or its owner was lost
+	// while it was being ended (OwnerLost).
+	RunCancelledError struct{ RunEndedError }
+	// RunLostError is an awaited Run that failed because its owner Pod was
+	// lost past retryPolicy.maxRetries (reason OwnerLost): a new Run may
+	// succeed.
+	RunLostError struct{ RunFailedError }
+	// TaskStartFailedError is a task Run whose process could not be started
+	// on any attempt (reason StartFailed; the message says why, e.g. a script
+	// Runtime given shell commands): it did not run.
+	TaskStartFailedError struct{ RunFailedError }
+	// InvalidSpecError is an awaited Run that failed because its control
+	// plane refused its spec (reason InvalidSpec; the message names the
+	// field). errors.As matches it as an *InvalidRequestError too, as the
+	// Kubernetes API's 422 for a spec its schema refuses at creation.
+	InvalidSpecError struct{ RunFailedError }
+)
+
+// As matches *RunEndedError, then the *APIError.
+func (e *RunTimeoutError) As(target any) bool { return asEnded(&e.RunEndedError, target) }
+
+// As matches *RunEndedError, then the *APIError.
+func (e *RunCancelledError) As(target any) bool { return asEnded(&e.RunEndedError, target) }
+
+// As matches *RunFailedError, *RunEndedError, then the *APIError.
+func (e *RunLostError) As(target any) bool { return asFailed(&e.RunFailedError, target) }
+
+// As matches *RunFailedError, *RunEndedError, then the *APIError.
+func (e *TaskStartFailedError) As(target any) bool { return asFailed(&e.RunFailedError, target) }
+
+// As matches *RunFailedError, *RunEndedError, *InvalidRequestError, then
+// the *APIError.
+func (e *InvalidSpecError) As(target any) bool {
+	if t, ok := target.(**InvalidRequestError); ok {
+		*t = &InvalidRequestError{e.APIError}
+		return true
+	}
+	return asFailed(&e.RunFailedError, target)
+}
+
+func asEnded(e *RunEndedError, target any) bool {
+	if t, ok := target.(**RunEndedError); ok {
+		*t = e
+		return true
+	}
+	return e.APIError.As(target)
+}
+
+func asFailed(e *RunFailedError, target any) bool {
+	if t, ok := target.(**RunFailedError); ok {
+		*t = e
+		return true
+	}
+	return e.As(target)
+}
+
+// runEnded is what a wait returns when the awaited Run ends first: the type
+// of its phase and reason.
 func runEnded(namespace, name string, run *RunInfo) error {
 	ended := RunEndedError{
 		APIError:  APIError{Code: run.Phase, Message: run.Message, Source: "client", Phase: run.Phase, Reason: run.Reason},
 		Namespace: namespace,
 		Name:      name,
 	}
-	if run.Phase == "Failed" {
-		return &RunFailedError{ended}
+	switch run.Phase {
+	case "Timeout":
+		return &RunTimeoutError{ended}
+	case "Cancelled":
+		return &RunCancelledError{ended}
+	case "Failed":
+		failed := RunFailedError{ended}
+		switch run.Reason {
+		case "StartFailed":
+			return &TaskStartFailedError{failed}
+		case "OwnerLost":
+			return &RunLostError{failed}
+		case "InvalidSpec":
+			return &InvalidSpecError{failed}
+		}
+		return &failed
 	}
 	return &ended
 }

@@ -340,7 +340,7 @@ func TestTheStateDirStoreWritesAndTerminatesManifests(t *testing.T) {
 	if _, err := store.get(ctx, "default", "other"); !errors.As(err, &nf) || nf.Status != 404 {
 		t.Error(err)
 	}
-	m := sessionManifest("s", "default", SandboxOptions{Env: map[string]string{"B": "2", "A": "1"}, QueueSize: 4, Timeout: time.Minute})
+	m := sessionManifest("n", "default", SandboxOptions{Env: map[string]string{"B": "2", "A": "1"}, QueueSize: 4, Timeout: time.Minute})
 	if err := store.create(ctx, m); err != nil {
 		t.Fatal(err)
 	}
@@ -348,10 +348,15 @@ func TestTheStateDirStoreWritesAndTerminatesManifests(t *testing.T) {
 	if err := store.create(ctx, m); !errors.As(err, &conflict) {
 		t.Error(err)
 	}
-	if err := store.terminate(ctx, "default", "s", "Drain"); err != nil {
+	// A Run krt up serves from a file of its own (krt up --runs) is not created twice.
+	if err := store.create(ctx, sessionManifest("s", "default", SandboxOptions{})); !errors.As(err, &conflict) ||
+		!strings.Contains(err.Error(), "phase Ready") {
+		t.Error(err)
+	}
+	if err := store.terminate(ctx, "default", "n", "Drain"); err != nil {
 		t.Fatal(err)
 	}
-	raw, _ := os.ReadFile(filepath.Join(runs, "session-default-s.yaml"))
+	raw, _ := os.ReadFile(filepath.Join(runs, "session-default-n.yaml"))
 	for _, want := range []string{`"termination": {`, `"mode": "Drain"`, `"queueSize": 4`, `"timeout": 60`, `"name": "A"`} {
 		if !strings.Contains(string(raw), want) {
 			t.Errorf("manifest lacks %s:\n%s", want, raw)
@@ -361,7 +366,7 @@ func TestTheStateDirStoreWritesAndTerminatesManifests(t *testing.T) {
 		t.Error(err)
 	}
 	for range 2 { // the second finds it already gone: no error
-		if err := store.delete(ctx, "default", "s"); err != nil {
+		if err := store.delete(ctx, "default", "n"); err != nil {
 			t.Fatal(err)
 		}
 	}

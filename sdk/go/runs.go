@@ -36,6 +36,26 @@ type RunInfo struct {
 	// CABundle is the PEM CA the endpoint's certificate chains to, when the
 	// status publishes one.
 	CABundle string
+	// Task is status.task: how a task Run's process ended (task Runs, once it
+	// has; nil otherwise).
+	Task *TaskStatus
+}
+
+// TaskStatus is status.task: how a task Run's process ended, with the last
+// 4 KiB of each stream (UTF-8).
+type TaskStatus struct {
+	// Attempt is the attempt that ran.
+	Attempt int64 `json:"attempt"`
+	// ExitCode is its exit code (128 + N when signal N ended it).
+	ExitCode   int    `json:"exitCode"`
+	StdoutTail string `json:"stdoutTail"`
+	StderrTail string `json:"stderrTail"`
+	// StdoutTruncated and StderrTruncated: more was written than the tail holds.
+	StdoutTruncated bool `json:"stdoutTruncated"`
+	StderrTruncated bool `json:"stderrTruncated"`
+	// StartedAt and FinishedAt are zero when the status does not say.
+	StartedAt  time.Time `json:"startedAt"`
+	FinishedAt time.Time `json:"finishedAt"`
 }
 
 // Ended reports whether the phase is terminal.
@@ -51,6 +71,7 @@ func (r RunInfo) Ended() bool {
 type runStore interface {
 	// get answers a *NotFoundError for a Run that does not exist.
 	get(ctx context.Context, namespace, name string) (*RunInfo, error)
+	// create answers a *ConflictError when a Run of that name exists.
 	create(ctx context.Context, manifest map[string]any) error
 	// terminate sets spec.termination.mode (Drain or Immediate).
 	terminate(ctx context.Context, namespace, name, mode string) error
@@ -132,6 +153,7 @@ func runFromObject(obj map[string]any) (*RunInfo, error) {
 				URL      string `json:"url"`
 				CABundle string `json:"caBundle"`
 			}
+			Task *TaskStatus
 		}
 	}
 	raw, err := json.Marshal(obj)
@@ -145,6 +167,7 @@ func runFromObject(obj map[string]any) (*RunInfo, error) {
 		Name: run.Metadata.Name, Namespace: run.Metadata.Namespace, UID: run.Metadata.UID,
 		Runtime: run.Spec.Runtime, Phase: or(run.Status.Phase, "Pending"), Reason: run.Status.Reason,
 		Message: run.Status.Message, Attempt: run.Status.Attempt, Endpoint: run.Status.Endpoint.URL,
+		Task: run.Status.Task,
 	}
 	for mode := range run.Spec.Mode {
 		info.Mode = mode
@@ -175,6 +198,7 @@ func (s *stateDirRuns) get(_ context.Context, namespace, name string) (*RunInfo,
 		Runs []struct {
 			Name, Namespace, Runtime, UID, Mode, Phase, Reason, Message, Endpoint string
 			Attempt                                                               int64
+			Task                                                                  *TaskStatus
 		}
 	}
 	if err := json.Unmarshal(raw, &doc); err != nil {
@@ -184,20 +208,40 @@ func (s *stateDirRuns) get(_ context.Context, namespace, name string) (*RunInfo,
 		if r.Namespace == namespace && r.Name == name {
 			return &RunInfo{Name: name, Namespace: namespace, UID: r.UID, Runtime: r.Runtime, Mode: r.Mode,
 				Phase: or(r.Phase, "Pending"), Reason: r.Reason, Message: r.Message, Attempt: r.Attempt,
-				Endpoint: r.Endpoint}, nil
+				Endpoint: r.Endpoint, Task: r.Task}, nil
 		}
 	}
 	return nil, typed(APIError{Status: 404, Code: "NotFound", Source: "client",
 		Message: fmt.Sprintf("no run %s/%s", namespace, name)})
 }
 
-// manifestPath is the file krt session create and the SDKs keep a session's
-// manifest in.
-func (s *stateDirRuns) manifestPath(namespace, name string) (string, error) {
+// manifestPrefixes name the files krt and the SDKs write Runs into:
+// session for sessions (krt session create), apply for the rest (krt apply,
+// and krt run for tasks). krt delete and krt session close find a Run's
+// file by these names, as this store does.
+var manifestPrefixes = []string{"apply", "session"}
+
+// manifestPath is the file krt and the SDKs keep a Run's manifest in
+// (PREFIX-NS-NAME.yaml).
+func (s *stateDirRuns) manifestPath(prefix, namespace, name string) (string, error) {
 	if s.runsDir == "" {
 		return "", fmt.Errorf("%w: this krt up does not publish its runs directory (client.json has no runsDir)", ErrUnsupported)
 	}
-	return filepath.Join(s.runsDir, fmt.Sprintf("session-%s-%s.yaml", namespace, name)), nil
+	return filepath.Join(s.runsDir, fmt.Sprintf("%s-%s-%s.yaml", prefix, namespace, name)), nil
+}
+
+// ownFile is the file krt or an SDK wrote for the Run ("" when none).
+func (s *stateDirRuns) ownFile(namespace, name string) (string, error) {
+	for _, prefix := range manifestPrefixes {
+		path, err := s.manifestPath(prefix, namespace, name)
+		if err != nil {
+			return "", err
+		}
+		if _, err := os.Stat(path); err == nil {
+			return path, nil
+		}
+	}
+	return "", nil
 }
 
 func (s *stateDirRuns) write(path string, doc map[string]any) error {
@@ -213,29 +257,54 @@ func (s *stateDirRuns) write(path string, doc map[string]any) error {
 	return os.Rename(tmp, path)
 }
 
-func (s *stateDirRuns) create(_ context.Context, manifest map[string]any) error {
+func (s *stateDirRuns) create(ctx context.Context, manifest map[string]any) error {
 	meta := manifest["metadata"].(map[string]any)
 	ns, name := meta["namespace"].(string), meta["name"].(string)
-	path, err := s.manifestPath(ns, name)
+	prefix := "apply"
+	if spec, _ := manifest["spec"].(map[string]any); spec != nil {
+		if mode, _ := spec["mode"].(map[string]any); mode != nil && mode["session"] != nil {
+			prefix = "session"
+		}
+	}
+	path, err := s.manifestPath(prefix, ns, name)
 	if err != nil {
 		return err
 	}
-	if _, err := os.Stat(path); err == nil {
+	exists := func(why string) error {
 		return typed(APIError{Status: 409, Code: "AlreadyExists", Source: "client",
-			Message: fmt.Sprintf("run %s/%s exists (%s)", ns, name, path)})
+			Message: fmt.Sprintf("run %s/%s exists (%s)", ns, name, why)})
+	}
+	if own, err := s.ownFile(ns, name); err != nil || own != "" {
+		if err != nil {
+			return err
+		}
+		return exists(own)
+	}
+	// A Run of that name from another file (krt up --runs): a second one
+	// would be skipped as a duplicate, and waiting on the name would wait on
+	// the other.
+	var nf *NotFoundError
+	switch run, err := s.get(ctx, ns, name); {
+	case err == nil:
+		return exists("phase " + run.Phase + "; delete it, or choose another name")
+	case !errors.As(err, &nf):
+		return err
 	}
 	return s.write(path, manifest)
 }
 
 func (s *stateDirRuns) terminate(_ context.Context, namespace, name, mode string) error {
-	path, err := s.manifestPath(namespace, name)
+	path, err := s.ownFile(namespace, name)
 	if err != nil {
 		return err
 	}
+	if path == "" {
+		return fmt.Errorf("%w: run %s/%s has no manifest of this SDK or krt in %s: end it by editing its own manifest (spec.termination)",
+			ErrUnsupported, namespace, name, s.runsDir)
+	}
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Errorf("%w: run %s/%s has no manifest at %s: end it by editing its own manifest (spec.termination)",
-			ErrUnsupported, namespace, name, path)
+		return err
 	}
 	var doc map[string]any
 	if err := yaml.Unmarshal(raw, &doc); err != nil {
@@ -251,8 +320,8 @@ func (s *stateDirRuns) terminate(_ context.Context, namespace, name, mode string
 }
 
 func (s *stateDirRuns) delete(_ context.Context, namespace, name string) error {
-	path, err := s.manifestPath(namespace, name)
-	if err != nil {
+	path, err := s.ownFile(namespace, name)
+	if err != nil || path == "" {
 		return err
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {

@@ -1,6 +1,7 @@
-"""Python client for kruntimes: function Runs (invoke a handler) and session
-Runs (agent sandboxes: commands, files, streamed output), against a
-Kubernetes cluster or a ``krt up`` stack, blocking or with asyncio.
+"""Python client for kruntimes: function Runs (invoke a handler), session
+Runs (agent sandboxes: commands, files, streamed output) and task Runs (run
+once, read the exit code and output), against a Kubernetes cluster or a
+``krt up`` stack, blocking or with asyncio.
 
     from kruntimes import Client, Sandbox
 
@@ -8,6 +9,7 @@ Kubernetes cluster or a ``krt up`` stack, blocking or with asyncio.
     print(client.function("hello-python").invoke({"name": "X"}))
     with Sandbox.create(client, runtime="bash") as sb:
         print(sb.commands.run("echo hi").stdout)
+    print(client.tasks.run("python", inline="print('hi')").stdout)
 
 See ``docs/sdk-python.md``.
 """
@@ -20,6 +22,7 @@ from .errors import __all__ as _errors
 from .files import AsyncFiles, EntryInfo, FilePage, Files
 from .functions import AsyncFunction, Function
 from .sandbox import AsyncSandbox, Sandbox, SessionStatus
+from .tasks import AsyncTasks, TaskResult, Tasks
 
 __version__ = "0.2.0"
 
@@ -29,6 +32,7 @@ __all__ = [
     "AsyncFiles",
     "AsyncFunction",
     "AsyncSandbox",
+    "AsyncTasks",
     "Client",
     "CommandEvent",
     "CommandResult",
@@ -40,5 +44,7 @@ __all__ = [
     "RunInfo",
     "Sandbox",
     "SessionStatus",
+    "TaskResult",
+    "Tasks",
     *_errors,
 ]

@@ -1,7 +1,7 @@
 """Where Runs live, as flows (:mod:`kruntimes._wire`): the Kubernetes API
 (``kruntimes.io/v1alpha1`` ``runs``) or the state directory of ``krt up``
 (``runs.json`` for status, manifests in its runs directory). Both offer the
-same three verbs — get, create, terminate — and waiting for a phase is
+same verbs — get, create, terminate, delete — and waiting for a phase is
 written once above them."""
 
 from __future__ import annotations
@@ -10,19 +10,68 @@ import base64
 import json
 import logging
 import os
+import re
 import time
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import yaml
 
 from ._wire import KUBERNETES, Call, Flow, Sleep, done
-from .errors import (ConfigError, ConflictError, NotFoundError, RunEndedError, RunFailedError, UnsupportedError,
-                     WaitTimeoutError)
+from .errors import ConfigError, ConflictError, NotFoundError, UnsupportedError, WaitTimeoutError, ended_error
 
 GROUP_VERSION = "kruntimes.io/v1alpha1"
 TERMINAL = frozenset({"Succeeded", "Failed", "Timeout", "Cancelled"})
+
+
+@dataclass(frozen=True)
+class TaskStatus:
+    """``status.task``: how a task Run's process ended (the last 4 KiB of each stream, UTF-8)."""
+
+    #: The attempt that ran.
+    attempt: int
+    #: Its exit code (``128 + N`` when signal N ended it).
+    exit_code: int
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+    #: More was written than the tail holds.
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    started_at: Optional[datetime] = None
+    finished_at: Optional[datetime] = None
+
+    @classmethod
+    def from_json(cls, d: Any) -> "Optional[TaskStatus]":
+        """From ``status.task`` (or a ``runs.json`` row's ``task``); None when absent."""
+        if not isinstance(d, Mapping):
+            return None
+        return cls(
+            attempt=int(d.get("attempt") or 0),
+            exit_code=int(d.get("exitCode") or 0),
+            stdout_tail=str(d.get("stdoutTail") or ""),
+            stderr_tail=str(d.get("stderrTail") or ""),
+            stdout_truncated=bool(d.get("stdoutTruncated")),
+            stderr_truncated=bool(d.get("stderrTruncated")),
+            started_at=parse_time(d.get("startedAt")),
+            finished_at=parse_time(d.get("finishedAt")),
+        )
+
+
+_RFC3339 = re.compile(r"(\d{4}-\d{2}-\d{2})T(\d{2}:\d{2}:\d{2})(?:\.(\d+))?(Z|[+-]\d{2}:\d{2})$")
+
+
+def parse_time(value: Any) -> Optional[datetime]:
+    """An RFC 3339 time of a Kubernetes status (``2026-01-02T03:04:05Z``, fractions allowed), or None."""
+    m = _RFC3339.match(value) if isinstance(value, str) else None
+    if m is None:
+        return None
+    date, clock, fraction, zone = m.groups()
+    when = datetime.fromisoformat(f"{date}T{clock}+00:00" if zone == "Z" else f"{date}T{clock}{zone}")
+    if fraction:
+        when += timedelta(microseconds=int(fraction[:6].ljust(6, "0")))
+    return when.astimezone(timezone.utc)
 
 
 @dataclass(frozen=True)
@@ -44,6 +93,8 @@ class RunInfo:
     endpoint: Optional[str] = None
     #: The CA (PEM) the endpoint's certificate chains to, when the status publishes one.
     ca_pem: Optional[str] = None
+    #: ``status.task``: how a task Run's process ended (task Runs, once it has).
+    task: Optional[TaskStatus] = None
 
     @property
     def ended(self) -> bool:
@@ -68,6 +119,7 @@ class RunInfo:
             attempt=int(status.get("attempt") or 0),
             endpoint=endpoint.get("url") or None,
             ca_pem=base64.b64decode(bundle).decode() if bundle else None,
+            task=TaskStatus.from_json(status.get("task")),
         )
 
 
@@ -90,6 +142,34 @@ def session_manifest(name: str, namespace: str, runtime: str, env: Mapping[str, 
     return {"apiVersion": GROUP_VERSION, "kind": "Run", "metadata": {"name": name, "namespace": namespace}, "spec": spec}
 
 
+def task_manifest(name: str, namespace: str, runtime: str, env: Mapping[str, str], *, inline: Optional[str] = None,
+                  entrypoint: Optional[str] = None, args: Sequence[str] = (), timeout: Optional[int] = None,
+                  max_retries: Optional[int] = None, retry_on_exit_codes: Sequence[int] = ()) -> Dict[str, Any]:
+    """A task Run (``spec.mode.task``), as ``krt run`` writes one from its flags."""
+    task: Dict[str, Any] = {}
+    if entrypoint is not None:
+        task["entrypoint"] = entrypoint
+    if args:
+        task["args"] = list(args)
+    spec: Dict[str, Any] = {
+        "runtime": runtime,
+        "env": [{"name": k, "value": str(v)} for k, v in sorted(env.items())],
+        "mode": {"task": task},
+    }
+    if inline is not None:
+        spec["source"] = {"inline": inline}
+    if timeout is not None:
+        spec["timeout"] = int(timeout)
+    if max_retries is not None or retry_on_exit_codes:
+        policy: Dict[str, Any] = {}
+        if max_retries is not None:
+            policy["maxRetries"] = int(max_retries)
+        if retry_on_exit_codes:
+            policy["onExitCodes"] = [int(c) for c in retry_on_exit_codes]
+        spec["retryPolicy"] = policy
+    return {"apiVersion": GROUP_VERSION, "kind": "Run", "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+
 class RunStore:
     """The control plane's Runs."""
 
@@ -100,6 +180,7 @@ class RunStore:
         raise NotImplementedError
 
     def create(self, manifest: Dict[str, Any]) -> Flow[Optional[RunInfo]]:
+        """Creates the Run; a :class:`ConflictError` when one of that name exists."""
         raise NotImplementedError
 
     def terminate(self, namespace: str, name: str, mode: str) -> Flow[None]:
@@ -170,14 +251,28 @@ class StateDirRuns(RunStore):
                     name=name, namespace=namespace, uid=str(r.get("uid", "")), runtime=str(r.get("runtime", "")),
                     mode=str(r.get("mode", "")), phase=str(r.get("phase") or "Pending"),
                     reason=str(r.get("reason") or ""), message=str(r.get("message") or ""),
-                    attempt=int(r.get("attempt") or 0), endpoint=r.get("endpoint") or None))
+                    attempt=int(r.get("attempt") or 0), endpoint=r.get("endpoint") or None,
+                    task=TaskStatus.from_json(r.get("task"))))
         return done(None)
 
-    def manifest_path(self, namespace: str, name: str) -> Path:
-        """The file `krt session create` and this SDK keep a session's manifest in."""
+    #: The files krt and the SDKs write Runs into, by prefix: ``session`` for sessions (``krt session
+    #: create``), ``apply`` for the rest (``krt apply``, and ``krt run`` for tasks). ``krt delete`` and
+    #: ``krt session close`` find a Run's file by these names, as this store does.
+    PREFIXES = ("apply", "session")
+
+    def manifest_path(self, namespace: str, name: str, prefix: str = "session") -> Path:
+        """The file krt and this SDK keep a Run's manifest in (``PREFIX-NS-NAME.yaml``)."""
         if self._runs_dir is None:
             raise UnsupportedError("this krt up does not publish its runs directory (client.json has no runsDir)")
-        return self._runs_dir / f"session-{namespace}-{name}.yaml"
+        return self._runs_dir / f"{prefix}-{namespace}-{name}.yaml"
+
+    def _own_file(self, namespace: str, name: str) -> Optional[Path]:
+        """The file krt or an SDK wrote for the Run, if any."""
+        for prefix in self.PREFIXES:
+            path = self.manifest_path(namespace, name, prefix)
+            if path.exists():
+                return path
+        return None
 
     def _write(self, path: Path, doc: Mapping[str, Any]) -> None:
         # JSON is YAML; write then rename so the store never reads half a file.
@@ -187,25 +282,34 @@ class StateDirRuns(RunStore):
 
     def create(self, manifest: Dict[str, Any]) -> Flow[Optional[RunInfo]]:
         meta = manifest["metadata"]
-        path = self.manifest_path(meta["namespace"], meta["name"])
-        if path.exists():
-            raise ConflictError(f"run {meta['namespace']}/{meta['name']} exists ({path})")
+        ns, name = meta["namespace"], meta["name"]
+        prefix = "session" if "session" in (manifest.get("spec") or {}).get("mode", {}) else "apply"
+        path = self.manifest_path(ns, name, prefix)
+        existing = self._own_file(ns, name)
+        if existing is not None:
+            raise ConflictError(f"run {ns}/{name} exists ({existing})")
+        # A Run of that name from another file (krt up --runs): a second one would be skipped as a
+        # duplicate, and waiting on the name would wait on the other.
+        listed = yield from self.get(ns, name)
+        if listed is not None:
+            raise ConflictError(f"run {ns}/{name} exists (phase {listed.phase}; delete it, or choose another name)")
         self._write(path, manifest)
-        return done(None)
+        return None
 
     def terminate(self, namespace: str, name: str, mode: str) -> Flow[None]:
-        path = self.manifest_path(namespace, name)
-        try:
-            doc = yaml.safe_load(path.read_text())
-        except FileNotFoundError as e:
-            raise UnsupportedError(f"run {namespace}/{name} has no manifest at {path}: end it by editing its own "
-                                   "manifest (spec.termination)") from e
+        path = self._own_file(namespace, name)
+        if path is None:
+            raise UnsupportedError(f"run {namespace}/{name} has no manifest of this SDK or krt in {self._runs_dir}: "
+                                   "end it by editing its own manifest (spec.termination)")
+        doc = yaml.safe_load(path.read_text())
         doc.setdefault("spec", {})["termination"] = {"mode": mode}
         self._write(path, doc)
         return done(None)
 
     def delete(self, namespace: str, name: str) -> Flow[None]:
-        self.manifest_path(namespace, name).unlink(missing_ok=True)
+        path = self._own_file(namespace, name)
+        if path is not None:
+            path.unlink(missing_ok=True)
         return done(None)
 
 
@@ -219,8 +323,8 @@ QUIET_WAIT = 1.0
 
 def wait_for(store: RunStore, namespace: str, name: str, want: Callable[[RunInfo], bool], what: str,
              timeout: float) -> Flow[RunInfo]:
-    """Polls the Run until ``want`` holds; raises :class:`RunEndedError` (:class:`RunFailedError`
-    for ``Failed``) if it ends otherwise,
+    """Polls the Run until ``want`` holds; raises :class:`RunEndedError` (the subclass of its
+    phase and reason: :func:`~kruntimes.errors.ended_error`) if it ends otherwise,
     :class:`WaitTimeoutError` after ``timeout`` seconds. A Run not listed yet is waited for
     (the control plane may not have read it)."""
     started = time.monotonic()
@@ -232,10 +336,8 @@ def wait_for(store: RunStore, namespace: str, name: str, want: Callable[[RunInfo
         if run is not None and want(run):
             return run
         if run is not None and run.ended:
-            detail = f" ({run.reason}: {run.message})" if run.reason or run.message else ""
-            cls = RunFailedError if run.phase == "Failed" else RunEndedError
-            raise cls(f"run {namespace}/{name} ended {run.phase}{detail} before {what}",
-                      status=0, code=run.phase, phase=run.phase, reason=run.reason)
+            raise ended_error(run.phase, run.reason,
+                              f"run {namespace}/{name} ended {run.phase}{_why(run)} before {what}")
         now = _last_seen(run)
         if now != said and time.monotonic() - started >= QUIET_WAIT:
             log.info("waiting for run %s/%s (%s): %s", namespace, name, what, now)
@@ -246,6 +348,11 @@ def wait_for(store: RunStore, namespace: str, name: str, want: Callable[[RunInfo
                                    phase=run.phase if run else "", reason=run.reason if run else "")
         yield Sleep(delay)
         delay = min(delay * 2, 0.5)
+
+
+def _why(run: RunInfo) -> str:
+    """`` (reason: message)``, or "" when the status says neither."""
+    return f" ({run.reason}: {run.message})" if run.reason or run.message else ""
 
 
 def _last_seen(run: Optional[RunInfo]) -> str:

@@ -4,8 +4,8 @@ Three ways to make one, the same for :class:`Client` (blocking) and
 :class:`AsyncClient` (asyncio):
 
 - ``from_state_dir(".kruntimes")`` — a ``krt up`` stack: the gateway, CA and token
-  of ``client.json``; Runs from ``runs.json``; sandboxes created as manifests in
-  its runs directory.
+  of ``client.json``; Runs from ``runs.json``; sandboxes and tasks created as
+  manifests in its runs directory.
 - ``from_kubeconfig(namespace=…)`` — a cluster: Runs looked up and created
   through the Kubernetes API as the kubeconfig's user (token, token file,
   client certificate or exec plugin; in a Pod, its service account), whose
@@ -32,6 +32,7 @@ from .errors import ConfigError, NotFoundError, UnsupportedError
 
 if TYPE_CHECKING:
     from .functions import AsyncFunction, Function
+    from .tasks import AsyncTasks, Tasks
 
 T = TypeVar("T")
 C = TypeVar("C", bound="_ClientBase")
@@ -138,6 +139,13 @@ class Client(_ClientBase):
 
         return Function(self, name, namespace or self.namespace, endpoint)
 
+    @property
+    def tasks(self) -> "Tasks":
+        """Task Runs: ``client.tasks.run("python", inline="print(1)")``, ``get``, ``delete``."""
+        from .tasks import Tasks
+
+        return Tasks(self)
+
     def get_run(self, name: str, *, namespace: Optional[str] = None) -> Optional[RunInfo]:
         """The Run's status as its control plane reports it, or None."""
         return self._drive(self._get_run(name, namespace))
@@ -168,6 +176,13 @@ class AsyncClient(_ClientBase):
         from .functions import AsyncFunction
 
         return AsyncFunction(self, name, namespace or self.namespace, endpoint)
+
+    @property
+    def tasks(self) -> "AsyncTasks":
+        """:attr:`Client.tasks`, as coroutines."""
+        from .tasks import AsyncTasks
+
+        return AsyncTasks(self)
 
     async def get_run(self, name: str, *, namespace: Optional[str] = None) -> Optional[RunInfo]:
         """:meth:`Client.get_run`."""

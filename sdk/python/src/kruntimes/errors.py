@@ -57,6 +57,11 @@ __all__ = [
     "WaitTimeoutError",
     "RunEndedError",
     "RunFailedError",
+    "RunTimeoutError",
+    "RunCancelledError",
+    "RunLostError",
+    "TaskStartFailedError",
+    "InvalidSpecError",
     "OperationFailedError",
     "CommandExitError",
     "UnsupportedError",
@@ -293,11 +298,20 @@ class RunEndedError(KruntimesError):
 
     Answered by the gateway as 410 ``RunEnded`` (``Succeeded``, ``Timeout``, ``Cancelled``,
     ``Finalizing``) to a call on a Run that ended; the call did not run. Raised by the client
-    (status 0, ``code`` the phase) when an awaited Run ends before the awaited phase.
+    (status 0, ``code`` the phase) when an awaited Run ends before the awaited phase, or when a
+    task Run ends without an exit of its own (:meth:`kruntimes.Tasks.run`); then the subclass
+    says how: :class:`RunTimeoutError`, :class:`RunCancelledError`, :class:`RunLostError`,
+    :class:`TaskStartFailedError`, :class:`InvalidSpecError`.
     """
 
     default_status = 410
     default_code = "RunEnded"
+
+    def __init__(self, message: str, *, result: Any = None, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        #: Raised by :meth:`kruntimes.Tasks.run`: the task's :class:`kruntimes.TaskResult` as its
+        #: Run ended (output tails and exit code when its process ran). None otherwise.
+        self.result = result
 
 
 class RunFailedError(RunEndedError):
@@ -306,6 +320,64 @@ class RunFailedError(RunEndedError):
 
     default_status = 409
     default_code = "RunFailed"
+
+
+# Raised by the client only, from the phase and reason an awaited Run ended with (status 0,
+# ``code`` the phase); the gateway answers such Runs with RunEnded or RunFailed.
+
+
+class RunTimeoutError(RunEndedError):
+    """An awaited Run ended ``Timeout``: its ``spec.timeout`` passed (reason ``RunTimeout``; its
+    processes were killed) or it was idle too long (``IdleTimeout``)."""
+
+    default_status = 0
+    default_code = "Timeout"
+
+
+class RunCancelledError(RunEndedError):
+    """An awaited Run ended ``Cancelled``: ``spec.termination: Immediate`` (reason
+    ``Terminated``), or its owner was lost while it was being ended (``OwnerLost``)."""
+
+    default_status = 0
+    default_code = "Cancelled"
+
+
+class RunLostError(RunFailedError):
+    """An awaited Run failed because its owner Pod was lost past ``retryPolicy.maxRetries``
+    (reason ``OwnerLost``): a new Run may succeed."""
+
+    default_status = 0
+    default_code = "Failed"
+
+
+class TaskStartFailedError(RunFailedError):
+    """A task Run's process could not be started on any attempt (reason ``StartFailed``; the
+    message says why, e.g. a script Runtime given shell commands); it did not run."""
+
+    default_status = 0
+    default_code = "Failed"
+
+
+class InvalidSpecError(RunFailedError, InvalidRequestError):
+    """An awaited Run failed because its control plane refused its spec (reason ``InvalidSpec``;
+    the message names the field). Also an :class:`InvalidRequestError`, as the Kubernetes API's
+    422 for a spec its schema refuses at creation: ``except InvalidRequestError`` catches both."""
+
+    default_status = 0
+    default_code = "Failed"
+
+
+def ended_error(phase: str, reason: str, message: str, *, result: Any = None) -> RunEndedError:
+    """The error for an awaited Run that ended ``phase`` (with ``reason``) otherwise than awaited."""
+    cls: Type[RunEndedError] = RunEndedError
+    if phase == "Timeout":
+        cls = RunTimeoutError
+    elif phase == "Cancelled":
+        cls = RunCancelledError
+    elif phase == "Failed":
+        cls = {"StartFailed": TaskStartFailedError, "OwnerLost": RunLostError,
+               "InvalidSpec": InvalidSpecError}.get(reason, RunFailedError)
+    return cls(message, status=0, code=phase, phase=phase, reason=reason, result=result)
 
 
 class OperationFailedError(KruntimesError):

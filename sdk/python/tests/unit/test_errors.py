@@ -110,6 +110,19 @@ def test_client_side_errors_say_so():
     e = kruntimes.RunFailedError("ended", status=0, code="Failed", phase="Failed", reason="RegistrationFailed")
     assert (e.status, e.code, e.phase, e.reason) == (0, "Failed", "Failed", "RegistrationFailed")
     assert isinstance(e, kruntimes.RunEndedError)
+    # How an awaited Run ended, by phase and reason; the classes are the client's, never an answer's.
+    for phase, reason, cls in [("Timeout", "RunTimeout", kruntimes.RunTimeoutError),
+                               ("Cancelled", "Terminated", kruntimes.RunCancelledError),
+                               ("Failed", "StartFailed", kruntimes.TaskStartFailedError),
+                               ("Failed", "OwnerLost", kruntimes.RunLostError),
+                               ("Failed", "InvalidSpec", kruntimes.InvalidSpecError),
+                               ("Failed", "RegistrationFailed", kruntimes.RunFailedError),
+                               ("Succeeded", "Drained", kruntimes.RunEndedError)]:
+        e = errors.ended_error(phase, reason, "m", result="r")
+        assert type(e) is cls and (e.status, e.code, e.phase, e.reason, e.result) == (0, phase, phase, reason, "r")
+        assert isinstance(e, kruntimes.RunFailedError) == (phase == "Failed")
+    for code in ("Timeout", "Cancelled", "Failed"):
+        assert type(errors.from_answer("gateway", 410, {}, gateway_body(code))) is kruntimes.RunEndedError
 
 
 def test_ended_and_failed_runs_carry_their_phase_and_reason_and_are_not_retryable():

@@ -262,22 +262,28 @@ def test_the_state_dir_store_writes_and_terminates_manifests(tmp_path):
     runs_dir.mkdir()
     store = StateDirRuns(tmp_path, str(runs_dir))
     run = drive(store.get("default", "s"), lambda call: pytest.fail("no I/O"))
-    assert (run.uid, run.phase, run.endpoint, run.mode) == ("u", "Ready", "e", "session")
+    assert (run.uid, run.phase, run.endpoint, run.mode, run.task) == ("u", "Ready", "e", "session", None)
     assert drive(store.get("default", "other"), lambda call: pytest.fail("no I/O")) is None
-    drive(store.create({"metadata": {"name": "s", "namespace": "default"}, "spec": {}}), lambda c: None)
+    session = {"metadata": {"name": "n", "namespace": "default"}, "spec": {"mode": {"session": {}}}}
+    drive(store.create(session), lambda c: None)
     with pytest.raises(kruntimes.ConflictError):
-        drive(store.create({"metadata": {"name": "s", "namespace": "default"}, "spec": {}}), lambda c: None)
-    drive(store.terminate("default", "s", "Drain"), lambda c: None)
+        drive(store.create(session), lambda c: None)
+    # A Run krt up serves from a file of its own (krt up --runs) is not created twice.
+    with pytest.raises(kruntimes.ConflictError) as e:
+        drive(store.create({"metadata": {"name": "s", "namespace": "default"}, "spec": {"mode": {"session": {}}}}),
+              lambda c: None)
+    assert "phase Ready" in e.value.message
+    drive(store.terminate("default", "n", "Drain"), lambda c: None)
     import json
 
-    doc = json.loads((runs_dir / "session-default-s.yaml").read_text())
+    doc = json.loads((runs_dir / "session-default-n.yaml").read_text())
     assert doc["spec"]["termination"] == {"mode": "Drain"}
-    assert sorted(p.name for p in runs_dir.iterdir()) == ["session-default-s.yaml"]
+    assert sorted(p.name for p in runs_dir.iterdir()) == ["session-default-n.yaml"]
     with pytest.raises(kruntimes.UnsupportedError):
         drive(store.terminate("default", "not-mine", "Drain"), lambda c: None)
-    drive(store.delete("default", "s"), lambda c: None)
+    drive(store.delete("default", "n"), lambda c: None)
     assert list(runs_dir.iterdir()) == []
-    drive(store.delete("default", "s"), lambda c: None)  # already gone: no error
+    drive(store.delete("default", "n"), lambda c: None)  # already gone: no error
 
 
 def test_a_long_wait_is_logged_at_each_change_and_a_quick_one_not(monkeypatch, caplog):
