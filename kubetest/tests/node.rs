@@ -83,6 +83,105 @@ async fn a_function_run_is_invoked_from_a_client_pod_and_through_a_node_port() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_runs_run_once_on_the_warm_pods_of_the_chart_images() {
+    let _turn = TURN.lock().await;
+    let k = Installed::new(&[]).await;
+    k.namespace("team-a");
+    let task = |name: &str, runtime: &str, script: &str| {
+        format!(
+            "apiVersion: kruntimes.io/v1alpha1\nkind: Run\nmetadata: {{name: {name}, namespace: team-a}}\nspec:\n  runtime: {runtime}\n  source:\n    inline: {script:?}\n  mode:\n    task: {{}}\n---\n"
+        )
+    };
+    let manifests = [
+        task("hello", "python", "import sys\nprint('hello')\nprint('careful', file=sys.stderr)\n"),
+        task("three", "bash", "echo failing; exit 3"),
+        task("killed", "bash", "kill -9 $$"),
+        task(
+            "flood",
+            "python",
+            "import sys\nfor i in range(80):\n    sys.stdout.write(str(i % 10) * 131072 + '\\n')\nprint('end')\n",
+        ),
+    ]
+    .concat();
+    k.node.apply(&manifests).unwrap();
+    let ended = |r: &Value| {
+        matches!(
+            r["status"]["phase"].as_str(),
+            Some("Succeeded" | "Failed" | "Timeout" | "Cancelled")
+        )
+    };
+    let hello = k.wait_run("team-a", "hello", ended).await;
+    let s = &hello["status"];
+    assert_eq!(
+        (&s["phase"], &s["reason"]),
+        (&json!("Succeeded"), &json!("Completed")),
+        "{s:#}"
+    );
+    assert_eq!(
+        (
+            &s["task"]["exitCode"],
+            &s["task"]["stdoutTail"],
+            &s["task"]["stderrTail"]
+        ),
+        (&json!(0), &json!("hello\n"), &json!("careful\n"))
+    );
+    let three = k.wait_run("team-a", "three", ended).await;
+    let s = &three["status"];
+    assert_eq!(
+        (&s["phase"], &s["reason"]),
+        (&json!("Failed"), &json!("NonZeroExit")),
+        "{s:#}"
+    );
+    assert_eq!(
+        (&s["task"]["exitCode"], &s["task"]["stdoutTail"]),
+        (&json!(3), &json!("failing\n"))
+    );
+    let killed = k.wait_run("team-a", "killed", ended).await;
+    assert_eq!(
+        killed["status"]["task"]["exitCode"], 137,
+        "{:#}",
+        killed["status"]
+    );
+    let flood = k.wait_run("team-a", "flood", ended).await;
+    let t = &flood["status"]["task"];
+    assert_eq!(
+        t["stdoutTail"].as_str().unwrap().len(),
+        4096,
+        "{:#}",
+        flood["status"]
+    );
+    assert!(t["stdoutTail"].as_str().unwrap().ends_with("9999\nend\n"));
+    assert_eq!(t["stdoutTruncated"], true);
+
+    // `krt run` against the cluster, as its users run it: the tails, and
+    // the task's own exit code.
+    let out = std::process::Command::new(kruntimes_testkit::krt_binary())
+        .args(["run", "--kubeconfig"])
+        .arg(k.node.kubeconfig())
+        .args([
+            "-n",
+            "team-a",
+            "--name",
+            "cli",
+            "--runtime",
+            "bash",
+            "--inline",
+            "echo from-krt; exit 3",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).contains("from-krt")
+        ),
+        (Some(3), true),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_run_is_driven_from_a_client_pod() {
     let _turn = TURN.lock().await;
     let k = Installed::new(&[]).await;
