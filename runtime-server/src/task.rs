@@ -28,8 +28,14 @@ pub const KILL_GRACE: Duration = Duration::from_secs(2);
 /// Output chunks a watcher may fall behind before it loses some.
 const WATCH_BUFFER: usize = 256;
 
-/// One chunk of a task's output, as watchers receive it.
-pub type Chunk = (pb::CommandStream, Arc<[u8]>);
+/// One chunk of a task's output, as watchers receive it: its stream, the
+/// bytes of that stream before it, and its bytes.
+pub type Chunk = (pb::CommandStream, u64, Arc<[u8]>);
+
+/// Index of a stream in per-stream arrays (stdout 0, stderr 1).
+fn slot(stream: pb::CommandStream) -> usize {
+    usize::from(stream == pb::CommandStream::Stderr)
+}
 
 /// One task: the latest attempt of a Run.
 #[derive(Debug)]
@@ -43,6 +49,8 @@ pub struct Task {
     root: PathBuf,
     logs: PathBuf,
     output: broadcast::Sender<Chunk>,
+    /// Bytes written to each stream so far (stdout, stderr).
+    written: [std::sync::atomic::AtomicU64; 2],
     result: watch::Sender<Option<pb::TaskResult>>,
     cancel: watch::Sender<bool>,
     runner: Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -186,6 +194,7 @@ impl Tasks {
             root: root.to_path_buf(),
             logs: self.logs.clone(),
             output,
+            written: Default::default(),
             result: watch::channel(None).0,
             cancel: watch::channel(false).0,
             runner: Mutex::new(None),
@@ -304,6 +313,7 @@ async fn pump<R: AsyncRead + Unpin>(
         },
     );
     let mut buf = vec![0u8; 16 * 1024];
+    let mut offset = 0u64;
     loop {
         let n = match r.read(&mut buf).await {
             Ok(0) | Err(_) => break,
@@ -312,8 +322,12 @@ async fn pump<R: AsyncRead + Unpin>(
         let chunk = &buf[..n];
         tail.push(chunk);
         log.push(chunk);
+        // Counted before it is sent: a watcher that subscribes between the
+        // two starts past it and counts nothing before its watch as lost.
+        task.written[slot(stream)].store(offset + n as u64, std::sync::atomic::Ordering::Release);
         // No watcher is fine.
-        let _ = task.output.send((stream, Arc::from(chunk)));
+        let _ = task.output.send((stream, offset, Arc::from(chunk)));
+        offset += n as u64;
     }
     log.finish();
 }
@@ -359,14 +373,28 @@ async fn run(
 }
 
 /// The events of a watch: output (when asked for) as it comes, then the
-/// result.
-pub async fn follow(
+/// result. It subscribes now, before the caller answers the watch: no
+/// output written after that is missed, and what a slow watcher loses is
+/// counted in bytes ([`pb::task_event::Event::Dropped`]).
+pub fn follow(
     task: Arc<Task>,
+    with_output: bool,
+    events: tokio::sync::mpsc::Sender<std::result::Result<pb::TaskEvent, tonic::Status>>,
+) -> impl std::future::Future<Output = ()> + Send {
+    let (output, result) = task.watch();
+    let from = [0, 1].map(|i| task.written[i].load(std::sync::atomic::Ordering::Acquire));
+    follow_from(task, output, result, from, with_output, events)
+}
+
+async fn follow_from(
+    task: Arc<Task>,
+    mut output: broadcast::Receiver<Chunk>,
+    mut result: watch::Receiver<Option<pb::TaskResult>>,
+    from: [u64; 2],
     with_output: bool,
     events: tokio::sync::mpsc::Sender<std::result::Result<pb::TaskEvent, tonic::Status>>,
 ) {
     use pb::task_event::Event;
-    let (mut output, mut result) = task.watch();
     let send = |e: Event| {
         let events = events.clone();
         async move {
@@ -376,41 +404,62 @@ pub async fn follow(
                 .is_ok()
         }
     };
-    let forward = |chunk: std::result::Result<Chunk, broadcast::error::RecvError>| match chunk {
-        Ok((stream, data)) => Some(Event::Output(pb::CommandOutput {
+    // The next byte of each stream this watcher expects: a chunk further on
+    // means the bytes between were dropped.
+    let mut next = from;
+    let mut forward = |(stream, offset, data): Chunk| {
+        let expected = &mut next[slot(stream)];
+        let gap = offset.saturating_sub(*expected);
+        *expected = (*expected).max(offset + data.len() as u64);
+        let output = Event::Output(pb::CommandOutput {
             stream: stream as i32,
             data: data.to_vec(),
-        })),
-        Err(broadcast::error::RecvError::Lagged(n)) => Some(Event::Dropped(n)),
-        Err(broadcast::error::RecvError::Closed) => None,
+        });
+        [(gap > 0).then_some(Event::Dropped(gap)), Some(output)]
     };
     loop {
         tokio::select! {
             biased;
             chunk = output.recv(), if with_output => {
-                if let Some(e) = forward(chunk)
-                    && !send(e).await
-                {
-                    return;
+                let batch = match chunk {
+                    Ok(c) => forward(c),
+                    // The next chunk tells how much.
+                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(broadcast::error::RecvError::Closed) => [None, None],
+                };
+                for e in batch.into_iter().flatten() {
+                    if !send(e).await {
+                        return;
+                    }
                 }
             }
             _ = async { let _ = result.wait_for(Option::is_some).await; } => break,
         }
     }
     // The readers finished before the result was set: what is buffered is
-    // the rest of the output.
+    // the rest of the output, and what the buffer lost is counted.
     if with_output {
         loop {
-            let e = match output.try_recv() {
-                Ok(c) => forward(Ok(c)),
-                Err(broadcast::error::TryRecvError::Lagged(n)) => Some(Event::Dropped(n)),
+            let batch = match output.try_recv() {
+                Ok(c) => forward(c),
+                Err(broadcast::error::TryRecvError::Lagged(_)) => continue,
                 Err(_) => break,
             };
-            if let Some(e) = e
-                && !send(e).await
-            {
-                return;
+            for e in batch.into_iter().flatten() {
+                if !send(e).await {
+                    return;
+                }
             }
+        }
+        let lost: u64 = (0..2)
+            .map(|i| {
+                task.written[i]
+                    .load(std::sync::atomic::Ordering::Acquire)
+                    .saturating_sub(next[i])
+            })
+            .sum();
+        if lost > 0 && !send(Event::Dropped(lost)).await {
+            return;
         }
     }
     let last = result.borrow().clone();

@@ -278,14 +278,38 @@ async fn cancel_and_a_newer_attempt_kill_the_whole_tree() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_keeps_a_bounded_utf8_tail_and_a_rotated_log() {
     let mut s = start().await;
-    // 10 MiB of "é" (two bytes each) and a last line.
-    let script = "import sys\nw = sys.stdout.write\nfor _ in range(80):\n    w('é' * 65536 + '\\n')\nw('end\\n')\n";
+    // 10 MiB of "é" (two bytes each) and a last line, once told to.
+    let script = "import os, sys, time\nwhile not os.path.exists('go'):\n    time.sleep(0.02)\nw = sys.stdout.write\nfor _ in range(80):\n    w('é' * 65536 + '\\n')\nw('end\\n')\n";
     s.client
         .tasks
         .start_task(inline("python", 1, script))
         .await
         .unwrap();
+    // A watcher that reads nothing until the end: what it missed is
+    // counted, to the byte.
+    let mut slow = s
+        .client
+        .tasks
+        .watch_task(pb::WatchTaskRequest {
+            run_uid: UID.into(),
+            attempt: 1,
+            output: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    std::fs::write(s.workspace().join("go"), "").unwrap();
     let (_, r) = watch(&mut s, 1, false).await;
+    let (mut seen, mut dropped, mut ended) = (0u64, 0u64, false);
+    while let Some(ev) = slow.next().await {
+        match ev.unwrap().event.unwrap() {
+            pb::task_event::Event::Output(o) => seen += o.data.len() as u64,
+            pb::task_event::Event::Dropped(n) => dropped += n,
+            pb::task_event::Event::Result(_) => ended = true,
+        }
+    }
+    assert!(ended && dropped > 0, "{seen} seen, {dropped} dropped");
+    assert_eq!(seen + dropped, 80 * (65536 * 2 + 1) + 4);
     assert_eq!(r.exit_code, 0);
     assert!(r.stdout_truncated);
     assert!(
