@@ -33,7 +33,7 @@ static ALLOCATOR: kruntimes_alloc::Allocator = kruntimes_alloc::Allocator;
     name = "krt",
     version,
     about = "kruntimes: warm execution on Kubernetes, and on one machine",
-    after_help = "Against krt up by default (--state-dir); against a cluster with --kubeconfig, --context or --cluster.\nExit codes: 0 ok, 1 local or API-server failure, 2 usage, 9 HTTP error, 10-30 one per API error code (docs/cli.md)."
+    after_help = "Against krt up by default (--state-dir); against a cluster with --kubeconfig, --context or --cluster.\nExit codes: 0 ok, 1 local or API-server failure, 2 usage, 9 HTTP error, 10-30 one per API error code; krt run: the task's own code, 124 timeout, 125 no exit of its own, 130 interrupted (docs/cli.md)."
 )]
 struct Cli {
     /// Directory of the embedded stack's state (certificates, client config, Run status).

@@ -411,6 +411,33 @@ async fn a_finished_task_is_deleted_with_its_log_once_its_ttl_passes() {
     // Its TTL passed long ago; it is still served, as its file says.
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(stack.run("yours").is_some());
+    // krt run of a Run its TTL deletes at once: it ends either way, with
+    // the exit code when it saw the end, else saying the Run went first.
+    let (file, yaml) = bash_task("gone", "echo gone", "  ttlSecondsAfterFinished: 0\n");
+    let path = dir.path().join(file);
+    std::fs::write(&path, yaml).unwrap();
+    let out = std::process::Command::new("timeout")
+        .arg("120")
+        .arg(kruntimes_testkit::krt_binary())
+        .arg("--state-dir")
+        .arg(stack.state_dir())
+        .args(["run", "-f", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    match out.status.code() {
+        Some(0) => assert_eq!(text(&out.stdout), "gone\n"),
+        Some(1) => assert!(
+            text(&out.stderr).contains("was deleted before krt run saw it end"),
+            "{}",
+            text(&out.stderr)
+        ),
+        other => panic!("{other:?}: {}", text(&out.stderr)),
+    }
+    // Arguments beside a manifest would be ignored: refused.
+    let out = stack
+        .krt(&["run", "-f", path.to_str().unwrap(), "--", "echo"])
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     // A TTL is a task's only, refused elsewhere in words.
     let (file, yaml) = task(
         "fn-ttl",

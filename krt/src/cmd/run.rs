@@ -31,12 +31,14 @@ pub const EXIT_INTERRUPTED: i32 = 130;
 
 /// How often the Run and its log are read while it runs.
 const POLL: Duration = Duration::from_millis(50);
+/// How long `--rm` waits for the Run to be gone.
+const RM_WAIT: Duration = Duration::from_secs(60);
 
 /// `krt run`'s flags.
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunArgs {
     /// A manifest holding one task Run (`-` for stdin).
-    #[arg(short, long, conflicts_with_all = ["runtime", "inline", "entrypoint"])]
+    #[arg(short, long, conflicts_with_all = ["runtime", "inline", "entrypoint", "args"])]
     pub filename: Option<PathBuf>,
     /// The Runtime (`python`, `bash`, or a custom one).
     #[arg(long, required_unless_present = "filename")]
@@ -167,6 +169,9 @@ pub async fn run(t: &Target, namespace: &str, args: RunArgs) -> anyhow::Result<i
     }
     let mut output = Output::default();
     let mut cancelled = false;
+    // Listed once: gone after that is deleted (krt up lists a new Run a
+    // moment after it is written).
+    let mut seen = false;
     let info = loop {
         let info = match t.run(&ns, &name).await {
             Ok((info, _)) => Some(info),
@@ -176,9 +181,13 @@ pub async fn run(t: &Target, namespace: &str, args: RunArgs) -> anyhow::Result<i
         if let (Target::Embedded(e), Some(info)) = (t, &info) {
             output.follow(e, info);
         }
+        seen |= info.is_some();
         match info {
             Some(info) if info.ended() => break info,
             None if cancelled => bail!("run {ns}/{name} was deleted"),
+            None if seen => bail!(
+                "run {ns}/{name} was deleted before krt run saw it end (by krt delete, or a ttlSecondsAfterFinished shorter than a poll): its result went with it"
+            ),
             _ => {}
         }
         tokio::select! {
@@ -202,7 +211,8 @@ pub async fn run(t: &Target, namespace: &str, args: RunArgs) -> anyhow::Result<i
         );
     }
     if args.rm {
-        t.delete(&ns, &name).await?;
+        // Gone when krt run returns: the same name can be run again at once.
+        super::runs::delete_quietly(t, &ns, &name, RM_WAIT).await?;
     }
     Ok(code)
 }

@@ -95,6 +95,19 @@ pub async fn apply(t: &Target, file: &Path, namespace: Option<&str>) -> anyhow::
 /// `krt delete run NAME [--wait D]`: waits (as `kubectl delete` does) until
 /// the Run is gone, so a `krt apply` of the same name next makes a new Run.
 pub async fn delete(t: &Target, namespace: &str, name: &str, wait: Duration) -> anyhow::Result<()> {
+    delete_quietly(t, namespace, name, wait).await?;
+    println!("run.kruntimes.io/{name} deleted");
+    Ok(())
+}
+
+/// Deletes the Run and waits (up to `wait`; zero: not at all) until it is
+/// gone, printing nothing.
+pub async fn delete_quietly(
+    t: &Target,
+    namespace: &str,
+    name: &str,
+    wait: Duration,
+) -> anyhow::Result<()> {
     t.delete(namespace, name).await?;
     if let Some(timeout) = Some(wait).filter(|w| !w.is_zero()) {
         let deadline = std::time::Instant::now() + timeout;
@@ -105,7 +118,6 @@ pub async fn delete(t: &Target, namespace: &str, name: &str, wait: Duration) -> 
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-    println!("run.kruntimes.io/{name} deleted");
     Ok(())
 }
 

@@ -441,6 +441,13 @@ impl Controller {
                     if let Some(rules) = run.rules()
                         && let Some(t) = owner::registered(&run.life, &rules, Err(&why))
                     {
+                        // A task that could not start waits out the
+                        // lifecycle's backoff, as on a cluster.
+                        let backoff = if rules.mode == ModeKind::Task {
+                            lifecycle::retry_backoff(t.attempt)
+                        } else {
+                            backoff
+                        };
                         set(run, t, now, backoff);
                     }
                 }

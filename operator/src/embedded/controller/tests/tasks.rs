@@ -128,6 +128,28 @@ fn a_task_that_cannot_start_is_retried_then_fails() {
     );
     assert_eq!(life(&c, "t"), (Phase::Failed, Some(Reason::StartFailed), 1));
     assert!(by_name(&c, "t").message.contains("python3: not found"));
+
+    // With a retry left, it waits out the lifecycle's backoff (1 s after
+    // attempt 1), not the stack's own.
+    let mut r = task("r", "x");
+    r.spec.retry_policy.max_retries = 1;
+    let actions = c.apply_store(store(&[r]), now);
+    let attempt = registers(&actions)[0].1;
+    let u = uid(&c, "r");
+    let actions = c.register_result(
+        &u,
+        attempt,
+        RegisterOutcome::Permanent("python3: not found".into()),
+        now,
+    );
+    assert!(
+        registers(&actions).is_empty(),
+        "retried at once: {actions:?}"
+    );
+    assert_eq!(life(&c, "r").0, Phase::Pending);
+    assert!(registers(&c.tick(now + Duration::from_millis(900))).is_empty());
+    let again = c.tick(now + Duration::from_secs(1));
+    assert_eq!(registers(&again).len(), 1, "{again:?}");
 }
 
 #[test]
