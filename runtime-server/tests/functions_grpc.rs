@@ -26,7 +26,8 @@ async fn info_names_the_server_and_its_instance() {
         info.services,
         [
             kruntimes_proto::runtime::FUNCTION_RUNTIME,
-            kruntimes_proto::runtime::SESSION_RUNTIME
+            kruntimes_proto::runtime::SESSION_RUNTIME,
+            kruntimes_proto::runtime::TASK_RUNTIME
         ]
     );
     assert_eq!(info.contract, kruntimes_proto::runtime::CONTRACT);
