@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # kruntimes-bench against the chart on a real node (kubetest/node/cluster.sh): the gateway path
-# through the gateway Service's NodePort, beside the path straight to the owner runtimed's Pod.
+# through the gateway Service's NodePort, beside the path straight to the owner runtimed's Pod;
+# and task Runs through the API server, beside the same script as a Job and as a bare Pod per
+# task with the Runtime's image (the `tasks` group, with the cluster's admin kubeconfig).
 #
 #   bench/node.sh [BENCH FLAGS…]      # e.g. --quick, --json node.json, --requests 5000
+#   bench/node.sh --only tasks --json node-tasks.json     # only the tasks
 #
 # Brings a cluster up in a temporary directory with the images of KRT_NODE_IMAGES (default: a
 # release build, `images/build.py build --profile release --out target/node-images`, made when
@@ -50,6 +53,21 @@ helm="$(bash "$ROOT/kubetest/helm/build.sh")"
 k create namespace "$NS" >/dev/null
 "$helm" install kruntimes "$ROOT/charts/kruntimes" -n "$NS" --kubeconfig "$dir/kubeconfig" \
   --set gateway.service.type=NodePort --set gateway.service.httpsNodePort=$PORT --wait --timeout 5m >/dev/null
+
+# The gateway paths need the echo Run, which holds one of the python Pod's slots: an `--only`
+# without `sequential` and `open-loop` leaves it out, and the tasks have every slot.
+only="" prev=""
+for arg in "$@"; do
+  case "$arg" in --only=*) only="${arg#--only=}" ;; esac
+  [[ "$prev" == --only ]] && only="$arg"
+  prev="$arg"
+done
+if [[ -n "$only" && ",$only," != *,sequential,* && ",$only," != *,open-loop,* ]]; then
+  echo "bench: node $NODE_IP, $only through the API server" >&2
+  "$bench" --kubeconfig "$dir/kubeconfig" "$@"
+  exit
+fi
+
 k create namespace bench >/dev/null
 k apply -f - >/dev/null <<'YAML'
 apiVersion: kruntimes.io/v1alpha1
@@ -90,4 +108,4 @@ echo "bench: node $NODE_IP, gateway https://$HOST:$PORT (NodePort), owner $pod (
 "$bench" --gateway "https://$HOST:$PORT" --resolve "$HOST:$PORT:$NODE_IP" --ca "$dir/public-ca.crt" \
   --endpoint "/v1/namespaces/bench/runtimes/python/runs/$uid:invoke" \
   --direct "$pod_ip:7443" --internal-pki "$dir/internal" --owner-pod-uid "$pod_uid" --attempt "$attempt" \
-  "$@"
+  --kubeconfig "$dir/kubeconfig" "$@"

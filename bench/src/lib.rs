@@ -119,10 +119,32 @@ pub struct Args {
     pub closed_secs: Option<u64>,
     /// Run only these scenario groups (comma-separated): `sequential`,
     /// `open-loop`, `closed-loop`, `sessions`, `interpreter`, `auth`,
-    /// `kube-auth`, `propagation`, `table`, `scheduling`, `pool`, `burst`.
-    /// Default: all of them.
+    /// `kube-auth`, `propagation`, `table`, `scheduling`, `pool`, `tasks`,
+    /// `burst`. Default: all of them.
     #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(GROUPS))]
     pub only: Vec<String>,
+    /// Task bursts: how many task Runs are created at once, one burst per
+    /// size (default 100 and 1,000; `--quick` 10).
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub tasks: Vec<u64>,
+    /// Tasks run one at a time, each kind (default 50 on `krt up` and 10
+    /// on a cluster; `--quick` 5 and 3).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub task_samples: Option<u64>,
+    /// A cluster's kubeconfig (admin): the `tasks` group runs there — task
+    /// Runs through its API server, beside the same script as a Job and as
+    /// a bare Pod per task — instead of on `krt up`. Alone, it is cluster
+    /// mode for `tasks` only.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// The image of the Job and Pod baselines (default: the cluster's
+    /// `python` Runtime's `spec.image`, the Runtime Pods' own).
+    #[arg(long, requires = "kubeconfig")]
+    pub task_image: Option<String>,
+    /// The largest task burst also run as Jobs and as bare Pods on a
+    /// cluster (a node holds 110 Pods at most).
+    #[arg(long, default_value_t = 100)]
+    pub task_baseline_max: u64,
     /// Run the soak instead of the comparison: constant open-loop load on a
     /// function and a session Run with faults injected (see docs/benchmarks.md).
     #[arg(long)]
@@ -133,9 +155,10 @@ pub struct Args {
 }
 
 /// The scenario groups `--only` selects from, in the order they run.
-pub const GROUPS: [&str; 12] = [
+pub const GROUPS: [&str; 13] = [
     "scheduling",
     "pool",
+    "tasks",
     "sequential",
     "open-loop",
     "closed-loop",
@@ -190,6 +213,12 @@ pub struct Sizes {
     pub burst: usize,
     /// Sessions of the pool-refill burst.
     pub pool_sessions: usize,
+    /// Task Runs created at once, one burst per size.
+    pub task_bursts: Vec<usize>,
+    /// Tasks one at a time on `krt up`.
+    pub task_samples: usize,
+    /// Tasks one at a time on a cluster, each kind.
+    pub node_task_samples: usize,
 }
 
 impl Sizes {
@@ -213,6 +242,13 @@ impl Sizes {
             scheduling: if q { (1000, 50) } else { (10_000, 500) },
             burst: if q { 100 } else { 1000 },
             pool_sessions: if q { 10 } else { 50 },
+            task_bursts: if a.tasks.is_empty() {
+                if q { vec![10] } else { vec![100, 1000] }
+            } else {
+                a.tasks.iter().map(|&n| n as usize).collect()
+            },
+            task_samples: a.task_samples.unwrap_or(if q { 5 } else { 50 }) as usize,
+            node_task_samples: a.task_samples.unwrap_or(if q { 3 } else { 10 }) as usize,
         }
     }
 }

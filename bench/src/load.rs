@@ -61,6 +61,24 @@ impl Recorder {
         }
     }
 
+    /// Records one failure that is no HTTP answer (a task that ended
+    /// `Failed`, say), under `what` as it is.
+    pub fn record_failure(&mut self, latency: Duration, what: &str) {
+        let us = (latency.as_micros() as u64).clamp(1, 120_000_000);
+        let _ = self.hist.record(us);
+        *self.errors.entry(what.to_owned()).or_default() += 1;
+    }
+
+    /// Requests recorded.
+    pub fn len(&self) -> u64 {
+        self.hist.len()
+    }
+
+    /// Whether none was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.hist.is_empty()
+    }
+
     /// Merges another recorder (repetitions).
     pub fn merge(&mut self, other: &Recorder) {
         let _ = self.hist.add(&other.hist);

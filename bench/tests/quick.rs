@@ -71,6 +71,10 @@ fn quick_run_produces_every_scenario_and_summary_figure() {
         "session-read-1m",
         "pool-warm",
         "pool-cold",
+        "task-python",
+        "spawn-python-c",
+        "tasks-10",
+        "spawn-tasks-10",
     ] {
         let s = &report["scenarios"][scenario];
         assert!(s["count"].as_u64().unwrap_or(0) > 0, "{scenario} ran: {s}");
@@ -146,6 +150,21 @@ fn quick_run_produces_every_scenario_and_summary_figure() {
         "{summary}"
     );
     assert_eq!(summary["burst_runs"], 100, "{summary}");
+    // Tasks: every one of the burst and of the series succeeded (counted
+    // above), and each timeline part was seen for every task.
+    assert_eq!(report["scenarios"]["tasks-10"]["count"], 10);
+    assert_eq!(report["scenarios"]["task-python"]["count"], 5);
+    for part in ["schedule", "start", "exit", "observe"] {
+        let s = &report["scenarios"][format!("tasks-10-{part}")];
+        assert_eq!(s["count"], 10, "tasks-10-{part}: {s}");
+    }
+    assert_eq!(summary["tasks_10_failed"], 0, "{summary}");
+    assert!(
+        summary["tasks_10_per_sec"]
+            .as_f64()
+            .is_some_and(|r| r > 0.0),
+        "{summary}"
+    );
     assert_eq!(
         summary["kube_subjectaccessreviews_10_tokens"], 10,
         "{summary}"

@@ -4,8 +4,9 @@
 //! One scenario a module, run in this order: `sequential`, `open_loop`
 //! (with the proxies' cost), `closed_loop` (throughput), `sessions`, `interpreter_per_call`,
 //! `auth`, `kube_auth`, `propagation`, `table_scale` — after `scheduling`,
-//! the pure core's cost, and `pool_refill`, which start no shared stack
-//! (the first none at all, the second stacks of its own); then
+//! the pure core's cost, and `pool_refill` and `tasks`, which start no
+//! shared stack (the first none at all, the others stacks of their own;
+//! `tasks` runs on a cluster instead with `--kubeconfig`); then
 //! `summary` derives the headline figures. `remote` is the cluster mode.
 //! The rest is shared: the stack (`local`), the baselines in front of it
 //! (`proxies`), extra gateways (`extra_gateway`), the report being built
@@ -33,6 +34,7 @@ mod soak;
 mod summary;
 mod support;
 mod table_scale;
+mod tasks;
 
 use std::path::PathBuf;
 
@@ -46,14 +48,14 @@ const INPUT: &str = r#"{"name": "bench"}"#;
 /// [`INPUT`] as a request body.
 const BODY: &[u8] = INPUT.as_bytes();
 /// The groups that need no shared stack.
-const STANDALONE: [&str; 2] = ["scheduling", "pool"];
+const STANDALONE: [&str; 3] = ["scheduling", "pool", "tasks"];
 /// Open-loop requests in flight at most; more are recorded as dropped.
 const MAX_OUTSTANDING: usize = 1024;
 
 /// Runs every scenario.
 pub async fn run(args: &Args, sizes: &Sizes) -> anyhow::Result<Report> {
-    if let Some(gateway) = &args.gateway {
-        return remote::run(args, sizes, gateway).await;
+    if args.gateway.is_some() || args.kubeconfig.is_some() {
+        return remote::run(args, sizes).await;
     }
     let krt = args.krt.clone().unwrap_or_else(|| sibling("krt"));
     if args.soak {
@@ -69,13 +71,16 @@ pub async fn run(args: &Args, sizes: &Sizes) -> anyhow::Result<Report> {
     };
     let mut ctx = context::Ctx::new(args, sizes);
     ctx.trace = trace;
-    // The pure core needs no stack, the pool refill stacks of its own:
-    // `--only scheduling,pool` starts no shared one.
+    // The pure core needs no stack, the pool refill and the tasks stacks
+    // of their own: `--only scheduling,pool,tasks` starts no shared one.
     if args.runs("scheduling") {
         scheduling::run(&mut ctx, sizes.scheduling);
     }
     if args.runs("pool") {
         pool_refill::run(&mut ctx, &krt, sizes.pool_sessions).await;
+    }
+    if args.runs("tasks") {
+        tasks::run_local(&mut ctx, &krt, sizes).await;
     }
     if !args.only.is_empty() && args.only.iter().all(|g| STANDALONE.contains(&g.as_str())) {
         ctx.bar.finish_and_clear();

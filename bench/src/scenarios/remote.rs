@@ -2,7 +2,9 @@
 //! open loop), reached by its URL or at another address (`--resolve`, a
 //! NodePort); with `--direct`, the owner runtimed too, as the gateway calls
 //! it (its internal identity and fencing headers), so the summary has the
-//! latency the gateway adds on that cluster.
+//! latency the gateway adds on that cluster. With `--kubeconfig`, task
+//! Runs through the cluster's API server beside Jobs and Pods
+//! (`super::tasks`).
 
 use std::net::SocketAddr;
 
@@ -15,9 +17,40 @@ use crate::paths::{self, Fence};
 use crate::report::Report;
 use crate::{Args, Sizes};
 
-/// Records `gateway` and `open-gateway` against `gateway` (and `direct`,
-/// `open-direct` with `--direct`), then the derived summary.
-pub(super) async fn run(args: &Args, sizes: &Sizes, gateway: &str) -> anyhow::Result<Report> {
+/// Records `gateway` and `open-gateway` against `--gateway` (and `direct`,
+/// `open-direct` with `--direct`) unless `--only` leaves out both
+/// `sequential` and `open-loop`, and the tasks with `--kubeconfig` unless
+/// it leaves out `tasks`; then the derived summary.
+pub(super) async fn run(args: &Args, sizes: &Sizes) -> anyhow::Result<Report> {
+    let mut report = Report::default();
+    if let Some(gateway) = &args.gateway
+        && (args.runs("sequential") || args.runs("open-loop"))
+    {
+        gateway_paths(&mut report, args, sizes, gateway).await?;
+    }
+    if let Some(kubeconfig) = &args.kubeconfig
+        && args.runs("tasks")
+    {
+        let cluster = super::tasks::ClusterArgs {
+            kubeconfig: kubeconfig.clone(),
+            image: args.task_image.clone(),
+            baseline_max: args.task_baseline_max as usize,
+        };
+        super::tasks::run_cluster(&mut report, &cluster, sizes).await;
+    }
+    super::summary::derive(&report.scenarios, &mut report.summary);
+    // Only what a cluster run measures (no baselines, no interpreter paths).
+    report.summary.retain(|_, v| !v.is_null());
+    Ok(report)
+}
+
+/// The gateway path, and the direct one with `--direct`.
+async fn gateway_paths(
+    report: &mut Report,
+    args: &Args,
+    sizes: &Sizes,
+    gateway: &str,
+) -> anyhow::Result<()> {
     let ca = args.ca.as_ref().context("--ca")?;
     let token = args.token.as_ref().context("--token")?;
     let endpoint = args.endpoint.as_ref().context("--endpoint")?;
@@ -35,8 +68,7 @@ pub(super) async fn run(args: &Args, sizes: &Sizes, gateway: &str) -> anyhow::Re
     let url = format!("{gateway}{endpoint}");
     let token = token.clone();
     let call = move || invoke(client.clone(), url.clone(), token.clone());
-    let mut report = Report::default();
-    measure(&mut report, "gateway", sizes, call).await;
+    measure(report, "gateway", sizes, call).await;
     if let Some(owner) = args.direct {
         let fence = fence(endpoint, args)?;
         let pki = args.internal_pki.as_ref().context("--internal-pki")?;
@@ -52,12 +84,9 @@ pub(super) async fn run(args: &Args, sizes: &Sizes, gateway: &str) -> anyhow::Re
             let t = target.clone();
             async move { t.call().await }
         };
-        measure(&mut report, "direct", sizes, call).await;
+        measure(report, "direct", sizes, call).await;
     }
-    super::summary::derive(&report.scenarios, &mut report.summary);
-    // Only what a cluster run measures (no baselines, no interpreter paths).
-    report.summary.retain(|_, v| !v.is_null());
-    Ok(report)
+    Ok(())
 }
 
 /// Records `name` (sequential) and `open-name` (open loop) of `call`.
