@@ -20,27 +20,22 @@ use kruntimes_testkit::{read_pids, wait_gone};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use support::{runs, setup};
+use support::{run_in_a, runs, setup};
 
 const WITHIN: Duration = Duration::from_secs(60);
 
 /// A Python task Run in namespace `a` running `script`, with `extra` spec
 /// fields.
 fn task(name: &str, script: &str, extra: Value) -> Run {
-    let mut v = json!({
-        "apiVersion": "kruntimes.io/v1alpha1",
-        "kind": "Run",
-        "metadata": {"name": name, "namespace": "a"},
-        "spec": {
-            "runtime": "python",
-            "source": {"inline": script},
-            "mode": {"task": {}},
-        }
+    let mut spec = json!({
+        "runtime": "python",
+        "source": {"inline": script},
+        "mode": {"task": {}},
     });
     for (k, val) in extra.as_object().unwrap() {
-        v["spec"][k] = val.clone();
+        spec[k] = val.clone();
     }
-    serde_json::from_value(v).unwrap()
+    run_in_a(name, spec)
 }
 
 /// A tree that outlives its parent unless it is killed whole: a `setsid`

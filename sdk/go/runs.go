@@ -342,15 +342,7 @@ func sessionManifest(name, namespace string, o SandboxOptions) map[string]any {
 	if o.OperationTimeout > 0 {
 		session["operationTimeout"] = int64(o.OperationTimeout / time.Second)
 	}
-	keys := make([]string, 0, len(o.Env))
-	for k := range o.Env {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	env := make([]any, 0, len(keys))
-	for _, k := range keys {
-		env = append(env, map[string]any{"name": k, "value": o.Env[k]})
-	}
+	env := envList(o.Env)
 	spec := map[string]any{"runtime": or(o.Runtime, "bash"), "env": env, "mode": map[string]any{"session": session}}
 	if o.Timeout > 0 {
 		spec["timeout"] = int64(o.Timeout / time.Second)
@@ -434,4 +426,19 @@ func lastSeen(run *RunInfo) string {
 		return "phase " + run.Phase
 	}
 	return "phase " + run.Phase + ", " + strings.Join(why, ": ")
+}
+
+// envList is a Run's spec.env from a map, sorted by name (JSON values only:
+// an unstructured object is deep-copied).
+func envList(vars map[string]string) []any {
+	keys := make([]string, 0, len(vars))
+	for k := range vars {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	env := make([]any, 0, len(keys))
+	for _, k := range keys {
+		env = append(env, map[string]any{"name": k, "value": vars[k]})
+	}
+	return env
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 )
@@ -258,15 +257,7 @@ func taskManifest(name, namespace string, o TaskOptions) map[string]any {
 		}
 		task["args"] = args
 	}
-	keys := make([]string, 0, len(o.Env))
-	for k := range o.Env {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	env := make([]any, 0, len(keys))
-	for _, k := range keys {
-		env = append(env, map[string]any{"name": k, "value": o.Env[k]})
-	}
+	env := envList(o.Env)
 	spec := map[string]any{"runtime": o.Runtime, "env": env, "mode": map[string]any{"task": task}}
 	if o.Inline != "" {
 		spec["source"] = map[string]any{"inline": o.Inline}

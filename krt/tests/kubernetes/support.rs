@@ -59,30 +59,34 @@ pub(crate) async fn setup(pods: usize) -> (ApiServer, Cluster) {
     (server, cluster)
 }
 
-pub(crate) fn function_run(name: &str, extra: Value) -> Run {
-    let mut v = json!({
+/// Run `name` in namespace `a` with `spec`.
+pub(crate) fn run_in_a(name: &str, spec: Value) -> Run {
+    serde_json::from_value(json!({
         "apiVersion": "kruntimes.io/v1alpha1",
         "kind": "Run",
         "metadata": {"name": name, "namespace": "a"},
-        "spec": {
-            "runtime": "python",
-            "source": {"inlinePath": "main.py", "inline": PY},
-            "mode": {"function": {"handler": "main.invoke"}},
-        }
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+pub(crate) fn function_run(name: &str, extra: Value) -> Run {
+    let mut spec = json!({
+        "runtime": "python",
+        "source": {"inlinePath": "main.py", "inline": PY},
+        "mode": {"function": {"handler": "main.invoke"}},
     });
-    if let (Some(spec), Some(extra)) = (v["spec"].as_object_mut(), extra.as_object()) {
-        for (k, val) in extra {
-            if k == "function" {
-                spec["mode"]["function"]
-                    .as_object_mut()
-                    .unwrap()
-                    .extend(val.as_object().unwrap().clone());
-            } else {
-                spec.insert(k.clone(), val.clone());
-            }
+    for (k, val) in extra.as_object().into_iter().flatten() {
+        if k == "function" {
+            spec["mode"]["function"]
+                .as_object_mut()
+                .unwrap()
+                .extend(val.as_object().unwrap().clone());
+        } else {
+            spec[k] = val.clone();
         }
     }
-    serde_json::from_value(v).unwrap()
+    run_in_a(name, spec)
 }
 
 pub(crate) async fn runs(server: &ApiServer) -> Api<Run> {

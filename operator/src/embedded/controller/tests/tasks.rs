@@ -34,6 +34,16 @@ fn exited(uid: &str, attempt: u64, code: i32) -> SourceUpdate {
     SourceUpdate::Upsert(Box::new(e))
 }
 
+/// The release of a deleted task Run on `runtimed-0`: its result and log go.
+fn released_for_good(run_uid: String) -> Action {
+    Action::Release {
+        pod: "runtimed-0".into(),
+        run_uid,
+        cancel: true,
+        keep: false,
+    }
+}
+
 fn pod_used(c: &Controller) -> u32 {
     c.pod_status()[0].used
 }
@@ -64,15 +74,7 @@ fn a_task_starts_once_and_its_exit_ends_the_run_and_frees_the_pod_at_once() {
     assert!(status.endpoint.is_none());
     // Deleting the Run releases it for good (result and log).
     let actions = c.apply_store(BTreeMap::new(), now);
-    assert_eq!(
-        actions,
-        vec![Action::Release {
-            pod: "runtimed-0".into(),
-            run_uid: u,
-            cancel: true,
-            keep: false,
-        }]
-    );
+    assert_eq!(actions, vec![released_for_good(u)]);
 }
 
 #[test]
@@ -213,13 +215,5 @@ fn a_finished_task_is_deleted_once_its_ttl_has_passed() {
     // The store drops it: released for good (result and log).
     let u = uid(&c, "t");
     let actions = c.apply_store(store(&[kept]), due);
-    assert_eq!(
-        actions,
-        vec![Action::Release {
-            pod: "runtimed-0".into(),
-            run_uid: u,
-            cancel: true,
-            keep: false,
-        }]
-    );
+    assert_eq!(actions, vec![released_for_good(u)]);
 }
