@@ -11,6 +11,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("cargo:rerun-if-changed={f}");
     }
     let fds = protox::compile(files, ["proto"])?;
-    tonic_prost_build::configure().compile_fds(fds)?;
+    // prost derives `Eq` only for messages without repeated message fields;
+    // these hold only `Eq` fields (the gateway compares table entries).
+    tonic_prost_build::configure()
+        .message_attribute(".kruntimes.ownership.v1.TaskOutcome", "#[derive(Eq)]")
+        .message_attribute(".kruntimes.ownership.v1.OwnershipEntry", "#[derive(Eq)]")
+        .compile_fds(fds)?;
     Ok(())
 }

@@ -11,6 +11,7 @@
 //! Nothing here performs I/O: the crate is types and pure functions.
 #![forbid(unsafe_code)]
 
+pub mod artifact;
 pub mod crds;
 pub mod quantity;
 pub mod requests;
@@ -18,6 +19,7 @@ pub mod run;
 pub mod runtime;
 pub mod table;
 
+pub use artifact::{ArtifactRef, ArtifactStoreSpec, CredentialsSecret, MAX_STATUS_ARTIFACTS};
 pub use kruntimes_core::lifecycle;
 pub use kruntimes_core::scheduler::affinity::{
     Affinity, LabelSelector, Operator, Requirement, RunAffinity, RunAffinityTerm,

@@ -58,6 +58,11 @@ pub struct RuntimeSpec {
     /// `runtimed` is replaced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template: Option<k8s_openapi::api::core::v1::PodTemplateSpec>,
+    /// Where task Runs' artifacts go: what a task leaves in
+    /// `$KRUNTIME_ARTIFACTS_DIR` is uploaded here when it ends (see
+    /// docs/artifacts.md). Without it, Runs get no artifacts directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifact_store: Option<crate::ArtifactStoreSpec>,
 }
 
 fn one() -> i32 {

@@ -124,6 +124,7 @@ impl Tasks {
             entrypoint: t.entrypoint,
             args: t.args,
             tail_bytes: 0,
+            artifacts: false,
         };
         let mut client = self
             .link
@@ -204,6 +205,7 @@ impl Tasks {
             stderr_truncated: r.stderr_truncated,
             started_unix_ms: r.started_unix_ms,
             finished_unix_ms: r.finished_unix_ms,
+            ..Default::default()
         });
         self.republish(h);
     }

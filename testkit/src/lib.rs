@@ -15,9 +15,11 @@ use serde_json::Value;
 
 mod binary;
 pub mod fixtures;
+pub mod s3;
 pub mod wire;
 
 pub use binary::{KRT_VARIABLE, krt_binary};
+pub use s3::S3Server;
 
 /// What an end-to-end test file imports: the stack, its fixtures and the
 /// readers of answers.

@@ -58,6 +58,12 @@ pub struct RunStatus {
     /// How a task Run's process ended (task Runs, once it has).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task: Option<TaskStatus>,
+    /// What the Run left in its artifacts directory, uploaded to its
+    /// Runtime's artifact store (at most 100; the gateway's artifacts route
+    /// lists them all).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100))]
+    pub artifacts: Vec<crate::ArtifactRef>,
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,

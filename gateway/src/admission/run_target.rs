@@ -37,7 +37,7 @@ impl<'a> RunTarget<'a> {
                 uid,
                 op,
             } => (namespace, runtime, uid, Some(op)),
-            ApiPath::Healthz | ApiPath::Readyz | ApiPath::Metrics => {
+            ApiPath::Artifacts { .. } | ApiPath::Healthz | ApiPath::Readyz | ApiPath::Metrics => {
                 return Err(ApiError::not_a_run_route());
             }
         };

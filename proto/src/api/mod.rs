@@ -7,7 +7,10 @@ mod path;
 pub use error::{
     ApiError, ErrorBody, ErrorCode, ErrorDetail, MAX_ERROR_MESSAGE_BYTES, RunState, error_table,
 };
-pub use path::{ApiPath, PathError, SessionOp, dns_label, parse_path, valid_run_uid};
+pub use path::{
+    ApiPath, MAX_ARTIFACT_NAME_BYTES, PathError, SessionOp, artifact_name, dns_label, parse_path,
+    valid_run_uid,
+};
 
 /// Caller-supplied or generated invocation id, echoed on every response.
 pub const HEADER_INVOCATION_ID: &str = "x-kruntimes-invocation-id";

@@ -24,6 +24,17 @@ pub enum ApiPath<'a> {
         /// Which session route.
         op: SessionOp,
     },
+    /// `GET /v1/namespaces/{ns}/runtimes/{runtime}/runs/{uid}/artifacts[/{name}]`
+    Artifacts {
+        /// Namespace.
+        namespace: &'a str,
+        /// Runtime name.
+        runtime: &'a str,
+        /// Run UID.
+        uid: &'a str,
+        /// The artifact (`None`: the list), a valid [`artifact_name`].
+        name: Option<&'a str>,
+    },
     /// `GET /healthz`
     Healthz,
     /// `GET /readyz`
@@ -98,6 +109,53 @@ pub fn valid_run_uid(s: &str) -> bool {
             .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c) || c == b'-')
 }
 
+/// Longest artifact name, in bytes.
+pub const MAX_ARTIFACT_NAME_BYTES: usize = 512;
+/// Longest segment of an artifact name, in bytes.
+pub const MAX_ARTIFACT_SEGMENT_BYTES: usize = 255;
+/// Most segments (directory levels plus the file) of an artifact name.
+pub const MAX_ARTIFACT_DEPTH: usize = 32;
+
+/// Why a name cannot be an artifact's: `None` when it can. An artifact name
+/// is a path relative to the artifacts directory, `/`-separated, that is
+/// safe as an object-store key and a URL path as it is: 1–512 bytes,
+/// at most 32 segments of 1–255 bytes, each made of ASCII letters, digits
+/// and `. _ - + = @ ,`, none of them `.` or `..`. Shared by runtimed (the
+/// export refuses other names) and the gateway (the download path).
+pub fn artifact_name(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        return Some("the name is empty");
+    }
+    if name.len() > MAX_ARTIFACT_NAME_BYTES {
+        return Some("the name is longer than 512 bytes");
+    }
+    let mut depth = 0;
+    for seg in name.split('/') {
+        depth += 1;
+        if seg.is_empty() {
+            return Some("the name has an empty segment (a leading, trailing or double `/`)");
+        }
+        if seg == "." || seg == ".." {
+            return Some("the name has a `.` or `..` segment");
+        }
+        if seg.len() > MAX_ARTIFACT_SEGMENT_BYTES {
+            return Some("a segment of the name is longer than 255 bytes");
+        }
+        if !seg
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || b"._-+=@,".contains(&c))
+        {
+            return Some(
+                "the name has a character other than ASCII letters, digits and `. _ - + = @ ,`",
+            );
+        }
+    }
+    if depth > MAX_ARTIFACT_DEPTH {
+        return Some("the name is more than 32 levels deep");
+    }
+    None
+}
+
 /// Parses a request path (without query string).
 pub fn parse_path(path: &str) -> Result<ApiPath<'_>, PathError> {
     match path {
@@ -131,8 +189,30 @@ pub fn parse_path(path: &str) -> Result<ApiPath<'_>, PathError> {
     };
     match kind {
         "runs" => {
-            if parts.next().is_some() {
-                return Err(PathError::UnknownRoute);
+            if let Some(sub) = parts.next() {
+                if sub != "artifacts" {
+                    return Err(PathError::UnknownRoute);
+                }
+                check(namespace, runtime, last)?;
+                // What follows `{uid}/`: `artifacts` or `artifacts/{name}`.
+                let tail = rest.splitn(6, '/').nth(5).unwrap_or_default();
+                let name = match tail.strip_prefix("artifacts") {
+                    Some("") => None,
+                    Some(t) => {
+                        let name = t.strip_prefix('/').ok_or(PathError::UnknownRoute)?;
+                        if artifact_name(name).is_some() {
+                            return Err(PathError::InvalidSegment("artifact name"));
+                        }
+                        Some(name)
+                    }
+                    None => return Err(PathError::UnknownRoute),
+                };
+                return Ok(ApiPath::Artifacts {
+                    namespace,
+                    runtime,
+                    uid: last,
+                    name,
+                });
             }
             let uid_seg = last
                 .strip_suffix(":invoke")
@@ -185,6 +265,88 @@ mod tests {
                 uid: UID
             })
         );
+    }
+
+    #[test]
+    fn artifact_routes_parse_with_names_of_any_depth() {
+        let base = format!("/v1/namespaces/a/runtimes/artifacts/runs/{UID}/artifacts");
+        fn art(p: &str) -> Option<(&str, &str, &str, Option<&str>)> {
+            match parse_path(p) {
+                Ok(ApiPath::Artifacts {
+                    namespace,
+                    runtime,
+                    uid,
+                    name,
+                }) => Some((namespace, runtime, uid, name)),
+                _ => None,
+            }
+        }
+        assert_eq!(art(&base), Some(("a", "artifacts", UID, None)));
+        assert_eq!(
+            art(&format!("{base}/report.json")),
+            Some(("a", "artifacts", UID, Some("report.json")))
+        );
+        assert_eq!(
+            art(&format!("{base}/out/2026/a_b-c+d=e@f,g.tar.gz")),
+            Some(("a", "artifacts", UID, Some("out/2026/a_b-c+d=e@f,g.tar.gz")))
+        );
+        for bad in [
+            "/", "//x", "x/", "../etc", "a/../b", "a/./b", "a%2Fb", "a b", "é",
+        ] {
+            assert_eq!(
+                parse_path(&format!("{base}/{bad}")),
+                Err(PathError::InvalidSegment("artifact name")),
+                "{bad}"
+            );
+        }
+        for unknown in ["artifactsx", "artifact", "files", ""] {
+            assert_eq!(
+                parse_path(&format!("/v1/namespaces/a/runtimes/b/runs/{UID}/{unknown}")),
+                Err(PathError::UnknownRoute),
+                "{unknown}"
+            );
+        }
+        assert_eq!(
+            parse_path("/v1/namespaces/a/runtimes/b/runs/NOT-A-UID/artifacts"),
+            Err(PathError::InvalidSegment("run uid"))
+        );
+    }
+
+    #[test]
+    fn artifact_names_are_bounded_key_safe_relative_paths() {
+        for ok in [
+            "a",
+            "a.txt",
+            "dir/sub/file-1_2.json",
+            ".hidden",
+            "..a",
+            "a..b",
+        ] {
+            assert_eq!(artifact_name(ok), None, "{ok}");
+        }
+        let long_segment = "a".repeat(256);
+        let deep = vec!["d"; 33].join("/");
+        let long = vec!["a".repeat(200); 3].join("/");
+        for (bad, why) in [
+            ("", "empty"),
+            ("/abs", "empty segment"),
+            ("a//b", "empty segment"),
+            ("a/", "empty segment"),
+            ("..", "`..`"),
+            ("a/../b", "`..`"),
+            (".", "`.`"),
+            ("a b", "character"),
+            ("a\\b", "character"),
+            ("a\u{0}b", "character"),
+            ("naïve", "character"),
+            (long_segment.as_str(), "255"),
+            (deep.as_str(), "32 levels"),
+            (long.as_str(), "512"),
+        ] {
+            let got = artifact_name(bad).unwrap_or_else(|| panic!("{bad:?} accepted"));
+            assert!(got.contains(why), "{bad:?}: {got}");
+        }
+        assert_eq!(artifact_name(&vec!["d"; 32].join("/")), None);
     }
 
     #[test]

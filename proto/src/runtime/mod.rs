@@ -1,5 +1,6 @@
 //! The Runtime Server contract, `kruntimes.runtime.v1` (the services
-//! `RuntimeServer`, `FunctionRuntime`, `SessionRuntime` and `TaskRuntime`; see
+//! `RuntimeServer`, `FunctionRuntime`, `SessionRuntime`, `TaskRuntime` and
+//! `ArtifactRuntime`; see
 //! `proto/kruntimes/runtime/v1/runtime.proto`), and the Rust types both sides
 //! of that process boundary share: an invocation's outcome
 //! ([`InvokeError`], [`invoke::encode`] / [`invoke::decode`]), the one error
@@ -23,6 +24,7 @@ pub use invoke::{InvokeError, InvokeOutcome};
 
 use tonic::transport::Channel;
 
+use v1::artifact_runtime_client::ArtifactRuntimeClient;
 use v1::function_runtime_client::FunctionRuntimeClient;
 use v1::runtime_server_client::RuntimeServerClient;
 use v1::session_runtime_client::SessionRuntimeClient;
@@ -42,6 +44,14 @@ pub const FUNCTION_RUNTIME: &str = "kruntimes.runtime.v1.FunctionRuntime";
 pub const SESSION_RUNTIME: &str = "kruntimes.runtime.v1.SessionRuntime";
 /// `InfoResponse.services`: the server serves task-mode Runs.
 pub const TASK_RUNTIME: &str = "kruntimes.runtime.v1.TaskRuntime";
+/// `InfoResponse.services`: the server reads artifacts directories back.
+pub const ARTIFACT_RUNTIME: &str = "kruntimes.runtime.v1.ArtifactRuntime";
+/// The environment variable naming a Run's artifacts directory.
+pub const ARTIFACTS_DIR_ENV: &str = "KRUNTIME_ARTIFACTS_DIR";
+/// Files a `CollectArtifacts` walk stops at by default.
+pub const DEFAULT_MAX_ARTIFACT_FILES: u32 = 1000;
+/// Largest `data` chunk of a `CollectArtifacts` stream.
+pub const ARTIFACT_CHUNK_BYTES: usize = 1024 * 1024;
 /// Bytes of the end of each output stream a task's result keeps by default.
 pub const DEFAULT_TASK_TAIL_BYTES: u32 = 4096;
 /// Largest tail a task's result keeps per stream.
@@ -63,6 +73,8 @@ pub struct Clients {
     pub sessions: SessionRuntimeClient<Channel>,
     /// `TaskRuntime`.
     pub tasks: TaskRuntimeClient<Channel>,
+    /// `ArtifactRuntime`.
+    pub artifacts: ArtifactRuntimeClient<Channel>,
 }
 
 impl Clients {
@@ -92,7 +104,10 @@ impl Clients {
             sessions: SessionRuntimeClient::new(channel.clone())
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
-            tasks: TaskRuntimeClient::new(channel)
+            tasks: TaskRuntimeClient::new(channel.clone())
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            artifacts: ArtifactRuntimeClient::new(channel)
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
         }

@@ -1,0 +1,186 @@
+//! Artifacts: what a Run leaves in `$KRUNTIME_ARTIFACTS_DIR`, uploaded by
+//! its owner to the Runtime's artifact store. `Runtime.spec.artifactStore`
+//! names the store; `Run.status.artifacts` keeps compact refs to what was
+//! uploaded. Types and pure rules only: the store itself is
+//! `kruntimes-artifacts`'.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use kruntimes_proto::ownership::v1 as own;
+
+/// Most refs `status.artifacts` keeps (the store and the gateway's list
+/// route have them all).
+pub const MAX_STATUS_ARTIFACTS: usize = 100;
+
+/// `Runtime.spec.artifactStore`: an S3-compatible bucket the Runtime's
+/// Pods upload artifacts to. Only runtimed (and the operator, which cleans
+/// up) read the credentials; the Runtime Server and user code never see
+/// them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ArtifactStoreSpec {
+    /// The S3 endpoint, `https://host[:port]` (`http://` only for a store
+    /// inside the cluster network). Omitted: AWS S3 in `region`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 512))]
+    pub endpoint: Option<String>,
+    /// The bucket (it must exist).
+    #[schemars(length(min = 3, max = 63))]
+    pub bucket: String,
+    /// Key prefix of everything this Runtime stores (default `kruntimes`):
+    /// a Run's artifacts are under `{prefix}/{namespace}/{runUID}/`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    pub prefix: Option<String>,
+    /// Region (default `us-east-1`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub region: Option<String>,
+    /// Path-style requests (`endpoint/bucket/key`), which most
+    /// S3-compatible servers need; default `true`. `false`: virtual-hosted
+    /// style (`bucket.endpoint/key`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_style: Option<bool>,
+    /// A Secret in the Runtime's namespace with the access key id and
+    /// secret access key. Omitted: the Pod's own identity (for example an
+    /// EKS Pod Identity or IRSA role), read from the environment the cloud
+    /// provides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_secret: Option<CredentialsSecret>,
+    /// How long a Run's artifacts are kept after the Run ends, in seconds
+    /// (omitted: until the Run is deleted). Deleting the Run deletes them
+    /// either way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 31_536_000))]
+    pub retain_after_run_seconds: Option<u32>,
+}
+
+/// `spec.artifactStore.credentialsSecret`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CredentialsSecret {
+    /// The Secret's name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Key of the access key id (default `accessKeyId`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub access_key_id_key: Option<String>,
+    /// Key of the secret access key (default `secretAccessKey`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    pub secret_access_key_key: Option<String>,
+}
+
+impl CredentialsSecret {
+    /// The key of the access key id in the Secret.
+    pub fn access_key_id_key(&self) -> &str {
+        self.access_key_id_key.as_deref().unwrap_or("accessKeyId")
+    }
+
+    /// The key of the secret access key in the Secret.
+    pub fn secret_access_key_key(&self) -> &str {
+        self.secret_access_key_key
+            .as_deref()
+            .unwrap_or("secretAccessKey")
+    }
+}
+
+/// One artifact of a Run: `status.artifacts[]`, an entry of the gateway's
+/// list route, and of an invoke response's `artifactRefs`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ArtifactRef {
+    /// Path relative to the artifacts directory (`report.json`,
+    /// `out/trace.bin`).
+    #[schemars(length(max = 512))]
+    pub name: String,
+    /// Where the store keeps it (`s3://bucket/key`, `file:///dir/key`);
+    /// fetch it through the gateway's artifacts route without store
+    /// credentials.
+    #[schemars(length(max = 1024))]
+    pub uri: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Lowercase hex SHA-256 of the content.
+    #[schemars(length(max = 64))]
+    pub sha256: String,
+}
+
+impl ArtifactRef {
+    /// The ref as its owner publishes it.
+    pub fn to_wire(&self) -> own::ArtifactRef {
+        own::ArtifactRef {
+            name: self.name.clone(),
+            uri: self.uri.clone(),
+            size: self.size,
+            sha256: self.sha256.clone(),
+        }
+    }
+
+    /// A published ref.
+    pub fn from_wire(r: &own::ArtifactRef) -> Self {
+        Self {
+            name: r.name.clone(),
+            uri: r.uri.clone(),
+            size: r.size,
+            sha256: r.sha256.clone(),
+        }
+    }
+}
+
+/// `status.artifacts` of a task as its owner published it: at most
+/// [`MAX_STATUS_ARTIFACTS`], in the order published (a custom owner may
+/// send more).
+pub fn status_artifacts(outcome: &own::TaskOutcome) -> Vec<ArtifactRef> {
+    outcome
+        .artifacts
+        .iter()
+        .take(MAX_STATUS_ARTIFACTS)
+        .map(ArtifactRef::from_wire)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_keeps_at_most_the_bound_in_order() {
+        let outcome = own::TaskOutcome {
+            artifacts: (0..150)
+                .map(|i| own::ArtifactRef {
+                    name: format!("f{i}"),
+                    size: i,
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let refs = status_artifacts(&outcome);
+        assert_eq!(refs.len(), MAX_STATUS_ARTIFACTS);
+        assert_eq!(refs[0].name, "f0");
+        assert_eq!(refs[99].size, 99);
+        assert_eq!(ArtifactRef::from_wire(&refs[5].to_wire()), refs[5]);
+    }
+
+    #[test]
+    fn a_store_spec_reads_with_defaults_and_refuses_unknown_fields() {
+        let spec: ArtifactStoreSpec = serde_json::from_value(serde_json::json!({
+            "endpoint": "https://s3.example:9000",
+            "bucket": "artifacts",
+            "credentialsSecret": {"name": "s3"}
+        }))
+        .unwrap();
+        let secret = spec.credentials_secret.unwrap();
+        assert_eq!(secret.access_key_id_key(), "accessKeyId");
+        assert_eq!(secret.secret_access_key_key(), "secretAccessKey");
+        assert!(
+            serde_json::from_value::<ArtifactStoreSpec>(
+                serde_json::json!({"bucket": "b", "acessKey": "x"})
+            )
+            .is_err()
+        );
+    }
+}
