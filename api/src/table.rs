@@ -4,7 +4,7 @@
 
 use kruntimes_core::ModeKind;
 use kruntimes_core::lifecycle::owner::Local;
-use kruntimes_core::lifecycle::{Life, Phase, TablePhase};
+use kruntimes_core::lifecycle::{Life, Phase, Reason, TablePhase};
 use kruntimes_proto::api::truncate_utf8;
 use kruntimes_proto::ownership::v1 as own;
 
@@ -103,6 +103,16 @@ pub fn local(entry: &own::OwnershipEntry) -> Local {
         phase: parse(entry.phase),
         reason: entry.reason.clone(),
         exit: entry.task.as_ref().filter(|t| t.ended).map(|t| t.exit_code),
+        artifacts_failed: entry
+            .task
+            .as_ref()
+            .filter(|t| t.ended && !t.artifacts_failure.is_empty())
+            .map(|t| {
+                (
+                    t.artifacts_failure == Reason::ArtifactInvalid.as_str(),
+                    t.artifacts_message.clone(),
+                )
+            }),
     }
 }
 

@@ -240,6 +240,7 @@ pub fn info(run: &Run) -> RunInfo {
         attempt: status.attempt.unwrap_or(0).max(0) as u64,
         endpoint: status.endpoint.map(|e| e.url),
         task: status.task,
+        artifacts: status.artifacts,
     }
 }
 

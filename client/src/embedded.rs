@@ -100,6 +100,10 @@ pub struct RunRow {
     /// How its task ended (task Runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task: Option<kruntimes_api::TaskStatus>,
+    /// What it left in its artifacts directory (task Runs of a Runtime
+    /// with an artifact store, at most 100).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub artifacts: Vec<kruntimes_api::ArtifactRef>,
 }
 
 impl From<RunRow> for RunInfo {
@@ -117,6 +121,7 @@ impl From<RunRow> for RunInfo {
             attempt: r.attempt,
             endpoint: r.endpoint,
             task: r.task,
+            artifacts: r.artifacts,
         }
     }
 }

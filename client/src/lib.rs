@@ -66,6 +66,10 @@ pub struct RunInfo {
     /// How its task ended (task Runs, once it has).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub task: Option<kruntimes_api::TaskStatus>,
+    /// What it left in its artifacts directory (task Runs of a Runtime
+    /// with an artifact store, at most 100).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub artifacts: Vec<kruntimes_api::ArtifactRef>,
 }
 
 impl RunInfo {

@@ -229,6 +229,16 @@ impl Table {
             .map(|a| a.run_name.clone())
     }
 
+    /// The mode (`kruntimes.ownership.v1.Mode`) of the Run with this UID in
+    /// that namespace/Runtime, if the control plane knows it.
+    pub fn run_mode(&self, namespace: &str, runtime: &str, uid: &str) -> Option<i32> {
+        self.control
+            .entries
+            .get(uid)
+            .filter(|a| a.namespace == namespace && a.runtime == runtime)
+            .map(|a| a.mode)
+    }
+
     /// Routes a Run.
     pub fn route(
         &self,
@@ -299,6 +309,67 @@ impl Table {
             .filter(|l| l.timeout_ms > 0)
             .map(|l| Duration::from_millis(l.timeout_ms.into()));
         Ok(Route { timeout, ..route })
+    }
+}
+
+impl Table {
+    /// Where to read a Run's artifacts: any runtimed of the Run's Runtime
+    /// holds the store's credentials and streams them back. The Run's
+    /// owner when its runtimed answers (the Run may have ended: artifacts
+    /// outlive it), else another runtimed that hosts a Run of the same
+    /// namespace and Runtime.
+    pub fn artifact_route(
+        &self,
+        namespace: &str,
+        runtime: &str,
+        uid: &str,
+        now: Instant,
+    ) -> Result<Route, RouteError> {
+        if !self.control.fresh(now, self.window) {
+            return Err(RouteError::Stale("control plane table is stale"));
+        }
+        let a = self.control.entries.get(uid).ok_or(RouteError::NotFound)?;
+        if a.namespace != namespace || a.runtime != runtime {
+            return Err(RouteError::NotFound);
+        }
+        let answers = |address: &str, pod_uid: Option<&str>| {
+            self.runtimed.get(address).is_some_and(|s| {
+                s.fresh(now, self.window)
+                    && pod_uid.is_none_or(|p| s.instance.as_deref() == Some(p))
+            })
+        };
+        if let Some(o) = &a.owner
+            && answers(&o.dataplane_address, Some(&o.pod_uid))
+        {
+            return Route::new(a.clone(), None).ok_or(RouteError::NotReady("run has no owner"));
+        }
+        let mut peers: Vec<(&String, &Source)> = self
+            .runtimed
+            .iter()
+            .filter(|(addr, s)| {
+                answers(addr, None)
+                    && s.entries
+                        .values()
+                        .any(|e| e.namespace == namespace && e.runtime == runtime)
+            })
+            .collect();
+        // The same peer for the same table: predictable, and spread by UID.
+        peers.sort_by(|x, y| x.0.cmp(y.0));
+        let pick = uid
+            .bytes()
+            .fold(0usize, |h, b| h.wrapping_mul(31).wrapping_add(b.into()));
+        let Some((address, source)) = peers.get(pick % peers.len().max(1)) else {
+            return Err(RouteError::Stale(
+                "no runtimed of the run's Runtime is reachable to read its artifacts",
+            ));
+        };
+        let mut entry = (**a).clone();
+        entry.owner = Some(Owner {
+            pod_name: String::new(),
+            pod_uid: source.instance.clone().unwrap_or_default(),
+            dataplane_address: (*address).clone(),
+        });
+        Route::new(Arc::new(entry), None).ok_or(RouteError::NotReady("run has no owner"))
     }
 }
 

@@ -91,6 +91,7 @@ async fn stack_as(server: &ApiServer, gateway_flags: &[&str], token: &str) -> (S
     let mut stack = Stack::start(
         kruntimes_testkit::krt_binary(),
         kruntimes_testkit::Options {
+            env: Vec::new(),
             runtimed: 1,
             max_runtimed: None,
             runs: vec![("hello.yaml".into(), manifest)],

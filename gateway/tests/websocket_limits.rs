@@ -182,6 +182,7 @@ async fn a_revoked_permission_ends_the_socket_on_its_next_operation() {
     let mut stack = Stack::start(
         kruntimes_testkit::krt_binary(),
         kruntimes_testkit::Options {
+            env: Vec::new(),
             runtimed: 1,
             max_runtimed: None,
             runs: vec![sandbox("sbx", "a")],

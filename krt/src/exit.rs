@@ -40,6 +40,8 @@ pub fn exit_code(code: ErrorCode) -> i32 {
         RunEnded => 31,
         RunFailed => 32,
         OutcomeUnknown => 33,
+        RangeNotSatisfiable => 34,
+        ArtifactStoreUnavailable => 35,
     }
 }
 

@@ -167,6 +167,9 @@ enum Command {
     /// Runtime pools: replicas and capacity in use.
     #[command(subcommand)]
     Runtime(RuntimeCommand),
+    /// A Run's artifacts: list them, download one.
+    #[command(subcommand)]
+    Artifacts(cmd::artifacts::ArtifactsCommand),
     /// The owner's log lines about a Run.
     Logs {
         /// Run name.
@@ -487,6 +490,7 @@ async fn client_verb_inner(cli: Cli) -> anyhow::Result<i32> {
         Command::Runtime(RuntimeCommand::Get { name, output }) => {
             cmd::runtime::get(&t, cli.namespace.as_deref(), &name, output).await?
         }
+        Command::Artifacts(c) => cmd::artifacts::run(&t, &ns, c).await?,
         Command::Logs {
             name,
             follow,

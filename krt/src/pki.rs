@@ -46,7 +46,7 @@ pub fn generate(dir: &Path) -> anyhow::Result<Pki> {
         std::fs::write(
             &policy,
             format!(
-                "# Embedded authorization policy: who may call Runs in which namespaces.\n# Read by the gateway at start: edit, then restart krt up. Kept across restarts.\nrules:\n  - groups: [\"{ADMIN_GROUP}\"]\n    namespaces: [\"*\"]\n    verbs: [invoke, session]\n"
+                "# Embedded authorization policy: who may call Runs in which namespaces.\n# Read by the gateway at start: edit, then restart krt up. Kept across restarts.\nrules:\n  - groups: [\"{ADMIN_GROUP}\"]\n    namespaces: [\"*\"]\n    verbs: [invoke, session, artifacts]\n"
             ),
         )?;
     }

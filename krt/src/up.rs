@@ -217,6 +217,8 @@ struct Dirs {
     /// `--runs`, when it is another directory: the user's own.
     manifests: Option<PathBuf>,
     logs: PathBuf,
+    /// Where task Runs' artifacts go (`None`: `--artifacts off`).
+    artifacts: Option<kruntimes_artifacts::StoreConfig>,
 }
 
 impl Dirs {
@@ -234,11 +236,13 @@ impl Dirs {
         };
         let logs = state.join("logs");
         std::fs::create_dir_all(&logs)?;
+        let artifacts = args.artifact_store(&state)?;
         Ok(Self {
             state,
             runs,
             manifests,
             logs,
+            artifacts,
         })
     }
 

@@ -378,6 +378,7 @@ async fn ready_means_the_first_runs_answer_and_names_those_that_cannot() {
     let stack = kruntimes_testkit::Stack::start(
         kruntimes_testkit::krt_binary(),
         kruntimes_testkit::Options {
+            env: Vec::new(),
             runtimed: 2,
             max_runtimed: Some(4),
             runs: vec![

@@ -48,6 +48,7 @@ async fn resources_affinity_and_priority_decide_placement_on_krt_up() {
     let stack = Stack::start(
         krt_binary(),
         Options {
+            env: Vec::new(),
             runtimed: 1,
             max_runtimed: None,
             runs: Vec::new(),

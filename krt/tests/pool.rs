@@ -57,6 +57,7 @@ async fn the_pool_refills_holds_its_ceiling_and_gives_back_idle_instances() {
     let stack = Stack::start(
         krt_binary(),
         Options {
+            env: Vec::new(),
             runtimed: 1,
             max_runtimed: Some(3),
             runs: vec![python_run("fn")],

@@ -13,14 +13,16 @@
 //! onto the next caller.
 //!
 //! - [`Args`] validated once into a [`Config`], and [`main`]/[`serve`]
-//!   (the `daemon` module); `service`: the contract's three
+//!   (the `daemon` module); `service`: the contract's five
 //!   gRPC services over [`validate`]d requests, served as one by
 //!   `routes`; [`error`]: the one error and its status codes;
 //!   `lease`: the worker fast path, Python workers' pipes handed to
 //!   runtimed with SCM_RIGHTS; `direct`: the direct invoke path,
 //!   `InvokeFunction` without HTTP/2 (Bash functions' hot path).
 //! - [`function`]: registrations and their backends; `session`:
-//!   workspaces, commands and files.
+//!   workspaces, commands and files; `task`: one process per Run attempt;
+//!   `artifacts`: a task's artifacts directory, walked without following
+//!   a link.
 //! - `confine`: what of the file system the server and its user code
 //!   may reach.
 //! - [`contain`], `env`, `source`, `logs`, `held`: process trees,
@@ -35,6 +37,7 @@
 #![forbid(unsafe_code)]
 
 mod accept;
+mod artifacts;
 mod config;
 mod confine;
 pub mod contain;

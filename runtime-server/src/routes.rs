@@ -1,4 +1,4 @@
-//! The contract's four services on one gRPC server, routed by the service
+//! The contract's five services on one gRPC server, routed by the service
 //! name that opens each request's path
 //! (`/kruntimes.runtime.v1.FunctionRuntime/InvokeFunction`). tonic's own
 //! router would link axum, an HTTP stack the untrusted side has no use for:
@@ -7,11 +7,12 @@
 use std::convert::Infallible;
 use std::task::{Context, Poll};
 
+use kruntimes_proto::runtime::v1::artifact_runtime_server::ArtifactRuntimeServer;
 use kruntimes_proto::runtime::v1::function_runtime_server::FunctionRuntimeServer;
 use kruntimes_proto::runtime::v1::runtime_server_server::RuntimeServerServer;
 use kruntimes_proto::runtime::v1::session_runtime_server::SessionRuntimeServer;
 use kruntimes_proto::runtime::v1::task_runtime_server::TaskRuntimeServer;
-use kruntimes_proto::runtime::{FUNCTION_RUNTIME, SESSION_RUNTIME, TASK_RUNTIME};
+use kruntimes_proto::runtime::{ARTIFACT_RUNTIME, FUNCTION_RUNTIME, SESSION_RUNTIME, TASK_RUNTIME};
 use tonic::body::Body;
 use tonic::codegen::{BoxFuture, Service};
 
@@ -26,28 +27,31 @@ fn service_of(path: &str) -> Option<&str> {
     (!method.is_empty() && !method.contains('/')).then_some(service)
 }
 
-/// The four services, one `tower` service.
+/// The five services, one `tower` service.
 #[derive(Clone)]
 pub struct Routes {
     server: RuntimeServerServer<Handle>,
     functions: FunctionRuntimeServer<Handle>,
     sessions: SessionRuntimeServer<Handle>,
     tasks: TaskRuntimeServer<Handle>,
+    artifacts: ArtifactRuntimeServer<Handle>,
 }
 
 impl Routes {
-    /// Routes to the four services.
+    /// Routes to the five services.
     pub fn new(
         server: RuntimeServerServer<Handle>,
         functions: FunctionRuntimeServer<Handle>,
         sessions: SessionRuntimeServer<Handle>,
         tasks: TaskRuntimeServer<Handle>,
+        artifacts: ArtifactRuntimeServer<Handle>,
     ) -> Self {
         Self {
             server,
             functions,
             sessions,
             tasks,
+            artifacts,
         }
     }
 }
@@ -68,6 +72,7 @@ impl Service<http::Request<Body>> for Routes {
             Some(FUNCTION_RUNTIME) => self.functions.call(req),
             Some(SESSION_RUNTIME) => self.sessions.call(req),
             Some(TASK_RUNTIME) => self.tasks.call(req),
+            Some(ARTIFACT_RUNTIME) => self.artifacts.call(req),
             _ => {
                 let path = req.uri().path().to_owned();
                 Box::pin(async move {

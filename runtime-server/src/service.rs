@@ -1,7 +1,9 @@
-//! The contract's four gRPC services over one [`Service`]:
-//! `RuntimeServer` (Info, Reset), `FunctionRuntime`, `SessionRuntime` and
-//! `TaskRuntime`. Each call is validated ([`crate::validate`]) and handed to
-//! the functions, the sessions or the tasks; the conversions to protobuf are here, the logic is not.
+//! The contract's five gRPC services over one [`Service`]:
+//! `RuntimeServer` (Info, Reset), `FunctionRuntime`, `SessionRuntime`,
+//! `TaskRuntime` and `ArtifactRuntime`. Each call is validated
+//! ([`crate::validate`]) and handed to the functions, the sessions, the
+//! tasks or their artifacts ([`crate::artifacts`]); the conversions to
+//! protobuf are here, the logic is not.
 //! Errors become gRPC statuses only here ([`crate::Error`] → the contract's
 //! `ServerError` → status); an invocation's failure is an answer
 //! ([`invoke_function`]), whichever path carries it.
@@ -9,6 +11,9 @@
 use std::sync::Arc;
 
 use kruntimes_proto::runtime::v1 as pb;
+use kruntimes_proto::runtime::v1::artifact_runtime_server::{
+    ArtifactRuntime, ArtifactRuntimeServer,
+};
 use kruntimes_proto::runtime::v1::function_runtime_server::{
     FunctionRuntime, FunctionRuntimeServer,
 };
@@ -19,6 +24,7 @@ use kruntimes_proto::runtime::{self, FileOp, MAX_MESSAGE_BYTES, invoke};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
+use crate::artifacts;
 use crate::error::Error;
 use crate::function::Functions;
 use crate::routes::Routes;
@@ -63,7 +69,7 @@ impl Service {
         })
     }
 
-    /// The four tonic services, with the contract's message limits, as
+    /// The five tonic services, with the contract's message limits, as
     /// one service to serve.
     pub fn routes(self: &Arc<Self>) -> Routes {
         let handle = Handle(self.clone());
@@ -77,7 +83,10 @@ impl Service {
             SessionRuntimeServer::new(handle.clone())
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
-            TaskRuntimeServer::new(handle)
+            TaskRuntimeServer::new(handle.clone())
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            ArtifactRuntimeServer::new(handle)
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
         )
@@ -141,6 +150,7 @@ impl RuntimeServer for Handle {
                 runtime::FUNCTION_RUNTIME.into(),
                 runtime::SESSION_RUNTIME.into(),
                 runtime::TASK_RUNTIME.into(),
+                runtime::ARTIFACT_RUNTIME.into(),
             ],
             instance_id: self.0.instance_id.clone(),
             worker_socket: self.0.sockets.workers.clone(),
@@ -360,5 +370,48 @@ impl TaskRuntime for Handle {
         let uid = validate::run_uid(&req.into_inner().run_uid)?;
         let existed = self.0.tasks.close(&uid).await;
         Ok(Response::new(pb::CloseTaskResponse { existed }))
+    }
+}
+
+/// Chunks of a `CollectArtifacts` stream waiting for the client: with
+/// 1 MiB chunks, what one collection holds in memory stays a few MiB,
+/// whatever the files' sizes.
+const ARTIFACT_STREAM_BUFFER: usize = 2;
+
+#[tonic::async_trait]
+impl ArtifactRuntime for Handle {
+    type CollectArtifactsStream = ReceiverStream<Result<pb::ArtifactChunk, Status>>;
+
+    async fn collect_artifacts(
+        &self,
+        req: Request<pb::CollectArtifactsRequest>,
+    ) -> Result<Response<Self::CollectArtifactsStream>, Status> {
+        let r = req.into_inner();
+        let uid = validate::run_uid(&r.run_uid)?;
+        let task = self.0.tasks.get(&uid, 0)?;
+        let bounds = artifacts::Bounds::from(&r);
+        let (tx, rx) = tokio::sync::mpsc::channel(ARTIFACT_STREAM_BUFFER);
+        // A task started without a directory: an empty stream.
+        if let Some(at) = task.artifacts().cloned() {
+            // Reading is blocking; the channel paces it to the client and
+            // ends it when the client goes away.
+            tokio::task::spawn_blocking(move || {
+                match artifacts::collect(&at, bounds, |c| tx.blocking_send(Ok(c)).is_ok()) {
+                    Ok(s) => tracing::info!(
+                        run_uid = %uid,
+                        files = s.files,
+                        bytes = s.bytes,
+                        refused = s.refused,
+                        abandoned = s.abandoned,
+                        "artifacts collected"
+                    ),
+                    Err(e) => {
+                        tracing::warn!(run_uid = %uid, error = %e, "artifacts not collected");
+                        let _ = tx.blocking_send(Err(Error::Io(e).into()));
+                    }
+                }
+            });
+        }
+        Ok(Response::new(ReceiverStream::new(rx)))
     }
 }

@@ -1,7 +1,8 @@
 //! Task mode: one process per Run attempt, run to its exit. Starting writes
 //! the source into a fresh working directory and starts the process under a
 //! shim (its whole tree killed on cancel, double-forked and `setsid`
-//! children included); its output goes, as it comes, to the Run's log, to a
+//! children included), with an empty artifacts directory when asked
+//! ([`crate::artifacts`]); its output goes, as it comes, to the Run's log, to a
 //! bounded tail per stream for the result, and to whoever watches. The
 //! server keeps the latest attempt of each Run — running or ended — until
 //! it is closed.
@@ -15,6 +16,7 @@ use kruntimes_proto::runtime::v1 as pb;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::{broadcast, watch};
 
+use crate::artifacts;
 use crate::contain::{Contained, Launch, Shim};
 use crate::error::{Error, Result};
 use crate::function::Backend;
@@ -48,6 +50,8 @@ pub struct Task {
     pub started_unix_ms: i64,
     root: PathBuf,
     logs: PathBuf,
+    /// Its artifacts directory, when it was started with one.
+    artifacts: Option<artifacts::Location>,
     output: broadcast::Sender<Chunk>,
     /// Bytes written to each stream so far (stdout, stderr).
     written: [std::sync::atomic::AtomicU64; 2],
@@ -57,6 +61,11 @@ pub struct Task {
 }
 
 impl Task {
+    /// Its artifacts directory, when it was started with one.
+    pub fn artifacts(&self) -> Option<&artifacts::Location> {
+        self.artifacts.as_ref()
+    }
+
     /// The result, once the task has ended.
     pub fn result(&self) -> Option<pb::TaskResult> {
         self.result.borrow().clone()
@@ -89,6 +98,11 @@ impl Task {
             let _ = r.await;
         }
         let _ = std::fs::remove_dir_all(&self.root);
+        if let Some(a) = &self.artifacts
+            && let Err(e) = a.remove()
+        {
+            tracing::warn!(run_uid = %self.run_uid, error = %e, "the task's artifacts directory stays");
+        }
         logs::remove_run_log_in(Some(&self.logs), &self.run_uid);
     }
 }
@@ -120,7 +134,12 @@ impl Tasks {
         self.held
             .get(run_uid)
             .filter(|t| attempt == 0 || t.attempt == attempt)
-            .ok_or_else(|| Error::NotFound(format!("task {run_uid} at attempt {attempt}")))
+            .ok_or_else(|| {
+                Error::NotFound(match attempt {
+                    0 => format!("task {run_uid}"),
+                    _ => format!("task {run_uid} at attempt {attempt}"),
+                })
+            })
     }
 
     /// Starts a task: the same attempt again answers as the first call did,
@@ -148,10 +167,22 @@ impl Tasks {
         }
         std::fs::create_dir_all(&workspace)?;
         let root = workspace.canonicalize()?;
-        let task = match self.spawn(&root, req) {
+        // Beside the working directory, never in it; empty for each
+        // attempt. Without artifacts, whatever an earlier server left goes.
+        let location = artifacts::Location::new(&self.root, &req.run_uid);
+        let artifacts = if req.artifacts {
+            location.create().map(|_| Some(location.clone()))
+        } else {
+            location.remove().map(|()| None)
+        };
+        let task = match artifacts
+            .map_err(Error::from)
+            .and_then(|a| self.spawn(&root, req, a))
+        {
             Ok(t) => t,
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&root);
+                let _ = location.remove();
                 return Err(e);
             }
         };
@@ -160,11 +191,23 @@ impl Tasks {
         Ok(task)
     }
 
-    fn spawn(&self, root: &Path, req: StartTask) -> Result<Arc<Task>> {
+    fn spawn(
+        &self,
+        root: &Path,
+        req: StartTask,
+        artifacts: Option<artifacts::Location>,
+    ) -> Result<Arc<Task>> {
         if let Some((path, text)) = &req.source {
             source::write_inline(root, path, text.as_bytes())?;
         }
         let mut env = env::for_run(&req.run_uid, root, req.env);
+        // The server's, whatever the request says.
+        if let Some(a) = &artifacts {
+            env.insert(
+                kruntimes_proto::runtime::ARTIFACTS_DIR_ENV.into(),
+                a.path().display().to_string(),
+            );
+        }
         // Which attempt this is (1, 2, …): a retried task may tell.
         env.entry("KRUNTIMES_ATTEMPT".into())
             .or_insert_with(|| req.attempt.to_string());
@@ -193,6 +236,7 @@ impl Tasks {
             started_unix_ms: unix_ms(SystemTime::now()),
             root: root.to_path_buf(),
             logs: self.logs.clone(),
+            artifacts,
             output,
             written: Default::default(),
             result: watch::channel(None).0,

@@ -72,6 +72,8 @@ pub struct StartTask {
     pub env: BTreeMap<String, String>,
     /// Bytes kept of each stream's end.
     pub tail_bytes: usize,
+    /// Whether the task gets an artifacts directory.
+    pub artifacts: bool,
 }
 
 /// A validated `InvokeFunction`.
@@ -271,6 +273,7 @@ pub fn start_task(req: pb::StartTaskRequest) -> Result<StartTask> {
         source,
         env: environment(req.env)?,
         tail_bytes: tail as usize,
+        artifacts: req.artifacts,
     })
 }
 

@@ -27,7 +27,8 @@ async fn info_names_the_server_and_its_instance() {
         [
             kruntimes_proto::runtime::FUNCTION_RUNTIME,
             kruntimes_proto::runtime::SESSION_RUNTIME,
-            kruntimes_proto::runtime::TASK_RUNTIME
+            kruntimes_proto::runtime::TASK_RUNTIME,
+            kruntimes_proto::runtime::ARTIFACT_RUNTIME
         ]
     );
     assert_eq!(info.contract, kruntimes_proto::runtime::CONTRACT);

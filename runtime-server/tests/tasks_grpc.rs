@@ -11,54 +11,6 @@ use kruntimes_proto::runtime::v1 as pb;
 use kruntimes_testkit::{read_pids, wait_gone};
 use tokio_stream::StreamExt;
 
-fn start_req(runtime: &str, attempt: u64) -> pb::StartTaskRequest {
-    pb::StartTaskRequest {
-        run: Some(pb::RunRef {
-            namespace: "default".into(),
-            name: "job".into(),
-            uid: UID.into(),
-            runtime: runtime.into(),
-        }),
-        attempt,
-        env: [("GREETING".to_owned(), "hi".to_owned())].into(),
-        ..Default::default()
-    }
-}
-
-fn inline(runtime: &str, attempt: u64, script: &str) -> pb::StartTaskRequest {
-    pb::StartTaskRequest {
-        source: Some(pb::Source {
-            inline: script.into(),
-            path: String::new(),
-        }),
-        ..start_req(runtime, attempt)
-    }
-}
-
-/// The output (when asked for) and the result of a task, waiting for it.
-async fn watch(s: &mut Server, attempt: u64, output: bool) -> (String, pb::TaskResult) {
-    let mut events = s
-        .client
-        .tasks
-        .watch_task(pb::WatchTaskRequest {
-            run_uid: UID.into(),
-            attempt,
-            output,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let mut out = String::new();
-    while let Some(ev) = events.next().await {
-        match ev.unwrap().event.unwrap() {
-            pb::task_event::Event::Output(o) => out.push_str(&String::from_utf8_lossy(&o.data)),
-            pb::task_event::Event::Dropped(n) => panic!("{n} bytes dropped"),
-            pb::task_event::Event::Result(r) => return (out, r),
-        }
-    }
-    panic!("the stream ended without a result");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_inline_task_runs_once_with_its_exit_code_output_and_environment() {
     let mut s = start().await;

@@ -117,6 +117,28 @@ pub struct Args {
     /// Kubeconfig (Kubernetes mode); in-cluster configuration when omitted.
     #[arg(long, env = "KRUNTIMES_RUNTIMED_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
+    /// The Runtime's artifact store, as JSON (`{"directory":{"path":…}}` or
+    /// `{"s3":{"endpoint":…,"bucket":…,"prefix":…}}`); S3 credentials come
+    /// only from `KRUNTIMES_ARTIFACT_ACCESS_KEY_ID` and
+    /// `KRUNTIMES_ARTIFACT_SECRET_ACCESS_KEY` (or the Pod's own identity).
+    /// Without it, tasks get no artifacts directory.
+    #[arg(long, env = "KRUNTIMES_ARTIFACT_STORE")]
+    pub artifact_store: Option<String>,
+    /// How long an export of artifacts is tried (the store away) before the
+    /// Run fails with `ArtifactExportFailed`, seconds.
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_ARTIFACT_EXPORT_TIMEOUT_SECS", default_value_t = 300,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub artifact_export_timeout_secs: u64,
+    /// Most files one export takes.
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_ARTIFACT_MAX_FILES", default_value_t = 1000,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub artifact_max_files: u32,
+    /// Largest artifact, bytes.
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_ARTIFACT_MAX_FILE_BYTES", default_value_t = 1 << 30)]
+    pub artifact_max_file_bytes: u64,
+    /// Largest sum of one export's artifacts, bytes.
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_ARTIFACT_MAX_TOTAL_BYTES", default_value_t = 4 << 30)]
+    pub artifact_max_total_bytes: u64,
 }
 
 /// Why the flags do not make a runtimed.
@@ -131,6 +153,9 @@ pub enum ConfigError {
     /// An address to publish that is not one.
     #[error("--advertise {0:?} is not HOST:PORT or [IPV6]:PORT")]
     BadAdvertise(String),
+    /// The artifact store cannot be used.
+    #[error("--artifact-store: {0}")]
+    ArtifactStore(String),
     /// A default invocation timeout over the maximum.
     #[error("--default-timeout-secs ({default}) is over --max-timeout-secs ({max})")]
     DefaultOverMax {
@@ -168,6 +193,8 @@ pub struct Config {
     pub metrics_listen: Option<SocketAddr>,
     /// Kubernetes mode, when on.
     pub kubernetes: Option<KubernetesConfig>,
+    /// The Runtime's artifact store, when it has one.
+    pub artifacts: Option<std::sync::Arc<crate::artifacts::Artifacts>>,
 }
 
 /// The serving certificate and the CA clients chain to.
@@ -215,6 +242,30 @@ impl Args {
                 max: self.max_timeout_secs,
             });
         }
+        let artifacts = match self
+            .artifact_store
+            .as_deref()
+            .filter(|s| !s.trim().is_empty())
+        {
+            None => None,
+            Some(json) => {
+                let store = kruntimes_artifacts::StoreConfig::parse(json)
+                    .map_err(ConfigError::ArtifactStore)?;
+                let credentials = kruntimes_artifacts::Credentials::from_env()
+                    .map_err(ConfigError::ArtifactStore)?;
+                let store = kruntimes_artifacts::Store::open(&store, credentials)
+                    .map_err(|e| ConfigError::ArtifactStore(e.to_string()))?;
+                Some(std::sync::Arc::new(crate::artifacts::Artifacts {
+                    store,
+                    limits: kruntimes_artifacts::Limits {
+                        max_files: self.artifact_max_files,
+                        max_file_bytes: self.artifact_max_file_bytes,
+                        max_total_bytes: self.artifact_max_total_bytes,
+                    },
+                    deadline: Duration::from_secs(self.artifact_export_timeout_secs),
+                }))
+            }
+        };
         Ok(Config {
             name: self.name,
             pod_uid: self.pod_uid,
@@ -244,6 +295,7 @@ impl Args {
             header_timeout: Duration::from_millis(self.header_timeout_ms),
             metrics_listen: self.metrics_listen,
             kubernetes,
+            artifacts,
         })
     }
 }

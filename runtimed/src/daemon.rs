@@ -33,7 +33,12 @@ fn modes(config: &Config, pod: &Arc<LocalPod>, link: &Arc<Link>) -> Host {
     engine.spawn_idle_reaper(IDLE_CHECK);
     let sessions = Sessions::new(pod.clone(), link.clone());
     sessions.spawn_idle_reaper(IDLE_CHECK);
-    let tasks = Tasks::new(pod.clone(), link.clone(), config.engine.backend);
+    let tasks = Tasks::new(
+        pod.clone(),
+        link.clone(),
+        config.engine.backend,
+        config.artifacts.clone(),
+    );
     let (e, s, t) = (engine.clone(), sessions.clone(), tasks.clone());
     runtime::spawn_monitor(link.clone(), SERVER_CHECK, move |change| {
         let (e, s, t) = (e.clone(), s.clone(), t.clone());

@@ -23,6 +23,7 @@
 #![forbid(unsafe_code)]
 
 mod api_error;
+pub mod artifacts;
 mod cluster;
 mod config;
 mod daemon;

@@ -3,9 +3,12 @@
 //! Run UID and attempt, so a repeated assignment never starts it twice);
 //! a watch of its result then publishes how it ended in this Pod's
 //! ownership table (`OwnershipEntry.task`), which the owner side of the
-//! lifecycle turns into the Run's status. An ended task is kept — its
-//! result and its log — until the Run is deleted; ending the Run first
-//! ([`Tasks::kill`]) kills its process tree and keeps the same.
+//! lifecycle turns into the Run's status. With an artifact store, a task
+//! gets an artifacts directory and its result is published once what it
+//! left there is exported ([`crate::artifacts`]): refs, or why the Run
+//! fails. An ended task is kept — its result and its log — until the Run is
+//! deleted; ending the Run first ([`Tasks::kill`]) kills its process tree
+//! (or stops its export) and keeps the same.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -16,6 +19,9 @@ use kruntimes_proto::runtime::Backend;
 use kruntimes_proto::runtime::v1 as rt;
 use tokio_stream::StreamExt as _;
 
+use kruntimes_api::{ArtifactRef, MAX_STATUS_ARTIFACTS};
+
+use crate::artifacts::{Artifacts, Exported};
 use crate::local::{LocalPod, Published};
 use crate::registration::{Assignment, Plan, Record, RegisterError, Registration, Table};
 use crate::runtime::{self, Change, Link};
@@ -28,6 +34,8 @@ const REWATCH: Duration = Duration::from_millis(500);
 pub struct Hosted {
     started_unix_ms: i64,
     outcome: Mutex<Option<own::TaskOutcome>>,
+    /// The process's result while its artifacts are being exported.
+    exporting: Mutex<Option<own::TaskOutcome>>,
     /// The Runtime Server lost it (restarted) before it ended.
     lost: std::sync::atomic::AtomicBool,
     watcher: Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -41,20 +49,33 @@ pub struct Tasks {
     pod: Arc<LocalPod>,
     link: Arc<Link>,
     backend: Option<Backend>,
+    artifacts: Option<Arc<Artifacts>>,
     table: Table<Hosted>,
 }
 
 impl Tasks {
     /// No tasks yet; they publish into `pod`'s table and run on the server
     /// behind `link`, with this Pod's built-in `backend` (`None`: by the
-    /// Run's runtime name).
-    pub fn new(pod: Arc<LocalPod>, link: Arc<Link>, backend: Option<Backend>) -> Arc<Self> {
+    /// Run's runtime name); with `artifacts`, each gets an artifacts
+    /// directory, exported there when it ends.
+    pub fn new(
+        pod: Arc<LocalPod>,
+        link: Arc<Link>,
+        backend: Option<Backend>,
+        artifacts: Option<Arc<Artifacts>>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             pod,
             link,
             backend,
+            artifacts,
             table: Table::default(),
         })
+    }
+
+    /// The Runtime's artifact store, when it has one.
+    pub fn artifacts(&self) -> Option<&Arc<Artifacts>> {
+        self.artifacts.as_ref()
     }
 
     /// A hosted task.
@@ -124,7 +145,7 @@ impl Tasks {
             entrypoint: t.entrypoint,
             args: t.args,
             tail_bytes: 0,
-            artifacts: false,
+            artifacts: self.artifacts.is_some(),
         };
         let mut client = self
             .link
@@ -143,6 +164,7 @@ impl Tasks {
             mode: Hosted {
                 started_unix_ms: started.started_unix_ms,
                 outcome: Mutex::new(None),
+                exporting: Mutex::new(None),
                 lost: std::sync::atomic::AtomicBool::new(false),
                 watcher: Mutex::new(None),
             },
@@ -175,7 +197,7 @@ impl Tasks {
                     let mut events = stream.into_inner();
                     while let Some(Ok(ev)) = events.next().await {
                         if let Some(rt::task_event::Event::Result(r)) = ev.event {
-                            self.ended(&h, r);
+                            self.ended(&h, r).await;
                             return;
                         }
                     }
@@ -192,10 +214,12 @@ impl Tasks {
         }
     }
 
-    fn ended(&self, h: &Arc<HostedTask>, r: rt::TaskResult) {
+    /// Publishes how `h` ended, once its artifacts (if the Runtime keeps
+    /// them, and it was not cancelled) are exported.
+    async fn ended(&self, h: &Arc<HostedTask>, r: rt::TaskResult) {
         let cancelled = r.end == rt::TaskEnd::Cancelled as i32;
         tracing::info!(run_uid = %h.run.uid, attempt = h.record.attempt, exit_code = r.exit_code, cancelled, "task ended");
-        *h.outcome.lock().unwrap_or_else(|p| p.into_inner()) = Some(own::TaskOutcome {
+        let mut outcome = own::TaskOutcome {
             ended: true,
             cancelled,
             exit_code: r.exit_code,
@@ -206,7 +230,28 @@ impl Tasks {
             started_unix_ms: r.started_unix_ms,
             finished_unix_ms: r.finished_unix_ms,
             ..Default::default()
-        });
+        };
+        if let Some(artifacts) = self.artifacts.as_ref().filter(|_| !cancelled) {
+            *h.exporting.lock().unwrap_or_else(|p| p.into_inner()) = Some(outcome.clone());
+            match artifacts
+                .export(&self.link, &h.run.namespace, &h.run.uid)
+                .await
+            {
+                Exported::Done(refs) => {
+                    outcome.artifacts = refs
+                        .iter()
+                        .take(MAX_STATUS_ARTIFACTS)
+                        .map(ArtifactRef::to_wire)
+                        .collect();
+                }
+                Exported::Failed { reason, message } => {
+                    outcome.artifacts_failure = reason.to_owned();
+                    outcome.artifacts_message = message;
+                }
+            }
+            h.exporting.lock().unwrap_or_else(|p| p.into_inner()).take();
+        }
+        *h.outcome.lock().unwrap_or_else(|p| p.into_inner()) = Some(outcome);
         self.republish(h);
     }
 
@@ -227,6 +272,16 @@ impl Tasks {
         let Some(h) = self.table.get(uid) else {
             return false;
         };
+        // Ended, its artifacts still being exported: the export stops, and
+        // the result is kept without them.
+        let exporting = h.exporting.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(outcome) = exporting {
+            stop_watching(&h);
+            tracing::info!(run_uid = %uid, "artifact export stopped: the run ended first");
+            *h.outcome.lock().unwrap_or_else(|p| p.into_inner()) = Some(outcome);
+            self.republish(&h);
+            return true;
+        }
         let req = rt::CancelTaskRequest {
             run_uid: uid.to_owned(),
             attempt: h.record.attempt,

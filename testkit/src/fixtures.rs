@@ -77,6 +77,7 @@ pub fn start(runtimed: usize, runs: Vec<(String, String)>, extra_args: &[&str]) 
     Stack::start(
         krt_binary(),
         Options {
+            env: Vec::new(),
             runtimed,
             max_runtimed: None,
             runs,

@@ -74,6 +74,9 @@ pub struct Options {
     pub runs: Vec<(String, String)>,
     /// Extra `krt up` flags.
     pub extra_args: Vec<String>,
+    /// Extra environment of `krt up` (and so of its runtimed instances;
+    /// never of the Runtime Servers, which start with a clean one).
+    pub env: Vec<(String, String)>,
 }
 
 impl Default for Options {
@@ -83,6 +86,7 @@ impl Default for Options {
             max_runtimed: None,
             runs: Vec::new(),
             extra_args: Vec::new(),
+            env: Vec::new(),
         }
     }
 }
@@ -263,6 +267,7 @@ impl Stack {
             .arg(opts.max_runtimed.unwrap_or(opts.runtimed).to_string())
             .arg("--exit-with-parent")
             .args(&opts.extra_args)
+            .envs(opts.env.iter().cloned())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -237,17 +237,29 @@ impl Run {
     /// The gateway path of the Run: the invoke route of a function Run, the
     /// session route of a session Run.
     pub fn public_path(&self) -> String {
-        let (collection, suffix) = match self.mode_kind() {
-            Some(ModeKind::Session) => ("sessions", ""),
-            _ => ("runs", ":invoke"),
-        };
-        format!(
-            "/v1/namespaces/{}/runtimes/{}/{collection}/{}{suffix}",
+        public_path(
             self.namespace_or_default(),
-            self.spec.runtime,
-            self.uid_str()
+            &self.spec.runtime,
+            self.uid_str(),
+            self.mode_kind().unwrap_or(ModeKind::Function),
         )
     }
+}
+
+/// The gateway path of a Run of `mode`: a function's invoke route, a
+/// session's, or — a task is never called — its artifacts.
+pub fn public_path(namespace: &str, runtime: &str, uid: &str, mode: ModeKind) -> String {
+    let base = format!("/v1/namespaces/{namespace}/runtimes/{runtime}");
+    match mode {
+        ModeKind::Function => format!("{base}/runs/{uid}:invoke"),
+        ModeKind::Session => format!("{base}/sessions/{uid}"),
+        ModeKind::Task => format!("{base}/runs/{uid}/artifacts"),
+    }
+}
+
+/// The gateway path of a Run's artifacts (any mode).
+pub fn artifacts_path(namespace: &str, runtime: &str, uid: &str) -> String {
+    public_path(namespace, runtime, uid, ModeKind::Task)
 }
 
 #[cfg(test)]

@@ -89,6 +89,7 @@ impl Local {
             Stack::start(
                 &krt2,
                 Options {
+                    env: Vec::new(),
                     runtimed: 2,
                     max_runtimed: None,
                     runs,

@@ -110,6 +110,7 @@ async fn burst(krt: &Path, sessions: usize, min_idle: u32) -> anyhow::Result<Bur
         Stack::start(
             &krt,
             Options {
+                env: Vec::new(),
                 runtimed: 0,
                 max_runtimed: Some(max),
                 runs: Vec::new(),

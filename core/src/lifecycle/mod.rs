@@ -157,6 +157,17 @@ pub enum Event<'a> {
         /// Its exit code.
         code: i32,
     },
+    /// A task's process exited with `code`, and its artifacts could not be
+    /// exported: `invalid` (a file that cannot be an artifact) or the store
+    /// did not take them in time; `why` says which file or what failed.
+    ArtifactsFailed {
+        /// Its exit code.
+        code: i32,
+        /// The directory is invalid (else the store failed).
+        invalid: bool,
+        /// The message.
+        why: &'a str,
+    },
     /// A task's process could not be started on its owner.
     StartFailed(&'a str),
     /// A started task's process is gone from its (living) owner without an
@@ -308,6 +319,22 @@ pub fn apply(life: &Life, rules: &Rules, event: &Event<'_>) -> Option<Transition
             if matches!(phase, Scheduled | Running) && rules.mode == ModeKind::Task =>
         {
             Some(task_exited(life, rules, code))
+        }
+        // Never retried: the same directory fails the same way, and a store
+        // past its deadline is the operator's to fix.
+        Event::ArtifactsFailed { code, invalid, why }
+            if matches!(phase, Scheduled | Running) && rules.mode == ModeKind::Task =>
+        {
+            Some(Transition {
+                phase: Failed,
+                reason: if invalid {
+                    Reason::ArtifactInvalid
+                } else {
+                    Reason::ArtifactExportFailed
+                },
+                attempt: life.attempt,
+                message: format!("exited with code {code}; {why}"),
+            })
         }
         Event::StartFailed(why)
             if matches!(phase, Scheduled | Running) && rules.mode == ModeKind::Task =>

@@ -45,6 +45,9 @@ pub struct Local {
     pub reason: String,
     /// A task's process has ended, with this exit code.
     pub exit: Option<i32>,
+    /// Its artifacts could not be exported: whether they are invalid (else
+    /// the store failed), and why.
+    pub artifacts_failed: Option<(bool, String)>,
 }
 
 /// One step of the owner.
@@ -197,9 +200,22 @@ fn task_steps<'a>(
     const RESTARTED: &str = "the task's owner restarted and its process died with it";
     match local {
         Some(l) if l.attempt == life.attempt => match l.exit {
-            Some(code) => {
-                report(out, life, Event::TaskExited { code });
-            }
+            Some(code) => match &l.artifacts_failed {
+                Some((invalid, why)) => {
+                    report(
+                        out,
+                        life,
+                        Event::ArtifactsFailed {
+                            code,
+                            invalid: *invalid,
+                            why,
+                        },
+                    );
+                }
+                None => {
+                    report(out, life, Event::TaskExited { code });
+                }
+            },
             None if l.phase == Some(TablePhase::Failed) => {
                 report(out, life, Event::TaskLost(&l.reason));
             }

@@ -148,11 +148,18 @@ pub enum Reason {
     /// `Failed`, or `Pending` while retries are left: a task's process could
     /// not be started on its owner.
     StartFailed,
+    /// `Failed`: what a task left in its artifacts directory cannot be an
+    /// artifact (a symbolic link, a file over the bounds; the message names
+    /// it). Not retried: the same directory fails the same way.
+    ArtifactInvalid,
+    /// `Failed`: the artifact store did not take a task's artifacts before
+    /// the export's deadline.
+    ArtifactExportFailed,
 }
 
 impl Reason {
     /// Every reason, for parsing and tests.
-    pub const ALL: [Reason; 23] = [
+    pub const ALL: [Reason; 25] = [
         Self::NoIdlePod,
         Self::InsufficientResources,
         Self::AffinityUnsatisfied,
@@ -176,6 +183,8 @@ impl Reason {
         Self::Completed,
         Self::NonZeroExit,
         Self::StartFailed,
+        Self::ArtifactInvalid,
+        Self::ArtifactExportFailed,
     ];
 
     /// The reason as written to `status.reason`.
@@ -204,6 +213,8 @@ impl Reason {
             Self::Completed => "Completed",
             Self::NonZeroExit => "NonZeroExit",
             Self::StartFailed => "StartFailed",
+            Self::ArtifactInvalid => "ArtifactInvalid",
+            Self::ArtifactExportFailed => "ArtifactExportFailed",
         }
     }
 

@@ -220,6 +220,18 @@ impl Admission {
             .in_flight
             .get_or_insert_with(|| self.in_flight.acquire());
         slot.admitted()?;
+        if target.artifacts {
+            // Artifacts are read from any runtimed of the Runtime, whatever
+            // the Run's phase: nothing to settle.
+            let t = table::read(&self.table);
+            facts.route = Some(t.artifact_route(
+                target.namespace,
+                target.runtime,
+                target.uid,
+                Instant::now(),
+            )?);
+            return Ok(());
+        }
         if lookup.is_settling() {
             // Boxed: rare, and its timer would size every admission.
             let since = *settling_since.get_or_insert_with(tokio::time::Instant::now);

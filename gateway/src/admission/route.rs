@@ -15,6 +15,9 @@ pub struct Lookup {
     route: Result<Route, RouteError>,
     /// The Run's name when it is known but cannot be routed.
     unroutable_name: Option<String>,
+    /// The Run is known, of another mode than the route serves (a task
+    /// Run's UID on the invoke route): 404 whatever its phase.
+    wrong_mode: bool,
 }
 
 /// Looks `target` up in `table` at `now`.
@@ -24,9 +27,14 @@ pub fn lookup(table: &Table, target: &RunTarget<'_>, now: Instant) -> Lookup {
         Ok(_) => None,
         Err(_) => table.run_name(target.namespace, target.runtime, target.uid),
     };
+    let wrong_mode = !target.artifacts
+        && table
+            .run_mode(target.namespace, target.runtime, target.uid)
+            .is_some_and(|m| m != target.mode() as i32);
     Lookup {
         route,
         unroutable_name,
+        wrong_mode,
     }
 }
 
@@ -34,7 +42,7 @@ impl Lookup {
     /// Whether the table is converging on this Run: waiting for a change
     /// may route it.
     pub fn is_settling(&self) -> bool {
-        matches!(self.route, Err(RouteError::Settling(_)))
+        !self.wrong_mode && matches!(self.route, Err(RouteError::Settling(_)))
     }
 
     /// Whether the table has no such Run in that namespace and Runtime (yet:
@@ -56,6 +64,9 @@ impl Lookup {
     /// 404 for an unknown UID or a Run of the other mode, 503 when not
     /// ready or stale.
     pub fn into_route(self, target: &RunTarget<'_>) -> Result<Route, ApiError> {
+        if self.wrong_mode {
+            return Err(ApiError::wrong_mode(target.uid, target.is_session()));
+        }
         let route = self.route?;
         if route.mode() != target.mode() as i32 {
             return Err(ApiError::wrong_mode(target.uid, target.is_session()));

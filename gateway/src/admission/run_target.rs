@@ -17,27 +17,36 @@ pub struct RunTarget<'a> {
     pub runtime: &'a str,
     /// Run UID.
     pub uid: &'a str,
-    /// The session route, or `None` for a function invoke.
+    /// The session route, or `None` for a function invoke or the artifacts
+    /// route.
     pub session: Option<SessionOp>,
+    /// The artifacts route (list or download; any mode).
+    pub artifacts: bool,
 }
 
 impl<'a> RunTarget<'a> {
     /// Parses a request path (without query string); `400 InvalidPath` for
     /// anything but a Run route.
     pub fn parse(path: &'a str) -> Result<Self, ApiError> {
-        let (namespace, runtime, uid, session) = match api::parse_path(path)? {
+        let (namespace, runtime, uid, session, artifacts) = match api::parse_path(path)? {
             ApiPath::Invoke {
                 namespace,
                 runtime,
                 uid,
-            } => (namespace, runtime, uid, None),
+            } => (namespace, runtime, uid, None, false),
             ApiPath::Session {
                 namespace,
                 runtime,
                 uid,
                 op,
-            } => (namespace, runtime, uid, Some(op)),
-            ApiPath::Artifacts { .. } | ApiPath::Healthz | ApiPath::Readyz | ApiPath::Metrics => {
+            } => (namespace, runtime, uid, Some(op), false),
+            ApiPath::Artifacts {
+                namespace,
+                runtime,
+                uid,
+                ..
+            } => (namespace, runtime, uid, None, true),
+            ApiPath::Healthz | ApiPath::Readyz | ApiPath::Metrics => {
                 return Err(ApiError::not_a_run_route());
             }
         };
@@ -46,6 +55,7 @@ impl<'a> RunTarget<'a> {
             runtime,
             uid,
             session,
+            artifacts,
         })
     }
 
@@ -56,7 +66,9 @@ impl<'a> RunTarget<'a> {
 
     /// The one method the route takes.
     pub fn method(&self) -> Method {
-        if self.session.is_none_or(SessionOp::is_post) {
+        if self.artifacts {
+            Method::GET
+        } else if self.session.is_none_or(SessionOp::is_post) {
             Method::POST
         } else {
             Method::GET
@@ -74,14 +86,17 @@ impl<'a> RunTarget<'a> {
 
     /// The authorization subresource.
     pub fn verb(&self) -> Verb {
-        if self.is_session() {
+        if self.artifacts {
+            Verb::Artifacts
+        } else if self.is_session() {
             Verb::Session
         } else {
             Verb::Invoke
         }
     }
 
-    /// The mode the addressed Run must have.
+    /// The mode the addressed Run must have (the artifacts route serves
+    /// Runs of every mode and never asks).
     pub fn mode(&self) -> Mode {
         if self.is_session() {
             Mode::Session

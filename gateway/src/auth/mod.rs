@@ -54,6 +54,8 @@ pub enum Verb {
     Invoke,
     /// `runs/session` (session Runs).
     Session,
+    /// `runs/artifacts` (reading a Run's artifacts, any mode).
+    Artifacts,
 }
 
 impl Verb {
@@ -62,6 +64,16 @@ impl Verb {
         match self {
             Self::Invoke => "invoke",
             Self::Session => "session",
+            Self::Artifacts => "artifacts",
+        }
+    }
+
+    /// The verb a SubjectAccessReview asks about on the subresource:
+    /// `create` for what runs something, `get` for what only reads.
+    pub fn review_verb(self) -> &'static str {
+        match self {
+            Self::Invoke | Self::Session => "create",
+            Self::Artifacts => "get",
         }
     }
 }

@@ -1,6 +1,7 @@
 //! krt's verbs, each over a [`kruntimes_client::Target`] so it works the same
 //! against `krt up` and a cluster.
 
+pub mod artifacts;
 pub mod invoke;
 pub mod logs;
 pub mod run;

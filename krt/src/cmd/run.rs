@@ -418,6 +418,7 @@ mod tests {
                 exit_code,
                 ..Default::default()
             }),
+            artifacts: Vec::new(),
         };
         assert_eq!(
             exit_code(&info("Succeeded", "Completed", Some(0)), false),

@@ -79,6 +79,21 @@ pub struct UpArgs {
     /// `--runtimed-flag=--max-connections=256`.
     #[arg(long = "runtimed-flag", allow_hyphen_values = true)]
     pub runtimed_flags: Vec<String>,
+    /// Where task Runs' artifacts go: a directory (default
+    /// STATE_DIR/artifacts), `s3://BUCKET[/PREFIX]` (with
+    /// `--artifacts-endpoint`; credentials from
+    /// `KRUNTIMES_ARTIFACT_ACCESS_KEY_ID` and
+    /// `KRUNTIMES_ARTIFACT_SECRET_ACCESS_KEY`, read by runtimed only), or
+    /// `off`.
+    #[arg(long)]
+    pub artifacts: Option<String>,
+    /// The S3 endpoint of `--artifacts s3://…` (`http://` or `https://`;
+    /// omitted: AWS S3).
+    #[arg(long)]
+    pub artifacts_endpoint: Option<String>,
+    /// The S3 region of `--artifacts s3://…`.
+    #[arg(long, default_value = "us-east-1")]
+    pub artifacts_region: String,
     /// Exit when the parent process exits (used by test harnesses).
     #[arg(long, hide = true)]
     pub exit_with_parent: bool,
@@ -101,6 +116,50 @@ fn parse_resources(text: &str) -> Result<Resources, String> {
 }
 
 impl UpArgs {
+    /// The artifact store `--artifacts` names (`None`: `off`), the
+    /// directory one under `state` by default.
+    pub(super) fn artifact_store(
+        &self,
+        state: &std::path::Path,
+    ) -> anyhow::Result<Option<kruntimes_artifacts::StoreConfig>> {
+        use kruntimes_artifacts::{S3Config, StoreConfig};
+        let spec = self.artifacts.as_deref().map(str::trim);
+        if self.artifacts_endpoint.is_some() && !spec.is_some_and(|s| s.starts_with("s3://")) {
+            anyhow::bail!("--artifacts-endpoint needs --artifacts s3://BUCKET[/PREFIX]");
+        }
+        Ok(match spec {
+            Some("off") => None,
+            None | Some("") => Some(StoreConfig::Directory {
+                path: state.join("artifacts"),
+            }),
+            Some(s) => match s.strip_prefix("s3://") {
+                Some(rest) => {
+                    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+                    if bucket.is_empty() {
+                        anyhow::bail!("--artifacts {s:?} names no bucket (s3://BUCKET[/PREFIX])");
+                    }
+                    Some(StoreConfig::S3(S3Config {
+                        endpoint: self.artifacts_endpoint.clone(),
+                        bucket: bucket.to_owned(),
+                        prefix: Some(prefix.trim_matches('/').to_owned()).filter(|p| !p.is_empty()),
+                        region: Some(self.artifacts_region.clone()),
+                        path_style: Some(true),
+                    }))
+                }
+                None if s.contains("://") => {
+                    anyhow::bail!("--artifacts {s:?}: only directories and s3:// stores")
+                }
+                None => {
+                    let dir = std::path::PathBuf::from(s);
+                    std::fs::create_dir_all(&dir)?;
+                    Some(StoreConfig::Directory {
+                        path: dir.canonicalize()?,
+                    })
+                }
+            },
+        })
+    }
+
     /// The pool's rules, when it follows demand (`--max-runtimed` above
     /// `--runtimed`), or why the flags contradict each other.
     pub(super) fn pool(&self) -> anyhow::Result<Option<InstancePool>> {

@@ -34,9 +34,22 @@ pub(super) fn plan(
         capacity: args.capacity,
         resources: args.resources.clone().unwrap_or_default(),
     };
-    let (server, socket) = runtime_server(&dirs.state, &dirs.logs, name)?;
+    let (mut server, socket) = runtime_server(&dirs.state, &dirs.logs, name)?;
     let log = dirs.logs.join(format!("{name}.log"));
     let mut d = runtimed(pki, name, addr, &socket, log);
+    if let Some(store) = &dirs.artifacts {
+        d.extra_env
+            .push((kruntimes_artifacts::STORE_ENV.to_owned(), store.to_json()));
+        // User code never reaches a store directory outside the state
+        // directory either.
+        if let kruntimes_artifacts::StoreConfig::Directory { path } = store
+            && !path.starts_with(&dirs.state)
+        {
+            server
+                .args
+                .extend(["--protect".to_owned(), path.display().to_string()]);
+        }
+    }
     d.args.extend(args.runtimed_flags.iter().cloned());
     d.hand_over(listener);
     Ok((pod, [server, d]))

@@ -110,6 +110,7 @@ impl Target {
         let stack = Stack::start(
             krt(),
             Options {
+                env: Vec::new(),
                 // `krt up`'s own pool, as the SDK pages start it: every
                 // sandbox takes a whole instance and another starts.
                 runtimed: 2,

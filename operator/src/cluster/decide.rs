@@ -171,13 +171,11 @@ fn runtime_key(ns: &str, name: &str) -> String {
 
 /// The public URL of a Run.
 pub fn endpoint(run: &RunView, s: &Settings) -> Endpoint {
-    let (collection, suffix) = match run.mode {
-        Ok(ModeKind::Session) => ("sessions", ""),
-        _ => ("runs", ":invoke"),
-    };
-    let path = format!(
-        "/v1/namespaces/{}/runtimes/{}/{collection}/{}{suffix}",
-        run.namespace, run.runtime, run.uid
+    let path = kruntimes_api::run::public_path(
+        &run.namespace,
+        &run.runtime,
+        &run.uid,
+        run.mode.clone().unwrap_or(ModeKind::Function),
     );
     Endpoint::at(&s.gateway_url, &path, s.ca_bundle.clone())
 }
@@ -212,7 +210,7 @@ fn transitioned(
         status.scheduled_time = None;
     }
     status.conditions = vec![];
-    if matches!(run.mode, Ok(ModeKind::Function | ModeKind::Session)) {
+    if run.mode.is_ok() {
         status.endpoint = Some(endpoint(run, s));
     }
     // completionTime is set by the adapter (it knows the clock).
@@ -389,10 +387,10 @@ pub fn reconcile(
     }
     // A Run its owner drives keeps a current endpoint (a rotated CA bundle,
     // a new gateway URL); everything else of its status is the owner's. A
-    // task is not called: it has none.
+    // task's endpoint is where its artifacts are read.
     for &i in &plan.owned {
         let r = &runs[i];
-        let reachable = matches!(r.mode, Ok(ModeKind::Function | ModeKind::Session));
+        let reachable = r.mode.is_ok();
         if !reachable || r.deleting || written.contains(&i) || r.life().phase.is_terminal() {
             continue;
         }

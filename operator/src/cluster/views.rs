@@ -137,14 +137,15 @@ pub fn with_written(
     views
 }
 
-/// The control plane's ownership table: every function and session Run that
-/// is not being deleted, with its assignment (owner absent while pending).
-/// Ended Runs stay, as `FAILED` with their phase and message, so their URL
-/// answers `RunEnded`/`RunFailed` until they are deleted.
+/// The control plane's ownership table: every Run that is not being
+/// deleted, with its assignment (owner absent while pending). Ended Runs
+/// stay, as `FAILED` with their phase and message, so their URL answers
+/// `RunEnded`/`RunFailed` until they are deleted, and the gateway can read
+/// their artifacts from a runtimed of their Runtime.
 pub fn ownership_entries(runs: &[RunView], pods: &[PodInfo]) -> Vec<own::OwnershipEntry> {
     let by_uid: BTreeMap<&str, &PodInfo> = pods.iter().map(|p| (p.uid.as_str(), p)).collect();
     runs.iter()
-        .filter(|r| matches!(r.mode, Ok(ModeKind::Function | ModeKind::Session)))
+        .filter(|r| r.mode.is_ok())
         .filter(|r| !r.deleting)
         .map(|r| {
             let life = r.status.life();
@@ -160,10 +161,7 @@ pub fn ownership_entries(runs: &[RunView], pods: &[PodInfo]) -> Vec<own::Ownersh
                         dataplane_address: p.address.clone()?,
                     })
                 });
-            let mode = match r.mode {
-                Ok(ModeKind::Session) => ModeKind::Session,
-                _ => ModeKind::Function,
-            };
+            let mode = r.mode.clone().unwrap_or(ModeKind::Function);
             table::control_entry(
                 &table::Published {
                     namespace: &r.namespace,

@@ -172,6 +172,7 @@ impl Kubernetes {
                                     phase: Some(TablePhase::Ready),
                                     reason: String::new(),
                                     exit: None,
+                                    artifacts_failed: None,
                                 },
                             );
                             Ok(())

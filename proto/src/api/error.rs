@@ -64,13 +64,17 @@ pub enum ErrorCode {
     /// The call was sent to the owner and may have run, but no outcome came
     /// back (the Run stopped serving, or the owner's connection broke).
     OutcomeUnknown,
+    /// A download's `Range` starts past the artifact's end.
+    RangeNotSatisfiable,
+    /// The Runtime's artifact store could not be reached (or has no store).
+    ArtifactStoreUnavailable,
     /// Unexpected internal failure.
     Internal,
 }
 
 impl ErrorCode {
     /// Every code, in declaration order.
-    pub const ALL: [ErrorCode; 24] = {
+    pub const ALL: [ErrorCode; 26] = {
         use ErrorCode::*;
         [
             InvalidPath,
@@ -96,6 +100,8 @@ impl ErrorCode {
             InvalidOutput,
             DeadlineExceeded,
             OutcomeUnknown,
+            RangeNotSatisfiable,
+            ArtifactStoreUnavailable,
             Internal,
         ]
     };
@@ -114,7 +120,13 @@ impl ErrorCode {
             PayloadTooLarge => 413,
             HeadersTooLarge => 431,
             Busy => 429,
-            NotReady | OwnerUnavailable | StaleOwner | Overloaded | AuthUnavailable => 503,
+            RangeNotSatisfiable => 416,
+            NotReady
+            | OwnerUnavailable
+            | StaleOwner
+            | Overloaded
+            | AuthUnavailable
+            | ArtifactStoreUnavailable => 503,
             FunctionError | WorkerCrashed | InvalidOutput | OutcomeUnknown | Internal => 500,
             DeadlineExceeded => 504,
         }
@@ -157,6 +169,8 @@ impl ErrorCode {
             InvalidOutput => "InvalidOutput",
             DeadlineExceeded => "DeadlineExceeded",
             OutcomeUnknown => "OutcomeUnknown",
+            RangeNotSatisfiable => "RangeNotSatisfiable",
+            ArtifactStoreUnavailable => "ArtifactStoreUnavailable",
             Internal => "Internal",
         }
     }
@@ -183,10 +197,10 @@ impl ErrorCode {
                 "missing, malformed, foreign-signed, expired or not-yet-valid token; in Kubernetes mode, a token the cluster's `TokenReview` does not accept (see [security.md](security.md#kubernetes-mode))"
             }
             Forbidden => {
-                "authenticated, but the policy (embedded mode) or RBAC (`create` on `runs/invoke`, Kubernetes mode) does not allow this Run"
+                "authenticated, but the policy (embedded mode) or RBAC (`create` on `runs/invoke` or `runs/session`, `get` on `runs/artifacts`, Kubernetes mode) does not allow this Run"
             }
             NotFound => {
-                "unknown Run UID, or the UID is not of that namespace/Runtime (sessions: also a workspace file, or an operation `operations:cancel` names that is not queued or running). Answered to an authenticated caller after waiting up to `--route-settle-ms` (250 ms) for the gateway's table to learn the UID: a Run just created may be `Ready` in its status before the control plane's word on it reaches the gateway"
+                "unknown Run UID, or the UID is not of that namespace/Runtime (artifacts: also a name the Run's artifacts do not have, or a Runtime without an artifact store; sessions: also a workspace file, or an operation `operations:cancel` names that is not queued or running). Answered to an authenticated caller after waiting up to `--route-settle-ms` (250 ms) for the gateway's table to learn the UID: a Run just created may be `Ready` in its status before the control plane's word on it reaches the gateway"
             }
             PayloadTooLarge => {
                 "body over 1 MiB — answered before anything reaches runtimed (`Content-Length`), or cut off while streaming. The gateway then reads and drops the rest of the body (at most 10 s), so a client still sending reads the 413 instead of a reset (`Expect: 100-continue` clients are not asked to send; their connection is closed)"
@@ -228,6 +242,12 @@ impl ErrorCode {
             }
             OutcomeUnknown => {
                 "the call was sent to the owner and may have run, but no outcome came back: the Run was deleted, terminated or drained while the handler ran, or the connection to the owner broke after the request was sent. Retry only what is safe to run twice"
+            }
+            RangeNotSatisfiable => {
+                "an artifact download's `Range` starts at or past the artifact's end (`Content-Range: bytes */SIZE` tells the size)"
+            }
+            ArtifactStoreUnavailable => {
+                "the Runtime's artifact store did not answer (or refused runtimed's credentials) while listing or reading artifacts; nothing was lost, ask again"
             }
             Internal => {
                 "a fault of kruntimes itself, never of the caller or the handler; the message says where"

@@ -148,3 +148,54 @@ pub async fn finish(mut events: tonic::Streaming<pb::CommandEvent>) -> (String, 
     }
     panic!("the stream ended without a result");
 }
+
+/// A task of the Run `UID` on `runtime` at `attempt`, with `GREETING=hi`
+/// and nothing to run yet.
+pub fn start_req(runtime: &str, attempt: u64) -> pb::StartTaskRequest {
+    pb::StartTaskRequest {
+        run: Some(pb::RunRef {
+            namespace: "default".into(),
+            name: "job".into(),
+            uid: UID.into(),
+            runtime: runtime.into(),
+        }),
+        attempt,
+        env: [("GREETING".to_owned(), "hi".to_owned())].into(),
+        ..Default::default()
+    }
+}
+
+/// A task that runs `script` as its inline source.
+pub fn inline(runtime: &str, attempt: u64, script: &str) -> pb::StartTaskRequest {
+    pb::StartTaskRequest {
+        source: Some(pb::Source {
+            inline: script.into(),
+            path: String::new(),
+        }),
+        ..start_req(runtime, attempt)
+    }
+}
+
+/// The output (when asked for) and the result of a task, waiting for it.
+pub async fn watch(s: &mut Server, attempt: u64, output: bool) -> (String, pb::TaskResult) {
+    let mut events = s
+        .client
+        .tasks
+        .watch_task(pb::WatchTaskRequest {
+            run_uid: UID.into(),
+            attempt,
+            output,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut out = String::new();
+    while let Some(ev) = events.next().await {
+        match ev.unwrap().event.unwrap() {
+            pb::task_event::Event::Output(o) => out.push_str(&String::from_utf8_lossy(&o.data)),
+            pb::task_event::Event::Dropped(n) => panic!("{n} bytes dropped"),
+            pb::task_event::Event::Result(r) => return (out, r),
+        }
+    }
+    panic!("the stream ended without a result");
+}

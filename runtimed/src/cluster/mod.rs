@@ -338,13 +338,14 @@ impl Agent {
         }
         // A task's result, with the transition its exit caused.
         let uid = run.uid().unwrap_or_default();
-        if let Some(task) = self
-            .host
-            .tasks
-            .outcome(&uid, run.life().attempt)
-            .and_then(|o| kruntimes_api::TaskStatus::of(&o, run.life().attempt))
+        if let Some(outcome) = self.host.tasks.outcome(&uid, run.life().attempt)
+            && let Some(task) = kruntimes_api::TaskStatus::of(&outcome, run.life().attempt)
         {
             body["status"]["task"] = json!(task);
+            let artifacts = kruntimes_api::artifact::status_artifacts(&outcome);
+            if !artifacts.is_empty() {
+                body["status"]["artifacts"] = json!(artifacts);
+            }
         }
         *run = Api::<Run>::namespaced(self.client.clone(), &run.namespace().unwrap_or_default())
             .patch_status(

@@ -120,6 +120,32 @@ async fn route(
     let path = parts.uri.path().to_owned();
     let route =
         api::parse_path(&path).map_err(|e| ApiError::new(ErrorCode::InvalidPath, e.to_string()))?;
+    if let ApiPath::Artifacts {
+        namespace,
+        uid,
+        name,
+        ..
+    } = route
+    {
+        // Read from the store, whatever the Run's phase or owner: not
+        // fenced (the gateway authorized the caller for this Run).
+        if parts.method != Method::GET {
+            return Err(ApiError::new(
+                ErrorCode::MethodNotAllowed,
+                "artifacts take GET",
+            ));
+        }
+        let Some(artifacts) = dp.tasks.artifacts() else {
+            return Err(ApiError::new(
+                ErrorCode::NotFound,
+                "the run's Runtime has no artifact store",
+            ));
+        };
+        return match name {
+            None => artifacts.list(namespace, uid).await,
+            Some(name) => artifacts.download(namespace, uid, name, headers, r).await,
+        };
+    }
     if !matches!(route, ApiPath::Invoke { .. } | ApiPath::Session { .. }) {
         return Err(not_a_run_route());
     }

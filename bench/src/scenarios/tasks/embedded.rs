@@ -95,6 +95,7 @@ impl Local {
             Stack::start(
                 &krt,
                 Options {
+                    env: Vec::new(),
                     runtimed: 2,
                     max_runtimed: Some(16),
                     runs: Vec::new(),

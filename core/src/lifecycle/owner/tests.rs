@@ -29,6 +29,7 @@ fn local(attempt: u64, phase: TablePhase, reason: &str) -> Local {
         phase: Some(phase),
         reason: reason.into(),
         exit: None,
+        artifacts_failed: None,
     }
 }
 
@@ -235,6 +236,39 @@ fn exited(attempt: u64, code: i32) -> Local {
     Local {
         exit: Some(code),
         ..running_task(attempt)
+    }
+}
+
+#[test]
+fn a_task_whose_artifacts_failed_fails_with_their_reason_whatever_its_exit() {
+    for (code, invalid, reason) in [
+        (0, true, Reason::ArtifactInvalid),
+        (3, true, Reason::ArtifactInvalid),
+        (0, false, Reason::ArtifactExportFailed),
+    ] {
+        let mut f = task(Phase::Running, 1);
+        // Not retried, even for an exit code the policy retries.
+        f.rules.retry_exit_codes = crate::lifecycle::ExitCodes::of(&[3]).unwrap();
+        f.rules.max_retries = 5;
+        let l = Local {
+            artifacts_failed: Some((invalid, "artifact \"p\" is invalid: a symbolic link".into())),
+            ..exited(1, code)
+        };
+        let steps = decide(&f, Some(&l));
+        let Some(Report(t)) = steps.first() else {
+            panic!("{steps:?}")
+        };
+        assert_eq!((t.phase, t.reason, t.attempt), (Phase::Failed, reason, 1));
+        assert_eq!(
+            t.message,
+            format!("exited with code {code}; artifact \"p\" is invalid: a symbolic link")
+        );
+        // Reported once: a Run that failed is not reported again.
+        f.life = t.life();
+        assert!(
+            decide(&f, Some(&l)).iter().all(|s| !matches!(s, Report(_))),
+            "{code}"
+        );
     }
 }
 

@@ -13,6 +13,7 @@ fn target(namespace: &str) -> RunTarget<'_> {
         runtime: "python",
         uid: "u1",
         session: None,
+        artifacts: false,
     }
 }
 
@@ -103,6 +104,7 @@ fn outcomes_become_the_subject_or_a_rejection() {
     let alice = Arc::new(Identity::new("alice", vec![]));
     let t = RunTarget {
         session: Some(kruntimes_proto::api::SessionOp::Execute),
+        artifacts: false,
         ..target("team-a")
     };
     assert_eq!(

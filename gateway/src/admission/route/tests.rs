@@ -18,6 +18,7 @@ fn target<'a>(
         runtime,
         uid,
         session,
+        artifacts: false,
     }
 }
 

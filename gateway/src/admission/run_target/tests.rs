@@ -23,6 +23,7 @@ fn an_invoke_path_names_a_function_run() {
             runtime: "python",
             uid: UID,
             session: None,
+            artifacts: false,
         }
     );
     assert_eq!(

@@ -35,7 +35,7 @@ pub fn access_review(identity: &Identity, target: &Target<'_>) -> SubjectAccessR
                 group: Some(GROUP.into()),
                 resource: Some(RUNS_RESOURCE.into()),
                 subresource: Some(target.verb.as_str().into()),
-                verb: Some("create".into()),
+                verb: Some(target.verb.review_verb().into()),
                 namespace: Some(target.namespace.to_owned()),
                 name: Some(target.name.to_owned()),
                 ..ResourceAttributes::default()

@@ -163,6 +163,8 @@ pub struct RunState {
     pub deleting: bool,
     /// How its task ended (task Runs, once their owner reported it).
     pub task: Option<kruntimes_api::TaskStatus>,
+    /// What its task left in its artifacts directory, uploaded.
+    pub artifacts: Vec<kruntimes_api::ArtifactRef>,
     /// When it reached its terminal phase.
     finished_at: Option<Instant>,
     /// Its `ttlSecondsAfterFinished` passed and its deletion was asked
@@ -359,6 +361,7 @@ impl Controller {
                     owner: None,
                     deleting: false,
                     task: None,
+                    artifacts: Vec::new(),
                     finished_at: None,
                     expired: false,
                     in_flight: None,

@@ -282,10 +282,14 @@ impl Controller {
         }
         let entry = pod.entries.get(uid);
         let local = entry.map(table::local);
-        let ended_task = entry
+        let outcome = entry
             .filter(|e| e.attempt == run.life.attempt)
-            .and_then(|e| e.task.as_ref())
-            .and_then(|t| kruntimes_api::TaskStatus::of(t, run.life.attempt));
+            .and_then(|e| e.task.as_ref());
+        let ended_task = outcome.and_then(|t| kruntimes_api::TaskStatus::of(t, run.life.attempt));
+        let artifacts = outcome
+            .filter(|t| t.ended)
+            .map(kruntimes_api::artifact::status_artifacts)
+            .unwrap_or_default();
         // A step in flight is decided about again once the owner's table
         // reflects it (or its RPC failed).
         let settled = match run.in_flight {
@@ -318,6 +322,7 @@ impl Controller {
         run.in_flight = None;
         if ended_task.is_some() && !run.life.phase.is_terminal() {
             run.task = ended_task;
+            run.artifacts = artifacts;
         }
         let before = run.life;
         for step in steps {

@@ -43,6 +43,9 @@ pub struct RunStatus {
     /// How its task ended (task Runs).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub task: Option<kruntimes_api::TaskStatus>,
+    /// What it left in its artifacts directory.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub artifacts: Vec<kruntimes_api::ArtifactRef>,
 }
 
 /// A runtimed instance as `runs.json` shows it.
@@ -130,20 +133,24 @@ impl Controller {
                 assigned_pod: r.owner.as_ref().map(|o| o.pod.clone()),
                 assigned_pod_uid: r.owner.as_ref().map(|o| o.pod_uid.clone()),
                 attempt: r.life.attempt,
-                endpoint: matches!(r.mode, Ok(ModeKind::Function | ModeKind::Session))
+                endpoint: r
+                    .mode
+                    .is_ok()
                     .then(|| Endpoint::new(gateway_url, &r.run, None).url),
                 task: r.task.clone(),
+                artifacts: r.artifacts.clone(),
             })
             .collect()
     }
 
-    /// The control plane's ownership table: every function and session Run
-    /// that is not being deleted, with its assignment (no owner while
-    /// pending). Ended Runs stay, as `FAILED` with their phase and message,
-    /// so their URL answers `RunEnded`/`RunFailed` until they are deleted.
+    /// The control plane's ownership table: every Run that is not being
+    /// deleted, with its assignment (no owner while pending). Ended Runs
+    /// stay, as `FAILED` with their phase and message, so their URL answers
+    /// `RunEnded`/`RunFailed` until they are deleted, and the gateway can
+    /// read their artifacts from a runtimed of their Runtime.
     pub fn ownership_entries(&self) -> Vec<own::OwnershipEntry> {
         self.runs()
-            .filter(|r| matches!(r.mode, Ok(ModeKind::Function | ModeKind::Session)))
+            .filter(|r| r.mode.is_ok())
             .map(|r| {
                 let owner = r.owner.as_ref().and_then(|o| {
                     self.pods.get(&o.pod).map(|p| own::Owner {
@@ -152,10 +159,7 @@ impl Controller {
                         dataplane_address: p.cfg.address.clone(),
                     })
                 });
-                let mode = match r.mode {
-                    Ok(ModeKind::Session) => ModeKind::Session,
-                    _ => ModeKind::Function,
-                };
+                let mode = r.mode.clone().unwrap_or(ModeKind::Function);
                 table::control_entry(
                     &table::Published {
                         namespace: r.run.namespace_or_default(),

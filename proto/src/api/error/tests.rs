@@ -53,6 +53,8 @@ fn all_lists_every_code_once_and_each_is_its_own_wire_name() {
             | ErrorCode::InvalidOutput
             | ErrorCode::DeadlineExceeded
             | ErrorCode::OutcomeUnknown
+            | ErrorCode::RangeNotSatisfiable
+            | ErrorCode::ArtifactStoreUnavailable
             | ErrorCode::Internal => {}
         }
     }

@@ -1,0 +1,338 @@
+//! Artifacts end to end on `krt up`: what a task leaves in
+//! `$KRUNTIME_ARTIFACTS_DIR` is uploaded by runtimed to the store (a local
+//! directory by default, a real S3-compatible server — versitygw on
+//! loopback — with `--artifacts s3://…`), listed in the Run's status, and
+//! read back through the gateway (`krt artifacts`, byte ranges) after the
+//! Run has ended; invalid directories fail the Run naming the file; the
+//! store away during the export is waited for up to the export deadline;
+//! the store's credentials never reach user code.
+
+// Test helpers panic on failure: that is how a test fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use kruntimes_testkit::prelude::*;
+use kruntimes_testkit::{Options, S3Server, Stack, krt_binary};
+use sha2::{Digest as _, Sha256};
+
+const WITHIN: Duration = Duration::from_secs(60);
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn sha(b: &[u8]) -> String {
+    Sha256::digest(b)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// `krt run` of a Bash task running `script`; its output.
+fn run_task(stack: &Stack, name: &str, script: &str) -> std::process::Output {
+    stack
+        .krt(&[
+            "run",
+            "--name",
+            name,
+            "--runtime",
+            "bash",
+            "--inline",
+            script,
+        ])
+        .unwrap()
+}
+
+/// Writes a report, a nested 3 MB file, an empty file; prints the
+/// environment's variable names.
+const EXPORTS: &str = r#"set -e
+cd "$KRUNTIME_ARTIFACTS_DIR"
+mkdir -p out/deep
+printf 'hello artifacts' > report.txt
+head -c 3000000 /dev/urandom > out/deep/blob.bin
+: > empty
+env | cut -d= -f1 | sort | tr '\n' ' '
+"#;
+
+/// The artifacts URL of Run `name`, from its status.
+fn artifacts_url(stack: &Stack, name: &str) -> String {
+    let run = stack.run(name).unwrap();
+    format!(
+        "{}/v1/namespaces/default/runtimes/bash/runs/{}/artifacts",
+        stack.gateway,
+        run["uid"].as_str().unwrap()
+    )
+}
+
+async fn get(stack: &Stack, url: &str, range: Option<&str>) -> reqwest::Response {
+    let mut req = stack.http.get(url).bearer_auth(&stack.token);
+    if let Some(r) = range {
+        req = req.header(reqwest::header::RANGE, r);
+    }
+    req.send().await.unwrap()
+}
+
+/// The checks of an exported task, whatever the store.
+async fn exported_and_read_back(stack: &Stack, dir: &std::path::Path) {
+    let out = run_task(stack, "exports", EXPORTS);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // The store's credentials and settings are runtimed's alone.
+    let env = text(&out.stdout);
+    assert!(env.contains("KRUNTIME_ARTIFACTS_DIR"), "{env}");
+    assert!(!env.contains("KRUNTIMES_ARTIFACT"), "{env}");
+    assert!(!env.contains("AWS_"), "{env}");
+
+    // status.artifacts: the three files, with sizes and digests.
+    let run = stack.run("exports").unwrap();
+    let refs = run["artifacts"]
+        .as_array()
+        .expect("status.artifacts")
+        .clone();
+    let by_name = |n: &str| refs.iter().find(|a| a["name"] == n).cloned().unwrap();
+    assert_eq!(refs.len(), 3, "{refs:?}");
+    assert_eq!(by_name("report.txt")["size"], 15);
+    assert_eq!(by_name("report.txt")["sha256"], sha(b"hello artifacts"));
+    assert_eq!(by_name("out/deep/blob.bin")["size"], 3_000_000);
+    assert_eq!(by_name("empty")["size"], 0);
+
+    // krt artifacts list / get, after the Run has ended.
+    let listed = stack
+        .krt(&["artifacts", "list", "exports", "-o", "json"])
+        .unwrap();
+    assert!(listed.status.success(), "{}", text(&listed.stderr));
+    let listed: Vec<serde_json::Value> = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(listed.len(), 3);
+    let file = dir.join("blob.bin");
+    let got = stack
+        .krt(&[
+            "artifacts",
+            "get",
+            "exports",
+            "out/deep/blob.bin",
+            "-o",
+            file.to_str().unwrap(),
+        ])
+        .unwrap();
+    assert!(got.status.success(), "{}", text(&got.stderr));
+    let blob = std::fs::read(&file).unwrap();
+    assert_eq!(blob.len(), 3_000_000);
+    assert_eq!(sha(&blob), by_name("out/deep/blob.bin")["sha256"]);
+    let stdout = stack
+        .krt(&["artifacts", "get", "exports", "report.txt"])
+        .unwrap();
+    assert_eq!(text(&stdout.stdout), "hello artifacts");
+
+    // Through the gateway as any HTTP client: whole, ranges, typed errors.
+    let url = artifacts_url(stack, "exports");
+    let whole = get(stack, &format!("{url}/out/deep/blob.bin"), None).await;
+    assert_eq!(whole.status(), 200);
+    assert_eq!(
+        whole.headers()["x-kruntimes-artifact-sha256"],
+        by_name("out/deep/blob.bin")["sha256"].as_str().unwrap()
+    );
+    assert_eq!(whole.bytes().await.unwrap(), blob);
+    let part = get(
+        stack,
+        &format!("{url}/out/deep/blob.bin"),
+        Some("bytes=1000-1999"),
+    )
+    .await;
+    assert_eq!(part.status(), 206);
+    assert_eq!(part.headers()["content-range"], "bytes 1000-1999/3000000");
+    assert_eq!(part.bytes().await.unwrap(), &blob[1000..2000]);
+    let tail = get(stack, &format!("{url}/report.txt"), Some("bytes=-9")).await;
+    assert_eq!(tail.status(), 206);
+    assert_eq!(tail.bytes().await.unwrap(), "artifacts");
+    let past = get(stack, &format!("{url}/report.txt"), Some("bytes=15-")).await;
+    assert_eq!(past.status(), 416);
+    assert_eq!(past.headers()["content-range"], "bytes */15");
+    let body: serde_json::Value = past.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "RangeNotSatisfiable");
+    let empty = get(stack, &format!("{url}/empty"), None).await;
+    assert_eq!(empty.status(), 200);
+    assert!(empty.bytes().await.unwrap().is_empty());
+    let missing = get(stack, &format!("{url}/nope.txt"), None).await;
+    assert_eq!(missing.status(), 404);
+    let body: serde_json::Value = missing.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "NotFound");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("nope.txt"),
+        "{body}"
+    );
+    let bad = get(stack, &format!("{url}/..%2Fetc"), None).await;
+    assert_eq!(bad.status(), 400);
+    let anonymous = stack
+        .http
+        .get(format!("{url}/report.txt"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), 401);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tasks_artifacts_outlive_it_in_the_default_directory_store() {
+    let stack = start(1, vec![], &[]);
+    let dir = tempfile::tempdir().unwrap();
+    exported_and_read_back(&stack, dir.path()).await;
+    // In STATE_DIR/artifacts, under the namespace and the Run's UID.
+    let uid = stack.run("exports").unwrap()["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let stored = stack
+        .state_dir()
+        .join("artifacts/default")
+        .join(&uid)
+        .join("files/report.txt");
+    assert_eq!(std::fs::read(stored).unwrap(), b"hello artifacts");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_artifacts_fail_the_task_naming_the_file() {
+    let stack = start(
+        1,
+        vec![],
+        &["--runtimed-flag=--artifact-max-file-bytes=1000"],
+    );
+    for (name, script, file, why) in [
+        (
+            "symlink",
+            r#"printf ok > "$KRUNTIME_ARTIFACTS_DIR/fine"; ln -s /etc/passwd "$KRUNTIME_ARTIFACTS_DIR/p""#,
+            "\"p\"",
+            "symbolic link",
+        ),
+        (
+            "too-big",
+            r#"head -c 1001 /dev/zero > "$KRUNTIME_ARTIFACTS_DIR/big""#,
+            "\"big\"",
+            "1001",
+        ),
+        (
+            "bad-name",
+            r#"printf x > "$KRUNTIME_ARTIFACTS_DIR/a b""#,
+            "\"a b\"",
+            "character",
+        ),
+    ] {
+        let out = run_task(&stack, name, script);
+        assert_ne!(out.status.code(), Some(0), "{name}");
+        let run = stack.wait_phase(name, "Failed").await.unwrap();
+        assert_eq!(run["reason"], "ArtifactInvalid", "{name}: {run}");
+        let message = run["message"].as_str().unwrap();
+        assert!(message.contains(file), "{name}: {message}");
+        assert!(message.contains(why), "{name}: {message}");
+        assert!(message.contains("exited with code 0"), "{name}: {message}");
+        // Nothing of it is served.
+        let listed = get(&stack, &artifacts_url(&stack, name), None).await;
+        assert_eq!(listed.status(), 200);
+        let body: serde_json::Value = listed.json().await.unwrap();
+        assert_eq!(body["artifacts"], serde_json::json!([]), "{name}");
+    }
+}
+
+async fn s3_stack(s3: &S3Server, extra: &[&str]) -> Stack {
+    let mut extra_args: Vec<String> = vec![
+        "--artifacts".into(),
+        "s3://artifacts/e2e".into(),
+        "--artifacts-endpoint".into(),
+        s3.endpoint(),
+    ];
+    extra_args.extend(extra.iter().map(|s| s.to_string()));
+    Stack::start(
+        krt_binary(),
+        Options {
+            runtimed: 1,
+            max_runtimed: None,
+            runs: vec![],
+            extra_args,
+            env: vec![
+                (
+                    "KRUNTIMES_ARTIFACT_ACCESS_KEY_ID".into(),
+                    s3.access_key().into(),
+                ),
+                (
+                    "KRUNTIMES_ARTIFACT_SECRET_ACCESS_KEY".into(),
+                    s3.secret_key().into(),
+                ),
+            ],
+        },
+    )
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tasks_artifacts_go_to_a_real_s3_server_and_its_keys_stay_with_runtimed() {
+    let s3 = S3Server::start().await.unwrap();
+    s3.create_bucket("artifacts").await.unwrap();
+    let stack = s3_stack(&s3, &[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    exported_and_read_back(&stack, dir.path()).await;
+    let run = stack.run("exports").unwrap();
+    let uid = run["uid"].as_str().unwrap();
+    let report = run["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == "report.txt")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        report["uri"],
+        format!("s3://artifacts/e2e/default/{uid}/files/report.txt")
+    );
+    // Read back with the store's own client.
+    let got = s3
+        .get_object("artifacts", &format!("e2e/default/{uid}/files/report.txt"))
+        .await
+        .unwrap();
+    assert_eq!(got, b"hello artifacts");
+    // The secret is nowhere a user could read it: not in the task's
+    // environment (checked above), not in any log.
+    let logs = stack.all_logs();
+    assert!(
+        !logs.contains(s3.secret_key()),
+        "a log holds the secret key"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_away_during_the_export_is_waited_for_until_the_deadline() {
+    let mut s3 = S3Server::start().await.unwrap();
+    s3.create_bucket("artifacts").await.unwrap();
+    let stack = s3_stack(&s3, &["--runtimed-flag=--artifact-export-timeout-secs=8"]).await;
+    // Away, then back within the deadline: the Run succeeds.
+    s3.stop();
+    stack
+        .add_run(
+            "late.yaml",
+            "apiVersion: kruntimes.io/v1alpha1\nkind: Run\nmetadata:\n  name: late\n  namespace: default\nspec:\n  runtime: bash\n  source:\n    inline: 'printf late > \"$KRUNTIME_ARTIFACTS_DIR/late.txt\"'\n  mode:\n    task: {}\n",
+        )
+        .unwrap();
+    // The process has ended; the Run waits for its export.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(stack.run("late").unwrap()["phase"], "Running");
+    s3.restart().await.unwrap();
+    let run = stack.wait_phase("late", "Succeeded").await.unwrap();
+    assert_eq!(run["artifacts"][0]["name"], "late.txt", "{run}");
+    // Away past the deadline: the Run fails, saying so.
+    s3.stop();
+    let out = run_task(&stack, "lost", r#"printf x > "$KRUNTIME_ARTIFACTS_DIR/x""#);
+    assert_ne!(out.status.code(), Some(0));
+    let run = tokio::time::timeout(WITHIN, stack.wait_phase("lost", "Failed"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(run["reason"], "ArtifactExportFailed", "{run}");
+    assert!(
+        run["message"]
+            .as_str()
+            .unwrap()
+            .contains("could not be exported in 8 s"),
+        "{run}"
+    );
+}

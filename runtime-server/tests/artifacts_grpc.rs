@@ -1,0 +1,285 @@
+//! Artifacts over the Unix socket, as runtimed uses them: a task started
+//! with `artifacts` finds an empty private directory beside (not in) its
+//! working directory in `KRUNTIME_ARTIFACTS_DIR`; `CollectArtifacts` reads
+//! back what it left, in byte order and in bounded chunks, and refuses by
+//! name what cannot be an artifact or crosses a bound; the directory goes
+//! with the task and comes back empty for each attempt.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+
+use common::*;
+use kruntimes_proto::runtime::v1 as pb;
+use kruntimes_proto::runtime::{ARTIFACT_CHUNK_BYTES, ARTIFACTS_DIR_ENV};
+use tokio_stream::StreamExt;
+
+/// What a collection returned: each file's name, announced size and
+/// content, the number of data chunks, and the refusal that ended it.
+#[derive(Debug, Default)]
+struct Collected {
+    files: Vec<(String, u64, Vec<u8>)>,
+    chunks: usize,
+    refused: Option<pb::ArtifactRefused>,
+}
+
+impl Collected {
+    fn names(&self) -> Vec<&str> {
+        self.files.iter().map(|(n, _, _)| n.as_str()).collect()
+    }
+
+    /// The refusal's name and reason.
+    fn refusal(&self) -> (&str, &str) {
+        let r = self.refused.as_ref().expect("a refusal");
+        (r.name.as_str(), r.reason.as_str())
+    }
+}
+
+fn request(max_files: u32, max_file_bytes: u64) -> pb::CollectArtifactsRequest {
+    pb::CollectArtifactsRequest {
+        run_uid: UID.into(),
+        max_files,
+        max_file_bytes,
+        max_total_bytes: 0,
+    }
+}
+
+async fn collect(s: &mut Server, req: pb::CollectArtifactsRequest) -> Collected {
+    let mut stream = s
+        .client
+        .artifacts
+        .collect_artifacts(req)
+        .await
+        .unwrap()
+        .into_inner();
+    let mut c = Collected::default();
+    while let Some(chunk) = stream.next().await {
+        assert!(c.refused.is_none(), "nothing follows a refusal");
+        match chunk.unwrap().part.unwrap() {
+            pb::artifact_chunk::Part::File(f) => {
+                if let Some((name, size, data)) = c.files.last() {
+                    assert_eq!(data.len() as u64, *size, "{name}");
+                }
+                c.files.push((f.name, f.size, Vec::new()));
+            }
+            pb::artifact_chunk::Part::Data(d) => {
+                assert!(!d.is_empty() && d.len() <= ARTIFACT_CHUNK_BYTES);
+                c.chunks += 1;
+                c.files.last_mut().unwrap().2.extend_from_slice(&d);
+            }
+            pb::artifact_chunk::Part::Refused(r) => c.refused = Some(r),
+        }
+    }
+    if c.refused.is_none()
+        && let Some((name, size, data)) = c.files.last()
+    {
+        assert_eq!(data.len() as u64, *size, "{name}");
+    }
+    c
+}
+
+/// Starts a Bash task at `attempt` with an artifacts directory, runs
+/// `script` to its end (exit 0) and answers its standard output.
+async fn run_with_artifacts(s: &mut Server, attempt: u64, script: &str) -> String {
+    let req = pb::StartTaskRequest {
+        artifacts: true,
+        ..inline(
+            "bash",
+            attempt,
+            &format!("set -e\nd=\"${ARTIFACTS_DIR_ENV}\"\n{script}"),
+        )
+    };
+    s.client.tasks.start_task(req).await.unwrap();
+    // Its output is in the result's tail: a watch would see only what it
+    // writes once the watch has begun.
+    let (_, r) = watch(s, attempt, false).await;
+    assert_eq!(r.exit_code, 0, "{}", r.stderr_tail);
+    assert!(!r.stdout_truncated);
+    r.stdout_tail
+}
+
+fn artifacts_dir(s: &Server) -> std::path::PathBuf {
+    s.dir
+        .path()
+        .join("work")
+        .canonicalize()
+        .unwrap()
+        .join(".artifacts")
+        .join(UID)
+}
+
+/// The first `n` bytes of `seq 1 …`'s output.
+fn numbers(n: usize) -> Vec<u8> {
+    let mut v = Vec::with_capacity(n + 16);
+    let mut i = 1u64;
+    while v.len() < n {
+        v.extend_from_slice(format!("{i}\n").as_bytes());
+        i += 1;
+    }
+    v.truncate(n);
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tasks_artifacts_come_back_in_byte_order_with_their_bytes() {
+    let mut s = start().await;
+    let out = run_with_artifacts(
+        &mut s,
+        1,
+        "echo \"$d\"\n\
+         ls -A \"$d\" | wc -l\n\
+         mkdir -p \"$d/reports/deep\" \"$d/empty/deeper\"\n\
+         printf hello > \"$d/reports/a.txt\"\n\
+         : > \"$d/empty.txt\"\n\
+         seq 1 600000 | head -c 3145728 > \"$d/reports/deep/big.bin\"\n\
+         printf B > \"$d/B\"\n",
+    )
+    .await;
+    let mut lines = out.lines();
+    let dir = std::path::PathBuf::from(lines.next().unwrap());
+    // Absolute, private, empty at the start, beside the working directory.
+    assert_eq!(dir, artifacts_dir(&s));
+    assert_eq!(lines.next().unwrap().trim(), "0", "empty at the start");
+    assert!(!dir.starts_with(s.workspace()), "{}", dir.display());
+    assert!(!s.workspace().starts_with(&dir));
+    let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700);
+
+    let c = collect(&mut s, request(0, 0)).await;
+    assert!(c.refused.is_none(), "{:?}", c.refused);
+    assert_eq!(
+        c.names(),
+        ["B", "empty.txt", "reports/a.txt", "reports/deep/big.bin"]
+    );
+    let big = numbers(3 * 1024 * 1024);
+    let expected: [(&str, &[u8]); 4] = [
+        ("B", b"B"),
+        ("empty.txt", b""),
+        ("reports/a.txt", b"hello"),
+        ("reports/deep/big.bin", &big),
+    ];
+    for ((name, size, data), (en, ed)) in c.files.iter().zip(expected) {
+        assert_eq!((name.as_str(), *size), (en, ed.len() as u64));
+        assert!(data == ed, "{name}: the bytes differ");
+    }
+    // 3 MiB in 1 MiB chunks, one for each small file, none for the empty.
+    assert_eq!(c.chunks, 3 + 2);
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_without_artifacts_has_no_directory_and_no_variable() {
+    let mut s = start().await;
+    s.client
+        .tasks
+        .start_task(inline(
+            "bash",
+            1,
+            &format!("echo \"[${{{ARTIFACTS_DIR_ENV}-unset}}]\""),
+        ))
+        .await
+        .unwrap();
+    let (_, r) = watch(&mut s, 1, false).await;
+    assert_eq!((r.exit_code, r.stdout_tail.as_str()), (0, "[unset]\n"));
+    assert!(!artifacts_dir(&s).exists());
+    let c = collect(&mut s, request(0, 0)).await;
+    assert!(c.files.is_empty() && c.refused.is_none(), "{c:?}");
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_cannot_be_an_artifact_or_crosses_a_bound_is_refused_by_name() {
+    let mut s = start().await;
+    // Each case a new attempt: its directory starts empty again, whatever
+    // the attempt before left.
+    let cases: [(&str, pb::CollectArtifactsRequest, &str, &[&str]); 5] = [
+        (
+            "ln -s /etc/passwd \"$d/p\"",
+            request(0, 0),
+            "p",
+            &["symbolic link", "/etc/passwd"],
+        ),
+        (
+            "echo x > \"$d/a\"; ln \"$d/a\" \"$d/b\"",
+            request(0, 0),
+            "a",
+            &["2 hard links"],
+        ),
+        ("mkfifo \"$d/pipe\"", request(0, 0), "pipe", &["FIFO"]),
+        (
+            "head -c 2000 /dev/zero > \"$d/big\"",
+            request(0, 1000),
+            "big",
+            &["2000 bytes", "1000 bytes"],
+        ),
+        (
+            "touch \"$d/1\" \"$d/2\" \"$d/3\"",
+            request(2, 0),
+            "",
+            &["more than 2 files"],
+        ),
+    ];
+    for (attempt, (script, req, name, reasons)) in (1..).zip(cases) {
+        let listed = run_with_artifacts(&mut s, attempt, &format!("ls -A \"$d\"\n{script}")).await;
+        assert_eq!(
+            listed, "",
+            "attempt {attempt} starts with an empty directory"
+        );
+        let c = collect(&mut s, req).await;
+        let (n, reason) = c.refusal();
+        assert_eq!(n, name, "{script}: {reason}");
+        for r in reasons {
+            assert!(reason.contains(r), "{script}: {reason}");
+        }
+    }
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_directory_goes_with_the_task() {
+    let mut s = start().await;
+    run_with_artifacts(&mut s, 1, "echo kept > \"$d/f\"").await;
+    let dir = artifacts_dir(&s);
+    assert!(dir.join("f").exists());
+    let closed = s
+        .client
+        .tasks
+        .close_task(pb::CloseTaskRequest {
+            run_uid: UID.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(closed.existed);
+    assert!(!dir.exists() && !s.workspace().exists());
+    // A Run the server does not hold, a malformed Run UID.
+    let gone = s
+        .client
+        .artifacts
+        .collect_artifacts(request(0, 0))
+        .await
+        .unwrap_err();
+    assert_eq!(gone.code(), tonic::Code::NotFound, "{}", gone.message());
+    let bad = s
+        .client
+        .artifacts
+        .collect_artifacts(pb::CollectArtifactsRequest {
+            run_uid: "../etc".into(),
+            ..request(0, 0)
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        bad.code(),
+        tonic::Code::InvalidArgument,
+        "{}",
+        bad.message()
+    );
+    // Reset removes it too.
+    run_with_artifacts(&mut s, 1, "echo again > \"$d/f\"").await;
+    assert!(dir.join("f").exists());
+    s.client.server.reset(pb::ResetRequest {}).await.unwrap();
+    assert!(!dir.exists());
+    s.stop().await;
+}

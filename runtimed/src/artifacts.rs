@@ -1,0 +1,249 @@
+//! Artifacts on runtimed's side: the Runtime's store (runtimed is the one
+//! process of the Pod holding its credentials), the export of what a task
+//! left in its artifacts directory — read back from the Runtime Server,
+//! checked again, uploaded, retried while the store is away for at most
+//! the export deadline — and the dataplane route the gateway forwards
+//! artifact lists and downloads to.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use kruntimes_api::ArtifactRef;
+use kruntimes_artifacts::{ByteRange, ExportError, Limits, Store, StoreError};
+use kruntimes_proto::api::ErrorCode;
+use kruntimes_proto::runtime::v1 as rt;
+use tokio_stream::StreamExt as _;
+
+use crate::api_error::{ApiError, Reply};
+use crate::runtime::Link;
+
+/// First pause before an export is tried again; doubled up to
+/// [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+/// Longest pause between two tries of an export.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// Why a Run fails when its artifacts are invalid.
+pub const INVALID_REASON: &str = "ArtifactInvalid";
+/// Why a Run fails when the store did not take its artifacts in time.
+pub const EXPORT_FAILED_REASON: &str = "ArtifactExportFailed";
+
+/// The Runtime's artifact store and the bounds of an export.
+#[derive(Debug, Clone)]
+pub struct Artifacts {
+    /// The store.
+    pub store: Store,
+    /// Bounds of one export.
+    pub limits: Limits,
+    /// How long an export is tried before the Run fails.
+    pub deadline: Duration,
+}
+
+/// How an export ended, for the Run's status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exported {
+    /// Uploaded (possibly nothing).
+    Done(Vec<ArtifactRef>),
+    /// The Run fails: `reason` ([`INVALID_REASON`] or
+    /// [`EXPORT_FAILED_REASON`]) and a message naming the file or the
+    /// store's last error.
+    Failed {
+        /// Machine-readable reason.
+        reason: &'static str,
+        /// For people.
+        message: String,
+    },
+}
+
+impl Artifacts {
+    /// Exports the artifacts directory of Run `uid`: tried again with
+    /// backoff while the store (or the stream from the Runtime Server)
+    /// fails, until [`Self::deadline`]; an invalid directory fails at once.
+    pub async fn export(&self, link: &Link, namespace: &str, uid: &str) -> Exported {
+        let deadline = tokio::time::Instant::now() + self.deadline;
+        let mut backoff = FIRST_BACKOFF;
+        let mut tries = 0u32;
+        loop {
+            tries += 1;
+            let err = match self.try_export(link, namespace, uid).await {
+                Ok(refs) => {
+                    tracing::info!(run_uid = %uid, artifacts = refs.len(), bytes = refs.iter().map(|r| r.size).sum::<u64>(), tries, "artifacts exported");
+                    return Exported::Done(refs);
+                }
+                Err(e) => e,
+            };
+            if !err.is_transient() {
+                tracing::warn!(run_uid = %uid, error = %err, "artifacts refused");
+                let reason = match err {
+                    ExportError::Invalid { .. } => INVALID_REASON,
+                    _ => EXPORT_FAILED_REASON,
+                };
+                return Exported::Failed {
+                    reason,
+                    message: err.to_string(),
+                };
+            }
+            let now = tokio::time::Instant::now();
+            if now + backoff > deadline {
+                tracing::warn!(run_uid = %uid, error = %err, tries, "artifact export gave up at its deadline");
+                return Exported::Failed {
+                    reason: EXPORT_FAILED_REASON,
+                    message: format!(
+                        "the artifacts could not be exported in {} s ({tries} tries): {err}",
+                        self.deadline.as_secs()
+                    ),
+                };
+            }
+            tracing::info!(run_uid = %uid, error = %err, retry_in_ms = backoff.as_millis() as u64, "artifact export failed; trying again");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    async fn try_export(
+        &self,
+        link: &Link,
+        namespace: &str,
+        uid: &str,
+    ) -> Result<Vec<ArtifactRef>, ExportError> {
+        let req = rt::CollectArtifactsRequest {
+            run_uid: uid.to_owned(),
+            max_files: self.limits.max_files,
+            max_file_bytes: self.limits.max_file_bytes,
+            max_total_bytes: self.limits.max_total_bytes,
+        };
+        let stream = match link.client().artifacts.collect_artifacts(req).await {
+            Ok(s) => s.into_inner(),
+            // A server that keeps no artifacts directory has nothing to
+            // export.
+            Err(s) if s.code() == tonic::Code::Unimplemented => {
+                tracing::warn!(run_uid = %uid, "the runtime server does not serve ArtifactRuntime: nothing exported");
+                return Ok(Vec::new());
+            }
+            Err(s) => return Err(ExportError::Source(s.message().to_owned())),
+        };
+        let chunks = stream.map(|c| c.map_err(|s| s.message().to_owned()));
+        kruntimes_artifacts::export(&self.store, namespace, uid, chunks, &self.limits).await
+    }
+
+    /// `GET …/runs/{uid}/artifacts`: the Run's artifacts as JSON.
+    pub async fn list(&self, namespace: &str, uid: &str) -> Result<Response, ApiError> {
+        let manifest = self
+            .store
+            .manifest(namespace, uid)
+            .await
+            .map_err(store_error)?
+            .unwrap_or_default();
+        let body = serde_json::json!({ "artifacts": manifest.artifacts });
+        Ok((
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            body.to_string(),
+        )
+            .into_response())
+    }
+
+    /// `GET …/runs/{uid}/artifacts/{name}`: the artifact's content, or the
+    /// byte range the request's `Range` names, streamed from the store.
+    pub async fn download(
+        &self,
+        namespace: &str,
+        uid: &str,
+        name: &str,
+        headers: &HeaderMap,
+        r: &Reply<'_>,
+    ) -> Result<Response, ApiError> {
+        let manifest = self
+            .store
+            .manifest(namespace, uid)
+            .await
+            .map_err(store_error)?;
+        let Some(art) = manifest.as_ref().and_then(|m| m.get(name)).cloned() else {
+            return Err(ApiError::new(
+                ErrorCode::NotFound,
+                format!("run {uid} has no artifact named {name:?}"),
+            ));
+        };
+        let range = kruntimes_artifacts::parse_range(
+            headers.get(header::RANGE).and_then(|v| v.to_str().ok()),
+            art.size,
+        );
+        let part = match range {
+            ByteRange::Whole => None,
+            ByteRange::Part(r) => Some(r),
+            ByteRange::Unsatisfiable => {
+                let mut resp = r.error(ApiError::new(
+                    ErrorCode::RangeNotSatisfiable,
+                    format!(
+                        "the range starts at or past the end of the {}-byte artifact",
+                        art.size
+                    ),
+                ));
+                resp.headers_mut().insert(
+                    header::CONTENT_RANGE,
+                    value(&format!("bytes */{}", art.size)),
+                );
+                return Ok(resp);
+            }
+        };
+        // An empty artifact has nothing to ask the store for.
+        let read = if art.size == 0 {
+            None
+        } else {
+            Some(
+                self.store
+                    .read(namespace, uid, name, part.clone())
+                    .await
+                    .map_err(|e| match e {
+                        StoreError::NotFound => ApiError::new(
+                            ErrorCode::NotFound,
+                            format!("artifact {name:?} of run {uid} is no longer in the store"),
+                        ),
+                        e => store_error(e),
+                    })?,
+            )
+        };
+        let (status, len) = match &part {
+            Some(r) => (StatusCode::PARTIAL_CONTENT, r.end - r.start),
+            None => (StatusCode::OK, art.size),
+        };
+        let body = match read {
+            Some(r) => Body::from_stream(r.body),
+            None => Body::empty(),
+        };
+        let mut resp = Response::new(body);
+        *resp.status_mut() = status;
+        let h = resp.headers_mut();
+        h.insert(header::CONTENT_TYPE, value("application/octet-stream"));
+        h.insert(header::CONTENT_LENGTH, value(&len.to_string()));
+        h.insert(header::ACCEPT_RANGES, value("bytes"));
+        h.insert(header::ETAG, value(&format!("\"{}\"", art.sha256)));
+        h.insert("x-kruntimes-artifact-sha256", value(&art.sha256));
+        h.insert("x-kruntimes-artifact-size", value(&art.size.to_string()));
+        let file = name.rsplit('/').next().unwrap_or(name);
+        h.insert(
+            header::CONTENT_DISPOSITION,
+            value(&format!("attachment; filename=\"{file}\"")),
+        );
+        if let Some(r) = part {
+            h.insert(
+                header::CONTENT_RANGE,
+                value(&format!("bytes {}-{}/{}", r.start, r.end - 1, art.size)),
+            );
+        }
+        Ok(resp)
+    }
+}
+
+/// A header value of text this module builds (ASCII by construction: sizes,
+/// hex digests, artifact names).
+fn value(s: &str) -> HeaderValue {
+    HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+fn store_error(e: StoreError) -> ApiError {
+    tracing::warn!(error = %e, "artifact store call failed");
+    ApiError::new(ErrorCode::ArtifactStoreUnavailable, e.to_string())
+}
