@@ -4,13 +4,14 @@
 
 use k8s_openapi::api::core::v1::{
     ConfigMapProjection, Container, ContainerPort, DownwardAPIProjection, DownwardAPIVolumeFile,
-    KeyToPath, ObjectFieldSelector, Probe, ProjectedVolumeSource, SecretVolumeSource,
-    ServiceAccountTokenProjection, TCPSocketAction, Volume, VolumeProjection,
+    EnvVar, EnvVarSource, KeyToPath, ObjectFieldSelector, Probe, ProjectedVolumeSource,
+    SecretKeySelector, SecretVolumeSource, ServiceAccountTokenProjection, TCPSocketAction, Volume,
+    VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kruntimes_api::{Backend, Runtime};
 
-use super::parts::{empty_dir, field_env, mount};
+use super::parts::{empty_dir, env, field_env, mount};
 use super::{
     DATAPLANE_PORT, DATAPLANE_PORT_NAME, PodSettings, RUNTIMED_CONTAINER, SOCKET_DIR, SOCKET_PATH,
     SOCKET_VOLUME, security,
@@ -59,12 +60,17 @@ pub(super) fn container(rt: &Runtime, s: &PodSettings) -> Container {
         name: RUNTIMED_CONTAINER.into(),
         image: Some(s.runtimed_image.clone()),
         args: Some(args),
-        env: Some(vec![
-            field_env("KRUNTIMES_RUNTIMED_NAME", "metadata.name"),
-            field_env("KRUNTIMES_RUNTIMED_POD_UID", "metadata.uid"),
-            field_env("KRUNTIMES_RUNTIMED_POD_NAMESPACE", "metadata.namespace"),
-            field_env("POD_IP", "status.podIP"),
-        ]),
+        env: Some(
+            [
+                field_env("KRUNTIMES_RUNTIMED_NAME", "metadata.name"),
+                field_env("KRUNTIMES_RUNTIMED_POD_UID", "metadata.uid"),
+                field_env("KRUNTIMES_RUNTIMED_POD_NAMESPACE", "metadata.namespace"),
+                field_env("POD_IP", "status.podIP"),
+            ]
+            .into_iter()
+            .chain(artifact_store_env(rt))
+            .collect(),
+        ),
         ports: Some(vec![ContainerPort {
             name: Some(DATAPLANE_PORT_NAME.into()),
             container_port: DATAPLANE_PORT,
@@ -89,6 +95,43 @@ pub(super) fn container(rt: &Runtime, s: &PodSettings) -> Container {
         security_context: Some(security::container(security::RUNTIMED_USER)),
         ..Default::default()
     }
+}
+
+/// `spec.artifactStore` for runtimed alone: the bucket as JSON, the
+/// credentials from their Secret (read by the kubelet into this container's
+/// environment; the `runtime` container never gets them).
+fn artifact_store_env(rt: &Runtime) -> Vec<EnvVar> {
+    let Some(spec) = &rt.spec.artifact_store else {
+        return Vec::new();
+    };
+    let store = kruntimes_artifacts::StoreConfig::S3(kruntimes_artifacts::S3Config::of(spec));
+    let mut v = vec![env(kruntimes_artifacts::STORE_ENV, &store.to_json())];
+    if let Some(secret) = &spec.credentials_secret {
+        for (name, key) in [
+            (
+                kruntimes_artifacts::ACCESS_KEY_ID_ENV,
+                secret.access_key_id_key(),
+            ),
+            (
+                kruntimes_artifacts::SECRET_ACCESS_KEY_ENV,
+                secret.secret_access_key_key(),
+            ),
+        ] {
+            v.push(EnvVar {
+                name: name.into(),
+                value_from: Some(EnvVarSource {
+                    secret_key_ref: Some(SecretKeySelector {
+                        name: secret.name.clone(),
+                        key: key.into(),
+                        optional: Some(false),
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+        }
+    }
+    v
 }
 
 /// The volumes only `runtimed` mounts.

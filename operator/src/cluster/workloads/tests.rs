@@ -579,3 +579,80 @@ fn the_runtime_container_gets_its_resources_from_the_capacity_unless_the_templat
     // No declared resources: nothing derived.
     assert!(runtime(pod(&rt())).limits.is_none());
 }
+
+#[test]
+fn the_artifact_store_and_its_credentials_reach_runtimed_alone() {
+    let mut r = rt();
+    r.spec.artifact_store = Some(kruntimes_api::ArtifactStoreSpec {
+        endpoint: Some("http://minio.storage:9000".into()),
+        bucket: "artifacts".into(),
+        prefix: Some("team-a".into()),
+        credentials_secret: Some(kruntimes_api::CredentialsSecret {
+            name: "s3-keys".into(),
+            secret_access_key_key: Some("secret".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let pod = pod(&r);
+    let env = |name: &str| {
+        container(&pod, name)
+            .env
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|e| (e.name.clone(), e))
+            .collect::<BTreeMap<_, _>>()
+    };
+    let runtimed = env("runtimed");
+    let store = runtimed["KRUNTIMES_ARTIFACT_STORE"].value.clone().unwrap();
+    assert_eq!(
+        kruntimes_artifacts::StoreConfig::parse(&store).unwrap(),
+        kruntimes_artifacts::StoreConfig::S3(kruntimes_artifacts::S3Config {
+            endpoint: Some("http://minio.storage:9000".into()),
+            bucket: "artifacts".into(),
+            prefix: Some("team-a".into()),
+            ..Default::default()
+        })
+    );
+    for (var, key) in [
+        ("KRUNTIMES_ARTIFACT_ACCESS_KEY_ID", "accessKeyId"),
+        ("KRUNTIMES_ARTIFACT_SECRET_ACCESS_KEY", "secret"),
+    ] {
+        let sel = runtimed[var]
+            .value_from
+            .as_ref()
+            .and_then(|v| v.secret_key_ref.clone())
+            .unwrap();
+        assert_eq!((sel.name.as_str(), sel.key.as_str()), ("s3-keys", key));
+        assert!(runtimed[var].value.is_none(), "never inline");
+    }
+    let runtime = env("runtime");
+    assert!(
+        runtime.keys().all(|k| !k.contains("ARTIFACT")),
+        "{:?}",
+        runtime.keys()
+    );
+    assert!(
+        container(&pod, "runtime").env_from.is_none(),
+        "nothing imported wholesale"
+    );
+    // Without a store: no variable at all.
+    assert!(
+        env_of(&pod_of_rt()).iter().all(|k| !k.contains("ARTIFACT")),
+        "a Runtime without a store"
+    );
+}
+
+fn pod_of_rt() -> PodSpec {
+    pod(&rt())
+}
+
+fn env_of(pod: &PodSpec) -> Vec<String> {
+    container(pod, "runtimed")
+        .env
+        .iter()
+        .flatten()
+        .map(|e| e.name.clone())
+        .collect()
+}
