@@ -378,7 +378,9 @@ fn invalid_runs_fail_with_a_reason_and_tasks_are_placed() {
     assert_eq!(s["bad"].reason.as_deref(), Some("InvalidSpec"));
     assert_eq!(s["task"].reason.as_deref(), Some("Scheduled"));
     assert_eq!(s["task"].assigned_pod.as_deref(), Some("p"));
-    assert!(s["task"].endpoint.is_none(), "a task has no URL");
+    // A task is never called: its endpoint is where its artifacts are read.
+    let url = &s["task"].endpoint.as_ref().unwrap().url;
+    assert!(url.ends_with("/runs/uid-task/artifacts"), "{url}");
 }
 
 #[test]
@@ -560,7 +562,7 @@ fn a_finished_task_is_deleted_by_uid_once_its_ttl_has_passed_since_completion() 
 }
 
 #[test]
-fn a_running_task_gets_no_endpoint_from_the_owned_runs_refresh() {
+fn a_running_task_gets_its_artifacts_endpoint_from_the_owned_runs_refresh() {
     let p = pod("p1");
     let mut t = assigned(run("t", 0), &p, RunPhase::Running, 1);
     t.mode = Ok(ModeKind::Task);
@@ -573,6 +575,14 @@ fn a_running_task_gets_no_endpoint_from_the_owned_runs_refresh() {
         at(1),
     );
     let written = statuses(&ops);
-    assert!(!written.contains_key("t"), "{ops:?}");
-    assert!(written["f"].endpoint.is_some());
+    let url = &written["t"].endpoint.as_ref().unwrap().url;
+    assert!(url.ends_with("/artifacts"), "{url}");
+    assert!(
+        written["f"]
+            .endpoint
+            .as_ref()
+            .unwrap()
+            .url
+            .ends_with(":invoke")
+    );
 }

@@ -141,8 +141,14 @@ fn invalid_manifests_fail_without_scheduling_and_tasks_are_started() {
         life(&c, "task"),
         (Phase::Scheduled, Some(Reason::Scheduled), 1)
     );
-    // Tasks have no URL: nothing is routed to them.
-    assert!(c.ownership_entries().is_empty());
+    // Tasks are in the table (the gateway reads their artifacts), as tasks:
+    // the invoke and session routes refuse them.
+    let entries = c.ownership_entries();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!(
+        entries[0].mode,
+        kruntimes_proto::ownership::v1::Mode::Task as i32
+    );
 }
 
 #[test]

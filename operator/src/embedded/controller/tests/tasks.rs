@@ -71,7 +71,15 @@ fn a_task_starts_once_and_its_exit_ends_the_run_and_frees_the_pod_at_once() {
         (t.exit_code, t.attempt, t.stdout_tail.as_str()),
         (0, 1, "exit 0\n")
     );
-    assert!(status.endpoint.is_none());
+    assert!(
+        status
+            .endpoint
+            .as_deref()
+            .unwrap()
+            .ends_with(&format!("/runs/{u}/artifacts")),
+        "{:?}",
+        status.endpoint
+    );
     // Deleting the Run releases it for good (result and log).
     let actions = c.apply_store(BTreeMap::new(), now);
     assert_eq!(actions, vec![released_for_good(u)]);
