@@ -5,8 +5,8 @@
 //! store's credentials) reads them back from the Runtime Server, checks them
 //! again and uploads them here ([`export`]); the gateway's artifacts route
 //! reaches a runtimed of the Runtime, which streams them back from here
-//! ([`Store::read`]), byte ranges included. The operator deletes a Run's
-//! artifacts when they are due ([`Store::delete_run`]).
+//! ([`Store::read`]), byte ranges included. [`Store::delete_run`] and
+//! [`Store::runs`] are what retention and the orphan sweep will use.
 //!
 //! One interface over S3-compatible servers and local directories: the
 //! [`object_store`] crate. Keys:
