@@ -8,7 +8,7 @@ use secrecy::SecretString;
 use serde::{Deserialize, Serialize};
 
 /// The environment variable holding a [`StoreConfig`] as JSON.
-pub const STORE_ENV: &str = "KRUNTIMES_ARTIFACT_STORE";
+pub const STORE_ENV: &str = "KRUNTIMES_RUNTIMED_ARTIFACT_STORE";
 /// The environment variable holding the S3 access key id.
 pub const ACCESS_KEY_ID_ENV: &str = "KRUNTIMES_ARTIFACT_ACCESS_KEY_ID";
 /// The environment variable holding the S3 secret access key.

@@ -122,7 +122,7 @@ pub struct Args {
     /// only from `KRUNTIMES_ARTIFACT_ACCESS_KEY_ID` and
     /// `KRUNTIMES_ARTIFACT_SECRET_ACCESS_KEY` (or the Pod's own identity).
     /// Without it, tasks get no artifacts directory.
-    #[arg(long, env = "KRUNTIMES_ARTIFACT_STORE")]
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_ARTIFACT_STORE")]
     pub artifact_store: Option<String>,
     /// How long an export of artifacts is tried (the store away) before the
     /// Run fails with `ArtifactExportFailed`, seconds.

@@ -74,3 +74,27 @@ fn advertised_addresses_get_brackets_when_ipv6_needs_them() {
         assert!(advertised(bad).is_err(), "{bad:?}");
     }
 }
+
+#[test]
+fn an_artifact_store_that_cannot_be_used_is_refused_at_start() {
+    let err =
+        config(&["--artifact-store={\"s3\":{\"bucket\":\"b\",\"secret\":\"x\"}}"]).unwrap_err();
+    assert!(
+        matches!(&err, ConfigError::ArtifactStore(m) if m.contains("unknown field")),
+        "{err}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let json = format!(
+        "{{\"directory\":{{\"path\":{:?}}}}}",
+        dir.path().join("store").display().to_string()
+    );
+    let ok = config(&[
+        &format!("--artifact-store={json}"),
+        "--artifact-max-files=7",
+    ])
+    .unwrap();
+    let a = ok.artifacts.unwrap();
+    assert_eq!(a.limits.max_files, 7);
+    assert!(dir.path().join("store").is_dir(), "created");
+    assert!(config(&[]).unwrap().artifacts.is_none());
+}

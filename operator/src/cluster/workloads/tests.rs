@@ -605,7 +605,10 @@ fn the_artifact_store_and_its_credentials_reach_runtimed_alone() {
             .collect::<BTreeMap<_, _>>()
     };
     let runtimed = env("runtimed");
-    let store = runtimed["KRUNTIMES_ARTIFACT_STORE"].value.clone().unwrap();
+    let store = runtimed["KRUNTIMES_RUNTIMED_ARTIFACT_STORE"]
+        .value
+        .clone()
+        .unwrap();
     assert_eq!(
         kruntimes_artifacts::StoreConfig::parse(&store).unwrap(),
         kruntimes_artifacts::StoreConfig::S3(kruntimes_artifacts::S3Config {
