@@ -14,7 +14,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // prost derives `Eq` only for messages without repeated message fields;
     // these hold only `Eq` fields (the gateway compares table entries).
     tonic_prost_build::configure()
-        .message_attribute(".kruntimes.ownership.v1.TaskOutcome", "#[derive(Eq)]")
+        .message_attribute(".kruntimes.ownership.v1.ExportOutcome", "#[derive(Eq)]")
         .message_attribute(".kruntimes.ownership.v1.OwnershipEntry", "#[derive(Eq)]")
         .compile_fds(fds)?;
     Ok(())

@@ -130,10 +130,10 @@ impl ArtifactRef {
     }
 }
 
-/// `status.artifacts` of a task as its owner published it: at most
+/// `status.artifacts` of a Run as its owner published its export: at most
 /// [`MAX_STATUS_ARTIFACTS`], in the order published (a custom owner may
 /// send more).
-pub fn status_artifacts(outcome: &own::TaskOutcome) -> Vec<ArtifactRef> {
+pub fn status_artifacts(outcome: &own::ExportOutcome) -> Vec<ArtifactRef> {
     outcome
         .artifacts
         .iter()
@@ -148,7 +148,7 @@ mod tests {
 
     #[test]
     fn status_keeps_at_most_the_bound_in_order() {
-        let outcome = own::TaskOutcome {
+        let outcome = own::ExportOutcome {
             artifacts: (0..150)
                 .map(|i| own::ArtifactRef {
                     name: format!("f{i}"),

@@ -62,6 +62,7 @@ pub fn control_entry(run: &Published<'_>, owner: Option<own::Owner>) -> own::Own
             String::new()
         },
         task: None,
+        export: None,
     }
 }
 
@@ -103,14 +104,15 @@ pub fn local(entry: &own::OwnershipEntry) -> Local {
         phase: parse(entry.phase),
         reason: entry.reason.clone(),
         exit: entry.task.as_ref().filter(|t| t.ended).map(|t| t.exit_code),
+        exported: entry.export.is_some(),
         artifacts_failed: entry
-            .task
+            .export
             .as_ref()
-            .filter(|t| t.ended && !t.artifacts_failure.is_empty())
-            .map(|t| {
+            .filter(|x| !x.failure.is_empty())
+            .map(|x| {
                 (
-                    t.artifacts_failure == Reason::ArtifactInvalid.as_str(),
-                    t.artifacts_message.clone(),
+                    x.failure == Reason::ArtifactInvalid.as_str(),
+                    x.message.clone(),
                 )
             }),
     }

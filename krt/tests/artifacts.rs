@@ -336,3 +336,75 @@ async fn a_store_away_during_the_export_is_waited_for_until_the_deadline() {
         "{run}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drained_session_exports_its_artifacts_before_it_succeeds() {
+    let stack = start(1, vec![], &[]);
+    let krt = |args: &[&str]| {
+        let out = stack.krt(args).unwrap();
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    };
+    let (code, _, err) = krt(&["session", "create", "sb"]);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, _, err) = krt(&[
+        "session",
+        "exec",
+        "sb",
+        "--shell",
+        r#"mkdir -p "$KRUNTIME_ARTIFACTS_DIR/notes" && printf 'from the agent' > "$KRUNTIME_ARTIFACTS_DIR/notes/result.md" && env | grep -c ARTIFACT_ACCESS || true"#,
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    // Drained: exported before the workspace goes, then Succeeded.
+    let (code, out, err) = krt(&["session", "close", "sb"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert_eq!(out.trim(), "Succeeded");
+    let run = stack.run("sb").unwrap();
+    assert_eq!(run["artifacts"][0]["name"], "notes/result.md", "{run}");
+    assert_eq!(run["artifacts"][0]["sha256"], sha(b"from the agent"));
+    let (code, body, err) = krt(&["artifacts", "get", "sb", "notes/result.md"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(body, "from the agent");
+    let url = format!(
+        "{}/v1/namespaces/default/runtimes/bash/runs/{}/artifacts",
+        stack.gateway,
+        run["uid"].as_str().unwrap()
+    );
+    let listed: serde_json::Value = get(&stack, &url, None).await.json().await.unwrap();
+    assert_eq!(listed["artifacts"].as_array().unwrap().len(), 1);
+
+    // An invalid directory fails the drained session, naming the file.
+    let (code, _, err) = krt(&["session", "create", "sb2"]);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, _, err) = krt(&[
+        "session",
+        "exec",
+        "sb2",
+        "--shell",
+        r#"ln -s /etc/passwd "$KRUNTIME_ARTIFACTS_DIR/passwd""#,
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, out, err) = krt(&["session", "close", "sb2"]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    let run = stack.wait_phase("sb2", "Failed").await.unwrap();
+    assert_eq!(run["reason"], "ArtifactInvalid", "{run}");
+    let message = run["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("drained; artifact \"passwd\""),
+        "{message}"
+    );
+    // Cancelled sessions export nothing.
+    let (code, _, err) = krt(&["session", "create", "sb3"]);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, _, err) = krt(&[
+        "session",
+        "exec",
+        "sb3",
+        "--shell",
+        r#"printf x > "$KRUNTIME_ARTIFACTS_DIR/x""#,
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, out, err) = krt(&["session", "close", "sb3", "--cancel"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let run = stack.run("sb3").unwrap();
+    assert!(run.get("artifacts").is_none(), "{run}");
+}

@@ -1,11 +1,13 @@
 //! Artifacts: the directory a task started with `StartTaskRequest.artifacts`
+//! (or every command of a session opened with `OpenSessionRequest.artifacts`)
 //! writes its files into (`KRUNTIME_ARTIFACTS_DIR`), and `CollectArtifacts`,
 //! which reads it back for runtimed.
 //!
 //! The directory is `{work_root}/.artifacts/{run_uid}`: beside the task's
-//! working directory (`{work_root}/{run_uid}`), never inside it, and under a
-//! name no Run UID (`[0-9a-f-]`) can take. It is created empty, mode 0700,
-//! for each attempt and removed with the task.
+//! working directory or the session's workspace (`{work_root}/{run_uid}`),
+//! never inside it, and under a name no Run UID (`[0-9a-f-]`) can take. It is
+//! created empty, mode 0700, for each attempt and removed with the task or
+//! the session.
 //!
 //! The walk trusts nothing beneath the work root: every directory is opened
 //! relative to its parent's descriptor with `O_NOFOLLOW | O_DIRECTORY`

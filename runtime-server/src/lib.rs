@@ -21,8 +21,8 @@
 //!   `InvokeFunction` without HTTP/2 (Bash functions' hot path).
 //! - [`function`]: registrations and their backends; `session`:
 //!   workspaces, commands and files; `task`: one process per Run attempt;
-//!   `artifacts`: a task's artifacts directory, walked without following
-//!   a link.
+//!   `artifacts`: a task's or a session's artifacts directory, walked
+//!   without following a link.
 //! - `confine`: what of the file system the server and its user code
 //!   may reach.
 //! - [`contain`], `env`, `source`, `logs`, `held`: process trees,

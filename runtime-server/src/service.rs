@@ -388,11 +388,18 @@ impl ArtifactRuntime for Handle {
     ) -> Result<Response<Self::CollectArtifactsStream>, Status> {
         let r = req.into_inner();
         let uid = validate::run_uid(&r.run_uid)?;
-        let task = self.0.tasks.get(&uid, 0)?;
+        // The Run's task, else its session.
+        let location = match (self.0.tasks.get(&uid, 0), self.0.sessions.get(&uid)) {
+            (Ok(task), _) => task.artifacts().cloned(),
+            (Err(_), Ok(session)) => session.artifacts().cloned(),
+            (Err(_), Err(_)) => {
+                return Err(Error::NotFound(format!("task or session {uid}")).into());
+            }
+        };
         let bounds = artifacts::Bounds::from(&r);
         let (tx, rx) = tokio::sync::mpsc::channel(ARTIFACT_STREAM_BUFFER);
-        // A task started without a directory: an empty stream.
-        if let Some(at) = task.artifacts().cloned() {
+        // A Run given no directory: an empty stream.
+        if let Some(at) = location {
             // Reading is blocking; the channel paces it to the client and
             // ends it when the client goes away.
             tokio::task::spawn_blocking(move || {

@@ -102,6 +102,8 @@ pub struct Open {
     pub source: Option<(String, String)>,
     /// The session's variables.
     pub env: BTreeMap<String, String>,
+    /// Whether the session gets an artifacts directory.
+    pub artifacts: bool,
 }
 
 /// A validated `RunCommand`.
@@ -305,6 +307,7 @@ pub fn open(req: pb::OpenSessionRequest) -> Result<Open> {
         attempt: attempt(req.attempt)?,
         source: inline(req.source)?.map(|(p, text)| (p.unwrap_or_else(|| "main.sh".into()), text)),
         env: environment(req.env)?,
+        artifacts: req.artifacts,
     })
 }
 

@@ -3,7 +3,9 @@
 //! working directory in `KRUNTIME_ARTIFACTS_DIR`; `CollectArtifacts` reads
 //! back what it left, in byte order and in bounded chunks, and refuses by
 //! name what cannot be an artifact or crosses a bound; the directory goes
-//! with the task and comes back empty for each attempt.
+//! with the task and comes back empty for each attempt. A session opened
+//! with `artifacts` gets the same directory, named to every command it runs,
+//! and loses it with the session.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -281,5 +283,173 @@ async fn the_directory_goes_with_the_task() {
     assert!(dir.join("f").exists());
     s.client.server.reset(pb::ResetRequest {}).await.unwrap();
     assert!(!dir.exists());
+    s.stop().await;
+}
+
+/// Runs `script` in the session (`d` names its artifacts directory) to its
+/// end (exit 0) and answers its standard output.
+async fn in_session(s: &mut Server, script: &str) -> String {
+    let events = s
+        .shell(&format!("set -e\nd=\"${ARTIFACTS_DIR_ENV}\"\n{script}"))
+        .await;
+    let (_, r) = finish(events).await;
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(r.state, pb::CommandState::Succeeded as i32, "{stderr}");
+    String::from_utf8(r.stdout).unwrap()
+}
+
+/// Runs `argv` (no shell) in the session with `env` on top of its own, to
+/// its end (exit 0); its standard output.
+async fn argv_in_session(s: &mut Server, argv: &[&str], env: &[(&str, &str)]) -> String {
+    let events = s
+        .client
+        .sessions
+        .run_command(pb::RunCommandRequest {
+            run_uid: UID.into(),
+            argv: argv.iter().map(|a| (*a).to_owned()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            timeout_ms: 60_000,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let (_, r) = finish(events).await;
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(r.state, pb::CommandState::Succeeded as i32, "{stderr}");
+    String::from_utf8(r.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_commands_fill_its_artifacts_directory_and_they_come_back() {
+    let mut s = start().await;
+    s.open_at(1, true).await;
+    let out = in_session(&mut s, "echo \"$d\"\nls -A \"$d\" | wc -l\n").await;
+    let mut lines = out.lines();
+    let dir = std::path::PathBuf::from(lines.next().unwrap());
+    // Absolute, private, empty at the start, beside the workspace.
+    assert_eq!(dir, artifacts_dir(&s));
+    assert_eq!(lines.next().unwrap().trim(), "0", "empty at the start");
+    assert!(!dir.starts_with(s.workspace()), "{}", dir.display());
+    assert!(!s.workspace().starts_with(&dir));
+    let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700);
+    // Every command sees it, a shell's and a program's without one, and
+    // the server's value wins over the command's own.
+    let printed = argv_in_session(
+        &mut s,
+        &["printenv", ARTIFACTS_DIR_ENV],
+        &[(ARTIFACTS_DIR_ENV, "/tmp/elsewhere")],
+    )
+    .await;
+    assert_eq!(printed, format!("{}\n", dir.display()));
+    in_session(
+        &mut s,
+        "mkdir -p \"$d/logs/deep\" \"$d/empty/deeper\"\nprintf hello > \"$d/logs/a.txt\"\n",
+    )
+    .await;
+    in_session(
+        &mut s,
+        "seq 1 400000 | head -c 2097152 > \"$d/logs/deep/big.bin\"\n: > \"$d/none\"\n",
+    )
+    .await;
+    // A program writes there too (a workspace file copied in); what stays
+    // in the workspace is no artifact.
+    std::fs::write(s.workspace().join("ws.txt"), b"hello").unwrap();
+    let z = format!("{}/Z", dir.display());
+    assert_eq!(
+        argv_in_session(&mut s, &["cp", "ws.txt", &z], &[]).await,
+        ""
+    );
+
+    let c = collect(&mut s, request(0, 0)).await;
+    assert!(c.refused.is_none(), "{:?}", c.refused);
+    assert_eq!(c.names(), ["Z", "logs/a.txt", "logs/deep/big.bin", "none"]);
+    let big = numbers(2 * 1024 * 1024);
+    let expected: [(&str, &[u8]); 4] = [
+        ("Z", b"hello"),
+        ("logs/a.txt", b"hello"),
+        ("logs/deep/big.bin", &big),
+        ("none", b""),
+    ];
+    for ((name, size, data), (en, ed)) in c.files.iter().zip(expected) {
+        assert_eq!((name.as_str(), *size), (en, ed.len() as u64));
+        assert!(data == ed, "{name}: the bytes differ");
+    }
+    // 2 MiB in 1 MiB chunks, one for each small file, none for the empty.
+    assert_eq!(c.chunks, 2 + 2);
+
+    // A new attempt starts with an empty directory again.
+    s.open_at(2, true).await;
+    assert_eq!(in_session(&mut s, "ls -A \"$d\"").await, "");
+    let c = collect(&mut s, request(0, 0)).await;
+    assert!(c.files.is_empty() && c.refused.is_none(), "{c:?}");
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_without_artifacts_has_no_directory_and_no_variable() {
+    let mut s = start().await;
+    // A directory an earlier attempt had goes with it.
+    s.open_at(1, true).await;
+    in_session(&mut s, "echo left > \"$d/f\"").await;
+    assert!(artifacts_dir(&s).join("f").exists());
+    s.open_at(2, false).await;
+    let unset = format!("echo \"[${{{ARTIFACTS_DIR_ENV}-unset}}]\"");
+    assert_eq!(in_session(&mut s, &unset).await, "[unset]\n");
+    assert!(!artifacts_dir(&s).exists());
+    // A session the server holds, with nothing to collect.
+    let c = collect(&mut s, request(0, 0)).await;
+    assert!(c.files.is_empty() && c.refused.is_none(), "{c:?}");
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_symbolic_link_in_a_sessions_directory_is_refused_by_name() {
+    let mut s = start().await;
+    s.open_at(1, true).await;
+    in_session(&mut s, "echo ok > \"$d/a\"\nln -s /etc/passwd \"$d/p\"").await;
+    let c = collect(&mut s, request(0, 0)).await;
+    assert_eq!(c.names(), ["a"]);
+    let (name, reason) = c.refusal();
+    assert_eq!(name, "p", "{reason}");
+    assert!(reason.contains("symbolic link"), "{reason}");
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_directory_goes_with_the_session() {
+    let mut s = start().await;
+    s.open_at(1, true).await;
+    in_session(&mut s, "echo kept > \"$d/f\"").await;
+    let dir = artifacts_dir(&s);
+    assert!(dir.join("f").exists());
+    let closed = s
+        .client
+        .sessions
+        .close_session(pb::CloseSessionRequest {
+            run_uid: UID.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(closed.existed);
+    assert!(!dir.exists() && !s.workspace().exists());
+    let gone = s
+        .client
+        .artifacts
+        .collect_artifacts(request(0, 0))
+        .await
+        .unwrap_err();
+    assert_eq!(gone.code(), tonic::Code::NotFound, "{}", gone.message());
+    // Reset removes it too.
+    s.open_at(1, true).await;
+    in_session(&mut s, "echo again > \"$d/f\"").await;
+    assert!(dir.join("f").exists());
+    s.client.server.reset(pb::ResetRequest {}).await.unwrap();
+    assert!(!dir.exists() && !s.workspace().exists());
     s.stop().await;
 }

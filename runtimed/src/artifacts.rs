@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 use kruntimes_api::ArtifactRef;
 use kruntimes_artifacts::{ByteRange, ExportError, Limits, Store, StoreError};
 use kruntimes_proto::api::ErrorCode;
+use kruntimes_proto::ownership::v1 as own;
 use kruntimes_proto::runtime::v1 as rt;
 use tokio_stream::StreamExt as _;
 
@@ -55,6 +56,28 @@ pub enum Exported {
         /// For people.
         message: String,
     },
+}
+
+impl Exported {
+    /// The outcome as the owner publishes it (at most
+    /// [`kruntimes_api::MAX_STATUS_ARTIFACTS`] refs).
+    pub fn to_wire(&self) -> own::ExportOutcome {
+        match self {
+            Self::Done(refs) => own::ExportOutcome {
+                artifacts: refs
+                    .iter()
+                    .take(kruntimes_api::MAX_STATUS_ARTIFACTS)
+                    .map(ArtifactRef::to_wire)
+                    .collect(),
+                ..Default::default()
+            },
+            Self::Failed { reason, message } => own::ExportOutcome {
+                failure: (*reason).to_owned(),
+                message: message.clone(),
+                ..Default::default()
+            },
+        }
+    }
 }
 
 impl Artifacts {

@@ -31,7 +31,7 @@ const IDLE_CHECK: Duration = Duration::from_secs(1);
 fn modes(config: &Config, pod: &Arc<LocalPod>, link: &Arc<Link>) -> Host {
     let engine = Engine::new(pod.clone(), config.engine.clone(), link.clone());
     engine.spawn_idle_reaper(IDLE_CHECK);
-    let sessions = Sessions::new(pod.clone(), link.clone());
+    let sessions = Sessions::new(pod.clone(), link.clone(), config.artifacts.clone());
     sessions.spawn_idle_reaper(IDLE_CHECK);
     let tasks = Tasks::new(
         pod.clone(),

@@ -60,6 +60,10 @@ impl Host {
                 IdCheck::Current | IdCheck::Absent => Ok(self.sessions.close(run_uid, how).await),
             };
         }
+        // A drained session whose export is kept: forgotten now.
+        if self.sessions.holds(run_uid) {
+            return Ok(self.sessions.close(run_uid, how).await);
+        }
         self.engine.unregister(run_uid, registration_id, how).await
     }
 

@@ -91,16 +91,19 @@ impl LocalPod {
         }
     }
 
-    /// Upserts the entry of a task Run, with how its task went.
-    pub fn publish_task(
+    /// Upserts the entry of a Run with how its task went and how the
+    /// export of its artifacts ended, as far as they are known.
+    pub fn publish_outcome(
         &self,
         run: &RunRef,
         attempt: u64,
         state: Published<'_>,
         task: Option<own::TaskOutcome>,
+        export: Option<own::ExportOutcome>,
     ) {
         self.publisher.upsert(own::OwnershipEntry {
             task,
+            export,
             ..self.entry(run, attempt, state)
         });
     }

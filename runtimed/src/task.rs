@@ -19,9 +19,7 @@ use kruntimes_proto::runtime::Backend;
 use kruntimes_proto::runtime::v1 as rt;
 use tokio_stream::StreamExt as _;
 
-use kruntimes_api::{ArtifactRef, MAX_STATUS_ARTIFACTS};
-
-use crate::artifacts::{Artifacts, Exported};
+use crate::artifacts::Artifacts;
 use crate::local::{LocalPod, Published};
 use crate::registration::{Assignment, Plan, Record, RegisterError, Registration, Table};
 use crate::runtime::{self, Change, Link};
@@ -36,6 +34,8 @@ pub struct Hosted {
     outcome: Mutex<Option<own::TaskOutcome>>,
     /// The process's result while its artifacts are being exported.
     exporting: Mutex<Option<own::TaskOutcome>>,
+    /// How the export of its artifacts ended.
+    export: Mutex<Option<own::ExportOutcome>>,
     /// The Runtime Server lost it (restarted) before it ended.
     lost: std::sync::atomic::AtomicBool,
     watcher: Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -92,14 +92,25 @@ impl Tasks {
         h.outcome.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// How the export of the artifacts of `uid`'s task at `attempt` ended,
+    /// once it has.
+    pub fn export(&self, uid: &str, attempt: u64) -> Option<own::ExportOutcome> {
+        let h = self
+            .table
+            .get(uid)
+            .filter(|h| h.record.attempt == attempt)?;
+        h.export.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     fn publish(&self, h: &HostedTask) {
         let outcome = h.outcome.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let export = h.export.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let lost = h.lost.load(std::sync::atomic::Ordering::Acquire);
         let (phase, reason) = match (&outcome, lost) {
             (None, true) => (own::Phase::Failed, runtime::LOST_REASON),
             _ => (own::Phase::Running, ""),
         };
-        self.pod.publish_task(
+        self.pod.publish_outcome(
             &h.run,
             h.record.attempt,
             Published {
@@ -112,6 +123,7 @@ impl Tasks {
                 started_unix_ms: h.started_unix_ms,
                 ..Default::default()
             })),
+            export,
         );
     }
 
@@ -165,6 +177,7 @@ impl Tasks {
                 started_unix_ms: started.started_unix_ms,
                 outcome: Mutex::new(None),
                 exporting: Mutex::new(None),
+                export: Mutex::new(None),
                 lost: std::sync::atomic::AtomicBool::new(false),
                 watcher: Mutex::new(None),
             },
@@ -219,7 +232,7 @@ impl Tasks {
     async fn ended(&self, h: &Arc<HostedTask>, r: rt::TaskResult) {
         let cancelled = r.end == rt::TaskEnd::Cancelled as i32;
         tracing::info!(run_uid = %h.run.uid, attempt = h.record.attempt, exit_code = r.exit_code, cancelled, "task ended");
-        let mut outcome = own::TaskOutcome {
+        let outcome = own::TaskOutcome {
             ended: true,
             cancelled,
             exit_code: r.exit_code,
@@ -229,26 +242,14 @@ impl Tasks {
             stderr_truncated: r.stderr_truncated,
             started_unix_ms: r.started_unix_ms,
             finished_unix_ms: r.finished_unix_ms,
-            ..Default::default()
         };
         if let Some(artifacts) = self.artifacts.as_ref().filter(|_| !cancelled) {
             *h.exporting.lock().unwrap_or_else(|p| p.into_inner()) = Some(outcome.clone());
-            match artifacts
+            let export = artifacts
                 .export(&self.link, &h.run.namespace, &h.run.uid)
                 .await
-            {
-                Exported::Done(refs) => {
-                    outcome.artifacts = refs
-                        .iter()
-                        .take(MAX_STATUS_ARTIFACTS)
-                        .map(ArtifactRef::to_wire)
-                        .collect();
-                }
-                Exported::Failed { reason, message } => {
-                    outcome.artifacts_failure = reason.to_owned();
-                    outcome.artifacts_message = message;
-                }
-            }
+                .to_wire();
+            *h.export.lock().unwrap_or_else(|p| p.into_inner()) = Some(export);
             h.exporting.lock().unwrap_or_else(|p| p.into_inner()).take();
         }
         *h.outcome.lock().unwrap_or_else(|p| p.into_inner()) = Some(outcome);

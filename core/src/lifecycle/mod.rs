@@ -157,12 +157,13 @@ pub enum Event<'a> {
         /// Its exit code.
         code: i32,
     },
-    /// A task's process exited with `code`, and its artifacts could not be
-    /// exported: `invalid` (a file that cannot be an artifact) or the store
-    /// did not take them in time; `why` says which file or what failed.
+    /// A task's process exited (with `code`), or a session drained (no
+    /// code), and its artifacts could not be exported: `invalid` (a file
+    /// that cannot be an artifact) or the store did not take them in time;
+    /// `why` says which file or what failed.
     ArtifactsFailed {
-        /// Its exit code.
-        code: i32,
+        /// The task's exit code.
+        code: Option<i32>,
         /// The directory is invalid (else the store failed).
         invalid: bool,
         /// The message.
@@ -323,7 +324,8 @@ pub fn apply(life: &Life, rules: &Rules, event: &Event<'_>) -> Option<Transition
         // Never retried: the same directory fails the same way, and a store
         // past its deadline is the operator's to fix.
         Event::ArtifactsFailed { code, invalid, why }
-            if matches!(phase, Scheduled | Running) && rules.mode == ModeKind::Task =>
+            if (matches!(phase, Scheduled | Running) && rules.mode == ModeKind::Task)
+                || (phase == Finalizing && rules.mode == ModeKind::Session) =>
         {
             Some(Transition {
                 phase: Failed,
@@ -333,7 +335,10 @@ pub fn apply(life: &Life, rules: &Rules, event: &Event<'_>) -> Option<Transition
                     Reason::ArtifactExportFailed
                 },
                 attempt: life.attempt,
-                message: format!("exited with code {code}; {why}"),
+                message: match code {
+                    Some(code) => format!("exited with code {code}; {why}"),
+                    None => format!("drained; {why}"),
+                },
             })
         }
         Event::StartFailed(why)

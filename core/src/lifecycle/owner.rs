@@ -45,6 +45,9 @@ pub struct Local {
     pub reason: String,
     /// A task's process has ended, with this exit code.
     pub exit: Option<i32>,
+    /// The export of its artifacts directory is over (a task's with its
+    /// exit; a session's once it drained).
+    pub exported: bool,
     /// Its artifacts could not be exported: whether they are invalid (else
     /// the store failed), and why.
     pub artifacts_failed: Option<(bool, String)>,
@@ -143,8 +146,32 @@ pub fn decide(run: &Facts, local: Option<&Local>) -> Vec<Step> {
             None => (life.phase == Phase::Finalizing).then_some(life),
         };
         if let Some(finalizing) = finalizing {
-            release(&mut out, Stop::Drain);
-            report(&mut out, &finalizing, Event::Drained);
+            match local {
+                // Drained, and its artifacts exported: their outcome ends
+                // the Run, then what the owner kept of it is forgotten.
+                Some(l) if l.exported => {
+                    let event = match &l.artifacts_failed {
+                        Some((invalid, why)) => Event::ArtifactsFailed {
+                            code: None,
+                            invalid: *invalid,
+                            why,
+                        },
+                        None => Event::Drained,
+                    };
+                    report(&mut out, &finalizing, event);
+                    out.push(Step::Release(Stop::Cancel));
+                }
+                // Drain it. An owner that exports artifacts keeps what it
+                // exported and stops after this step: the outcome is
+                // decided on again (the step's executor says so).
+                Some(_) => {
+                    out.push(Step::Release(Stop::Drain));
+                    report(&mut out, &finalizing, Event::Drained);
+                }
+                None => {
+                    report(&mut out, &finalizing, Event::Drained);
+                }
+            }
         }
         return out;
     }
@@ -206,7 +233,7 @@ fn task_steps<'a>(
                         out,
                         life,
                         Event::ArtifactsFailed {
-                            code,
+                            code: Some(code),
                             invalid: *invalid,
                             why,
                         },

@@ -278,10 +278,14 @@ pub async fn run(t: &Target, namespace: &str, cmd: SessionCommand) -> anyhow::Re
                 (TerminationMode::Drain, Phase::Succeeded)
             };
             t.terminate(namespace, &name, mode).await?;
-            let r =
-                super::runs::wait_showing(t, namespace, &name, &[want, Phase::Cancelled], timeout)
-                    .await?;
+            // A drained session may fail at the end: its artifacts refused.
+            let ends = [want, Phase::Cancelled, Phase::Failed];
+            let r = super::runs::wait_showing(t, namespace, &name, &ends, timeout).await?;
             println!("{}", r.phase);
+            if r.phase == "Failed" {
+                eprintln!("session {name} failed: {}: {}", r.reason, r.message);
+                return Ok(1);
+            }
             Ok(0)
         }
     }

@@ -172,6 +172,7 @@ impl Kubernetes {
                                     phase: Some(TablePhase::Ready),
                                     reason: String::new(),
                                     exit: None,
+                                    exported: false,
                                     artifacts_failed: None,
                                 },
                             );

@@ -101,8 +101,7 @@ async fn run(shim: Shim, session: Arc<Session>, cmd: Command, events: Events) {
             return;
         }
     };
-    let mut env = session.env().clone();
-    env.extend(cmd.env);
+    let env = session.command_env(cmd.env);
     let spawned = shim.spawn(Launch {
         argv: &cmd.argv,
         cwd: &cwd,

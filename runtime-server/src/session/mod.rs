@@ -1,9 +1,11 @@
 //! Session mode: a workspace per session Run and the commands running in
 //! it. runtimed queues operations and runs them one at a time; the server
 //! runs what it is given ([`exec`]) and performs file operations beneath
-//! the workspace ([`files`], [`path`]). Closing a session kills every
-//! command still running in it, waits until their trees are gone, and
-//! removes the workspace.
+//! the workspace ([`files`], [`path`]). A session opened with
+//! `artifacts` has an artifacts directory beside its workspace
+//! ([`crate::artifacts`]), named to every command. Closing a session kills
+//! every command still running in it, waits until their trees are gone, and
+//! removes the workspace and the artifacts directory.
 
 pub mod exec;
 pub mod files;
@@ -15,6 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
+use crate::artifacts;
 use crate::contain::Shim;
 use crate::error::{Error, Result};
 use crate::held::Held;
@@ -30,6 +33,8 @@ pub struct Session {
     pub attempt: u64,
     root: PathBuf,
     env: BTreeMap<String, String>,
+    /// Its artifacts directory, when it was opened with one.
+    artifacts: Option<artifacts::Location>,
     closed: watch::Sender<bool>,
     commands: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
@@ -40,9 +45,27 @@ impl Session {
         &self.root
     }
 
-    /// The commands' environment.
-    pub fn env(&self) -> &BTreeMap<String, String> {
-        &self.env
+    /// The environment of one command: the session's, the command's own
+    /// overrides, then `KRUNTIME_ARTIFACTS_DIR` when the session has an
+    /// artifacts directory (the server's, whatever the request says).
+    pub fn command_env(
+        &self,
+        overrides: impl IntoIterator<Item = (String, String)>,
+    ) -> BTreeMap<String, String> {
+        let mut env = self.env.clone();
+        env.extend(overrides);
+        if let Some(a) = &self.artifacts {
+            env.insert(
+                kruntimes_proto::runtime::ARTIFACTS_DIR_ENV.into(),
+                a.path().display().to_string(),
+            );
+        }
+        env
+    }
+
+    /// Its artifacts directory, when it was opened with one.
+    pub fn artifacts(&self) -> Option<&artifacts::Location> {
+        self.artifacts.as_ref()
     }
 
     /// Fires when the session closes.
@@ -64,6 +87,31 @@ impl Session {
             let _ = t.await;
         }
         let _ = std::fs::remove_dir_all(&self.root);
+        if let Some(a) = &self.artifacts
+            && let Err(e) = a.remove()
+        {
+            tracing::warn!(run_uid = %self.run_uid, error = %e, "the session's artifacts directory stays");
+        }
+    }
+}
+
+/// Writes the session's inline source into its workspace `root` and makes
+/// its artifacts directory at `location` when it asked for one (else
+/// removes whatever is there); the directory, if any.
+fn prepare(
+    root: &Path,
+    location: &artifacts::Location,
+    req: &Open,
+) -> Result<Option<artifacts::Location>> {
+    if let Some((path, text)) = &req.source {
+        source::write_inline(root, path, text.as_bytes())?;
+    }
+    if req.artifacts {
+        location.create()?;
+        Ok(Some(location.clone()))
+    } else {
+        location.remove()?;
+        Ok(None)
     }
 }
 
@@ -120,17 +168,23 @@ impl Sessions {
         }
         std::fs::create_dir_all(&workspace)?;
         let root = workspace.canonicalize()?;
-        if let Some((path, text)) = &req.source
-            && let Err(e) = source::write_inline(&root, path, text.as_bytes())
-        {
-            let _ = std::fs::remove_dir_all(&root);
-            return Err(e.into());
-        }
+        // Beside the workspace, never in it; empty for each attempt.
+        // Without artifacts, whatever an earlier server left goes.
+        let location = artifacts::Location::new(&self.root, &req.run_uid);
+        let artifacts = match prepare(&root, &location, &req) {
+            Ok(a) => a,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&root);
+                let _ = location.remove();
+                return Err(e);
+            }
+        };
         let session = Arc::new(Session {
             env: crate::env::for_run(&req.run_uid, &root, req.env),
             run_uid: req.run_uid.clone(),
             attempt: req.attempt,
             root,
+            artifacts,
             closed: watch::channel(false).0,
             commands: Mutex::new(Vec::new()),
         });

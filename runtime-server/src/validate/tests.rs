@@ -201,7 +201,9 @@ fn sessions_default_their_source_to_main_sh() {
             path: String::new(),
         }),
         env: Default::default(),
+        artifacts: true,
     })
     .unwrap();
     assert_eq!(o.source, Some(("main.sh".into(), "echo hi".into())));
+    assert!(o.artifacts);
 }

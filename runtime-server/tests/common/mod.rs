@@ -52,7 +52,14 @@ impl Server {
             .join(UID)
     }
 
+    /// Opens the session of the Run `UID` at attempt 1, with `GREETING=hi`.
     pub async fn open(&mut self) {
+        self.open_at(1, false).await;
+    }
+
+    /// Opens the session of the Run `UID` at `attempt`, with `GREETING=hi`
+    /// and an artifacts directory when `artifacts`.
+    pub async fn open_at(&mut self, attempt: u64, artifacts: bool) {
         self.client
             .sessions
             .open_session(pb::OpenSessionRequest {
@@ -62,9 +69,10 @@ impl Server {
                     uid: UID.into(),
                     runtime: "bash".into(),
                 }),
-                attempt: 1,
+                attempt,
                 source: None,
                 env: [("GREETING".to_owned(), "hi".to_owned())].into(),
+                artifacts,
             })
             .await
             .unwrap();

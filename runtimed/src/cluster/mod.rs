@@ -18,6 +18,15 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kruntimes_api::lifecycle::owner::{self, Facts, Local, Step};
+
+/// Whether a Run's next steps are carried out after one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flow {
+    /// Go on.
+    Next,
+    /// Stop: the Run is decided on again with what the step left.
+    Again,
+}
 use kruntimes_api::lifecycle::{Phase, Stop, Transition};
 use kruntimes_api::requests::assign_request;
 use kruntimes_api::{API_VERSION, FINALIZER, ModeKind, RUN_KIND, Run, table};
@@ -217,9 +226,14 @@ impl Agent {
             let mut run = (*run).clone();
             self.start(uid.clone(), move |agent| async move {
                 for step in steps {
-                    if let Err(e) = agent.act(&mut run, &facts, step.clone()).await {
-                        tracing::warn!(run_uid = %uid, ?step, error = %e, "step failed");
-                        break;
+                    match agent.act(&mut run, &facts, step.clone()).await {
+                        Ok(Flow::Next) => {}
+                        // Decided on again with what the step left.
+                        Ok(Flow::Again) => break,
+                        Err(e) => {
+                            tracing::warn!(run_uid = %uid, ?step, error = %e, "step failed");
+                            break;
+                        }
                     }
                 }
             });
@@ -236,8 +250,38 @@ impl Agent {
         }
     }
 
-    async fn act(&self, run: &mut Run, facts: &Facts, step: Step) -> Result<(), Error> {
+    async fn act(&self, run: &mut Run, facts: &Facts, step: Step) -> Result<Flow, Error> {
         let uid = run.uid().unwrap_or_default();
+        if let Step::Release(stop) = step {
+            self.unregister(&uid, stop).await;
+            // A drained session whose artifacts were exported: its outcome
+            // (published in this Pod's table) decides how the Run ends.
+            return Ok(
+                if self
+                    .host
+                    .sessions
+                    .export(&uid, facts.life.attempt)
+                    .is_some()
+                {
+                    Flow::Again
+                } else {
+                    Flow::Next
+                },
+            );
+        }
+        self.act_on(run, facts, step, &uid)
+            .await
+            .map(|()| Flow::Next)
+    }
+
+    async fn act_on(
+        &self,
+        run: &mut Run,
+        facts: &Facts,
+        step: Step,
+        uid: &str,
+    ) -> Result<(), Error> {
+        let uid = uid.to_owned();
         match step {
             Step::Register => {
                 let attempt = facts.life.attempt;
@@ -270,10 +314,8 @@ impl Agent {
                     None => Ok(()),
                 }
             }
-            Step::Release(stop) => {
-                self.unregister(&uid, stop).await;
-                Ok(())
-            }
+            // Carried out by `act`, which decides whether the steps go on.
+            Step::Release(_) => Ok(()),
             Step::Kill => {
                 self.host.kill(&uid).await;
                 Ok(())
@@ -338,11 +380,21 @@ impl Agent {
         }
         // A task's result, with the transition its exit caused.
         let uid = run.uid().unwrap_or_default();
-        if let Some(outcome) = self.host.tasks.outcome(&uid, run.life().attempt)
-            && let Some(task) = kruntimes_api::TaskStatus::of(&outcome, run.life().attempt)
+        let attempt = run.life().attempt;
+        if let Some(outcome) = self.host.tasks.outcome(&uid, attempt)
+            && let Some(task) = kruntimes_api::TaskStatus::of(&outcome, attempt)
         {
             body["status"]["task"] = json!(task);
-            let artifacts = kruntimes_api::artifact::status_artifacts(&outcome);
+        }
+        // What its task or its drained session exported, with the
+        // transition that outcome caused.
+        let export = self
+            .host
+            .tasks
+            .export(&uid, attempt)
+            .or_else(|| self.host.sessions.export(&uid, attempt));
+        if let Some(export) = export {
+            let artifacts = kruntimes_api::artifact::status_artifacts(&export);
             if !artifacts.is_empty() {
                 body["status"]["artifacts"] = json!(artifacts);
             }

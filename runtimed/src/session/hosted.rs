@@ -12,6 +12,7 @@ use kruntimes_proto::ownership::v1 as own;
 
 use super::Session;
 use super::prepare;
+use crate::artifacts::Artifacts;
 use crate::local::{LocalPod, Published};
 use crate::registration::Release;
 use crate::registration::{
@@ -47,17 +48,63 @@ pub struct Sessions {
     pod: Arc<LocalPod>,
     link: Arc<Link>,
     table: Table<Hosted>,
+    /// The Runtime's artifact store: a drained session's artifacts
+    /// directory is exported there before its workspace goes.
+    artifacts: Option<Arc<Artifacts>>,
+    /// Drained sessions whose export is over: (attempt, outcome), their
+    /// entry kept until they are released.
+    exported: std::sync::Mutex<std::collections::HashMap<String, (u64, own::ExportOutcome)>>,
 }
 
 impl Sessions {
     /// An empty set publishing into `pod`'s ownership table, opening
     /// sessions on the server behind `link`.
-    pub fn new(pod: Arc<LocalPod>, link: Arc<Link>) -> Arc<Self> {
+    /// With `artifacts`, each session gets an artifacts directory, exported
+    /// when it drains.
+    pub fn new(
+        pod: Arc<LocalPod>,
+        link: Arc<Link>,
+        artifacts: Option<Arc<Artifacts>>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             pod,
             link,
             table: Table::default(),
+            artifacts,
+            exported: std::sync::Mutex::new(Default::default()),
         })
+    }
+
+    /// Whether sessions get an artifacts directory.
+    pub fn keeps_artifacts(&self) -> bool {
+        self.artifacts.is_some()
+    }
+
+    /// How the export of `uid`'s drained session at `attempt` ended, once
+    /// it has.
+    pub fn export(&self, uid: &str, attempt: u64) -> Option<own::ExportOutcome> {
+        self.exported
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(uid)
+            .filter(|(a, _)| *a == attempt)
+            .map(|(_, x)| x.clone())
+    }
+
+    /// Forgets a drained session's export (its entry withdrawn); `false`
+    /// when there is none.
+    fn forget_export(&self, uid: &str) -> bool {
+        let had = self
+            .exported
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(uid)
+            .is_some();
+        if had {
+            self.pod.withdraw(uid);
+            tracing::info!(run_uid = %uid, "drained session forgotten");
+        }
+        had
     }
 
     /// A hosted session.
@@ -104,7 +151,7 @@ impl Sessions {
             Plan::Supersede(old) => self.remove(&old, Release::Cancel).await,
             Plan::Create => {}
         }
-        let session = prepare::prepare(&a, &self.link, &s).await?;
+        let session = prepare::prepare(&a, &self.link, &s, self.keeps_artifacts()).await?;
         let hosted = Arc::new(Registration {
             run: a.run,
             record: Record::issue(a.attempt, a.digest),
@@ -129,12 +176,42 @@ impl Sessions {
 
     async fn remove(&self, h: &Arc<HostedSession>, mode: Release) {
         self.publish(h, own::Phase::Draining, "Closing");
-        h.session.close(mode).await;
+        let artifacts = self.artifacts.as_ref().filter(|_| mode == Release::Drain);
+        let Some(artifacts) = artifacts else {
+            h.session.close(mode).await;
+            self.table.remove(h);
+            self.pod.withdraw(&h.run.uid);
+            return;
+        };
+        // Drained: what its commands left is exported before the workspace
+        // goes; the outcome stays published until the Run is released.
+        h.session.finish(mode).await;
+        let export = artifacts
+            .export(&self.link, &h.run.namespace, &h.run.uid)
+            .await
+            .to_wire();
+        h.session.close_on_server(mode).await;
         self.table.remove(h);
-        self.pod.withdraw(&h.run.uid);
+        self.exported
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(h.run.uid.clone(), (h.record.attempt, export.clone()));
+        self.pod.publish_outcome(
+            &h.run,
+            h.record.attempt,
+            Published {
+                mode: own::Mode::Session,
+                phase: own::Phase::Draining,
+                reason: "Drained",
+                limits: None,
+            },
+            None,
+            Some(export),
+        );
     }
 
-    /// Closes a session; absent sessions succeed with `false`.
+    /// Closes a session (a drained one's export is then kept until it is
+    /// released again); absent sessions succeed with `false`.
     pub async fn close(&self, uid: &str, mode: Release) -> bool {
         let _change = self.table.change().await;
         match self.table.get(uid) {
@@ -142,8 +219,19 @@ impl Sessions {
                 self.remove(&h, mode).await;
                 true
             }
-            None => false,
+            None => self.forget_export(uid),
         }
+    }
+
+    /// Whether this runtimed holds anything of `uid`'s session: open, or
+    /// drained with its export kept.
+    pub fn holds(&self, uid: &str) -> bool {
+        self.table.get(uid).is_some()
+            || self
+                .exported
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains_key(uid)
     }
 
     /// Session operations queued or running, over every session.

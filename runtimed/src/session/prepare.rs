@@ -39,17 +39,20 @@ pub fn limits(req: &SessionAssignment) -> SessionLimits {
 
 /// Opens the session on the Runtime Server (a fresh workspace with the
 /// inline source, `main.sh` unless `inlinePath` says otherwise, and the
-/// Run's environment) and starts its queue.
+/// Run's environment; an artifacts directory with `artifacts`) and starts
+/// its queue.
 pub async fn prepare(
     a: &Assignment,
     link: &Arc<Link>,
     s: &SessionAssignment,
+    artifacts: bool,
 ) -> Result<Arc<Session>, RegisterError> {
     let open = rt::OpenSessionRequest {
         run: Some(a.run.clone()),
         attempt: a.attempt,
         source: a.source.clone(),
         env: a.env.clone(),
+        artifacts,
     };
     let mut client = link.ready().await.map_err(RegisterError::Unavailable)?;
     client

@@ -221,6 +221,13 @@ impl Session {
     /// Closes: rejects new work, drains or cancels accepted work, then the
     /// Runtime Server kills what is left and removes the workspace.
     pub async fn close(&self, mode: Release) {
+        self.finish(mode).await;
+        self.close_on_server(mode).await;
+    }
+
+    /// Rejects new work and drains or cancels accepted work; the workspace
+    /// stays (its artifacts may be read) until [`Self::close_on_server`].
+    pub async fn finish(&self, mode: Release) {
         self.closing.store(true, Ordering::Release);
         if mode == Release::Cancel {
             let _ = self.cancel.send(true);
@@ -231,6 +238,10 @@ impl Session {
         if let Some(w) = worker {
             let _ = w.await;
         }
+    }
+
+    /// Has the Runtime Server kill what is left and remove the workspace.
+    pub async fn close_on_server(&self, mode: Release) {
         let req = rt::CloseSessionRequest {
             run_uid: self.run_uid.clone(),
         };

@@ -29,6 +29,7 @@ fn local(attempt: u64, phase: TablePhase, reason: &str) -> Local {
         phase: Some(phase),
         reason: reason.into(),
         exit: None,
+        exported: false,
         artifacts_failed: None,
     }
 }
@@ -400,5 +401,53 @@ fn a_task_lost_under_its_owner_is_placed_again() {
     assert_eq!(
         shape(&decide(&task(Phase::Running, 1), Some(&running_task(2)))),
         ["Release(Cancel)"]
+    );
+}
+
+#[test]
+fn a_drained_session_ends_by_its_export_then_is_forgotten() {
+    let mut f = facts(Phase::Finalizing, 1);
+    f.rules.mode = ModeKind::Session;
+    f.rules.termination = Some(TerminationMode::Drain);
+    let exported = |failed: Option<(bool, &str)>| Local {
+        exported: true,
+        artifacts_failed: failed.map(|(i, w)| (i, w.to_owned())),
+        ..local(1, TablePhase::Draining, "Drained")
+    };
+    assert_eq!(
+        shape(&decide(&f, Some(&exported(None)))),
+        ["Succeeded/Drained", "Release(Cancel)"]
+    );
+    for (invalid, reason) in [
+        (true, Reason::ArtifactInvalid),
+        (false, Reason::ArtifactExportFailed),
+    ] {
+        let l = exported(Some((
+            invalid,
+            "artifact \"p\" is invalid: a symbolic link",
+        )));
+        let steps = decide(&f, Some(&l));
+        let Some(Report(t)) = steps.first() else {
+            panic!("{steps:?}")
+        };
+        assert_eq!((t.phase, t.reason), (Phase::Failed, reason));
+        assert_eq!(
+            t.message,
+            "drained; artifact \"p\" is invalid: a symbolic link"
+        );
+        assert_eq!(steps[1], Release(Stop::Cancel));
+        // Once failed, what is left is released; nothing is reported again.
+        f.life = t.life();
+        assert_eq!(shape(&decide(&f, Some(&l))), ["Release(Cancel)"]);
+        f.life = Life {
+            phase: Phase::Finalizing,
+            reason: Some(Reason::Draining),
+            attempt: 1,
+        };
+    }
+    // Not exported yet: drain (the executor stops there when it exported).
+    assert_eq!(
+        shape(&decide(&f, Some(&local(1, TablePhase::Ready, "")))),
+        ["Release(Drain)", "Succeeded/Drained"]
     );
 }

@@ -286,8 +286,9 @@ impl Controller {
             .filter(|e| e.attempt == run.life.attempt)
             .and_then(|e| e.task.as_ref());
         let ended_task = outcome.and_then(|t| kruntimes_api::TaskStatus::of(t, run.life.attempt));
-        let artifacts = outcome
-            .filter(|t| t.ended)
+        let artifacts = entry
+            .filter(|e| e.attempt == run.life.attempt)
+            .and_then(|e| e.export.as_ref())
             .map(kruntimes_api::artifact::status_artifacts)
             .unwrap_or_default();
         // A step in flight is decided about again once the owner's table
@@ -322,6 +323,8 @@ impl Controller {
         run.in_flight = None;
         if ended_task.is_some() && !run.life.phase.is_terminal() {
             run.task = ended_task;
+        }
+        if !artifacts.is_empty() && !run.life.phase.is_terminal() {
             run.artifacts = artifacts;
         }
         let before = run.life;

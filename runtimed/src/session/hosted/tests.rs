@@ -13,7 +13,7 @@ const UID: &str = "0f0e0d0c-0000-4000-8000-000000000002";
 async fn sessions() -> (Served, Arc<Sessions>) {
     let server = fake::start().await;
     let pod = LocalPod::new("runtimed-0", "pod-uid-0", "127.0.0.1:1");
-    let sessions = Sessions::new(pod, server.link.clone());
+    let sessions = Sessions::new(pod, server.link.clone(), None);
     (server, sessions)
 }
 
