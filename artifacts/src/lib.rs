@@ -22,6 +22,7 @@
 mod config;
 mod export;
 mod range;
+pub mod retention;
 mod store;
 
 pub use config::{

@@ -317,6 +317,23 @@ impl Store {
         Ok(deleted)
     }
 
+    /// Every Run with anything stored, as `(namespace, uid)` (for the
+    /// sweep).
+    pub async fn stored_runs(&self) -> Result<Vec<(String, String)>, StoreError> {
+        let root = self.prefix.as_deref().map(Path::from);
+        let namespaces = self.inner.list_with_delimiter(root.as_ref()).await?;
+        let mut out = Vec::new();
+        for ns in namespaces.common_prefixes {
+            let Some(name) = ns.filename().map(str::to_owned) else {
+                continue;
+            };
+            for uid in self.runs(&name).await? {
+                out.push((name.clone(), uid));
+            }
+        }
+        Ok(out)
+    }
+
     /// The Run UIDs with anything stored in `namespace` (for the orphan
     /// sweep).
     pub async fn runs(&self, namespace: &str) -> Result<Vec<String>, StoreError> {

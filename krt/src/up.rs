@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use kruntimes_operator::embedded::artifacts::ArtifactMaintenance;
 use kruntimes_operator::embedded::{self, EmbeddedConfig, Instances, PodConfig, TlsFiles};
 
 use crate::client::ClientConfig;
@@ -343,6 +344,19 @@ pub async fn up(state_dir: &Path, args: UpArgs) -> anyhow::Result<()> {
         },
         runtimed_server_name: pki::RUNTIMED_SERVER_NAME.into(),
         owner_grace: Duration::from_secs(args.owner_grace_secs),
+        artifacts: match &dirs.artifacts {
+            Some(store) => Some(ArtifactMaintenance {
+                store: kruntimes_artifacts::Store::open(
+                    store,
+                    kruntimes_artifacts::Credentials::from_env().map_err(anyhow::Error::msg)?,
+                )
+                .context("open the artifact store")?,
+                retain: args.artifacts_retain_secs.map(Duration::from_secs),
+                every: Duration::from_secs(args.artifacts_sweep_secs),
+                grace: Duration::from_secs(args.artifacts_orphan_grace_secs),
+            }),
+            None => None,
+        },
     };
     let (instances, mut launcher) = match pool {
         Some(pool) => {

@@ -408,3 +408,57 @@ async fn a_drained_session_exports_its_artifacts_before_it_succeeds() {
     let run = stack.run("sb3").unwrap();
     assert!(run.get("artifacts").is_none(), "{run}");
 }
+
+/// Polls until `path` is gone.
+async fn gone(path: &std::path::Path) -> bool {
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    while path.exists() {
+        if tokio::time::Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    true
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_and_the_sweep_delete_what_is_due_and_nothing_else() {
+    let stack = start(
+        1,
+        vec![],
+        &[
+            "--artifacts-sweep-secs=1",
+            "--artifacts-orphan-grace-secs=2",
+            "--artifacts-retain-secs=6",
+        ],
+    );
+    let stored = |name: &str| {
+        let uid = stack.run(name).unwrap()["uid"].as_str().unwrap().to_owned();
+        stack.state_dir().join("artifacts/default").join(uid)
+    };
+    let script = r#"printf kept > "$KRUNTIME_ARTIFACTS_DIR/a.txt""#;
+    for name in ["deleted", "retained"] {
+        let out = run_task(&stack, name, script);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    }
+    let (deleted, retained) = (stored("deleted"), stored("retained"));
+    assert!(deleted.join("manifest.json").is_file());
+    // A Run deleted: its artifacts go with it (after the grace).
+    let out = stack.krt(&["delete", "run", "deleted"]).unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(gone(&deleted).await, "the deleted Run's artifacts stay");
+    // The other is still served (ended less than its retention ago)...
+    assert!(retained.join("files/a.txt").is_file());
+    let url = artifacts_url(&stack, "retained");
+    assert_eq!(
+        get(&stack, &format!("{url}/a.txt"), None).await.status(),
+        200
+    );
+    // ...until its retention passes: the Run stays, its artifacts go.
+    assert!(gone(&retained).await, "retention did not delete");
+    assert!(stack.run("retained").is_some());
+    let after = get(&stack, &format!("{url}/a.txt"), None).await;
+    assert_eq!(after.status(), 404);
+    let body: serde_json::Value = get(&stack, &url, None).await.json().await.unwrap();
+    assert_eq!(body["artifacts"], serde_json::json!([]));
+}

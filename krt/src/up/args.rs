@@ -94,6 +94,18 @@ pub struct UpArgs {
     /// The S3 region of `--artifacts s3://…`.
     #[arg(long, default_value = "us-east-1")]
     pub artifacts_region: String,
+    /// How long a Run's artifacts are kept after it ends, seconds (default:
+    /// until the Run is deleted).
+    #[arg(long)]
+    pub artifacts_retain_secs: Option<u64>,
+    /// Time between two sweeps of the artifact store (retention, and the
+    /// artifacts of Runs that no longer exist), seconds.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    pub artifacts_sweep_secs: u64,
+    /// How long a Run must be gone before the sweep deletes its
+    /// artifacts, seconds.
+    #[arg(long, default_value_t = 600)]
+    pub artifacts_orphan_grace_secs: u64,
     /// Exit when the parent process exits (used by test harnesses).
     #[arg(long, hide = true)]
     pub exit_with_parent: bool,

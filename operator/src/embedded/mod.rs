@@ -4,6 +4,7 @@
 //! serving the control plane's ownership table to gateways, and writing Run
 //! status to `STATE_DIR/runs.json`.
 
+pub mod artifacts;
 pub mod controller;
 mod rpc;
 pub mod store;
@@ -75,6 +76,8 @@ pub struct EmbeddedConfig {
     pub runtimed_server_name: String,
     /// How long a lost runtimed may stay away before its Runs move.
     pub owner_grace: Duration,
+    /// The artifact store to keep (retention, orphans), if any.
+    pub artifacts: Option<artifacts::ArtifactMaintenance>,
 }
 
 /// The runtimed instances of a pool that follows demand: the control plane
@@ -322,6 +325,10 @@ pub async fn run(
         }
         None => None,
     };
+    let (artifact_view, artifact_view_rx) = tokio::sync::watch::channel(artifacts::RunsView::new());
+    if let Some(m) = cfg.artifacts.clone() {
+        artifacts::spawn(m, artifact_view_rx, stop_rx.clone());
+    }
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     let mut errors: Vec<FileError> = Vec::new();
     let mut last_status = Vec::new();
@@ -379,6 +386,14 @@ pub async fn run(
             }
         }
         publisher.replace_all(ctl.ownership_entries());
+        if cfg.artifacts.is_some() {
+            artifact_view.send_if_modified(|v| {
+                let next = ctl.artifact_view();
+                let changed = *v != next;
+                *v = next;
+                changed
+            });
+        }
         let status = serde_json::to_vec_pretty(&StatusFile {
             gateway: &cfg.gateway_url,
             runs: ctl.status(&cfg.gateway_url),

@@ -143,6 +143,19 @@ impl Controller {
             .collect()
     }
 
+    /// What artifact maintenance needs of every Run that exists, by UID:
+    /// its namespace and when it ended.
+    pub fn artifact_view(&self) -> super::super::artifacts::RunsView {
+        self.runs()
+            .map(|r| {
+                (
+                    r.uid().to_owned(),
+                    (r.run.namespace_or_default().to_owned(), r.finished_at),
+                )
+            })
+            .collect()
+    }
+
     /// The control plane's ownership table: every Run that is not being
     /// deleted, with its assignment (no owner while pending). Ended Runs
     /// stay, as `FAILED` with their phase and message, so their URL answers
