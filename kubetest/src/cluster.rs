@@ -55,6 +55,10 @@ pub struct Cluster {
     pub http: reqwest::Client,
     /// The public CA (PEM).
     pub public_ca_pem: String,
+    /// The artifact store Pods started from now on get, as the operator's
+    /// Deployment passes `Runtime.spec.artifactStore`: runtimed's
+    /// `--artifact-store` JSON and the credentials' variables.
+    artifact_store: Mutex<Option<(String, Vec<(String, String)>)>>,
 }
 
 impl Cluster {
@@ -106,6 +110,7 @@ impl Cluster {
             operator_metrics: format!("http://127.0.0.1:{metrics_port}/metrics"),
             http,
             public_ca_pem,
+            artifact_store: Mutex::new(None),
         };
         let s = |p: &Path| p.display().to_string();
         let f = &cluster.files;
@@ -428,7 +433,7 @@ impl Cluster {
         let s = |p: &Path| p.display().to_string();
         let f = &self.files;
         let socket = self.start_runtime_server(name)?;
-        let args = vec![
+        let mut args = vec![
             "runtimed".into(),
             "--exit-with-parent".into(),
             "--kubernetes".into(),
@@ -448,8 +453,29 @@ impl Cluster {
             format!("--client-ca={}", s(&f.internal_ca)),
             format!("--runtime-server={}", s(&socket)),
         ];
-        self.spawn(name, args)?;
+        let store = self
+            .artifact_store
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        match store {
+            Some((json, credentials)) => {
+                args.push(format!("--artifact-store={json}"));
+                let env = std::env::vars().chain(credentials).collect();
+                self.spawn_with(name, args, Some(env))?;
+            }
+            None => self.spawn(name, args)?,
+        }
         Ok((uid, port))
+    }
+
+    /// Gives the runtimed of every Pod started from now on this artifact
+    /// store (`--artifact-store` JSON) and these credentials' variables.
+    pub fn use_artifact_store(&self, json: &str, credentials: Vec<(String, String)>) {
+        *self
+            .artifact_store
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some((json.to_owned(), credentials));
     }
 
     /// Starts the Runtime Server of Pod `name` (process

@@ -93,6 +93,7 @@ fn the_defaults_render_operator_gateway_rbac_policy_and_two_runtimes() {
         ("ClusterRoleBinding", name("runtimed")),
         ("ClusterRole", name("run-invoker")),
         ("ClusterRole", name("session-user")),
+        ("ClusterRole", name("artifacts-reader")),
         ("ClusterRole", name("run-reader")),
         ("ValidatingAdmissionPolicy", name("runtimed-own-runs")),
         (

@@ -370,6 +370,15 @@ fn callers_cluster_roles_separate_reading_from_invoking() {
     };
     assert!(rules("run-invoker").contains(&("runs/invoke".into(), "create".into())));
     assert!(rules("session-user").contains(&("runs/session".into(), "create".into())));
+    // Reading artifacts: `get` on its own subresource, nothing that runs code.
+    let artifacts = rules("artifacts-reader");
+    assert!(artifacts.contains(&("runs/artifacts".into(), "get".into())));
+    assert!(
+        artifacts
+            .iter()
+            .all(|(res, v)| res == "runs/artifacts" || (res == "runs" && v != "create")),
+        "{artifacts:?}"
+    );
     let reader = rules("run-reader");
     assert!(
         reader

@@ -22,6 +22,15 @@ pub(crate) fn rbac(file: &str) -> std::path::PathBuf {
 /// The API server, an installation with `pods` python Pods, namespace `a`
 /// where alice may invoke and bob may only read.
 pub(crate) async fn setup(pods: usize) -> (ApiServer, Cluster) {
+    setup_with(pods, |_| {}).await
+}
+
+/// [`setup`], with `before_pods` applied to the installation before its
+/// Pods start (an artifact store, say).
+pub(crate) async fn setup_with(
+    pods: usize,
+    before_pods: impl FnOnce(&Cluster),
+) -> (ApiServer, Cluster) {
     let server = ApiServer::start().await.expect("start the test API server");
     let cluster = Cluster::start(Path::new(env!("CARGO_BIN_EXE_krt")), &server)
         .await
@@ -50,6 +59,7 @@ pub(crate) async fn setup(pods: usize) -> (ApiServer, Cluster) {
         .create_runtime("python", pods as i32, 4)
         .await
         .unwrap();
+    before_pods(&cluster);
     for i in 0..pods {
         cluster
             .add_pod(&format!("python-{i}"), "python")

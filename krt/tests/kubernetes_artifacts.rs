@@ -1,0 +1,151 @@
+//! Artifacts on a real kube-apiserver with the operator, the gateway and
+//! runtimed as on a cluster (kubetest's harness), the store a real
+//! S3-compatible server (versitygw on loopback): a task's artifacts in its
+//! status and in the store, read through the gateway by a caller RBAC
+//! allows `get` on `runs/artifacts` — and refused (403) to one it does not,
+//! though that one may invoke.
+
+// Test helpers panic on failure: that is how a test fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[allow(dead_code)]
+#[path = "kubernetes/support.rs"]
+mod support;
+
+use kruntimes_kubetest::{Subject, User};
+use kruntimes_testkit::S3Server;
+use kube::api::PostParams;
+use serde_json::json;
+use sha2::{Digest as _, Sha256};
+
+use support::{rbac, run_in_a, runs, setup_with};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tasks_artifacts_are_read_through_the_gateway_under_runs_artifacts() {
+    let s3 = S3Server::start().await.unwrap();
+    s3.create_bucket("artifacts").await.unwrap();
+    let store = json!({"s3": {
+        "endpoint": s3.endpoint(),
+        "bucket": "artifacts",
+        "prefix": "cluster",
+        "pathStyle": true,
+    }})
+    .to_string();
+    let credentials = vec![
+        (
+            "KRUNTIMES_ARTIFACT_ACCESS_KEY_ID".to_owned(),
+            s3.access_key().to_owned(),
+        ),
+        (
+            "KRUNTIMES_ARTIFACT_SECRET_ACCESS_KEY".to_owned(),
+            s3.secret_key().to_owned(),
+        ),
+    ];
+    let (server, cluster) = setup_with(1, |c| c.use_artifact_store(&store, credentials)).await;
+    // Carol may read artifacts in `a`; alice may invoke there, not read
+    // artifacts.
+    server
+        .apply_role_file(Some("a"), &rbac("run-artifacts-reader-role.yaml"))
+        .await
+        .unwrap();
+    server
+        .bind(
+            Some("a"),
+            "carol",
+            "run-artifacts-reader",
+            Subject::User(User::Carol),
+        )
+        .await
+        .unwrap();
+    let runs = runs(&server).await;
+    let script = "import os\nd = os.environ['KRUNTIME_ARTIFACTS_DIR']\nos.makedirs(d + '/out')\nopen(d + '/out/report.json', 'w').write('{\"ok\": true}')\nprint(sorted(k for k in os.environ if 'ARTIFACT' in k))\n";
+    runs.create(
+        &PostParams::default(),
+        &run_in_a(
+            "exports",
+            json!({"runtime": "python", "source": {"inline": script}, "mode": {"task": {}}}),
+        ),
+    )
+    .await
+    .unwrap();
+    let run = cluster
+        .wait_phase("a", "exports", "Succeeded")
+        .await
+        .unwrap();
+    let status = &run["status"];
+    // User code saw its directory and nothing of the store.
+    assert_eq!(
+        status["task"]["stdoutTail"], "['KRUNTIME_ARTIFACTS_DIR']\n",
+        "{status}"
+    );
+    let art = &status["artifacts"][0];
+    let content = br#"{"ok": true}"#;
+    let digest: String = Sha256::digest(content)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(art["name"], "out/report.json");
+    assert_eq!(art["sha256"], digest);
+    let uid = run["metadata"]["uid"].as_str().unwrap();
+    assert_eq!(
+        art["uri"],
+        format!("s3://artifacts/cluster/a/{uid}/files/out/report.json")
+    );
+    assert_eq!(
+        s3.get_object(
+            "artifacts",
+            &format!("cluster/a/{uid}/files/out/report.json")
+        )
+        .await
+        .unwrap(),
+        content
+    );
+    // The task's endpoint is its artifacts URL.
+    let url = status["endpoint"]["url"].as_str().unwrap().to_owned();
+    assert!(url.ends_with(&format!("/runs/{uid}/artifacts")), "{url}");
+    let get = |token: Option<&str>, path: &str| {
+        let mut req = cluster.http.get(format!("{url}{path}"));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        req.send()
+    };
+    let carol = server.token(User::Carol);
+    let listed: serde_json::Value = get(Some(carol), "").await.unwrap().json().await.unwrap();
+    assert_eq!(listed["artifacts"][0]["name"], "out/report.json");
+    let body = get(Some(carol), "/out/report.json").await.unwrap();
+    assert_eq!(body.status(), 200);
+    assert_eq!(body.bytes().await.unwrap(), &content[..]);
+    let part = cluster
+        .http
+        .get(format!("{url}/out/report.json"))
+        .bearer_auth(carol)
+        .header("range", "bytes=1-4")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(part.status(), 206);
+    assert_eq!(part.bytes().await.unwrap(), &content[1..5]);
+    // Alice may invoke in `a`, not read artifacts: 403, typed.
+    let refused = get(Some(server.token(User::Alice)), "/out/report.json")
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 403);
+    let e: serde_json::Value = refused.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "Forbidden");
+    // Bob may only read Runs: refused too; nobody: 401.
+    assert_eq!(
+        get(Some(server.token(User::Bob)), "")
+            .await
+            .unwrap()
+            .status(),
+        403
+    );
+    assert_eq!(get(None, "").await.unwrap().status(), 401);
+    // The store's secret is in no log of the installation.
+    let logs = cluster.settled_logs().await;
+    assert!(
+        !logs.contains(s3.secret_key()),
+        "a log holds the secret key"
+    );
+}
