@@ -58,8 +58,11 @@ pub struct Cluster {
     /// The artifact store Pods started from now on get, as the operator's
     /// Deployment passes `Runtime.spec.artifactStore`: runtimed's
     /// `--artifact-store` JSON and the credentials' variables.
-    artifact_store: Mutex<Option<(String, Vec<(String, String)>)>>,
+    artifact_store: Mutex<Option<ArtifactStore>>,
 }
+
+/// runtimed's `--artifact-store` JSON and the credentials' variables.
+type ArtifactStore = (String, Vec<(String, String)>);
 
 impl Cluster {
     /// Installs RBAC, the CA ConfigMap and the namespace, then starts the
