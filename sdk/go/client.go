@@ -23,6 +23,8 @@ import (
 type Client struct {
 	// Tasks runs task Runs.
 	Tasks *Tasks
+	// Artifacts reads the files task Runs left behind.
+	Artifacts *Artifacts
 
 	namespace string
 	gateway   string
@@ -180,6 +182,7 @@ func fromRESTConfig(cfg *rest.Config, o options) (*Client, error) {
 
 func withTasks(c *Client) *Client {
 	c.Tasks = &Tasks{c: c}
+	c.Artifacts = &Artifacts{c: c}
 	return c
 }
 

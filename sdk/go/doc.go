@@ -1,7 +1,7 @@
 // Package kruntimes is the Go client of kruntimes: function Runs (invoke a
 // handler registered once), session Runs (agent sandboxes: commands, files,
-// streamed output) and task Runs (run once: exit code and output), against a
-// Kubernetes cluster or a `krt up` stack.
+// streamed output) and task Runs (run once: exit code, output and the files
+// left behind), against a Kubernetes cluster or a `krt up` stack.
 //
 //	import kruntimes "kruntimes.io/sdk"
 //
@@ -17,6 +17,8 @@
 //
 //	task, err := client.Tasks.Run(ctx, kruntimes.TaskOptions{Runtime: "python", Inline: "print(1)", Remove: true})
 //	fmt.Print(*task.ExitCode, task.Stdout)   // a non-zero exit is a result, not an error
+//	refs, err := client.Artifacts.List(ctx, "", "nightly")   // what a task left in $KRUNTIME_ARTIFACTS_DIR
+//	err = client.Artifacts.Download(ctx, "", "nightly", "report.json", "report.json")
 //
 // On a cluster, a sandbox is a session Run created through the Kubernetes API
 // as the kubeconfig's user (whose credentials — token, token file, exec

@@ -119,6 +119,10 @@ type (
 	PayloadTooLargeError struct{ APIError }
 	// HeadersTooLargeError is 431.
 	HeadersTooLargeError struct{ APIError }
+	// RangeNotSatisfiableError is 416 RangeNotSatisfiable: an artifact's
+	// byte range starts at or past its end (any range of an empty artifact);
+	// the message gives the artifact's size.
+	RangeNotSatisfiableError struct{ APIError }
 	// BusyError is 429: an invocation is in flight, or the session queue is full; retry after RetryAfter.
 	BusyError struct{ APIError }
 	// NotReadyError is 503 NotReady: the Run is not Ready yet (pending — Phase
@@ -132,6 +136,10 @@ type (
 	OverloadedError struct{ UnavailableError }
 	// AuthUnavailableError is 503 AuthUnavailable: the authentication backend failed.
 	AuthUnavailableError struct{ UnavailableError }
+	// ArtifactStoreUnavailableError is 503 ArtifactStoreUnavailable: the
+	// artifact store failed (or refused runtimed's credentials) while listing
+	// or reading; nothing was lost: ask again after RetryAfter.
+	ArtifactStoreUnavailableError struct{ UnavailableError }
 	// FunctionError is 500 FunctionError: the handler raised or exited non-zero.
 	FunctionError struct{ ServerError }
 	// WorkerCrashedError is 500 WorkerCrashed.
@@ -168,30 +176,32 @@ type kind struct {
 }
 
 var byCode = map[string]kind{
-	"InvalidPath":         {400, wrap[InvalidPathError]},
-	"InvalidJson":         {400, wrap[InvalidJSONError]},
-	"InvalidInvocationId": {400, wrap[InvalidInvocationIDError]},
-	"BadRequest":          {400, wrap[BadRequestError]},
-	"Unauthenticated":     {401, wrap[UnauthenticatedError]},
-	"Forbidden":           {403, wrap[PermissionDeniedError]},
-	"NotFound":            {404, wrap[NotFoundError]},
-	"MethodNotAllowed":    {405, wrap[MethodNotAllowedError]},
-	"PayloadTooLarge":     {413, wrap[PayloadTooLargeError]},
-	"HeadersTooLarge":     {431, wrap[HeadersTooLargeError]},
-	"Busy":                {429, wrap[BusyError]},
-	"NotReady":            {503, wrap[NotReadyError]},
-	"OwnerUnavailable":    {503, wrap[OwnerUnavailableError]},
-	"StaleOwner":          {503, wrap[StaleOwnerError]},
-	"Overloaded":          {503, wrap[OverloadedError]},
-	"AuthUnavailable":     {503, wrap[AuthUnavailableError]},
-	"FunctionError":       {500, wrap[FunctionError]},
-	"WorkerCrashed":       {500, wrap[WorkerCrashedError]},
-	"InvalidOutput":       {500, wrap[InvalidOutputError]},
-	"Internal":            {500, wrap[InternalError]},
-	"OutcomeUnknown":      {500, wrap[OutcomeUnknownError]},
-	"RunEnded":            {410, wrap[RunEndedError]},
-	"RunFailed":           {409, wrap[RunFailedError]},
-	"DeadlineExceeded":    {504, wrap[DeadlineExceededError]},
+	"InvalidPath":              {400, wrap[InvalidPathError]},
+	"InvalidJson":              {400, wrap[InvalidJSONError]},
+	"InvalidInvocationId":      {400, wrap[InvalidInvocationIDError]},
+	"BadRequest":               {400, wrap[BadRequestError]},
+	"Unauthenticated":          {401, wrap[UnauthenticatedError]},
+	"Forbidden":                {403, wrap[PermissionDeniedError]},
+	"NotFound":                 {404, wrap[NotFoundError]},
+	"MethodNotAllowed":         {405, wrap[MethodNotAllowedError]},
+	"PayloadTooLarge":          {413, wrap[PayloadTooLargeError]},
+	"HeadersTooLarge":          {431, wrap[HeadersTooLargeError]},
+	"RangeNotSatisfiable":      {416, wrap[RangeNotSatisfiableError]},
+	"Busy":                     {429, wrap[BusyError]},
+	"NotReady":                 {503, wrap[NotReadyError]},
+	"OwnerUnavailable":         {503, wrap[OwnerUnavailableError]},
+	"StaleOwner":               {503, wrap[StaleOwnerError]},
+	"Overloaded":               {503, wrap[OverloadedError]},
+	"AuthUnavailable":          {503, wrap[AuthUnavailableError]},
+	"ArtifactStoreUnavailable": {503, wrap[ArtifactStoreUnavailableError]},
+	"FunctionError":            {500, wrap[FunctionError]},
+	"WorkerCrashed":            {500, wrap[WorkerCrashedError]},
+	"InvalidOutput":            {500, wrap[InvalidOutputError]},
+	"Internal":                 {500, wrap[InternalError]},
+	"OutcomeUnknown":           {500, wrap[OutcomeUnknownError]},
+	"RunEnded":                 {410, wrap[RunEndedError]},
+	"RunFailed":                {409, wrap[RunFailedError]},
+	"DeadlineExceeded":         {504, wrap[DeadlineExceededError]},
 }
 
 var byStatus = map[int]func(APIError) error{
@@ -203,6 +213,7 @@ var byStatus = map[int]func(APIError) error{
 	409: wrap[ConflictError],
 	410: wrap[RunEndedError],
 	413: wrap[PayloadTooLargeError],
+	416: wrap[RangeNotSatisfiableError],
 	422: wrap[InvalidRequestError],
 	429: wrap[BusyError],
 	431: wrap[HeadersTooLargeError],
@@ -425,6 +436,24 @@ func (e *OperationFailedError) Error() string {
 		detail = e.Result.State
 	}
 	return fmt.Sprintf("%s %s %s: %s", e.Op, e.Result.OperationID, e.Result.State, detail)
+}
+
+// ArtifactIntegrityError is an artifact whose bytes are not what the
+// gateway announced: their SHA-256 (or size) differs from
+// X-Kruntimes-Artifact-Sha256 (X-Kruntimes-Artifact-Size). Artifacts.Download
+// then writes nothing at its path; the download may be tried again.
+type ArtifactIntegrityError struct {
+	// Name is the artifact's.
+	Name string
+	// WantSHA256 and WantSize are what the gateway announced (WantSize -1:
+	// not announced); GotSHA256 and GotSize what arrived.
+	WantSHA256, GotSHA256 string
+	WantSize, GotSize     int64
+}
+
+func (e *ArtifactIntegrityError) Error() string {
+	return fmt.Sprintf("kruntimes: artifact %q: received %d bytes with SHA-256 %s, the gateway announced %d bytes with SHA-256 %s",
+		e.Name, e.GotSize, e.GotSHA256, e.WantSize, e.WantSHA256)
 }
 
 // ErrUnsupported is returned for what this client cannot do, such as

@@ -31,6 +31,8 @@ func TestEveryCodeOfTheTableHasItsType(t *testing.T) {
 		{500, "InvalidOutput", &InvalidOutputError{}}, {500, "Internal", &InternalError{}},
 		{500, "OutcomeUnknown", &OutcomeUnknownError{}}, {504, "DeadlineExceeded", &DeadlineExceededError{}},
 		{409, "RunFailed", &RunFailedError{}}, {410, "RunEnded", &RunEndedError{}},
+		{416, "RangeNotSatisfiable", &RangeNotSatisfiableError{}},
+		{503, "ArtifactStoreUnavailable", &ArtifactStoreUnavailableError{}},
 	}
 	if len(table) != len(byCode) {
 		t.Fatalf("%d codes tested, %d known", len(table), len(byCode))
@@ -58,7 +60,8 @@ func TestEveryCodeOfTheTableHasItsType(t *testing.T) {
 }
 
 func TestGroupsMatchEveryCodeOfTheirStatus(t *testing.T) {
-	for _, code := range []string{"NotReady", "OwnerUnavailable", "StaleOwner", "Overloaded", "AuthUnavailable"} {
+	for _, code := range []string{"NotReady", "OwnerUnavailable", "StaleOwner", "Overloaded", "AuthUnavailable",
+		"ArtifactStoreUnavailable"} {
 		var g *UnavailableError
 		if err := fromAnswer("gateway", 503, http.Header{}, gatewayBody(code)); !errors.As(err, &g) || g.Code != code {
 			t.Errorf("%s is not an *UnavailableError", code)

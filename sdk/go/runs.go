@@ -39,6 +39,9 @@ type RunInfo struct {
 	// Task is status.task: how a task Run's process ended (task Runs, once it
 	// has; nil otherwise).
 	Task *TaskStatus
+	// Artifacts is status.artifacts: what a task left in its artifacts
+	// directory (at most 100 listed; Client.Artifacts.List has them all).
+	Artifacts []ArtifactRef
 }
 
 // TaskStatus is status.task: how a task Run's process ended, with the last
@@ -153,7 +156,8 @@ func runFromObject(obj map[string]any) (*RunInfo, error) {
 				URL      string `json:"url"`
 				CABundle string `json:"caBundle"`
 			}
-			Task *TaskStatus
+			Task      *TaskStatus
+			Artifacts []ArtifactRef
 		}
 	}
 	raw, err := json.Marshal(obj)
@@ -167,7 +171,7 @@ func runFromObject(obj map[string]any) (*RunInfo, error) {
 		Name: run.Metadata.Name, Namespace: run.Metadata.Namespace, UID: run.Metadata.UID,
 		Runtime: run.Spec.Runtime, Phase: or(run.Status.Phase, "Pending"), Reason: run.Status.Reason,
 		Message: run.Status.Message, Attempt: run.Status.Attempt, Endpoint: run.Status.Endpoint.URL,
-		Task: run.Status.Task,
+		Task: run.Status.Task, Artifacts: run.Status.Artifacts,
 	}
 	for mode := range run.Spec.Mode {
 		info.Mode = mode
@@ -199,6 +203,7 @@ func (s *stateDirRuns) get(_ context.Context, namespace, name string) (*RunInfo,
 			Name, Namespace, Runtime, UID, Mode, Phase, Reason, Message, Endpoint string
 			Attempt                                                               int64
 			Task                                                                  *TaskStatus
+			Artifacts                                                             []ArtifactRef
 		}
 	}
 	if err := json.Unmarshal(raw, &doc); err != nil {
@@ -208,7 +213,7 @@ func (s *stateDirRuns) get(_ context.Context, namespace, name string) (*RunInfo,
 		if r.Namespace == namespace && r.Name == name {
 			return &RunInfo{Name: name, Namespace: namespace, UID: r.UID, Runtime: r.Runtime, Mode: r.Mode,
 				Phase: or(r.Phase, "Pending"), Reason: r.Reason, Message: r.Message, Attempt: r.Attempt,
-				Endpoint: r.Endpoint, Task: r.Task}, nil
+				Endpoint: r.Endpoint, Task: r.Task, Artifacts: r.Artifacts}, nil
 		}
 	}
 	return nil, typed(APIError{Status: 404, Code: "NotFound", Source: "client",

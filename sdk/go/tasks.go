@@ -67,6 +67,11 @@ type TaskResult struct {
 	StdoutTruncated, StderrTruncated bool
 	// StartedAt and FinishedAt are the process's (zero when unknown).
 	StartedAt, FinishedAt time.Time
+	// Artifacts are what the task left in $KRUNTIME_ARTIFACTS_DIR
+	// (status.artifacts: at most 100 listed; Client.Artifacts.List has them
+	// all), once its Run has ended; none for a Runtime without an artifact
+	// store.
+	Artifacts []ArtifactRef
 }
 
 // OK reports whether the task exited 0 (Phase Succeeded).
@@ -77,7 +82,7 @@ func (r *TaskResult) Ended() bool { return RunInfo{Phase: r.Phase}.Ended() }
 
 func taskResult(run *RunInfo) *TaskResult {
 	r := &TaskResult{Name: run.Name, Namespace: run.Namespace, UID: run.UID, Phase: run.Phase,
-		Reason: run.Reason, Message: run.Message, Attempt: run.Attempt}
+		Reason: run.Reason, Message: run.Message, Attempt: run.Attempt, Artifacts: run.Artifacts}
 	if t := run.Task; t != nil {
 		code := t.ExitCode
 		r.Attempt, r.ExitCode, r.Stdout, r.Stderr = t.Attempt, &code, t.StdoutTail, t.StderrTail

@@ -1,7 +1,7 @@
 """Python client for kruntimes: function Runs (invoke a handler), session
 Runs (agent sandboxes: commands, files, streamed output) and task Runs (run
-once, read the exit code and output), against a Kubernetes cluster or a
-``krt up`` stack, blocking or with asyncio.
+once, read the exit code, the output and the files left behind), against a
+Kubernetes cluster or a ``krt up`` stack, blocking or with asyncio.
 
     from kruntimes import Client, Sandbox
 
@@ -10,11 +10,13 @@ once, read the exit code and output), against a Kubernetes cluster or a
     with Sandbox.create(client, runtime="bash") as sb:
         print(sb.commands.run("echo hi").stdout)
     print(client.tasks.run("python", inline="print('hi')").stdout)
+    print(client.artifacts.list("nightly-report"))            # files a task left behind
 
 See ``docs/sdk-python.md``.
 """
 
-from ._runs import RunInfo
+from ._runs import ArtifactRef, RunInfo
+from .artifacts import Artifacts, AsyncArtifacts
 from .client import AsyncClient, Client
 from .commands import AsyncCommands, CommandEvent, CommandResult, Commands
 from .errors import *  # noqa: F403 - every error class, listed in errors.__all__
@@ -27,6 +29,9 @@ from .tasks import AsyncTasks, TaskResult, Tasks
 __version__ = "0.2.0"
 
 __all__ = [
+    "ArtifactRef",
+    "Artifacts",
+    "AsyncArtifacts",
     "AsyncClient",
     "AsyncCommands",
     "AsyncFiles",

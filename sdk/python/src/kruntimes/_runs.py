@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import yaml
 
@@ -59,6 +59,36 @@ class TaskStatus:
         )
 
 
+@dataclass(frozen=True)
+class ArtifactRef:
+    """One file a task left in ``$KRUNTIME_ARTIFACTS_DIR`` (``status.artifacts``, or the gateway's
+    artifact list): read it with ``client.artifacts``."""
+
+    #: Its path relative to the artifacts directory (``report.txt``, ``out/deep/blob.bin``).
+    name: str
+    #: Where the store keeps it (``s3://BUCKET/KEY``, ``file:///DIR/KEY``): for an operator;
+    #: callers read through the gateway.
+    uri: str
+    #: Size in bytes.
+    size: int
+    #: Lowercase hex SHA-256 of the content.
+    sha256: str
+
+    @classmethod
+    def from_json(cls, d: Any) -> "ArtifactRef":
+        if not isinstance(d, Mapping):
+            raise ValueError(f"an artifact ref is an object, not {type(d).__name__}")
+        return cls(name=str(d.get("name") or ""), uri=str(d.get("uri") or ""), size=int(d.get("size") or 0),
+                   sha256=str(d.get("sha256") or "").lower())
+
+    @classmethod
+    def list_from_json(cls, refs: Any) -> "Tuple[ArtifactRef, ...]":
+        """From ``status.artifacts`` (or a ``runs.json`` row's ``artifacts``); () when absent."""
+        if not isinstance(refs, list):
+            return ()
+        return tuple(cls.from_json(r) for r in refs if isinstance(r, Mapping))
+
+
 _RFC3339 = re.compile(r"(\d{4}-\d{2}-\d{2})T(\d{2}:\d{2}:\d{2})(?:\.(\d+))?(Z|[+-]\d{2}:\d{2})$")
 
 
@@ -95,6 +125,9 @@ class RunInfo:
     ca_pem: Optional[str] = None
     #: ``status.task``: how a task Run's process ended (task Runs, once it has).
     task: Optional[TaskStatus] = None
+    #: ``status.artifacts``: what a task left in its artifacts directory (at most 100 listed;
+    #: ``client.artifacts.list`` has them all).
+    artifacts: Tuple[ArtifactRef, ...] = ()
 
     @property
     def ended(self) -> bool:
@@ -120,6 +153,7 @@ class RunInfo:
             endpoint=endpoint.get("url") or None,
             ca_pem=base64.b64decode(bundle).decode() if bundle else None,
             task=TaskStatus.from_json(status.get("task")),
+            artifacts=ArtifactRef.list_from_json(status.get("artifacts")),
         )
 
 
@@ -252,7 +286,8 @@ class StateDirRuns(RunStore):
                     mode=str(r.get("mode", "")), phase=str(r.get("phase") or "Pending"),
                     reason=str(r.get("reason") or ""), message=str(r.get("message") or ""),
                     attempt=int(r.get("attempt") or 0), endpoint=r.get("endpoint") or None,
-                    task=TaskStatus.from_json(r.get("task"))))
+                    task=TaskStatus.from_json(r.get("task")),
+                    artifacts=ArtifactRef.list_from_json(r.get("artifacts"))))
         return done(None)
 
     #: The files krt and the SDKs write Runs into, by prefix: ``session`` for sessions (``krt session

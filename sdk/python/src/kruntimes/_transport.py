@@ -8,7 +8,8 @@ a refreshed token after a 401)."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncIterator, Dict, Iterator, Optional
+import contextlib
+from typing import Any, AsyncIterator, Dict, Iterator, Optional, Tuple
 
 import httpx
 
@@ -124,6 +125,25 @@ class SyncTransport(_Base):
         except httpx.TransportError as e:
             raise self._network(call, e) from e
 
+    @contextlib.contextmanager
+    def stream(self, call: Call) -> Iterator[Tuple[int, Dict[str, str], Iterator[bytes]]]:
+        """A streamed 2xx answer: its status, headers and body chunks (a broken connection raises
+        :class:`NetworkError` from the chunks); the connection closes with the context."""
+        try:
+            with self._client(call).stream(**self._request(call)) as response:
+                if response.status_code >= 300:
+                    response.read()
+                    self._reply(call, response)
+                yield response.status_code, lower_headers(response.headers), self._chunks(call, response)
+        except httpx.TransportError as e:
+            raise self._network(call, e) from e
+
+    def _chunks(self, call: Call, response: httpx.Response) -> Iterator[bytes]:
+        try:
+            yield from response.iter_bytes()
+        except httpx.TransportError as e:
+            raise self._network(call, e) from e
+
     def close(self) -> None:
         for c in self._gateways.values():
             c.close()
@@ -175,6 +195,25 @@ class AsyncTransport(_Base):
                 async for line in response.aiter_lines():
                     if line:
                         yield line
+        except httpx.TransportError as e:
+            raise self._network(call, e) from e
+
+    @contextlib.asynccontextmanager
+    async def stream(self, call: Call) -> AsyncIterator[Tuple[int, Dict[str, str], AsyncIterator[bytes]]]:
+        """:meth:`SyncTransport.stream`, asynchronously."""
+        try:
+            async with (await self._client(call)).stream(**self._request(call)) as response:
+                if response.status_code >= 300:
+                    await response.aread()
+                    self._reply(call, response)
+                yield response.status_code, lower_headers(response.headers), self._chunks(call, response)
+        except httpx.TransportError as e:
+            raise self._network(call, e) from e
+
+    async def _chunks(self, call: Call, response: httpx.Response) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in response.aiter_bytes():
+                yield chunk
         except httpx.TransportError as e:
             raise self._network(call, e) from e
 

@@ -31,6 +31,7 @@ from ._wire import Flow, drive, drive_async
 from .errors import ConfigError, NotFoundError, UnsupportedError
 
 if TYPE_CHECKING:
+    from .artifacts import Artifacts, AsyncArtifacts
     from .functions import AsyncFunction, Function
     from .tasks import AsyncTasks, Tasks
 
@@ -146,6 +147,13 @@ class Client(_ClientBase):
 
         return Tasks(self)
 
+    @property
+    def artifacts(self) -> "Artifacts":
+        """The files task Runs left: ``client.artifacts.list(run)``, ``read``, ``download``."""
+        from .artifacts import Artifacts
+
+        return Artifacts(self)
+
     def get_run(self, name: str, *, namespace: Optional[str] = None) -> Optional[RunInfo]:
         """The Run's status as its control plane reports it, or None."""
         return self._drive(self._get_run(name, namespace))
@@ -183,6 +191,13 @@ class AsyncClient(_ClientBase):
         from .tasks import AsyncTasks
 
         return AsyncTasks(self)
+
+    @property
+    def artifacts(self) -> "AsyncArtifacts":
+        """:attr:`Client.artifacts`, as coroutines."""
+        from .artifacts import AsyncArtifacts
+
+        return AsyncArtifacts(self)
 
     async def get_run(self, name: str, *, namespace: Optional[str] = None) -> Optional[RunInfo]:
         """:meth:`Client.get_run`."""

@@ -39,6 +39,7 @@ __all__ = [
     "ConflictError",
     "PayloadTooLargeError",
     "HeadersTooLargeError",
+    "RangeNotSatisfiableError",
     "BusyError",
     "UnavailableError",
     "NotReadyError",
@@ -46,6 +47,7 @@ __all__ = [
     "StaleOwnerError",
     "OverloadedError",
     "AuthUnavailableError",
+    "ArtifactStoreUnavailableError",
     "ServerError",
     "FunctionError",
     "WorkerCrashedError",
@@ -64,6 +66,7 @@ __all__ = [
     "InvalidSpecError",
     "OperationFailedError",
     "CommandExitError",
+    "ArtifactIntegrityError",
     "UnsupportedError",
     "ConfigError",
 ]
@@ -183,6 +186,14 @@ class HeadersTooLargeError(KruntimesError):
     default_code = "HeadersTooLarge"
 
 
+class RangeNotSatisfiableError(KruntimesError):
+    """416 ``RangeNotSatisfiable``: an artifact's byte range starts at or past its end (any range
+    of an empty artifact); the message gives the artifact's size."""
+
+    default_status = 416
+    default_code = "RangeNotSatisfiable"
+
+
 class BusyError(KruntimesError):
     """429 ``Busy``: the function has an in-flight invocation, or the session queue is full.
 
@@ -228,6 +239,13 @@ class AuthUnavailableError(UnavailableError):
     """503 ``AuthUnavailable``: the authentication backend failed on a cache miss."""
 
     default_code = "AuthUnavailable"
+
+
+class ArtifactStoreUnavailableError(UnavailableError):
+    """503 ``ArtifactStoreUnavailable``: the artifact store failed (or refused runtimed's
+    credentials) while listing or reading; nothing was lost: ask again after ``retry_after``."""
+
+    default_code = "ArtifactStoreUnavailable"
 
 
 class ServerError(KruntimesError):
@@ -398,6 +416,25 @@ class CommandExitError(OperationFailedError):
     default_code = "CommandFailed"
 
 
+class ArtifactIntegrityError(KruntimesError):
+    """A downloaded or read artifact is not what the gateway said it is: its SHA-256 (or size)
+    differs from ``X-Kruntimes-Artifact-Sha256`` (``X-Kruntimes-Artifact-Size``). Nothing was
+    written under the target path; the download may be tried again."""
+
+    default_code = "ArtifactIntegrity"
+
+    def __init__(self, message: str, *, name: str = "", expected_sha256: str = "", actual_sha256: str = "",
+                 expected_size: Optional[int] = None, actual_size: Optional[int] = None, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        #: The artifact's name.
+        self.name = name
+        #: What the gateway announced, and what arrived.
+        self.expected_sha256 = expected_sha256
+        self.actual_sha256 = actual_sha256
+        self.expected_size = expected_size
+        self.actual_size = actual_size
+
+
 class UnsupportedError(KruntimesError):
     """This client cannot do that (e.g. create a sandbox without a control plane)."""
 
@@ -431,6 +468,7 @@ _BY_STATUS: Dict[int, Type[KruntimesError]] = {
     409: ConflictError,
     410: RunEndedError,
     413: PayloadTooLargeError,
+    416: RangeNotSatisfiableError,
     422: InvalidRequestError,
     429: BusyError,
     431: HeadersTooLargeError,

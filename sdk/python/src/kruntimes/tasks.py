@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Mapping, Optional, Sequence, Tuple, Union
 
-from ._runs import RunInfo, task_manifest, wait_for
+from ._runs import ArtifactRef, RunInfo, task_manifest, wait_for
 from ._wire import Flow
 from .errors import KruntimesError, ended_error
 
@@ -71,6 +71,10 @@ class TaskResult:
     stderr_truncated: bool = False
     started_at: Optional[datetime] = None
     finished_at: Optional[datetime] = None
+    #: What the task left in ``$KRUNTIME_ARTIFACTS_DIR`` (``status.artifacts``: at most 100 listed;
+    #: ``client.artifacts.list`` has them all), once its Run has ended; () for a Runtime without
+    #: an artifact store. Read them with ``client.artifacts.read(result, ref)``.
+    artifacts: Tuple[ArtifactRef, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -91,7 +95,7 @@ class TaskResult:
             exit_code=t.exit_code if t else None, stdout=t.stdout_tail if t else "",
             stderr=t.stderr_tail if t else "", stdout_truncated=bool(t and t.stdout_truncated),
             stderr_truncated=bool(t and t.stderr_truncated), started_at=t.started_at if t else None,
-            finished_at=t.finished_at if t else None,
+            finished_at=t.finished_at if t else None, artifacts=run.artifacts,
         )
 
 

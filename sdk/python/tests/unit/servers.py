@@ -1,11 +1,14 @@
-"""A local HTTP(S) server on loopback that answers like the Kubernetes API
-for one Run and records what each request carried."""
+"""Local HTTP(S) servers on loopback that answer like the Kubernetes API for
+one Run, or like the gateway's artifact routes, and record what each request
+carried."""
 
+import hashlib
 import json
+import socket
 import ssl
 import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
-from typing import Callable, List, Optional
+from http.server import BaseHTTPRequestHandler, HTTPServer, ThreadingHTTPServer
+from typing import Callable, Dict, List, Optional, Tuple
 
 RUN = {
     "metadata": {"name": "hello", "namespace": "a", "uid": "u-1"},
@@ -62,6 +65,101 @@ class KubeServer:
         return f"{self.scheme}://127.0.0.1:{self.httpd.server_address[1]}"
 
     def __enter__(self) -> "KubeServer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+ARTIFACTS = "/v1/namespaces/default/runtimes/bash/runs/u-1/artifacts"
+
+
+class ArtifactServer:
+    """Answers like the gateway's artifact routes of Run ``u-1`` (``ARTIFACTS``), over plain HTTP:
+    the list, each file of ``files`` with ``Range`` (``bytes=A-B``, ``A-``, ``-N``; 206, 416), 404
+    for other names. ``break_after`` (bytes) cuts the connection mid-body; ``lie`` announces a
+    wrong SHA-256; ``unavailable`` answers 503 ``ArtifactStoreUnavailable``. Records each
+    request's path and headers in ``seen``."""
+
+    def __init__(self, files: Dict[str, bytes]) -> None:
+        self.files = files
+        self.break_after: Optional[int] = None
+        self.lie = False
+        self.unavailable = False
+        self.seen: List[Tuple[str, Dict[str, str]]] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _send(self, code: int, body: bytes, headers: Dict[str, str]) -> None:
+                self.send_response(code)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _error(self, code: int, name: str, extra: Optional[Dict[str, str]] = None) -> None:
+                body = json.dumps({"error": {"code": name, "message": f"{name} here", "invocationId": "inv-9"}})
+                self._send(code, body.encode(), {"Content-Type": "application/json", **(extra or {})})
+
+            def do_GET(self):  # noqa: N802 - the http.server API
+                server.seen.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
+                if server.unavailable:
+                    return self._error(503, "ArtifactStoreUnavailable", {"Retry-After": "1"})
+                if self.path == ARTIFACTS:
+                    refs = [{"name": n, "uri": f"file:///store/{n}", "size": len(b),
+                             "sha256": hashlib.sha256(b).hexdigest()} for n, b in sorted(server.files.items())]
+                    return self._send(200, json.dumps({"artifacts": refs}).encode(),
+                                      {"Content-Type": "application/json"})
+                name = self.path[len(ARTIFACTS) + 1:] if self.path.startswith(ARTIFACTS + "/") else None
+                if name is None or name not in server.files:
+                    return self._error(404, "NotFound")
+                data = server.files[name]
+                sha = hashlib.sha256(b"lies" if server.lie else data).hexdigest()
+                headers = {"Content-Type": "application/octet-stream", "Accept-Ranges": "bytes",
+                           "ETag": f'"{sha}"', "X-Kruntimes-Artifact-Sha256": sha,
+                           "X-Kruntimes-Artifact-Size": str(len(data))}
+                code, body = 200, data
+                spec = self.headers.get("Range")
+                if spec:
+                    first, _, last = spec[len("bytes="):].partition("-")
+                    if first == "":
+                        start, end = max(0, len(data) - int(last)), len(data)
+                    else:
+                        start, end = int(first), min(len(data), int(last) + 1 if last else len(data))
+                    if start >= len(data):
+                        return self._error(416, "RangeNotSatisfiable", {"Content-Range": f"bytes */{len(data)}"})
+                    code, body = 206, data[start:end]
+                    headers["Content-Range"] = f"bytes {start}-{end - 1}/{len(data)}"
+                if server.break_after is None:
+                    return self._send(code, body, headers)
+                # Announce the whole body, send part of it, hang up.
+                self.send_response(code)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body[:server.break_after])
+                self.wfile.flush()
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def __enter__(self) -> "ArtifactServer":
         self.thread.start()
         return self
 

@@ -20,6 +20,7 @@ TABLE = [
     (405, "MethodNotAllowed", kruntimes.MethodNotAllowedError),
     (413, "PayloadTooLarge", kruntimes.PayloadTooLargeError),
     (431, "HeadersTooLarge", kruntimes.HeadersTooLargeError),
+    (416, "RangeNotSatisfiable", kruntimes.RangeNotSatisfiableError),
     (429, "Busy", kruntimes.BusyError),
     (503, "NotReady", kruntimes.NotReadyError),
     (409, "RunFailed", kruntimes.RunFailedError),
@@ -28,6 +29,7 @@ TABLE = [
     (503, "StaleOwner", kruntimes.StaleOwnerError),
     (503, "Overloaded", kruntimes.OverloadedError),
     (503, "AuthUnavailable", kruntimes.AuthUnavailableError),
+    (503, "ArtifactStoreUnavailable", kruntimes.ArtifactStoreUnavailableError),
     (500, "FunctionError", kruntimes.FunctionError),
     (500, "WorkerCrashed", kruntimes.WorkerCrashedError),
     (500, "InvalidOutput", kruntimes.InvalidOutputError),
@@ -53,7 +55,8 @@ def test_every_code_of_the_table_has_its_class(status, code, cls):
 
 
 def test_groups_catch_their_codes():
-    for code in ("NotReady", "OwnerUnavailable", "StaleOwner", "Overloaded", "AuthUnavailable"):
+    for code in ("NotReady", "OwnerUnavailable", "StaleOwner", "Overloaded", "AuthUnavailable",
+                 "ArtifactStoreUnavailable"):
         assert isinstance(errors.from_answer("gateway", 503, {}, gateway_body(code)), kruntimes.UnavailableError)
     for code in ("FunctionError", "WorkerCrashed", "InvalidOutput", "OutcomeUnknown", "Internal"):
         assert isinstance(errors.from_answer("gateway", 500, {}, gateway_body(code)), kruntimes.ServerError)
