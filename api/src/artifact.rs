@@ -142,9 +142,147 @@ pub fn status_artifacts(outcome: &own::ExportOutcome) -> Vec<ArtifactRef> {
         .collect()
 }
 
+/// Most entries of `spec.inputs.artifacts`.
+pub const MAX_INPUT_ARTIFACTS: usize = 32;
+
+/// `spec.inputs`: what a Run is given before it starts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Inputs {
+    /// Artifacts from the Runtime's store (another Run's
+    /// `status.artifacts[].uri`, of this Run's namespace), each written to
+    /// a path of the working directory before a task starts or a session
+    /// is Ready.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub artifacts: Vec<InputArtifact>,
+}
+
+/// `spec.inputs.artifacts[]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InputArtifact {
+    /// `s3://bucket/key` or `file:///dir/key`, as a Run's
+    /// `status.artifacts[].uri` shows it.
+    #[schemars(length(min = 1, max = 1024))]
+    pub uri: String,
+    /// Where it goes, relative to the working directory (no `..`).
+    #[schemars(length(min = 1, max = 512))]
+    pub path: String,
+    /// Its expected SHA-256, lowercase hex; a mismatch fails the start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 64, max = 64))]
+    pub sha256: Option<String>,
+}
+
+impl InputArtifact {
+    /// As the owner receives it.
+    pub fn to_wire(&self) -> kruntimes_proto::agent::v1::InputArtifact {
+        kruntimes_proto::agent::v1::InputArtifact {
+            uri: self.uri.clone(),
+            path: self.path.clone(),
+            sha256: self.sha256.clone().unwrap_or_default(),
+        }
+    }
+}
+
+/// Why `spec.inputs` cannot be a Run's of `mode` (`None` when it can).
+pub fn inputs_error(inputs: &Inputs, mode: kruntimes_core::ModeKind) -> Option<String> {
+    if inputs.artifacts.is_empty() {
+        return None;
+    }
+    if mode == kruntimes_core::ModeKind::Function {
+        return Some("spec.inputs applies to task and session Runs only".into());
+    }
+    if inputs.artifacts.len() > MAX_INPUT_ARTIFACTS {
+        return Some(format!(
+            "spec.inputs.artifacts has more than {MAX_INPUT_ARTIFACTS} entries"
+        ));
+    }
+    let mut paths = std::collections::BTreeSet::new();
+    for (i, a) in inputs.artifacts.iter().enumerate() {
+        let at = format!("spec.inputs.artifacts[{i}]");
+        if !(a.uri.starts_with("s3://") || a.uri.starts_with("file:///")) || a.uri.len() > 1024 {
+            return Some(format!(
+                "{at}.uri must be an s3:// or file:/// URI of at most 1024 bytes"
+            ));
+        }
+        match kruntimes_proto::runtime::path::normalize(&a.path) {
+            Ok(p) if !p.as_os_str().is_empty() && a.path.len() <= 512 => {
+                if !paths.insert(p) {
+                    return Some(format!("{at}.path {:?} is given twice", a.path));
+                }
+            }
+            Ok(_) => return Some(format!("{at}.path must name a file (1-512 bytes)")),
+            Err(e) => return Some(format!("{at}.path {:?}: {e}", a.path)),
+        }
+        if let Some(s) = &a.sha256
+            && !(s.len() == 64
+                && s.bytes()
+                    .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c)))
+        {
+            return Some(format!("{at}.sha256 must be 64 lowercase hex digits"));
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn input(uri: &str, path: &str, sha: Option<&str>) -> InputArtifact {
+        InputArtifact {
+            uri: uri.into(),
+            path: path.into(),
+            sha256: sha.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn inputs_are_checked_with_reasons_naming_the_entry() {
+        use kruntimes_core::ModeKind::{Function, Session, Task};
+        let ok = Inputs {
+            artifacts: vec![
+                input("s3://b/k/ns/u/files/a", "in/a.json", Some(&"a".repeat(64))),
+                input("file:///d/ns/u/files/b", "b", None),
+            ],
+        };
+        assert_eq!(inputs_error(&ok, Task), None);
+        assert_eq!(inputs_error(&ok, Session), None);
+        assert!(
+            inputs_error(&ok, Function)
+                .unwrap()
+                .contains("task and session")
+        );
+        assert_eq!(inputs_error(&Inputs::default(), Function), None);
+        for (bad, why) in [
+            (input("https://x/y", "a", None), "artifacts[0].uri"),
+            (input("s3://b/k", "../a", None), "'..'"),
+            (input("s3://b/k", "/etc/a", None), "relative"),
+            (input("s3://b/k", ".", None), "must name a file"),
+            (input("s3://b/k", "a", Some("ABC")), "64 lowercase hex"),
+        ] {
+            let got = inputs_error(
+                &Inputs {
+                    artifacts: vec![bad],
+                },
+                Task,
+            )
+            .unwrap();
+            assert!(got.contains(why), "{got}");
+        }
+        let twice = Inputs {
+            artifacts: vec![input("s3://b/1", "a", None), input("s3://b/2", "./a", None)],
+        };
+        assert!(inputs_error(&twice, Task).unwrap().contains("twice"));
+        let many = Inputs {
+            artifacts: (0..33)
+                .map(|i| input("s3://b/k", &format!("f{i}"), None))
+                .collect(),
+        };
+        assert!(inputs_error(&many, Task).unwrap().contains("more than 32"));
+    }
 
     #[test]
     fn status_keeps_at_most_the_bound_in_order() {

@@ -19,7 +19,9 @@ pub mod run;
 pub mod runtime;
 pub mod table;
 
-pub use artifact::{ArtifactRef, ArtifactStoreSpec, CredentialsSecret, MAX_STATUS_ARTIFACTS};
+pub use artifact::{
+    ArtifactRef, ArtifactStoreSpec, CredentialsSecret, InputArtifact, Inputs, MAX_STATUS_ARTIFACTS,
+};
 pub use kruntimes_core::lifecycle;
 pub use kruntimes_core::scheduler::affinity::{
     Affinity, LabelSelector, Operator, Requirement, RunAffinity, RunAffinityTerm,

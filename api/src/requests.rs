@@ -55,6 +55,13 @@ pub fn assign_request(run: &Run, attempt: u64) -> Option<pb::AssignRequest> {
         }),
         env: run.env().into_iter().collect(),
         mode: Some(mode),
+        inputs: run
+            .spec
+            .inputs
+            .iter()
+            .flat_map(|i| &i.artifacts)
+            .map(crate::InputArtifact::to_wire)
+            .collect(),
     })
 }
 

@@ -203,6 +203,37 @@ impl Store {
         Path::from(format!("{}/manifest.json", self.run_prefix(namespace, uid)))
     }
 
+    /// The key of the object `uri` names, if it is in this store under
+    /// `namespace` (a Run reads only its own namespace's artifacts).
+    pub fn key_of(&self, uri: &str, namespace: &str) -> Option<Path> {
+        let key = uri.strip_prefix(&self.root_uri)?.strip_prefix('/')?;
+        let allowed = match &self.prefix {
+            Some(p) => format!("{p}/{namespace}/"),
+            None => format!("{namespace}/"),
+        };
+        let rest = key.strip_prefix(&allowed)?;
+        // `{uid}/files/{name}`, nothing that climbs out.
+        let mut parts = rest.splitn(3, '/');
+        let (uid, files, name) = (parts.next()?, parts.next()?, parts.next()?);
+        (files == "files"
+            && kruntimes_proto::api::valid_run_uid(uid)
+            && kruntimes_proto::api::artifact_name(name).is_none())
+        .then(|| Path::from(key))
+    }
+
+    /// Opens the object at `key` (one [`Self::key_of`] gave) for reading.
+    pub async fn read_key(&self, key: &Path) -> Result<Read, StoreError> {
+        let got = self.inner.get(key).await?;
+        Ok(Read {
+            size: got.meta.size,
+            range: got.range.clone(),
+            body: got
+                .into_stream()
+                .map(|r| r.map_err(StoreError::from))
+                .boxed(),
+        })
+    }
+
     /// The URI of the object at `key`.
     pub fn uri(&self, key: &Path) -> String {
         format!("{}/{key}", self.root_uri)

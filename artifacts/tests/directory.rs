@@ -45,3 +45,21 @@ async fn uris_name_the_directory() {
         format!("file://{}/ns/u/files/a/b", root.display())
     );
 }
+
+#[tokio::test]
+async fn a_uri_maps_back_to_a_key_only_inside_its_namespace() {
+    let (_d, s) = store();
+    let key = s.file_key("ns", "0a-1", "out/a.json");
+    let uri = s.uri(&key);
+    assert_eq!(s.key_of(&uri, "ns"), Some(key));
+    assert_eq!(s.key_of(&uri, "other"), None, "another namespace's");
+    for bad in [
+        uri.replace("/files/", "/manifests/"),
+        uri.replace("out/a.json", "../../x"),
+        uri.replace("0a-1", "UPPER"),
+        "s3://elsewhere/ns/0a-1/files/a".to_string(),
+        format!("{uri}/../../../etc/passwd"),
+    ] {
+        assert_eq!(s.key_of(&bad, "ns"), None, "{bad}");
+    }
+}

@@ -462,3 +462,142 @@ async fn retention_and_the_sweep_delete_what_is_due_and_nothing_else() {
     let body: serde_json::Value = get(&stack, &url, None).await.json().await.unwrap();
     assert_eq!(body["artifacts"], serde_json::json!([]));
 }
+
+/// A task Run manifest running a Bash `script` with `extra` spec lines
+/// (indented by two).
+fn task_yaml(name: &str, script: &str, extra: &str) -> String {
+    format!(
+        "apiVersion: kruntimes.io/v1alpha1\nkind: Run\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  runtime: bash\n  source:\n    inline: {script:?}\n  mode:\n    task: {{}}\n{extra}"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runs_artifacts_are_another_runs_inputs_checked_and_confined() {
+    let stack = start(1, vec![], &[]);
+    let out = run_task(
+        &stack,
+        "producer",
+        r#"mkdir -p "$KRUNTIME_ARTIFACTS_DIR/out"; printf '{"rows": 3}' > "$KRUNTIME_ARTIFACTS_DIR/out/data.json"; head -c 2500000 /dev/urandom > "$KRUNTIME_ARTIFACTS_DIR/blob""#,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let refs = stack.run("producer").unwrap()["artifacts"].clone();
+    let by = |n: &str| {
+        refs.as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["name"] == n)
+            .cloned()
+            .unwrap()
+    };
+    let (data, blob) = (by("out/data.json"), by("blob"));
+    // Staged into the consumer's working directory before it starts,
+    // digests checked.
+    let inputs = format!(
+        "  inputs:\n    artifacts:\n      - uri: {}\n        path: in/data.json\n        sha256: {}\n      - uri: {}\n        path: blob.bin\n",
+        data["uri"], data["sha256"], blob["uri"]
+    );
+    stack
+        .add_run(
+            "consumer.yaml",
+            &task_yaml(
+                "consumer",
+                "cat in/data.json; echo; sha256sum blob.bin | cut -c1-64",
+                &inputs,
+            ),
+        )
+        .unwrap();
+    let run = stack.wait_phase("consumer", "Succeeded").await.unwrap();
+    assert_eq!(
+        run["task"]["stdoutTail"],
+        format!("{{\"rows\": 3}}\n{}\n", blob["sha256"].as_str().unwrap()),
+        "{run}"
+    );
+    // A session gets them before it is Ready.
+    stack
+        .add_run(
+            "sb.yaml",
+            &format!(
+                "apiVersion: kruntimes.io/v1alpha1\nkind: Run\nmetadata:\n  name: sb\n  namespace: default\nspec:\n  runtime: bash\n  mode:\n    session: {{}}\n{inputs}"
+            ),
+        )
+        .unwrap();
+    stack.wait_phase("sb", "Ready").await.unwrap();
+    let got = stack
+        .krt(&["session", "exec", "sb", "--shell", "cat in/data.json"])
+        .unwrap();
+    assert_eq!(text(&got.stdout), "{\"rows\": 3}", "{}", text(&got.stderr));
+    // The Pod is the session's until it is deleted.
+    stack.remove_run("sb.yaml").unwrap();
+
+    // A digest that does not match, an artifact that is not there, one of
+    // another namespace: the start fails, naming the input.
+    let wrong = "0".repeat(64);
+    let cases = [
+        (
+            "wrong-digest",
+            format!(
+                "  inputs:\n    artifacts:\n      - uri: {}\n        path: d.json\n        sha256: {wrong}\n",
+                data["uri"]
+            ),
+            format!(
+                "its SHA-256 is {}, not {wrong}",
+                data["sha256"].as_str().unwrap()
+            ),
+        ),
+        (
+            "missing",
+            format!(
+                "  inputs:\n    artifacts:\n      - uri: {}\n        path: d.json\n",
+                data["uri"]
+                    .as_str()
+                    .unwrap()
+                    .replace("data.json", "nope.json")
+            ),
+            "is not in the store".to_owned(),
+        ),
+        (
+            "elsewhere",
+            format!(
+                "  inputs:\n    artifacts:\n      - uri: {}\n        path: d.json\n",
+                data["uri"]
+                    .as_str()
+                    .unwrap()
+                    .replace("/default/", "/other/")
+            ),
+            "is not an artifact of namespace default".to_owned(),
+        ),
+    ];
+    for (name, inputs, why) in cases {
+        stack
+            .add_run(
+                &format!("{name}.yaml"),
+                &task_yaml(
+                    name,
+                    "true",
+                    &format!("{inputs}  retryPolicy:\n    maxRetries: 0\n"),
+                ),
+            )
+            .unwrap();
+        let run = stack.wait_phase(name, "Failed").await.unwrap();
+        assert_eq!(run["reason"], "StartFailed", "{name}: {run}");
+        let message = run["message"].as_str().unwrap();
+        assert!(message.contains(&why), "{name}: {message}");
+        assert!(message.contains("input \"d.json\""), "{name}: {message}");
+    }
+    // Refused before it is placed: a path that climbs out, on a function.
+    stack
+        .add_run(
+            "climbs.yaml",
+            &task_yaml(
+                "climbs",
+                "true",
+                &format!(
+                    "  inputs:\n    artifacts:\n      - uri: {}\n        path: ../x\n",
+                    data["uri"]
+                ),
+            ),
+        )
+        .unwrap();
+    let run = stack.wait_phase("climbs", "Failed").await.unwrap();
+    assert_eq!(run["reason"], "InvalidSpec", "{run}");
+}

@@ -13,6 +13,7 @@ use crate::contain::Shim;
 use crate::contain::shim;
 use crate::function::python::spare::SparePool;
 use crate::function::{Functions, Interpreter};
+use crate::inputs::Inputs;
 use crate::service::{Service, Sockets};
 use crate::session::Sessions;
 use crate::task::Tasks;
@@ -183,11 +184,13 @@ pub async fn serve(
             config.python_spares,
         )
     });
+    let inputs = Arc::new(Inputs::new(work_root.clone()));
     let tasks = Tasks::new(
         work_root.clone(),
         config.run_logs.clone(),
         shim.clone(),
         config.python.clone(),
+        inputs.clone(),
     );
     let interpreter = Interpreter {
         shim: shim.clone(),
@@ -197,8 +200,9 @@ pub async fn serve(
     let functions = Arc::new(Functions::new(work_root.clone(), interpreter));
     let service = Service::new(
         functions.clone(),
-        Sessions::new(work_root.clone(), shim),
+        Sessions::new(work_root.clone(), shim, inputs.clone()),
         tasks,
+        inputs,
         Sockets {
             workers: worker_name,
             invoke: invoke_name,

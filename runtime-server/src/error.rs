@@ -25,6 +25,11 @@ pub enum Error {
     /// The handler failed to load (FAILED_PRECONDITION).
     #[error("{0}")]
     Load(String),
+    /// Staged inputs that cannot be moved into a working directory:
+    /// none staged for the attempt, or one would replace a path
+    /// (FAILED_PRECONDITION).
+    #[error("{0}")]
+    Inputs(String),
     /// No such registration, session or handle (NOT_FOUND).
     #[error("{0} is not held by this server")]
     NotFound(String),
@@ -57,7 +62,7 @@ impl Error {
     pub fn kind(&self) -> ErrorKind {
         match self {
             Error::Invalid(_) => ErrorKind::Invalid,
-            Error::Stale { .. } | Error::Load(_) => ErrorKind::Refused,
+            Error::Stale { .. } | Error::Load(_) | Error::Inputs(_) => ErrorKind::Refused,
             Error::NotFound(_) => ErrorKind::NotFound,
             Error::Invoke(i) => match i {
                 InvokeError::NotRegistered(_) => ErrorKind::NotFound,
@@ -108,6 +113,7 @@ mod tests {
                 ErrorKind::Refused,
             ),
             (Error::Load("ImportError".into()), ErrorKind::Refused),
+            (Error::Inputs("main.sh".into()), ErrorKind::Refused),
             (Error::NotFound("run".into()), ErrorKind::NotFound),
             (FileError::NotFound("f".into()).into(), ErrorKind::NotFound),
             (FileError::TooLarge("f".into()).into(), ErrorKind::TooLarge),

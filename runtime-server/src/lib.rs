@@ -22,7 +22,8 @@
 //! - [`function`]: registrations and their backends; `session`:
 //!   workspaces, commands and files; `task`: one process per Run attempt;
 //!   `artifacts`: a task's or a session's artifacts directory, walked
-//!   without following a link.
+//!   without following a link; `inputs`: the files staged for a Run
+//!   before it starts, moved into its working directory.
 //! - `confine`: what of the file system the server and its user code
 //!   may reach.
 //! - [`contain`], `env`, `source`, `logs`, `held`: process trees,
@@ -47,6 +48,7 @@ mod env;
 pub mod error;
 pub mod function;
 mod held;
+mod inputs;
 mod lease;
 mod logs;
 mod routes;

@@ -2,7 +2,8 @@
 //! `RuntimeServer` (Info, Reset), `FunctionRuntime`, `SessionRuntime`,
 //! `TaskRuntime` and `ArtifactRuntime`. Each call is validated
 //! ([`crate::validate`]) and handed to the functions, the sessions, the
-//! tasks or their artifacts ([`crate::artifacts`]); the conversions to
+//! tasks, their artifacts ([`crate::artifacts`]) or their staged inputs
+//! ([`crate::inputs`]); the conversions to
 //! protobuf are here, the logic is not.
 //! Errors become gRPC statuses only here ([`crate::Error`] → the contract's
 //! `ServerError` → status); an invocation's failure is an answer
@@ -27,6 +28,7 @@ use tonic::{Request, Response, Status};
 use crate::artifacts;
 use crate::error::Error;
 use crate::function::Functions;
+use crate::inputs::Inputs;
 use crate::routes::Routes;
 use crate::session::{Sessions, exec, files};
 use crate::task::{self, Tasks};
@@ -37,6 +39,7 @@ pub struct Service {
     functions: Arc<Functions>,
     sessions: Sessions,
     tasks: Tasks,
+    inputs: Arc<Inputs>,
     instance_id: String,
     sockets: Sockets,
 }
@@ -52,18 +55,21 @@ pub struct Sockets {
 }
 
 impl Service {
-    /// A service over `functions`, `sessions` and `tasks`, with a fresh
+    /// A service over `functions`, `sessions`, `tasks` and the staged
+    /// `inputs` (the ones `sessions` and `tasks` take from), with a fresh
     /// instance id, announcing `sockets`.
     pub fn new(
         functions: Arc<Functions>,
         sessions: Sessions,
         tasks: Tasks,
+        inputs: Arc<Inputs>,
         sockets: Sockets,
     ) -> Arc<Self> {
         Arc::new(Self {
             functions,
             sessions,
             tasks,
+            inputs,
             instance_id: uuid::Uuid::new_v4().to_string(),
             sockets,
         })
@@ -96,6 +102,7 @@ impl Service {
     pub async fn shutdown(&self) {
         self.sessions.reset().await;
         self.tasks.reset().await;
+        self.inputs.reset();
         self.functions.shutdown().await;
     }
 }
@@ -166,6 +173,7 @@ impl RuntimeServer for Handle {
         let dropped = self.0.sessions.reset().await
             + self.0.tasks.reset().await
             + self.0.functions.reset().await;
+        self.0.inputs.reset();
         tracing::info!(dropped, "reset");
         Ok(Response::new(pb::ResetResponse {
             dropped: u32::try_from(dropped).unwrap_or(u32::MAX),
@@ -421,4 +429,46 @@ impl ArtifactRuntime for Handle {
         }
         Ok(Response::new(ReceiverStream::new(rx)))
     }
+
+    async fn stage_inputs(
+        &self,
+        req: Request<tonic::Streaming<pb::StageChunk>>,
+    ) -> Result<Response<pb::StageInputsResponse>, Status> {
+        let mut stream = req.into_inner();
+        let (uid, attempt) = validate::stage_target(stream.message().await?)?;
+        let inputs = self.0.inputs.clone();
+        let begun = uid.clone();
+        let mut stager = blocking(move || inputs.begin(&begun, attempt)).await?;
+        // Each chunk is written as it comes. A failure, or a stream that
+        // breaks, drops the stager, which removes what it wrote.
+        loop {
+            let chunk = match stream.message().await {
+                Ok(Some(c)) => c,
+                Ok(None) => break,
+                Err(status) => {
+                    tracing::warn!(run_uid = %uid, attempt, error = %status.message(), "staging broke off");
+                    return Err(status);
+                }
+            };
+            let part = chunk
+                .part
+                .ok_or_else(|| Error::Invalid("a StageChunk is empty".into()))?;
+            stager = blocking(move || stager.push(part).map(|()| stager)).await?;
+        }
+        let inputs = self.0.inputs.clone();
+        let (files, bytes) = blocking(move || inputs.commit(stager)).await?;
+        tracing::info!(run_uid = %uid, attempt, files, bytes, "inputs staged");
+        Ok(Response::new(pb::StageInputsResponse { files, bytes }))
+    }
+}
+
+/// Runs blocking file work off the async threads.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> crate::error::Result<T> + Send + 'static,
+) -> crate::error::Result<T> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| {
+        Error::Io(std::io::Error::other(format!(
+            "a blocking task failed: {e}"
+        )))
+    })?
 }

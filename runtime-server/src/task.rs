@@ -1,7 +1,8 @@
 //! Task mode: one process per Run attempt, run to its exit. Starting writes
 //! the source into a fresh working directory and starts the process under a
 //! shim (its whole tree killed on cancel, double-forked and `setsid`
-//! children included), with an empty artifacts directory when asked
+//! children included), with the files staged for it when asked
+//! ([`crate::inputs`]) and an empty artifacts directory when asked
 //! ([`crate::artifacts`]); its output goes, as it comes, to the Run's log, to a
 //! bounded tail per stream for the result, and to whoever watches. The
 //! server keeps the latest attempt of each Run — running or ended — until
@@ -21,6 +22,7 @@ use crate::contain::{Contained, Launch, Shim};
 use crate::error::{Error, Result};
 use crate::function::Backend;
 use crate::held::Held;
+use crate::inputs::Inputs;
 use crate::logs::{self, StreamLog, Tail};
 use crate::validate::{Program, StartTask};
 use crate::{env, source};
@@ -113,18 +115,27 @@ pub struct Tasks {
     logs: PathBuf,
     shim: Shim,
     python: PathBuf,
+    inputs: Arc<Inputs>,
     held: Held<Task>,
 }
 
 impl Tasks {
     /// No tasks yet; working directories live under `root`, the Runs' logs
-    /// in `logs`, Python tasks run with `python`.
-    pub fn new(root: PathBuf, logs: PathBuf, shim: Shim, python: PathBuf) -> Self {
+    /// in `logs`, Python tasks run with `python`, staged files come from
+    /// `inputs`.
+    pub fn new(
+        root: PathBuf,
+        logs: PathBuf,
+        shim: Shim,
+        python: PathBuf,
+        inputs: Arc<Inputs>,
+    ) -> Self {
         Self {
             root,
             logs,
             shim,
             python,
+            inputs,
             held: Held::default(),
         }
     }
@@ -200,6 +211,13 @@ impl Tasks {
         if let Some((path, text)) = &req.source {
             source::write_inline(root, path, text.as_bytes())?;
         }
+        // After the source, which no staged file may replace. Without
+        // inputs, whatever was staged for the Run goes.
+        if req.inputs {
+            self.inputs.take(&req.run_uid, req.attempt, root)?;
+        } else {
+            self.inputs.discard(&req.run_uid)?;
+        }
         let mut env = env::for_run(&req.run_uid, root, req.env);
         // The server's, whatever the request says.
         if let Some(a) = &artifacts {
@@ -271,10 +289,13 @@ impl Tasks {
         Ok(task)
     }
 
-    /// Closes a task: kills what runs, removes its directory and its Run's
-    /// log; `false` when there is none.
+    /// Closes a task: kills what runs, removes its directory, its Run's
+    /// log and what was staged for it; `false` when there is none.
     pub async fn close(&self, run_uid: &str) -> bool {
         let _change = self.held.change().await;
+        if let Err(e) = self.inputs.discard(run_uid) {
+            tracing::warn!(run_uid = %run_uid, error = %e, "the task's staged inputs stay");
+        }
         let Some(t) = self.held.take(run_uid) else {
             return false;
         };

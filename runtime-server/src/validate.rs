@@ -74,6 +74,9 @@ pub struct StartTask {
     pub tail_bytes: usize,
     /// Whether the task gets an artifacts directory.
     pub artifacts: bool,
+    /// Whether the files staged for this attempt move into its working
+    /// directory.
+    pub inputs: bool,
 }
 
 /// A validated `InvokeFunction`.
@@ -104,6 +107,8 @@ pub struct Open {
     pub env: BTreeMap<String, String>,
     /// Whether the session gets an artifacts directory.
     pub artifacts: bool,
+    /// Whether the files staged for this attempt move into its workspace.
+    pub inputs: bool,
 }
 
 /// A validated `RunCommand`.
@@ -276,6 +281,7 @@ pub fn start_task(req: pb::StartTaskRequest) -> Result<StartTask> {
         env: environment(req.env)?,
         tail_bytes: tail as usize,
         artifacts: req.artifacts,
+        inputs: req.inputs,
     })
 }
 
@@ -308,7 +314,50 @@ pub fn open(req: pb::OpenSessionRequest) -> Result<Open> {
         source: inline(req.source)?.map(|(p, text)| (p.unwrap_or_else(|| "main.sh".into()), text)),
         env: environment(req.env)?,
         artifacts: req.artifacts,
+        inputs: req.inputs,
     })
+}
+
+/// Validates `StageInputs`' first message: the Run and attempt whose
+/// files follow.
+pub fn stage_target(first: Option<pb::StageChunk>) -> Result<(String, u64)> {
+    match first.and_then(|c| c.part) {
+        Some(pb::stage_chunk::Part::Target(t)) => Ok((run_uid(&t.run_uid)?, attempt(t.attempt)?)),
+        _ => Err(invalid(
+            "the first message of StageInputs must be a StageTarget",
+        )),
+    }
+}
+
+/// Longest staged path, bytes.
+pub const MAX_STAGED_PATH: usize = 4096;
+/// Longest segment of a staged path, bytes (the file system's name bound).
+pub const MAX_STAGED_SEGMENT: usize = 255;
+
+/// A staged file's path: relative, `/`-separated, without an empty, `.`
+/// or `..` segment or a NUL; its segments.
+pub fn staged_path(p: &str) -> Result<Vec<String>> {
+    let why = if p.is_empty() {
+        Some("the path is empty")
+    } else if p.starts_with('/') {
+        Some("the path must be relative to the working directory")
+    } else if p.len() > MAX_STAGED_PATH {
+        Some("the path is longer than 4096 bytes")
+    } else if p.contains('\0') {
+        Some("the path contains NUL")
+    } else if p.split('/').any(|s| s == "..") {
+        Some("the path must not contain '..'")
+    } else if p.split('/').any(|s| s.is_empty() || s == ".") {
+        Some("the path must not contain an empty or '.' segment")
+    } else if p.split('/').any(|s| s.len() > MAX_STAGED_SEGMENT) {
+        Some("a segment of the path is longer than 255 bytes")
+    } else {
+        None
+    };
+    match why {
+        Some(why) => Err(invalid(format!("input {p:?}: {why}"))),
+        None => Ok(p.split('/').map(str::to_owned).collect()),
+    }
 }
 
 /// Validates `RunCommand`.

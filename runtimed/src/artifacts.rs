@@ -15,6 +15,7 @@ use kruntimes_artifacts::{ByteRange, ExportError, Limits, Store, StoreError};
 use kruntimes_proto::api::ErrorCode;
 use kruntimes_proto::ownership::v1 as own;
 use kruntimes_proto::runtime::v1 as rt;
+use sha2::{Digest as _, Sha256};
 use tokio_stream::StreamExt as _;
 
 use crate::api_error::{ApiError, Reply};
@@ -149,6 +150,124 @@ impl Artifacts {
         };
         let chunks = stream.map(|c| c.map_err(|s| s.message().to_owned()));
         kruntimes_artifacts::export(&self.store, namespace, uid, chunks, &self.limits).await
+    }
+
+    /// Stages a Run's `spec.inputs.artifacts` on the Runtime Server
+    /// (`ArtifactRuntime/StageInputs`) before it starts: each read from the
+    /// store — only under the Run's own namespace — within the export's
+    /// bounds, its SHA-256 checked before its last bytes are sent (a
+    /// mismatch ends the stream short, so the server stages nothing).
+    /// `Err` says which input and why.
+    pub async fn stage(
+        &self,
+        link: &Link,
+        run: &kruntimes_proto::runtime::v1::RunRef,
+        attempt: u64,
+        inputs: &[kruntimes_proto::agent::v1::InputArtifact],
+    ) -> Result<(), String> {
+        let mut keys = Vec::with_capacity(inputs.len());
+        for i in inputs {
+            let key = self.store.key_of(&i.uri, &run.namespace).ok_or_else(|| {
+                format!(
+                    "input {:?}: {:?} is not an artifact of namespace {} in this Runtime's store",
+                    i.path, i.uri, run.namespace
+                )
+            })?;
+            keys.push((key, i.clone()));
+        }
+        let (tx, rx) = tokio::sync::mpsc::channel::<rt::StageChunk>(4);
+        let store = self.store.clone();
+        let limits = self.limits;
+        let target = rt::StageTarget {
+            run_uid: run.uid.clone(),
+            attempt,
+        };
+        let producer = tokio::spawn(async move {
+            let send = |part| {
+                let tx = tx.clone();
+                async move {
+                    tx.send(rt::StageChunk { part: Some(part) })
+                        .await
+                        .map_err(|_| "the runtime server stopped reading the inputs".to_owned())
+                }
+            };
+            send(rt::stage_chunk::Part::Target(target)).await?;
+            let mut total = 0u64;
+            for (key, input) in keys {
+                let what = format!("input {:?}", input.path);
+                let mut read = store.read_key(&key).await.map_err(|e| match e {
+                    StoreError::NotFound => format!("{what}: {:?} is not in the store", input.uri),
+                    e => format!("{what}: {e}"),
+                })?;
+                if read.size > limits.max_file_bytes {
+                    return Err(format!(
+                        "{what}: {} bytes, over the {}-byte bound of one file",
+                        read.size, limits.max_file_bytes
+                    ));
+                }
+                total = total.saturating_add(read.size);
+                if total > limits.max_total_bytes {
+                    return Err(format!(
+                        "{what}: the inputs add up to more than the {}-byte bound",
+                        limits.max_total_bytes
+                    ));
+                }
+                let mut hash = Sha256::new();
+                let check = |hash: Sha256| -> Result<(), String> {
+                    let got: String = hash.finalize().iter().map(|b| format!("{b:02x}")).collect();
+                    match input.sha256.as_str() {
+                        "" => Ok(()),
+                        want if want == got => Ok(()),
+                        want => Err(format!("{what}: its SHA-256 is {got}, not {want}")),
+                    }
+                };
+                if read.size == 0 {
+                    check(hash)?;
+                    send(rt::stage_chunk::Part::File(rt::StagedFile {
+                        path: input.path.clone(),
+                        size: 0,
+                    }))
+                    .await?;
+                    continue;
+                }
+                send(rt::stage_chunk::Part::File(rt::StagedFile {
+                    path: input.path.clone(),
+                    size: read.size,
+                }))
+                .await?;
+                // Each chunk is sent once the next arrives: the last waits
+                // for the digest.
+                let mut held: Option<bytes::Bytes> = None;
+                while let Some(chunk) = read.body.next().await {
+                    let chunk = chunk.map_err(|e| format!("{what}: {e}"))?;
+                    hash.update(&chunk);
+                    if let Some(prev) = held.replace(chunk) {
+                        send(rt::stage_chunk::Part::Data(prev.to_vec())).await?;
+                    }
+                }
+                check(hash)?;
+                if let Some(last) = held {
+                    send(rt::stage_chunk::Part::Data(last.to_vec())).await?;
+                }
+            }
+            Ok::<(), String>(())
+        });
+        let staged = link
+            .client()
+            .artifacts
+            .stage_inputs(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await;
+        // The producer's reason first: the server only saw a stream end
+        // short.
+        match producer.await {
+            Ok(Err(why)) => return Err(why),
+            Err(e) => return Err(format!("staging the inputs failed: {e}")),
+            Ok(Ok(())) => {}
+        }
+        let staged = staged.map_err(|s| format!("staging the inputs failed: {}", s.message()))?;
+        let staged = staged.into_inner();
+        tracing::info!(run_uid = %run.uid, attempt, files = staged.files, bytes = staged.bytes, "inputs staged");
+        Ok(())
     }
 
     /// `GET …/runs/{uid}/artifacts`: the Run's artifacts as JSON.

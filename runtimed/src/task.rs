@@ -145,6 +145,18 @@ impl Tasks {
             }
             Plan::Create => {}
         }
+        let inputs = !a.inputs.is_empty();
+        if inputs {
+            let Some(artifacts) = &self.artifacts else {
+                return Err(RegisterError::Load(
+                    "the Run has spec.inputs, but its Runtime has no artifact store".into(),
+                ));
+            };
+            artifacts
+                .stage(&self.link, &a.run, a.attempt, &a.inputs)
+                .await
+                .map_err(RegisterError::Load)?;
+        }
         let kind = self
             .backend
             .or_else(|| Backend::for_runtime(&a.run.runtime));
@@ -158,6 +170,7 @@ impl Tasks {
             args: t.args,
             tail_bytes: 0,
             artifacts: self.artifacts.is_some(),
+            inputs,
         };
         let mut client = self
             .link

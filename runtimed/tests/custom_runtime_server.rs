@@ -599,6 +599,7 @@ fn assign_task(uid: &str, inline: Option<&str>, args: &[&str]) -> agent::AssignR
             path: String::new(),
         }),
         env: [("GREETING".to_string(), "hi".to_string())].into(),
+        inputs: Vec::new(),
         mode: Some(agent::assign_request::Mode::Task(agent::TaskAssignment {
             entrypoint: String::new(),
             args: args.iter().map(|a| a.to_string()).collect(),

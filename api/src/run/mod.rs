@@ -93,6 +93,14 @@ impl Run {
         if let Some(t) = &m.task {
             task::task_input(&self.spec.source, t)?;
         }
+        if let Some(why) = self
+            .spec
+            .inputs
+            .as_ref()
+            .and_then(|i| crate::artifact::inputs_error(i, kind))
+        {
+            return Err(why);
+        }
         task::retry_policy(&self.spec.retry_policy, kind)?;
         task::ttl(self.spec.ttl_seconds_after_finished, kind)?;
         if self
@@ -219,12 +227,20 @@ impl Run {
             source: &'a SourceSpec,
             mode: &'a RunMode,
             env: BTreeMap<String, String>,
+            // Absent from the digest of a Run without inputs: unchanged.
+            #[serde(skip_serializing_if = "Option::is_none")]
+            inputs: Option<&'a crate::Inputs>,
         }
         let inputs = Inputs {
             runtime: &self.spec.runtime,
             source: &self.spec.source,
             mode: &self.spec.mode,
             env: self.env(),
+            inputs: self
+                .spec
+                .inputs
+                .as_ref()
+                .filter(|i| !i.artifacts.is_empty()),
         };
         // Plain structs with string keys always serialize.
         let bytes = serde_json::to_vec(&inputs).unwrap_or_default();

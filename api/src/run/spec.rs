@@ -50,6 +50,9 @@ use super::RunStatus;
     validation = Rule::new("!has(self.mode.task) || !has(self.mode.task.entrypoint) || !(self.mode.task.entrypoint.startsWith('/') || self.mode.task.entrypoint.matches('(^|/)[.][.](/|$)') || self.mode.task.entrypoint.matches('^([.]/*)+$'))").message("spec.mode.task.entrypoint must name a file inside the working directory (relative, no '..')"),
     validation = Rule::new("has(self.mode.task) || !has(self.retryPolicy) || !has(self.retryPolicy.onExitCodes) || size(self.retryPolicy.onExitCodes) == 0").message("spec.retryPolicy.onExitCodes applies to task Runs only"),
     validation = Rule::new("has(self.mode.task) || !has(self.ttlSecondsAfterFinished)").message("spec.ttlSecondsAfterFinished applies to task Runs only"),
+    // Artifacts (api::artifact::inputs_error decides the same for the embedded store).
+    validation = Rule::new("has(self.inputs) == has(oldSelf.inputs) && (!has(self.inputs) || self.inputs == oldSelf.inputs)").message("spec.inputs is immutable"),
+    validation = Rule::new("!has(self.mode.function) || !has(self.inputs) || !has(self.inputs.artifacts) || size(self.inputs.artifacts) == 0").message("spec.inputs applies to task and session Runs only"),
 )]
 pub struct RunSpec {
     /// Runtime name (`python`, `bash`, or a custom Runtime).
@@ -98,6 +101,11 @@ pub struct RunSpec {
     /// Which Runs this Run shares a Pod with, or must not (immutable).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub affinity: Option<Affinity>,
+    /// What the Run is given before it starts: artifacts of the Runtime's
+    /// store (another Run's, of this namespace) staged into its working
+    /// directory. Immutable; task and session Runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inputs: Option<crate::Inputs>,
 }
 
 /// `spec.resources`.

@@ -1,8 +1,9 @@
 //! Session mode: a workspace per session Run and the commands running in
 //! it. runtimed queues operations and runs them one at a time; the server
 //! runs what it is given ([`exec`]) and performs file operations beneath
-//! the workspace ([`files`], [`path`]). A session opened with
-//! `artifacts` has an artifacts directory beside its workspace
+//! the workspace ([`files`], [`path`]). A session opened with `inputs`
+//! finds the files staged for it in its workspace ([`crate::inputs`]); one
+//! opened with `artifacts` has an artifacts directory beside its workspace
 //! ([`crate::artifacts`]), named to every command. Closing a session kills
 //! every command still running in it, waits until their trees are gone, and
 //! removes the workspace and the artifacts directory.
@@ -21,6 +22,7 @@ use crate::artifacts;
 use crate::contain::Shim;
 use crate::error::{Error, Result};
 use crate::held::Held;
+use crate::inputs::Inputs;
 use crate::source;
 use crate::validate::Open;
 
@@ -95,16 +97,23 @@ impl Session {
     }
 }
 
-/// Writes the session's inline source into its workspace `root` and makes
-/// its artifacts directory at `location` when it asked for one (else
-/// removes whatever is there); the directory, if any.
+/// Writes the session's inline source into its workspace `root`, moves
+/// the files staged for it there when it asked for them (else removes
+/// them), and makes its artifacts directory at `location` when it asked
+/// for one (else removes whatever is there); the directory, if any.
 fn prepare(
     root: &Path,
     location: &artifacts::Location,
+    inputs: &Inputs,
     req: &Open,
 ) -> Result<Option<artifacts::Location>> {
     if let Some((path, text)) = &req.source {
         source::write_inline(root, path, text.as_bytes())?;
+    }
+    if req.inputs {
+        inputs.take(&req.run_uid, req.attempt, root)?;
+    } else {
+        inputs.discard(&req.run_uid)?;
     }
     if req.artifacts {
         location.create()?;
@@ -119,15 +128,18 @@ fn prepare(
 pub struct Sessions {
     root: PathBuf,
     shim: Shim,
+    inputs: Arc<Inputs>,
     held: Held<Session>,
 }
 
 impl Sessions {
-    /// No sessions yet; workspaces live under `root`.
-    pub fn new(root: PathBuf, shim: Shim) -> Self {
+    /// No sessions yet; workspaces live under `root`, staged files come
+    /// from `inputs`.
+    pub fn new(root: PathBuf, shim: Shim, inputs: Arc<Inputs>) -> Self {
         Self {
             root,
             shim,
+            inputs,
             held: Held::default(),
         }
     }
@@ -171,7 +183,7 @@ impl Sessions {
         // Beside the workspace, never in it; empty for each attempt.
         // Without artifacts, whatever an earlier server left goes.
         let location = artifacts::Location::new(&self.root, &req.run_uid);
-        let artifacts = match prepare(&root, &location, &req) {
+        let artifacts = match prepare(&root, &location, &self.inputs, &req) {
             Ok(a) => a,
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&root);
@@ -193,9 +205,13 @@ impl Sessions {
         Ok(())
     }
 
-    /// Closes a session; `false` when there is none.
+    /// Closes a session (and removes what was staged for it); `false`
+    /// when there is none.
     pub async fn close(&self, run_uid: &str) -> bool {
         let _change = self.held.change().await;
+        if let Err(e) = self.inputs.discard(run_uid) {
+            tracing::warn!(run_uid = %run_uid, error = %e, "the session's staged inputs stay");
+        }
         let Some(s) = self.held.take(run_uid) else {
             return false;
         };

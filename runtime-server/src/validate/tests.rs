@@ -202,8 +202,23 @@ fn sessions_default_their_source_to_main_sh() {
         }),
         env: Default::default(),
         artifacts: true,
+        inputs: true,
     })
     .unwrap();
     assert_eq!(o.source, Some(("main.sh".into(), "echo hi".into())));
     assert!(o.artifacts);
+    assert!(o.inputs);
+}
+
+#[test]
+fn staged_paths_are_relative_without_empty_dot_or_dotdot_segments() {
+    assert_eq!(staged_path("a/b.txt").unwrap(), ["a", "b.txt"]);
+    assert_eq!(staged_path(".hidden").unwrap(), [".hidden"]);
+    for bad in [
+        "", "/abs", "../x", "a/../b", "a//b", "./a", "a/", "a/.", "a\0b",
+    ] {
+        assert!(staged_path(bad).is_err(), "{bad:?}");
+    }
+    assert!(staged_path(&"a".repeat(256)).is_err());
+    assert!(staged_path(&"a/".repeat(2049)).is_err());
 }

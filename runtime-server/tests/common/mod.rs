@@ -73,6 +73,7 @@ impl Server {
                 source: None,
                 env: [("GREETING".to_owned(), "hi".to_owned())].into(),
                 artifacts,
+                inputs: false,
             })
             .await
             .unwrap();

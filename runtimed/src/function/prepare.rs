@@ -106,6 +106,7 @@ mod tests {
                 path: "src/main.py".into(),
             }),
             env: Default::default(),
+            inputs: Vec::new(),
         }
     }
 

@@ -71,6 +71,8 @@ pub struct Assignment {
     pub source: Option<Source>,
     /// The Run's environment.
     pub env: HashMap<String, String>,
+    /// Artifacts to stage into its working directory before it starts.
+    pub inputs: Vec<agent::InputArtifact>,
 }
 
 /// The mode an assignment asks for.
@@ -99,6 +101,7 @@ pub fn assignment(req: agent::AssignRequest) -> Result<(Assignment, Mode), Regis
         digest: req.digest,
         source: req.source,
         env: req.env,
+        inputs: req.inputs,
     };
     Ok((a, mode))
 }

@@ -75,11 +75,6 @@ impl Sessions {
         })
     }
 
-    /// Whether sessions get an artifacts directory.
-    pub fn keeps_artifacts(&self) -> bool {
-        self.artifacts.is_some()
-    }
-
     /// How the export of `uid`'s drained session at `attempt` ended, once
     /// it has.
     pub fn export(&self, uid: &str, attempt: u64) -> Option<own::ExportOutcome> {
@@ -151,7 +146,7 @@ impl Sessions {
             Plan::Supersede(old) => self.remove(&old, Release::Cancel).await,
             Plan::Create => {}
         }
-        let session = prepare::prepare(&a, &self.link, &s, self.keeps_artifacts()).await?;
+        let session = prepare::prepare(&a, &self.link, &s, self.artifacts.as_deref()).await?;
         let hosted = Arc::new(Registration {
             run: a.run,
             record: Record::issue(a.attempt, a.digest),

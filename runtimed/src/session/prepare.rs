@@ -39,20 +39,33 @@ pub fn limits(req: &SessionAssignment) -> SessionLimits {
 
 /// Opens the session on the Runtime Server (a fresh workspace with the
 /// inline source, `main.sh` unless `inlinePath` says otherwise, and the
-/// Run's environment; an artifacts directory with `artifacts`) and starts
-/// its queue.
+/// Run's environment; with the Runtime's `artifacts` store, an artifacts
+/// directory and the Run's staged inputs) and starts its queue.
 pub async fn prepare(
     a: &Assignment,
     link: &Arc<Link>,
     s: &SessionAssignment,
-    artifacts: bool,
+    artifacts: Option<&crate::artifacts::Artifacts>,
 ) -> Result<Arc<Session>, RegisterError> {
+    let inputs = !a.inputs.is_empty();
+    if inputs {
+        let Some(store) = artifacts else {
+            return Err(RegisterError::Load(
+                "the Run has spec.inputs, but its Runtime has no artifact store".into(),
+            ));
+        };
+        store
+            .stage(link, &a.run, a.attempt, &a.inputs)
+            .await
+            .map_err(RegisterError::Load)?;
+    }
     let open = rt::OpenSessionRequest {
         run: Some(a.run.clone()),
         attempt: a.attempt,
         source: a.source.clone(),
         env: a.env.clone(),
-        artifacts,
+        artifacts: artifacts.is_some(),
+        inputs,
     };
     let mut client = link.ready().await.map_err(RegisterError::Unavailable)?;
     client

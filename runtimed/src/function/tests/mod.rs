@@ -76,6 +76,7 @@ fn request(runtime: &str, attempt: u64, digest: &str, handler: &str) -> agent::A
             inline: "def invoke(r): return r".into(),
             path: String::new(),
         }),
+        inputs: Vec::new(),
         env: Default::default(),
         mode: Some(agent::assign_request::Mode::Function(
             agent::FunctionAssignment {
