@@ -335,6 +335,37 @@ async fn a_store_away_during_the_export_is_waited_for_until_the_deadline() {
             .contains("could not be exported in 8 s"),
         "{run}"
     );
+    // Cancelled while its export waits for the store: the export stops and
+    // the Run ends as the cancellation says, without artifacts.
+    let manifest = |termination: &str| {
+        task_yaml(
+            "cancelled",
+            r#"printf x > "$KRUNTIME_ARTIFACTS_DIR/x""#,
+            termination,
+        )
+    };
+    stack.add_run("cancelled.yaml", &manifest("")).unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(stack.run("cancelled").unwrap()["phase"], "Running");
+    stack
+        .add_run(
+            "cancelled.yaml",
+            &manifest("  termination:\n    mode: Immediate\n"),
+        )
+        .unwrap();
+    let run = stack.wait_phase("cancelled", "Cancelled").await.unwrap();
+    assert!(run.get("artifacts").is_none(), "{run}");
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    while !stack
+        .all_logs()
+        .contains("artifact export stopped: the run ended first")
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the export was not stopped"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
