@@ -25,6 +25,12 @@ pub struct Live {
     pub retain: Option<Duration>,
 }
 
+/// Whether a Run that ended `ended_for` ago has outlived `retain` (never
+/// while it runs, never without a retention).
+pub fn expired(ended_for: Option<Duration>, retain: Option<Duration>) -> bool {
+    matches!((ended_for, retain), (Some(ended), Some(retain)) if ended >= retain)
+}
+
 /// Why a Run's artifacts are deleted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Why {
@@ -69,9 +75,7 @@ impl Sweep {
         for (ns, uid) in stored {
             match live.get(uid) {
                 Some(l) if l.namespace == *ns => {
-                    if let (Some(ended), Some(retain)) = (l.ended_for, l.retain)
-                        && ended >= retain
-                    {
+                    if expired(l.ended_for, l.retain) {
                         out.push((ns.clone(), uid.clone(), Why::Expired));
                     }
                 }

@@ -40,6 +40,11 @@ async fn a_tasks_artifacts_are_read_through_the_gateway_under_runs_artifacts() {
             "KRUNTIMES_ARTIFACT_SECRET_ACCESS_KEY".to_owned(),
             s3.secret_key().to_owned(),
         ),
+        // As the operator passes `retainAfterRunSeconds`.
+        (
+            "KRUNTIMES_RUNTIMED_ARTIFACT_RETAIN_SECS".to_owned(),
+            "25".to_owned(),
+        ),
     ];
     let (server, cluster) = setup_with(1, |c| c.use_artifact_store(&store, credentials)).await;
     // Carol may read artifacts in `a`; alice may invoke there, not read
@@ -142,6 +147,48 @@ async fn a_tasks_artifacts_are_read_through_the_gateway_under_runs_artifacts() {
         403
     );
     assert_eq!(get(None, "").await.unwrap().status(), 401);
+    // Deleting a Run deletes its artifacts before its finalizer goes.
+    let manifest = |uid: &str| format!("cluster/a/{uid}/manifest.json");
+    runs.create(
+        &PostParams::default(),
+        &run_in_a(
+            "deleted",
+            json!({"runtime": "python", "source": {"inline": script}, "mode": {"task": {}}}),
+        ),
+    )
+    .await
+    .unwrap();
+    let deleted = cluster
+        .wait_phase("a", "deleted", "Succeeded")
+        .await
+        .unwrap();
+    let deleted_uid = deleted["metadata"]["uid"].as_str().unwrap().to_owned();
+    assert!(
+        s3.get_object("artifacts", &manifest(&deleted_uid))
+            .await
+            .is_ok()
+    );
+    runs.delete("deleted", &Default::default()).await.unwrap();
+    let gone = |uid: String| {
+        let s3 = &s3;
+        async move {
+            let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+            while s3.get_object("artifacts", &manifest(&uid)).await.is_ok() {
+                if tokio::time::Instant::now() > deadline {
+                    return false;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+            }
+            true
+        }
+    };
+    assert!(gone(deleted_uid).await, "a deleted Run's artifacts stayed");
+    // The first Run stays; its artifacts go once its retention (25 s) has
+    // passed since it ended.
+    assert!(gone(uid.to_owned()).await, "retention did not delete");
+    assert!(runs.get("exports").await.is_ok());
+    let after = get(Some(carol), "/out/report.json").await.unwrap();
+    assert_eq!(after.status(), 404);
     // The store's secret is in no log of the installation.
     let logs = cluster.settled_logs().await;
     assert!(

@@ -41,6 +41,9 @@ pub struct Artifacts {
     pub limits: Limits,
     /// How long an export is tried before the Run fails.
     pub deadline: Duration,
+    /// How long a Run's artifacts are kept after it ended (`None`: until
+    /// it is deleted); on a cluster, enforced by the owner.
+    pub retain: Option<Duration>,
 }
 
 /// How an export ended, for the Run's status.
@@ -93,6 +96,7 @@ impl Artifacts {
             tries += 1;
             let err = match self.try_export(link, namespace, uid).await {
                 Ok(refs) => {
+                    crate::metrics::artifact_export("ok");
                     tracing::info!(run_uid = %uid, artifacts = refs.len(), bytes = refs.iter().map(|r| r.size).sum::<u64>(), tries, "artifacts exported");
                     return Exported::Done(refs);
                 }
@@ -104,6 +108,11 @@ impl Artifacts {
                     ExportError::Invalid { .. } => INVALID_REASON,
                     _ => EXPORT_FAILED_REASON,
                 };
+                crate::metrics::artifact_export(if reason == INVALID_REASON {
+                    "invalid"
+                } else {
+                    "failed"
+                });
                 return Exported::Failed {
                     reason,
                     message: err.to_string(),
@@ -112,6 +121,7 @@ impl Artifacts {
             let now = tokio::time::Instant::now();
             if now + backoff > deadline {
                 tracing::warn!(run_uid = %uid, error = %err, tries, "artifact export gave up at its deadline");
+                crate::metrics::artifact_export("failed");
                 return Exported::Failed {
                     reason: EXPORT_FAILED_REASON,
                     message: format!(

@@ -139,6 +139,11 @@ pub struct Args {
     /// Largest sum of one export's artifacts, bytes.
     #[arg(long, env = "KRUNTIMES_RUNTIMED_ARTIFACT_MAX_TOTAL_BYTES", default_value_t = 4 << 30)]
     pub artifact_max_total_bytes: u64,
+    /// How long the artifacts of a Run this runtimed owned are kept after
+    /// the Run ended, seconds (Kubernetes mode; `Runtime.spec.artifactStore
+    /// .retainAfterRunSeconds`). Default: until the Run is deleted.
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_ARTIFACT_RETAIN_SECS")]
+    pub artifact_retain_secs: Option<u64>,
 }
 
 /// Why the flags do not make a runtimed.
@@ -263,6 +268,7 @@ impl Args {
                         max_total_bytes: self.artifact_max_total_bytes,
                     },
                     deadline: Duration::from_secs(self.artifact_export_timeout_secs),
+                    retain: self.artifact_retain_secs.map(Duration::from_secs),
                 }))
             }
         };

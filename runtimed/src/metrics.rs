@@ -19,6 +19,13 @@ pub struct Metrics {
     /// What the TLS port did, by `event` (`refused_at_bound`,
     /// `accept_error`, `handshake_timeout`).
     pub connections: IntCounterVec,
+    /// Exports of artifacts directories, by `result` (`ok`, `invalid`,
+    /// `failed`).
+    pub artifact_exports: IntCounterVec,
+    /// Runs whose artifacts were deleted, by `reason` (`deleted`,
+    /// `expired`, `gave_up`: the store kept failing and the Run's deletion
+    /// went on without it).
+    pub artifact_cleanups: IntCounterVec,
     /// The children of `invocations_total` and
     /// `invocation_duration_seconds` (by `outcome`) for each of
     /// [`OUTCOMES`], resolved once: the invocation path does no label
@@ -75,6 +82,22 @@ fn build() -> prometheus::Result<Metrics> {
     registry.register(Box::new(registrations.clone()))?;
     registry.register(Box::new(session_operations.clone()))?;
     registry.register(Box::new(connections.clone()))?;
+    let artifact_exports = IntCounterVec::new(
+        Opts::new(
+            "artifact_exports_total",
+            "Exports of a Run's artifacts directory, by result.",
+        ),
+        &["result"],
+    )?;
+    let artifact_cleanups = IntCounterVec::new(
+        Opts::new(
+            "artifact_cleanups_total",
+            "Runs whose artifacts this runtimed deleted (or gave up on), by reason.",
+        ),
+        &["reason"],
+    )?;
+    registry.register(Box::new(artifact_exports.clone()))?;
+    registry.register(Box::new(artifact_cleanups.clone()))?;
     let by_outcome = OUTCOMES
         .iter()
         .map(|o| {
@@ -90,6 +113,8 @@ fn build() -> prometheus::Result<Metrics> {
         registrations,
         session_operations,
         connections,
+        artifact_exports,
+        artifact_cleanups,
     })
 }
 
@@ -112,6 +137,22 @@ pub fn invocation(outcome: &str, seconds: f64) {
         let (count, duration) = &m.by_outcome[i];
         count.inc();
         duration.observe(seconds);
+    }
+}
+
+/// Counts one export of an artifacts directory (`ok`, `invalid`,
+/// `failed`).
+pub fn artifact_export(result: &str) {
+    if let Some(m) = get() {
+        m.artifact_exports.with_label_values(&[result]).inc();
+    }
+}
+
+/// Counts one Run's artifacts deleted (`deleted`, `expired`) or given up
+/// on (`gave_up`).
+pub fn artifact_cleanup(reason: &str) {
+    if let Some(m) = get() {
+        m.artifact_cleanups.with_label_values(&[reason]).inc();
     }
 }
 

@@ -55,7 +55,16 @@ pub enum Error {
     /// The loop's task panicked.
     #[error("panicked: {0}")]
     Panicked(String),
+    /// A deleted Run's artifacts could not be deleted (tried again).
+    #[error("artifact cleanup: {0}")]
+    ArtifactCleanup(String),
 }
+
+/// Bound on deleting one Run's artifacts.
+const CLEANUP_TIMEOUT: Duration = Duration::from_secs(10);
+/// Passes a deleted Run's finalizer waits for its artifacts to go before it
+/// is removed anyway (the store never blocks a deletion for long).
+const MAX_CLEANUP_TRIES: u32 = 5;
 
 /// Field manager of runtimed's status writes.
 pub const FIELD_MANAGER: &str = "runtimed";
@@ -81,6 +90,10 @@ struct Agent {
     /// own, so a long drain or a slow import never stalls the other Runs.
     busy: std::sync::Mutex<std::collections::HashSet<String>>,
     notify: Arc<tokio::sync::Notify>,
+    /// Failed tries at deleting a deleted Run's artifacts, by UID.
+    cleanup_tries: std::sync::Mutex<std::collections::HashMap<String, u32>>,
+    /// Runs whose artifacts were deleted at their retention.
+    expired: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 /// Runs the Kubernetes loop until `shutdown` resolves; `synced` fires once
@@ -121,6 +134,8 @@ pub async fn run(
         pods,
         busy: std::sync::Mutex::new(std::collections::HashSet::new()),
         notify: notify.clone(),
+        cleanup_tries: Default::default(),
+        expired: Default::default(),
     });
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
@@ -198,6 +213,7 @@ impl Agent {
         for run in self.runs.state() {
             let uid = run.uid().unwrap_or_default();
             let local = locals.remove(&uid);
+            self.expire_artifacts(&run);
             if self.is_busy(&uid) {
                 continue;
             }
@@ -322,11 +338,102 @@ impl Agent {
             }
             Step::Report(t) => self.report(run, &t).await,
             Step::RemoveFinalizer => {
+                self.delete_artifacts(run, &uid).await?;
                 *run = set_finalizer(&self.client, run, false).await?;
                 tracing::info!(run_uid = %uid, "cleaned up; finalizer removed");
                 Ok(())
             }
         }
+    }
+
+    /// Deletes a deleted Run's artifacts before its finalizer goes; a store
+    /// that keeps failing is given up on after [`MAX_CLEANUP_TRIES`]
+    /// passes (the deletion goes on; a bucket lifecycle rule takes what is
+    /// left).
+    async fn delete_artifacts(&self, run: &Run, uid: &str) -> Result<(), Error> {
+        let Some(artifacts) = self.host.tasks.artifacts() else {
+            return Ok(());
+        };
+        let ns = run.namespace().unwrap_or_default();
+        let why = match tokio::time::timeout(CLEANUP_TIMEOUT, artifacts.store.delete_run(&ns, uid))
+            .await
+        {
+            Ok(Ok(objects)) => {
+                tracing::info!(run_uid = %uid, objects, "artifacts of the deleted run deleted");
+                crate::metrics::artifact_cleanup("deleted");
+                self.cleanup_tries
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(uid);
+                return Ok(());
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("no answer in {} s", CLEANUP_TIMEOUT.as_secs()),
+        };
+        let tries = {
+            let mut t = self.cleanup_tries.lock().unwrap_or_else(|p| p.into_inner());
+            let n = t.entry(uid.to_owned()).or_insert(0);
+            *n += 1;
+            *n
+        };
+        if tries < MAX_CLEANUP_TRIES {
+            return Err(Error::ArtifactCleanup(format!("try {tries}: {why}")));
+        }
+        tracing::warn!(run_uid = %uid, tries, error = %why, "giving up on the deleted run's artifacts; its deletion goes on");
+        crate::metrics::artifact_cleanup("gave_up");
+        self.cleanup_tries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(uid);
+        Ok(())
+    }
+
+    /// Deletes the artifacts of ended Runs of this Pod whose retention
+    /// passed (once per Run and process; idempotent in the store).
+    fn expire_artifacts(self: &Arc<Self>, run: &Run) {
+        let Some(artifacts) = self.host.tasks.artifacts() else {
+            return;
+        };
+        let status = run.status.as_ref();
+        let ended_for = status
+            .filter(|s| s.phase.is_some_and(|p| p.is_terminal()))
+            .and_then(|s| s.completion_time.as_ref())
+            .and_then(|t| {
+                let ms = k8s_openapi::jiff::Timestamp::now()
+                    .duration_since(t.0)
+                    .as_millis();
+                u64::try_from(ms).ok()
+            })
+            .map(Duration::from_millis);
+        if !kruntimes_artifacts::retention::expired(ended_for, artifacts.retain) {
+            return;
+        }
+        let uid = run.uid().unwrap_or_default();
+        if !self
+            .expired
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(uid.clone())
+        {
+            return;
+        }
+        let (store, ns) = (artifacts.store.clone(), run.namespace().unwrap_or_default());
+        let me = self.clone();
+        tokio::spawn(async move {
+            match store.delete_run(&ns, &uid).await {
+                Ok(objects) => {
+                    tracing::info!(run_uid = %uid, objects, "artifacts deleted at their retention");
+                    crate::metrics::artifact_cleanup("expired");
+                }
+                Err(e) => {
+                    tracing::warn!(run_uid = %uid, error = %e, "artifacts not deleted at their retention; trying again");
+                    me.expired
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .remove(&uid);
+                }
+            }
+        });
     }
 
     async fn unregister(&self, uid: &str, stop: Stop) {

@@ -106,6 +106,12 @@ fn artifact_store_env(rt: &Runtime) -> Vec<EnvVar> {
     };
     let store = kruntimes_artifacts::StoreConfig::S3(kruntimes_artifacts::S3Config::of(spec));
     let mut v = vec![env(kruntimes_artifacts::STORE_ENV, &store.to_json())];
+    if let Some(secs) = spec.retain_after_run_seconds {
+        v.push(env(
+            "KRUNTIMES_RUNTIMED_ARTIFACT_RETAIN_SECS",
+            &secs.to_string(),
+        ));
+    }
     if let Some(secret) = &spec.credentials_secret {
         for (name, key) in [
             (

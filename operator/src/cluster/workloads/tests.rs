@@ -592,6 +592,7 @@ fn the_artifact_store_and_its_credentials_reach_runtimed_alone() {
             secret_access_key_key: Some("secret".into()),
             ..Default::default()
         }),
+        retain_after_run_seconds: Some(3600),
         ..Default::default()
     });
     let pod = pod(&r);
@@ -630,6 +631,12 @@ fn the_artifact_store_and_its_credentials_reach_runtimed_alone() {
         assert_eq!((sel.name.as_str(), sel.key.as_str()), ("s3-keys", key));
         assert!(runtimed[var].value.is_none(), "never inline");
     }
+    assert_eq!(
+        runtimed["KRUNTIMES_RUNTIMED_ARTIFACT_RETAIN_SECS"]
+            .value
+            .as_deref(),
+        Some("3600")
+    );
     let runtime = env("runtime");
     assert!(
         runtime.keys().all(|k| !k.contains("ARTIFACT")),
