@@ -3,7 +3,8 @@
 //! the gateway path beside the direct path to the owner runtimed and beside
 //! nginx and HAProxy in front of the same runtimed, the warm Python worker
 //! beside an interpreter per call, the decision cache, Run propagation, the
-//! ownership table's memory, and the gateway's CPU and memory cost.
+//! ownership table's memory, the gateway's CPU and memory cost, task Runs,
+//! and the throughput of artifacts beside the store's own client.
 #![forbid(unsafe_code)]
 
 pub mod baselines;
@@ -120,7 +121,7 @@ pub struct Args {
     /// Run only these scenario groups (comma-separated): `sequential`,
     /// `open-loop`, `closed-loop`, `sessions`, `interpreter`, `auth`,
     /// `kube-auth`, `propagation`, `table`, `scheduling`, `pool`, `tasks`,
-    /// `burst`. Default: all of them.
+    /// `artifacts`, `burst`. Default: all of them.
     #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(GROUPS))]
     pub only: Vec<String>,
     /// Task bursts: how many task Runs are created at once, one burst per
@@ -145,6 +146,14 @@ pub struct Args {
     /// cluster (a node holds 110 Pods at most).
     #[arg(long, default_value_t = 100)]
     pub task_baseline_max: u64,
+    /// Artifacts: the size of the artifact exported and downloaded, MiB
+    /// (default 256; `--quick` 16).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub artifact_mib: Option<u64>,
+    /// Artifacts: repetitions of each upload and download (default 5;
+    /// `--quick` 2).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100))]
+    pub artifact_reps: Option<u64>,
     /// Run the soak instead of the comparison: constant open-loop load on a
     /// function and a session Run with faults injected (see docs/benchmarks.md).
     #[arg(long)]
@@ -155,10 +164,11 @@ pub struct Args {
 }
 
 /// The scenario groups `--only` selects from, in the order they run.
-pub const GROUPS: [&str; 13] = [
+pub const GROUPS: [&str; 14] = [
     "scheduling",
     "pool",
     "tasks",
+    "artifacts",
     "sequential",
     "open-loop",
     "closed-loop",
@@ -219,6 +229,10 @@ pub struct Sizes {
     pub task_samples: usize,
     /// Tasks one at a time on a cluster, each kind.
     pub node_task_samples: usize,
+    /// The artifact exported and downloaded, bytes.
+    pub artifact_bytes: u64,
+    /// Repetitions of each artifact upload and download.
+    pub artifact_reps: usize,
 }
 
 impl Sizes {
@@ -249,6 +263,8 @@ impl Sizes {
             },
             task_samples: a.task_samples.unwrap_or(if q { 5 } else { 50 }) as usize,
             node_task_samples: a.task_samples.unwrap_or(if q { 3 } else { 10 }) as usize,
+            artifact_bytes: a.artifact_mib.unwrap_or(if q { 16 } else { 256 }) << 20,
+            artifact_reps: a.artifact_reps.unwrap_or(if q { 2 } else { 5 }) as usize,
         }
     }
 }

@@ -75,6 +75,13 @@ fn quick_run_produces_every_scenario_and_summary_figure() {
         "spawn-python-c",
         "tasks-10",
         "spawn-tasks-10",
+        "artifact-export",
+        "artifact-export-none",
+        "artifact-put-object-store",
+        "artifact-put-store-upload",
+        "artifact-get-gateway",
+        "artifact-get-runtimed",
+        "artifact-get-s3",
     ] {
         let s = &report["scenarios"][scenario];
         assert!(s["count"].as_u64().unwrap_or(0) > 0, "{scenario} ran: {s}");
@@ -124,6 +131,9 @@ fn quick_run_produces_every_scenario_and_summary_figure() {
         "gateway_peak_rss_mb",
         "closed_loop_rps_direct",
         "closed_loop_rps_gateway",
+        "artifact_export_vs_object_store_ratio",
+        "artifact_get_gateway_vs_s3_ratio",
+        "artifact_get_gateway_rss_growth_mib",
     ] {
         assert!(
             !summary[key].is_null(),
@@ -213,6 +223,89 @@ fn quick_run_produces_every_scenario_and_summary_figure() {
         lines, open,
         "trace lines per path against the report's counts"
     );
+}
+
+/// `--only artifacts` at a small size (the smoke path of the 256 MiB
+/// measurement): versitygw and a stack of its own, every upload and
+/// download series of every repetition answered whole, each figure there.
+#[test]
+fn artifacts_alone_at_a_small_size_measure_every_path() {
+    let krt = krt();
+    let out_dir = tempfile::tempdir().unwrap();
+    let json = out_dir.path().join("bench.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_kruntimes-bench"))
+        .args(["--no-progress", "--only", "artifacts"])
+        .args(["--artifact-mib", "8", "--artifact-reps", "2"])
+        .arg("--krt")
+        .arg(&krt)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .expect("run kruntimes-bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "bench failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert!(report["skipped"].get("artifacts").is_none(), "{report}");
+    assert_eq!(report["config"]["artifact_bytes"], 8 << 20);
+    for scenario in [
+        "artifact-export",
+        "artifact-export-none",
+        "artifact-put-object-store",
+        "artifact-put-store-upload",
+        "artifact-get-gateway",
+        "artifact-get-runtimed",
+        "artifact-get-s3",
+    ] {
+        let s = &report["scenarios"][scenario];
+        assert_eq!(s["count"], 2, "{scenario}: {s}");
+        assert_eq!(s["ok"], 2, "{scenario}: {s}");
+    }
+    let summary = &report["summary"];
+    for key in [
+        "artifact_export_mib_per_sec",
+        "artifact_put_object_store_mib_per_sec",
+        "artifact_put_store_upload_mib_per_sec",
+        "artifact_get_gateway_mib_per_sec",
+        "artifact_get_runtimed_mib_per_sec",
+        "artifact_get_s3_mib_per_sec",
+        "artifact_export_vs_object_store_ratio",
+        "artifact_get_gateway_vs_s3_ratio",
+        "artifact_get_gateway_vs_runtimed_ratio",
+    ] {
+        assert!(
+            summary[key].as_f64().is_some_and(|v| v > 0.0),
+            "summary.{key}: {summary}"
+        );
+    }
+    for each in [
+        "artifact_export_mib_per_sec_each",
+        "artifact_get_gateway_mib_per_sec_each",
+    ] {
+        assert_eq!(summary[each].as_array().map(Vec::len), Some(2), "{summary}");
+    }
+    // The processes were sampled while the bytes streamed through them.
+    for key in [
+        "artifact_get_gateway_rss_samples",
+        "artifact_get_runtimed_rss_samples",
+        "artifact_export_runtimed_rss_samples",
+    ] {
+        assert!(
+            summary[key].as_u64().is_some_and(|n| n >= 2),
+            "summary.{key}: {summary}"
+        );
+    }
+    assert!(
+        summary["artifact_get_gateway_rss_base_mib"]
+            .as_f64()
+            .is_some_and(|m| m > 0.0)
+    );
+    let protocols = &report["config"]["artifact_get_protocols"];
+    assert_eq!(protocols["gateway"], "HTTP/2.0", "{protocols}");
+    assert_eq!(protocols["s3"], "HTTP/1.1", "{protocols}");
 }
 
 /// `--client-http1`: the sequential paths, gateway and direct, answered over

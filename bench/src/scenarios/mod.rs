@@ -4,15 +4,16 @@
 //! One scenario a module, run in this order: `sequential`, `open_loop`
 //! (with the proxies' cost), `closed_loop` (throughput), `sessions`, `interpreter_per_call`,
 //! `auth`, `kube_auth`, `propagation`, `table_scale` — after `scheduling`,
-//! the pure core's cost, and `pool_refill` and `tasks`, which start no
-//! shared stack (the first none at all, the others stacks of their own;
-//! `tasks` runs on a cluster instead with `--kubeconfig`); then
+//! the pure core's cost, and `pool_refill`, `tasks` and `artifacts`, which
+//! start no shared stack (the first none at all, the others stacks of their
+//! own; `tasks` runs on a cluster instead with `--kubeconfig`); then
 //! `summary` derives the headline figures. `remote` is the cluster mode.
 //! The rest is shared: the stack (`local`), the baselines in front of it
 //! (`proxies`), extra gateways (`extra_gateway`), the report being built
 //! (`context`), `/proc` readings (`procfs`) and small helpers
 //! (`support`).
 
+mod artifacts;
 mod auth;
 mod closed_loop;
 mod context;
@@ -48,7 +49,7 @@ const INPUT: &str = r#"{"name": "bench"}"#;
 /// [`INPUT`] as a request body.
 const BODY: &[u8] = INPUT.as_bytes();
 /// The groups that need no shared stack.
-const STANDALONE: [&str; 3] = ["scheduling", "pool", "tasks"];
+const STANDALONE: [&str; 4] = ["scheduling", "pool", "tasks", "artifacts"];
 /// Open-loop requests in flight at most; more are recorded as dropped.
 const MAX_OUTSTANDING: usize = 1024;
 
@@ -71,8 +72,9 @@ pub async fn run(args: &Args, sizes: &Sizes) -> anyhow::Result<Report> {
     };
     let mut ctx = context::Ctx::new(args, sizes);
     ctx.trace = trace;
-    // The pure core needs no stack, the pool refill and the tasks stacks
-    // of their own: `--only scheduling,pool,tasks` starts no shared one.
+    // The pure core needs no stack, the pool refill, the tasks and the
+    // artifacts stacks of their own: `--only scheduling,pool,tasks,artifacts`
+    // starts no shared one.
     if args.runs("scheduling") {
         scheduling::run(&mut ctx, sizes.scheduling);
     }
@@ -81,6 +83,9 @@ pub async fn run(args: &Args, sizes: &Sizes) -> anyhow::Result<Report> {
     }
     if args.runs("tasks") {
         tasks::run_local(&mut ctx, &krt, sizes).await;
+    }
+    if args.runs("artifacts") {
+        artifacts::run(&mut ctx, &krt, args, sizes).await;
     }
     if !args.only.is_empty() && args.only.iter().all(|g| STANDALONE.contains(&g.as_str())) {
         ctx.bar.finish_and_clear();
