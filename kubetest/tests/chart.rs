@@ -538,3 +538,45 @@ fn every_rendered_flag_is_one_the_binaries_parse() {
         40
     );
 }
+
+#[test]
+fn the_artifact_store_goes_to_every_runtime_and_is_checked() {
+    let helm = helm();
+    let r = Rendered::new(
+        &helm,
+        &[],
+        &[
+            "artifactStore.bucket=kruntimes-artifacts",
+            "artifactStore.endpoint=https://minio.storage:9000",
+            "artifactStore.credentialsSecret.name=kruntimes-artifacts",
+            "artifactStore.retainAfterRunSeconds=604800",
+        ],
+    );
+    for rt in ["python", "bash"] {
+        let runtime: kruntimes_api::Runtime = r.get("Runtime", rt);
+        let store = runtime.spec.artifact_store.expect("an artifact store");
+        assert_eq!(store.bucket, "kruntimes-artifacts", "{rt}");
+        assert_eq!(store.retain_after_run_seconds, Some(604_800));
+        assert_eq!(
+            store.credentials_secret.unwrap().name,
+            "kruntimes-artifacts"
+        );
+    }
+    // Off by default.
+    let defaults = Rendered::new(&helm, &[], &[]);
+    let runtime: kruntimes_api::Runtime = defaults.get("Runtime", "python");
+    assert!(runtime.spec.artifact_store.is_none());
+    // A store without a bucket, or with an unknown field, is refused.
+    for bad in [
+        "artifactStore.endpoint=https://minio:9000",
+        "artifactStore.bucket=b,artifactStore.secretKey=x",
+    ] {
+        let err = helm
+            .template("t", "kruntimes-system", &[], &["--set", bad])
+            .unwrap_err();
+        assert!(
+            format!("{err:#}").contains("artifactStore"),
+            "{bad}: {err:#}"
+        );
+    }
+}
