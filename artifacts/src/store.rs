@@ -223,7 +223,16 @@ impl Store {
 
     /// Opens the object at `key` (one [`Self::key_of`] gave) for reading.
     pub async fn read_key(&self, key: &Path) -> Result<Read, StoreError> {
-        let got = self.inner.get(key).await?;
+        self.get(key, None).await
+    }
+
+    /// Opens the object at `key`, `range` of it when given.
+    async fn get(&self, key: &Path, range: Option<Range<u64>>) -> Result<Read, StoreError> {
+        let opts = GetOptions {
+            range: range.map(GetRange::Bounded),
+            ..GetOptions::default()
+        };
+        let got = self.inner.get_opts(key, opts).await?;
         Ok(Read {
             size: got.meta.size,
             range: got.range.clone(),
@@ -304,27 +313,12 @@ impl Store {
         name: &str,
         range: Option<Range<u64>>,
     ) -> Result<Read, StoreError> {
-        let opts = GetOptions {
-            range: range.map(GetRange::Bounded),
-            ..GetOptions::default()
-        };
-        let got = self
-            .inner
-            .get_opts(&self.file_key(namespace, uid, name), opts)
-            .await?;
-        Ok(Read {
-            size: got.meta.size,
-            range: got.range.clone(),
-            body: got
-                .into_stream()
-                .map(|r| r.map_err(StoreError::from))
-                .boxed(),
-        })
+        self.get(&self.file_key(namespace, uid, name), range).await
     }
 
-    /// Deletes everything of a Run (its files, then its manifest last-in
-    /// first-out does not matter: readers need the manifest and the file);
-    /// returns how many objects were deleted.
+    /// Deletes everything of a Run — its manifest first, so nothing is
+    /// served from then on, then its files — and returns how many objects
+    /// went.
     pub async fn delete_run(&self, namespace: &str, uid: &str) -> Result<usize, StoreError> {
         let prefix = self.run_prefix(namespace, uid);
         // The manifest first: from here on nothing is served.

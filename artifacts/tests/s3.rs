@@ -56,42 +56,30 @@ async fn invalid_directories_fail_naming_the_file_and_leave_no_manifest() {
     common::invalid_directories_fail_naming_the_file_and_leave_no_manifest(&store).await;
 }
 
+/// Exports one file `a` as Run `u` of `ns`.
+async fn export_a(store: &Store) -> Result<Vec<kruntimes_api::ArtifactRef>, ExportError> {
+    export(
+        store,
+        "ns",
+        "u",
+        futures::stream::iter(common::whole("a", b"x")),
+        &Limits::default(),
+    )
+    .await
+}
+
 #[tokio::test]
 async fn a_store_that_is_down_or_refuses_the_key_is_a_transient_failure_without_secrets() {
     let (mut s3, store) = server().await;
     let wrong = open(&s3, "not-the-secret-key-at-all");
-    let err = export(
-        &wrong,
-        "ns",
-        "u",
-        futures::stream::iter(common::whole("a", b"x")),
-        &Limits::default(),
-    )
-    .await
-    .unwrap_err();
+    let err = export_a(&wrong).await.unwrap_err();
     assert!(matches!(err, ExportError::Store(_)), "{err:?}");
     let shown = err.to_string();
     assert!(!shown.contains(s3.secret_key()), "{shown}");
     s3.stop();
-    let err = export(
-        &store,
-        "ns",
-        "u",
-        futures::stream::iter(common::whole("a", b"x")),
-        &Limits::default(),
-    )
-    .await
-    .unwrap_err();
+    let err = export_a(&store).await.unwrap_err();
     assert!(err.is_transient(), "{err:?}");
     s3.restart().await.unwrap();
-    let refs = export(
-        &store,
-        "ns",
-        "u",
-        futures::stream::iter(common::whole("a", b"x")),
-        &Limits::default(),
-    )
-    .await
-    .unwrap();
+    let refs = export_a(&store).await.unwrap();
     assert_eq!(refs[0].uri, "s3://artifacts/team-a/ns/u/files/a");
 }

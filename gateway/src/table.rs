@@ -239,6 +239,25 @@ impl Table {
             .map(|a| a.mode)
     }
 
+    /// The control plane's assignment of the Run with this UID in that
+    /// namespace/Runtime, while its table is fresh.
+    fn assignment(
+        &self,
+        namespace: &str,
+        runtime: &str,
+        uid: &str,
+        now: Instant,
+    ) -> Result<&Arc<OwnershipEntry>, RouteError> {
+        if !self.control.fresh(now, self.window) {
+            return Err(RouteError::Stale("control plane table is stale"));
+        }
+        let a = self.control.entries.get(uid).ok_or(RouteError::NotFound)?;
+        if a.namespace != namespace || a.runtime != runtime {
+            return Err(RouteError::NotFound);
+        }
+        Ok(a)
+    }
+
     /// Routes a Run.
     pub fn route(
         &self,
@@ -247,13 +266,7 @@ impl Table {
         uid: &str,
         now: Instant,
     ) -> Result<Route, RouteError> {
-        if !self.control.fresh(now, self.window) {
-            return Err(RouteError::Stale("control plane table is stale"));
-        }
-        let a = self.control.entries.get(uid).ok_or(RouteError::NotFound)?;
-        if a.namespace != namespace || a.runtime != runtime {
-            return Err(RouteError::NotFound);
-        }
+        let a = self.assignment(namespace, runtime, uid, now)?;
         match Phase::try_from(a.phase) {
             Ok(Phase::Ready) => {}
             Ok(Phase::Scheduled | Phase::Running) => {
@@ -325,13 +338,7 @@ impl Table {
         uid: &str,
         now: Instant,
     ) -> Result<Route, RouteError> {
-        if !self.control.fresh(now, self.window) {
-            return Err(RouteError::Stale("control plane table is stale"));
-        }
-        let a = self.control.entries.get(uid).ok_or(RouteError::NotFound)?;
-        if a.namespace != namespace || a.runtime != runtime {
-            return Err(RouteError::NotFound);
-        }
+        let a = self.assignment(namespace, runtime, uid, now)?;
         let answers = |address: &str, pod_uid: Option<&str>| {
             self.runtimed.get(address).is_some_and(|s| {
                 s.fresh(now, self.window)

@@ -38,6 +38,16 @@ impl Collected {
     }
 }
 
+/// CollectArtifacts of [`UID`] is NOT_FOUND: the server holds no such Run.
+async fn assert_not_held(client: &mut kruntimes_proto::runtime::Clients) {
+    let gone = client
+        .artifacts
+        .collect_artifacts(request(0, 0))
+        .await
+        .unwrap_err();
+    assert_eq!(gone.code(), tonic::Code::NotFound, "{}", gone.message());
+}
+
 fn request(max_files: u32, max_file_bytes: u64) -> pb::CollectArtifactsRequest {
     pb::CollectArtifactsRequest {
         run_uid: UID.into(),
@@ -256,13 +266,7 @@ async fn the_directory_goes_with_the_task() {
     assert!(closed.existed);
     assert!(!dir.exists() && !s.workspace().exists());
     // A Run the server does not hold, a malformed Run UID.
-    let gone = s
-        .client
-        .artifacts
-        .collect_artifacts(request(0, 0))
-        .await
-        .unwrap_err();
-    assert_eq!(gone.code(), tonic::Code::NotFound, "{}", gone.message());
+    assert_not_held(&mut s.client).await;
     let bad = s
         .client
         .artifacts
@@ -438,13 +442,7 @@ async fn the_directory_goes_with_the_session() {
         .into_inner();
     assert!(closed.existed);
     assert!(!dir.exists() && !s.workspace().exists());
-    let gone = s
-        .client
-        .artifacts
-        .collect_artifacts(request(0, 0))
-        .await
-        .unwrap_err();
-    assert_eq!(gone.code(), tonic::Code::NotFound, "{}", gone.message());
+    assert_not_held(&mut s.client).await;
     // Reset removes it too.
     s.open_at(1, true).await;
     in_session(&mut s, "echo again > \"$d/f\"").await;

@@ -27,7 +27,10 @@ pub fn lookup(table: &Table, target: &RunTarget<'_>, now: Instant) -> Lookup {
         Ok(_) => None,
         Err(_) => table.run_name(target.namespace, target.runtime, target.uid),
     };
-    let wrong_mode = !target.artifacts
+    // A routed Run's mode is checked by `into_route`; only a Run that
+    // cannot be routed is looked up again (never on the hot path).
+    let wrong_mode = route.is_err()
+        && !target.artifacts
         && table
             .run_mode(target.namespace, target.runtime, target.uid)
             .is_some_and(|m| m != target.mode() as i32);
