@@ -16,7 +16,7 @@ fn krt() -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let status = Command::new(cargo)
         .args(["build", "-p", "krt"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .current_dir(kruntimes_testkit::package_dir())
         .status()
         .expect("run cargo build -p krt");
     assert!(status.success(), "cargo build -p krt failed");

@@ -35,7 +35,7 @@ const CLIENTS: [Client; 5] = [
 ];
 
 fn clients_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients")
+    kruntimes_testkit::package_dir().join("tests/clients")
 }
 
 /// The Python that has httpx: the SDK's (`KRT_SDK_PYTHON`), else python3.

@@ -6,7 +6,6 @@
 // Test helpers panic on failure: that is how a test fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use kruntimes_kubetest::{ApiServer, Subject, User};
@@ -16,8 +15,8 @@ use serde_json::Value;
 use kruntimes_testkit::prelude::{PY, series_value};
 
 fn rbac(file: &str) -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../examples/rbac")
+    kruntimes_testkit::checkout()
+        .join("examples/rbac")
         .join(file)
 }
 

@@ -9,7 +9,6 @@
 // Test helpers panic on failure: that is how a test fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use futures::{SinkExt as _, StreamExt as _};
@@ -156,7 +155,7 @@ async fn expiry_and_the_per_message_limit_end_a_socket_with_a_code() {
 async fn a_revoked_permission_ends_the_socket_on_its_next_operation() {
     let server = ApiServer::start().await.unwrap();
     server.create_namespace("a").await.unwrap();
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let repo = kruntimes_testkit::checkout();
     server
         .grant_cluster_role("gateway-clusterrole.yaml", User::Gateway)
         .await

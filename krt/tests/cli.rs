@@ -366,7 +366,7 @@ async fn every_verb_works_against_a_cluster_with_the_callers_kubeconfig() {
         .await
         .expect("start the installation");
     server.create_namespace("a").await.unwrap();
-    let rbac = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/rbac");
+    let rbac = kruntimes_testkit::checkout().join("examples/rbac");
     for role in [
         "run-invoker-role.yaml",
         "run-reader-role.yaml",

@@ -49,7 +49,7 @@ fn workspace_dependencies() -> BTreeMap<String, BTreeSet<String>> {
             "--no-deps",
             "--offline",
         ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .current_dir(kruntimes_testkit::package_dir())
         .output()
         .expect("run cargo metadata");
     assert!(
@@ -81,10 +81,8 @@ fn workspace_dependencies() -> BTreeMap<String, BTreeSet<String>> {
 
 #[test]
 fn the_crate_map_lists_every_crate_and_dependencies_point_down_it() {
-    let page = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/architecture.md"),
-    )
-    .unwrap();
+    let page = std::fs::read_to_string(kruntimes_testkit::checkout().join("docs/architecture.md"))
+        .unwrap();
     let order = table_order(&page);
     let deps = workspace_dependencies();
     let listed: BTreeSet<&String> = order.iter().collect();

@@ -11,7 +11,6 @@
 
 mod sdk;
 
-use std::path::Path;
 use std::process::Command;
 
 use sdk::Target;
@@ -19,7 +18,7 @@ use sdk::Target;
 fn go_test(target: &Target) -> String {
     let out = Command::new("go")
         .args(["test", "-count=1", "-v", "./..."])
-        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../sdk/go"))
+        .current_dir(kruntimes_testkit::checkout().join("sdk/go"))
         .envs(target.env.iter().map(|(k, v)| (k, v)))
         .output()
         .expect("run go test (install Go)");

@@ -12,13 +12,13 @@
 
 mod sdk;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use sdk::Target;
 
 fn sdk_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../sdk/python")
+    kruntimes_testkit::checkout().join("sdk/python")
 }
 
 fn pytest(args: &[&str], target: Option<&Target>, extra: &[(String, String)]) -> String {

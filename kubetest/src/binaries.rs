@@ -1,7 +1,7 @@
 //! Where the test API server's binaries and the CRDs it installs live, and
 //! the command that builds the binaries when they are missing.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use anyhow::{Context, bail};
@@ -44,10 +44,10 @@ pub(crate) fn require_binaries() -> anyhow::Result<PathBuf> {
 }
 
 fn build_script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("envtest/build.sh")
+    kruntimes_testkit::checkout().join("kubetest/envtest/build.sh")
 }
 
 /// The committed CRD manifests installed into every API server.
 pub fn crd_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/kruntimes/crds")
+    kruntimes_testkit::checkout().join("charts/kruntimes/crds")
 }

@@ -51,12 +51,12 @@ pub fn helm_binary() -> anyhow::Result<PathBuf> {
 }
 
 fn build_script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("helm/build.sh")
+    kruntimes_testkit::checkout().join("kubetest/helm/build.sh")
 }
 
 /// The chart of this checkout, `charts/kruntimes`.
 pub fn chart_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/kruntimes")
+    kruntimes_testkit::checkout().join("charts/kruntimes")
 }
 
 /// The chart's `ci/*-values.yaml` files, sorted by name.

@@ -29,12 +29,12 @@ pub struct NodeCluster {
 
 /// Where the cluster script lives.
 pub fn cluster_script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("node/cluster.sh")
+    kruntimes_testkit::checkout().join("kubetest/node/cluster.sh")
 }
 
 /// The standard-library client a client Pod runs (`kubetest/node/client.py`).
 pub fn client_script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("node/client.py")
+    kruntimes_testkit::checkout().join("kubetest/node/client.py")
 }
 
 impl NodeCluster {

@@ -94,8 +94,8 @@ impl ApiServer {
     /// cluster-wide to `user` (binding named as the role) — how the tests
     /// grant a component (gateway, operator, runtimed) its rights.
     pub async fn grant_cluster_role(&self, file: &str, user: User) -> anyhow::Result<String> {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../examples/rbac")
+        let path = kruntimes_testkit::checkout()
+            .join("examples/rbac")
             .join(file);
         let role = self.apply_role_file(None, &path).await?;
         self.bind(None, &role, &role, Subject::User(user)).await?;

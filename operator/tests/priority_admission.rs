@@ -10,7 +10,6 @@
 // Test helpers panic on failure: that is how a test fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::rbac::v1::RoleBinding;
@@ -25,7 +24,7 @@ const NS: &str = "team-a";
 const GROUP: &str = "kruntimes:priority-high";
 
 fn repo(path: &str) -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
+    kruntimes_testkit::checkout().join(path)
 }
 
 /// The admin impersonating user `name` in `groups`.

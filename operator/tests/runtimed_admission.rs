@@ -8,7 +8,6 @@
 // Test helpers panic on failure: that is how a test fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
@@ -22,7 +21,7 @@ const NS: &str = "team-a";
 const SA: &str = "kruntimes-runtime";
 
 fn repo(path: &str) -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
+    kruntimes_testkit::checkout().join(path)
 }
 
 async fn pod(client: &kube::Client, name: &str) -> String {

@@ -7,7 +7,6 @@
 // Test helpers panic on failure: that is how a test fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use kruntimes_api::Run;
@@ -54,8 +53,8 @@ async fn a_tasks_moot_fields_are_warned_about_in_krt_applys_words() {
     let client = server.client().await.unwrap();
     server
         .apply_admission_policy_file(
-            &Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../charts/kruntimes/files/run-task-input-policy.yaml"),
+            &kruntimes_testkit::checkout()
+                .join("charts/kruntimes/files/run-task-input-policy.yaml"),
         )
         .await
         .unwrap();

@@ -41,7 +41,7 @@ fn the_runtime_server_links_no_kube_crd_or_http_framework_crate() {
             "--format",
             "{p}",
         ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .current_dir(kruntimes_testkit::package_dir())
         .output()
         .expect("run cargo tree");
     assert!(

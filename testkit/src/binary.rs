@@ -41,8 +41,7 @@ fn build() -> Result<PathBuf, String> {
     // The package of the running test (cargo sets this at run time too): its
     // checkout's workspace is the one to build, whichever checkout built
     // this library.
-    let package = std::env::var_os("CARGO_MANIFEST_DIR")
-        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
+    let package = crate::package_dir();
     let args = cargo_args(profile_dir, &package)?;
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut command = Command::new(&cargo);
@@ -178,7 +177,7 @@ mod tests {
 
     #[test]
     fn the_named_test_target_is_one_of_krts() {
-        let krt_tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("../krt/tests");
+        let krt_tests = crate::checkout().join("krt/tests");
         assert!(krt_tests.join(format!("{KRT_TEST}.rs")).is_file());
     }
 

@@ -15,10 +15,12 @@ use serde_json::Value;
 
 mod binary;
 pub mod fixtures;
+mod paths;
 pub mod s3;
 pub mod wire;
 
 pub use binary::{KRT_VARIABLE, krt_binary};
+pub use paths::{checkout, package_dir};
 pub use s3::S3Server;
 
 /// What an end-to-end test file imports: the stack, its fixtures and the

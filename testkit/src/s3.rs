@@ -340,7 +340,7 @@ pub async fn versitygw_binary() -> anyhow::Result<PathBuf> {
     if let Some(path) = std::env::var_os(VERSITYGW_VARIABLE) {
         return Ok(PathBuf::from(path));
     }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("s3/build.sh");
+    let script = crate::checkout().join("testkit/s3/build.sh");
     let out = tokio::process::Command::new("bash")
         .arg(&script)
         .stdin(Stdio::null())

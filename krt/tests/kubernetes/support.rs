@@ -14,8 +14,8 @@ use serde_json::{Value, json};
 use kruntimes_testkit::prelude::PY;
 
 pub(crate) fn rbac(file: &str) -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../examples/rbac")
+    kruntimes_testkit::checkout()
+        .join("examples/rbac")
         .join(file)
 }
 

@@ -67,8 +67,8 @@ fn krt() -> &'static Path {
 }
 
 fn rbac(file: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../examples/rbac")
+    kruntimes_testkit::checkout()
+        .join("examples/rbac")
         .join(file)
 }
 

@@ -9,7 +9,11 @@ fn main() -> anyhow::Result<()> {
         .nth(1)
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../charts/kruntimes/crds")
+            // `cargo run` says where this checkout is (a shared target
+            // directory may hold a build from another checkout).
+            std::env::var_os("CARGO_MANIFEST_DIR")
+                .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
+                .join("../charts/kruntimes/crds")
         });
     std::fs::create_dir_all(&dir)?;
     for (file, crd) in kruntimes_api::crds::crds() {

@@ -149,6 +149,7 @@ enum Msg {
     Released {
         pod: String,
         uid: String,
+        ok: bool,
     },
     Instance(InstanceReport),
 }
@@ -346,7 +347,7 @@ pub async fn run(
                 }
                 Some(Msg::Pod(pod, update)) => ctl.apply_pod(&pod, update, now),
                 Some(Msg::Registered { uid, attempt, outcome }) => ctl.register_result(&uid, attempt, outcome, now),
-                Some(Msg::Released { pod, uid }) => ctl.release_result(&pod, &uid, now),
+                Some(Msg::Released { pod, uid, ok }) => ctl.release_result(&pod, &uid, ok, now),
                 Some(Msg::Instance(InstanceReport::Started(pod))) => match conns.add(&pod) {
                     Ok(()) => ctl.instance_started(pod, now),
                     Err(e) => {

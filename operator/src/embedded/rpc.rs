@@ -111,10 +111,15 @@ pub(super) fn perform(
                     registration_id: String::new(),
                     keep,
                 };
-                if let Err(s) = c.agent.clone().release(req).await {
+                let result = c.agent.clone().release(req).await;
+                if let Err(s) = &result {
                     tracing::warn!(uid = %run_uid, pod = %pod, code = ?s.code(), "release failed");
                 }
-                Msg::Released { pod, uid: run_uid }
+                Msg::Released {
+                    pod,
+                    uid: run_uid,
+                    ok: result.is_ok(),
+                }
             }
             Action::StartInstances { .. } | Action::StopInstance { .. } | Action::Delete { .. } => {
                 return;

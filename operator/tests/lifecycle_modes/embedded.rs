@@ -97,7 +97,7 @@ impl Embedded {
                 let mut more = self
                     .c
                     .apply_pod(&pod, SourceUpdate::Delete(run_uid.clone()), now);
-                more.extend(self.c.release_result(&pod, &run_uid, now));
+                more.extend(self.c.release_result(&pod, &run_uid, true, now));
                 more
             }
             // The case table runs on a fixed set of instances, with no TTL.

@@ -206,7 +206,8 @@ impl Sessions {
     }
 
     /// Closes a session (a drained one's export is then kept until it is
-    /// released again); absent sessions succeed with `false`.
+    /// cancelled); absent sessions succeed with `false`. Draining a session
+    /// already drained changes nothing: its export's outcome stays.
     pub async fn close(&self, uid: &str, mode: Release) -> bool {
         let _change = self.table.change().await;
         match self.table.get(uid) {
@@ -214,6 +215,7 @@ impl Sessions {
                 self.remove(&h, mode).await;
                 true
             }
+            None if mode == Release::Drain => self.holds(uid),
             None => self.forget_export(uid),
         }
     }

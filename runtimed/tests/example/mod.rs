@@ -61,7 +61,7 @@ impl Drop for Server {
 }
 
 fn example_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/runtime-servers/python")
+    kruntimes_testkit::checkout().join("examples/runtime-servers/python")
 }
 
 /// Generates the stubs and starts the server with nothing but the

@@ -142,8 +142,12 @@ pub use kruntimes_core::pass::OwnerRef as Owner;
 enum InFlight {
     /// Assign at this attempt; `done` once the RPC answered.
     Register { attempt: u64, done: bool },
-    /// Unregister/CloseSession; `done` once the RPC answered.
-    Release { done: bool },
+    /// Unregister/CloseSession; `done` once the RPC answered. A `drain`
+    /// that succeeded is settled only once the owner's table shows its end
+    /// (the entry withdrawn, or the export's outcome published): the RPC's
+    /// answer and the table travel on different streams, and a drain asked
+    /// again of a session already drained would find nothing to export.
+    Release { done: bool, drain: bool, ok: bool },
 }
 
 /// One Run's state.
@@ -474,13 +478,20 @@ impl Controller {
         self.pass(now)
     }
 
-    /// Records that an Unregister/CloseSession of `uid` on `pod` answered.
-    pub fn release_result(&mut self, pod: &str, uid: &str, now: Instant) -> Vec<Action> {
+    /// Records that an Unregister/CloseSession of `uid` on `pod` answered:
+    /// `ok`, or it failed (and is decided about again at once).
+    pub fn release_result(&mut self, pod: &str, uid: &str, ok: bool, now: Instant) -> Vec<Action> {
         self.releasing.remove(&(pod.to_owned(), uid.to_owned()));
         if let Some(run) = self.runs.get_mut(uid)
-            && run.in_flight == Some(InFlight::Release { done: false })
+            && let Some(InFlight::Release {
+                done: false, drain, ..
+            }) = run.in_flight
         {
-            run.in_flight = Some(InFlight::Release { done: true });
+            run.in_flight = Some(InFlight::Release {
+                done: true,
+                drain,
+                ok,
+            });
         }
         self.pass(now)
     }

@@ -298,8 +298,11 @@ impl Controller {
                 done && local.as_ref().is_some_and(|l| l.attempt == attempt)
             }
             // Decided again once answered: the registration is gone, or the
-            // release failed and is tried again.
-            Some(InFlight::Release { done }) => done,
+            // release failed and is tried again. A drain, once the table
+            // shows how it ended.
+            Some(InFlight::Release { done, drain, ok }) => {
+                done && (!drain || !ok || local.as_ref().is_none_or(|l| l.exported))
+            }
             None => true,
         };
         if !settled {
@@ -353,12 +356,20 @@ impl Controller {
                     return run.life != before;
                 }
                 Step::Release(stop) => {
-                    run.in_flight = Some(InFlight::Release { done: false });
+                    run.in_flight = Some(InFlight::Release {
+                        done: false,
+                        drain: stop == Stop::Drain,
+                        ok: false,
+                    });
                     actions.push(release(&o.pod, uid, stop));
                     return run.life != before;
                 }
                 Step::Kill => {
-                    run.in_flight = Some(InFlight::Release { done: false });
+                    run.in_flight = Some(InFlight::Release {
+                        done: false,
+                        drain: false,
+                        ok: false,
+                    });
                     actions.push(Action::Release {
                         pod: o.pod.clone(),
                         run_uid: uid.to_owned(),

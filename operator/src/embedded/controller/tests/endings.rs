@@ -42,8 +42,84 @@ fn deleting_a_draining_run_lets_the_drain_finish() {
     c.apply_store(store(&[drain]), now);
     let actions = c.apply_store(BTreeMap::new(), now);
     assert!(actions.is_empty(), "the drain in flight is not repeated");
-    c.release_result("runtimed-0", &a, now);
-    assert!(c.runs().next().is_none());
+    // Answered before the owner's table shows the drain's end: waited for.
+    assert!(c.release_result("runtimed-0", &a, true, now).is_empty());
+    assert!(c.runs.contains_key(&a));
+    c.apply_pod("runtimed-0", SourceUpdate::Delete(a.clone()), now);
+    assert!(!c.runs.contains_key(&a));
+}
+
+/// A drained session whose owner exports artifacts: the drain's answer can
+/// come before the table shows the export. The drain is not asked again (a
+/// session already drained has nothing left to export); the outcome, once
+/// published, ends the Run with its artifacts.
+#[test]
+fn a_drains_answer_before_its_export_shows_waits_for_the_export() {
+    let now = Instant::now();
+    let mut c = connected(1, now);
+    let actions = c.apply_store(store(&[session("a")]), now);
+    settle(&mut c, actions, now);
+    let a = uid(&c, "a");
+    let mut drain = session("a");
+    drain.spec.termination = Some(Termination {
+        mode: TerminationMode::Drain,
+    });
+    let actions = c.apply_store(store(&[drain]), now);
+    assert!(
+        matches!(&actions[..], [Action::Release { cancel: false, .. }]),
+        "{actions:?}"
+    );
+    let mut closing = entry(&a, 1, own::Phase::Draining, "Closing");
+    closing.mode = own::Mode::Session as i32;
+    let actions = c.apply_pod("runtimed-0", SourceUpdate::Upsert(Box::new(closing)), now);
+    assert!(actions.is_empty(), "{actions:?}");
+    let actions = c.release_result("runtimed-0", &a, true, now);
+    assert!(
+        actions.is_empty(),
+        "the drain is not asked again: {actions:?}"
+    );
+    assert_eq!(
+        life(&c, "a"),
+        (Phase::Finalizing, Some(Reason::Draining), 1)
+    );
+    let mut drained = entry(&a, 1, own::Phase::Draining, "Drained");
+    drained.mode = own::Mode::Session as i32;
+    drained.export = Some(own::ExportOutcome {
+        artifacts: vec![own::ArtifactRef {
+            name: "notes/result.md".into(),
+            uri: "file:///store/default/a/notes/result.md".into(),
+            size: 14,
+            sha256: "ab".repeat(32),
+        }],
+        ..Default::default()
+    });
+    let actions = c.apply_pod("runtimed-0", SourceUpdate::Upsert(Box::new(drained)), now);
+    assert_eq!(life(&c, "a"), (Phase::Succeeded, Some(Reason::Drained), 1));
+    assert_eq!(by_name(&c, "a").artifacts[0].name, "notes/result.md");
+    assert!(
+        matches!(&actions[..], [Action::Release { cancel: true, .. }]),
+        "what the owner kept is forgotten: {actions:?}"
+    );
+}
+
+/// A drain that failed is asked again, table or not.
+#[test]
+fn a_failed_drain_is_asked_again() {
+    let now = Instant::now();
+    let mut c = connected(1, now);
+    let actions = c.apply_store(store(&[session("a")]), now);
+    settle(&mut c, actions, now);
+    let a = uid(&c, "a");
+    let mut drain = session("a");
+    drain.spec.termination = Some(Termination {
+        mode: TerminationMode::Drain,
+    });
+    c.apply_store(store(&[drain]), now);
+    let actions = c.release_result("runtimed-0", &a, false, now);
+    assert!(
+        matches!(&actions[..], [Action::Release { cancel: false, .. }]),
+        "{actions:?}"
+    );
 }
 
 #[test]

@@ -181,11 +181,11 @@ pub(super) fn settle_with(
                     ..Default::default()
                 });
                 actions.extend(c.apply_pod(&pod, SourceUpdate::Upsert(Box::new(e)), now));
-                actions.extend(c.release_result(&pod, &run_uid, now));
+                actions.extend(c.release_result(&pod, &run_uid, true, now));
             }
             Action::Release { pod, run_uid, .. } => {
                 actions.extend(c.apply_pod(&pod, SourceUpdate::Delete(run_uid.clone()), now));
-                actions.extend(c.release_result(&pod, &run_uid, now));
+                actions.extend(c.release_result(&pod, &run_uid, true, now));
             }
             // The store's deletion is the test's to make (seen).
             Action::Delete { .. } => {}
