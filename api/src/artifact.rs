@@ -108,6 +108,22 @@ pub struct ArtifactRef {
     pub sha256: String,
 }
 
+/// The body of an invoke response whose invocation left artifacts:
+/// `{"outputs": <the handler's JSON value>, "artifactRefs": [...]}` (the
+/// seeds' invoke response), marked by
+/// [`kruntimes_proto::api::HEADER_ARTIFACTS`]. `output` is the handler's
+/// JSON document, as the Runtime Server answered it (never re-encoded).
+pub fn invoke_envelope(output: &[u8], refs: &[ArtifactRef]) -> Vec<u8> {
+    let refs = serde_json::to_vec(refs).unwrap_or_else(|_| b"[]".to_vec());
+    let mut body = Vec::with_capacity(output.len() + refs.len() + 32);
+    body.extend_from_slice(b"{\"outputs\":");
+    body.extend_from_slice(output);
+    body.extend_from_slice(b",\"artifactRefs\":");
+    body.extend_from_slice(&refs);
+    body.push(b'}');
+    body
+}
+
 impl ArtifactRef {
     /// The ref as its owner publishes it.
     pub fn to_wire(&self) -> own::ArtifactRef {
@@ -236,6 +252,35 @@ mod tests {
             uri: uri.into(),
             path: path.into(),
             sha256: sha.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn the_envelope_carries_the_handlers_document_as_it_is() {
+        let refs = [ArtifactRef {
+            name: "invocations/order-42/diagnosis.json".into(),
+            uri: "s3://b/k".into(),
+            size: 2,
+            sha256: "ab".into(),
+        }];
+        for output in [
+            &b"{\"summary\": \"1 pending\"}"[..],
+            b"[1, 2.50, null]",
+            b"\"x\"",
+            b"7",
+        ] {
+            let body = invoke_envelope(output, &refs);
+            let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            let original: serde_json::Value = serde_json::from_slice(output).unwrap();
+            assert_eq!(v["outputs"], original);
+            assert_eq!(v["artifactRefs"][0]["name"], refs[0].name);
+            assert_eq!(v["artifactRefs"][0]["sha256"], "ab");
+            // Byte for byte: `2.50` stays as the handler wrote it.
+            let text = String::from_utf8(body).unwrap();
+            assert!(
+                text.contains(std::str::from_utf8(output).unwrap()),
+                "{text}"
+            );
         }
     }
 

@@ -6,7 +6,7 @@ use futures::{Stream, StreamExt as _};
 use kruntimes_api::ArtifactRef;
 use kruntimes_proto::runtime::v1::{ArtifactChunk, artifact_chunk::Part};
 
-use crate::store::{Manifest, Store, StoreError, Upload};
+use crate::store::{Manifest, Scope, Store, StoreError, Upload};
 
 /// Bounds of one export.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,20 +80,25 @@ impl ExportError {
 
 /// The file being received.
 struct Open {
+    /// As the stream names it.
     name: String,
+    /// As the Run names it ([`Scope::name`]).
+    full: String,
     size: u64,
     upload: Upload,
 }
 
 /// Exports what `chunks` carries as the artifacts of Run `uid` in
-/// `namespace`: replaces whatever an earlier export of the Run stored,
-/// uploads each file as it arrives (never more than an upload's parts in
-/// memory), then writes the manifest. Returns the refs, in the order
-/// received.
+/// `namespace`, of `scope`: replaces whatever an earlier export of the same
+/// scope stored, uploads each file as it arrives (never more than an
+/// upload's parts in memory), then writes the manifest. Returns the refs,
+/// in the order received, named as the Run names them
+/// ([`Scope::name`]); errors name files as the stream did.
 pub async fn export<S>(
     store: &Store,
     namespace: &str,
     uid: &str,
+    scope: Scope<'_>,
     chunks: S,
     limits: &Limits,
 ) -> Result<Vec<ArtifactRef>, ExportError>
@@ -101,7 +106,7 @@ where
     S: Stream<Item = Result<ArtifactChunk, String>>,
 {
     // An earlier attempt's files are not this one's.
-    store.delete_run(namespace, uid).await?;
+    store.delete_scope(namespace, uid, scope).await?;
     let mut chunks = std::pin::pin!(chunks);
     let mut refs = Vec::new();
     let mut total = 0u64;
@@ -117,13 +122,17 @@ where
                     if let Some(why) = kruntimes_proto::api::artifact_name(&f.name) {
                         return Err(ExportError::invalid(&f.name, why));
                     }
+                    let full = scope.name(&f.name);
+                    if let Some(why) = kruntimes_proto::api::artifact_name(&full) {
+                        return Err(ExportError::invalid(&f.name, format!("as {full:?}: {why}")));
+                    }
                     if refs.len() >= limits.max_files as usize {
                         return Err(ExportError::invalid(
                             "",
                             format!("more than {} files", limits.max_files),
                         ));
                     }
-                    if refs.iter().any(|r: &ArtifactRef| r.name == f.name) {
+                    if refs.iter().any(|r: &ArtifactRef| r.name == full) {
                         return Err(ExportError::invalid(&f.name, "sent twice"));
                     }
                     if f.size > limits.max_file_bytes {
@@ -145,10 +154,11 @@ where
                             ),
                         ));
                     }
-                    let key = store.file_key(namespace, uid, &f.name);
+                    let key = store.file_key(namespace, uid, &full);
                     open = Some(Open {
                         upload: store.upload(key, f.size).await?,
                         name: f.name,
+                        full,
                         size: f.size,
                     });
                 }
@@ -186,6 +196,7 @@ where
         .write_manifest(
             namespace,
             uid,
+            scope,
             &Manifest {
                 artifacts: refs.clone(),
             },
@@ -206,5 +217,5 @@ async fn close(o: Open) -> Result<ArtifactRef, ExportError> {
             ),
         ));
     }
-    Ok(o.upload.finish(&o.name).await?)
+    Ok(o.upload.finish(&o.full).await?)
 }

@@ -30,4 +30,6 @@ pub use config::{
 };
 pub use export::{ExportError, Limits, export};
 pub use range::{ByteRange, parse_range};
-pub use store::{Manifest, Read, Store, StoreError, Upload};
+pub use store::{
+    INVOCATIONS, Manifest, Read, Scope, Store, StoreError, Upload, invocation_segment,
+};

@@ -79,6 +79,48 @@ impl Manifest {
     }
 }
 
+/// The directory of a function Run's artifact names that holds its
+/// invocations' artifacts: `invocations/{id}/{name}`.
+pub const INVOCATIONS: &str = "invocations";
+
+/// What one export replaces: a Run's artifacts (what its task left, or
+/// its session when drained), or what one invocation of a function Run left
+/// (named `invocations/{segment}/…` in the Run, with a manifest of its own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope<'a> {
+    /// The Run's own.
+    Run,
+    /// One invocation's, by its [`invocation_segment`].
+    Invocation(&'a str),
+}
+
+impl Scope<'_> {
+    /// The name in the Run of the artifact an export of this scope got as
+    /// `name`.
+    pub fn name(&self, name: &str) -> String {
+        match self {
+            Self::Run => name.to_owned(),
+            Self::Invocation(seg) => format!("{INVOCATIONS}/{seg}/{name}"),
+        }
+    }
+}
+
+/// The name segment of an invocation's artifacts: its id when that is one
+/// valid artifact name segment (a generated UUID, `order-42`), else the
+/// first 32 hex digits of the id's SHA-256 (an id with `/`, `:` or a
+/// space).
+pub fn invocation_segment(id: &str) -> String {
+    let plain = !id.contains('/') && kruntimes_proto::api::artifact_name(id).is_none();
+    if plain {
+        id.to_owned()
+    } else {
+        Sha256::digest(id.as_bytes())[..16]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+}
+
 /// An open read of an artifact.
 pub struct Read {
     /// The whole object's size.
@@ -199,8 +241,12 @@ impl Store {
         Path::from(format!("{}/files/{name}", self.run_prefix(namespace, uid)))
     }
 
-    fn manifest_key(&self, namespace: &str, uid: &str) -> Path {
-        Path::from(format!("{}/manifest.json", self.run_prefix(namespace, uid)))
+    fn manifest_key(&self, namespace: &str, uid: &str, scope: Scope<'_>) -> Path {
+        let run = self.run_prefix(namespace, uid);
+        match scope {
+            Scope::Run => Path::from(format!("{run}/manifest.json")),
+            Scope::Invocation(seg) => Path::from(format!("{run}/{INVOCATIONS}/{seg}.json")),
+        }
     }
 
     /// The key of the object `uri` names, if it is in this store under
@@ -266,17 +312,21 @@ impl Store {
         })
     }
 
-    /// Writes a Run's manifest (after its files).
+    /// Writes the manifest of an export of `scope` (after its files).
     pub async fn write_manifest(
         &self,
         namespace: &str,
         uid: &str,
+        scope: Scope<'_>,
         manifest: &Manifest,
     ) -> Result<(), StoreError> {
         let body = serde_json::to_vec(manifest)
             .map_err(|e| StoreError::Config(format!("encode the manifest: {e}")))?;
         self.inner
-            .put(&self.manifest_key(namespace, uid), PutPayload::from(body))
+            .put(
+                &self.manifest_key(namespace, uid, scope),
+                PutPayload::from(body),
+            )
             .await?;
         Ok(())
     }
@@ -287,7 +337,50 @@ impl Store {
         namespace: &str,
         uid: &str,
     ) -> Result<Option<Manifest>, StoreError> {
-        let got = match self.inner.get(&self.manifest_key(namespace, uid)).await {
+        self.manifest_of(namespace, uid, Scope::Run).await
+    }
+
+    /// The artifact of a Run named `name`, from the manifest that lists it:
+    /// the Run's, else, for `invocations/{segment}/…`, that invocation's.
+    pub async fn find(
+        &self,
+        namespace: &str,
+        uid: &str,
+        name: &str,
+    ) -> Result<Option<ArtifactRef>, StoreError> {
+        if let Some(found) = self
+            .manifest(namespace, uid)
+            .await?
+            .and_then(|m| m.get(name).cloned())
+        {
+            return Ok(Some(found));
+        }
+        let invocation = name
+            .strip_prefix(INVOCATIONS)
+            .and_then(|rest| rest.strip_prefix('/'))
+            .and_then(|rest| rest.split_once('/'))
+            .map(|(seg, _)| seg);
+        let Some(seg) = invocation else {
+            return Ok(None);
+        };
+        Ok(self
+            .manifest_of(namespace, uid, Scope::Invocation(seg))
+            .await?
+            .and_then(|m| m.get(name).cloned()))
+    }
+
+    /// The manifest of an export of `scope`; `None` when there is none.
+    pub async fn manifest_of(
+        &self,
+        namespace: &str,
+        uid: &str,
+        scope: Scope<'_>,
+    ) -> Result<Option<Manifest>, StoreError> {
+        let got = match self
+            .inner
+            .get(&self.manifest_key(namespace, uid, scope))
+            .await
+        {
             Ok(got) => got,
             Err(object_store::Error::NotFound { .. }) => return Ok(None),
             Err(e) => return Err(e.into()),
@@ -320,9 +413,30 @@ impl Store {
     /// served from then on, then its files — and returns how many objects
     /// went.
     pub async fn delete_run(&self, namespace: &str, uid: &str) -> Result<usize, StoreError> {
-        let prefix = self.run_prefix(namespace, uid);
+        self.delete_scope(namespace, uid, Scope::Run).await
+    }
+
+    /// Deletes what an export of `scope` stored, its manifest first: the
+    /// whole Run's ([`Self::delete_run`]), or one invocation's.
+    pub async fn delete_scope(
+        &self,
+        namespace: &str,
+        uid: &str,
+        scope: Scope<'_>,
+    ) -> Result<usize, StoreError> {
+        let prefix = match scope {
+            Scope::Run => self.run_prefix(namespace, uid),
+            Scope::Invocation(seg) => Path::from(format!(
+                "{}/files/{INVOCATIONS}/{seg}",
+                self.run_prefix(namespace, uid)
+            )),
+        };
         // The manifest first: from here on nothing is served.
-        match self.inner.delete(&self.manifest_key(namespace, uid)).await {
+        match self
+            .inner
+            .delete(&self.manifest_key(namespace, uid, scope))
+            .await
+        {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
             Err(e) => return Err(e.into()),
         }

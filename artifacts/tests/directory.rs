@@ -30,6 +30,12 @@ async fn a_new_export_replaces_the_last_and_deletion_removes_all() {
 }
 
 #[tokio::test]
+async fn invocations_export_beside_each_other() {
+    let (_d, s) = store();
+    common::invocations_export_beside_each_other(&s).await;
+}
+
+#[tokio::test]
 async fn invalid_directories_fail_naming_the_file_and_leave_no_manifest() {
     let (_d, s) = store();
     common::invalid_directories_fail_naming_the_file_and_leave_no_manifest(&s).await;

@@ -4,7 +4,9 @@
 
 mod common;
 
-use kruntimes_artifacts::{Credentials, ExportError, Limits, S3Config, Store, StoreConfig, export};
+use kruntimes_artifacts::{
+    Credentials, ExportError, Limits, S3Config, Scope, Store, StoreConfig, export,
+};
 use kruntimes_testkit::S3Server;
 use secrecy::SecretString;
 
@@ -51,6 +53,12 @@ async fn a_new_export_replaces_the_last_and_deletion_removes_all() {
 }
 
 #[tokio::test]
+async fn invocations_export_beside_each_other() {
+    let (_s3, store) = server().await;
+    common::invocations_export_beside_each_other(&store).await;
+}
+
+#[tokio::test]
 async fn invalid_directories_fail_naming_the_file_and_leave_no_manifest() {
     let (_s3, store) = server().await;
     common::invalid_directories_fail_naming_the_file_and_leave_no_manifest(&store).await;
@@ -62,6 +70,7 @@ async fn export_a(store: &Store) -> Result<Vec<kruntimes_api::ArtifactRef>, Expo
         store,
         "ns",
         "u",
+        Scope::Run,
         futures::stream::iter(common::whole("a", b"x")),
         &Limits::default(),
     )

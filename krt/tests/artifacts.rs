@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use kruntimes_testkit::prelude::*;
-use kruntimes_testkit::{Options, S3Server, Stack, krt_binary};
+use kruntimes_testkit::{Options, S3Server, Stack, function_run, krt_binary};
 use sha2::{Digest as _, Sha256};
 
 const WITHIN: Duration = Duration::from_secs(60);
@@ -631,4 +631,221 @@ async fn a_runs_artifacts_are_another_runs_inputs_checked_and_confined() {
         .unwrap();
     let run = stack.wait_phase("climbs", "Failed").await.unwrap();
     assert_eq!(run["reason"], "InvalidSpec", "{run}");
+}
+
+/// A Python function that lists what its artifacts directory holds when
+/// it starts, writes the files `write` names, links `/etc/passwd` on
+/// `link`, raises on `raise`, and says which variables about artifacts or
+/// AWS it can see.
+const WRITER_PY: &str = r#"import os
+
+def invoke(request):
+    d = os.environ["KRUNTIME_ARTIFACTS_DIR"]
+    found = sorted(os.listdir(d))
+    for name, text in request.get("write", {}).items():
+        path = os.path.join(d, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
+    if request.get("link"):
+        os.symlink("/etc/passwd", os.path.join(d, "passwd"))
+    if request.get("raise"):
+        raise ValueError("after writing")
+    keys = sorted(k for k in os.environ if "ARTIFACT" in k or k.startswith("AWS_"))
+    return {"found": found, "keys": keys, "summary": "1 pending pod found"}
+"#;
+
+/// A Bash function that keeps its input as an artifact.
+const WRITER_SH: &str = r#"keep() {
+  printf '%s' "$1" > "$KRUNTIME_ARTIFACTS_DIR/input.json"
+  printf '{"ok": true}\n'
+}
+"#;
+
+/// Invokes `name` with invocation id `id` (when given).
+async fn invoke_as(stack: &Stack, name: &str, id: Option<&str>, body: &str) -> reqwest::Response {
+    let mut req = stack
+        .http
+        .post(stack.endpoint(name).unwrap())
+        .bearer_auth(&stack.token)
+        .body(body.to_owned());
+    if let Some(id) = id {
+        req = req.header("x-kruntimes-invocation-id", id);
+    }
+    req.send().await.unwrap()
+}
+
+/// The artifacts URL of function Run `name`.
+fn function_artifacts_url(stack: &Stack, name: &str, runtime: &str) -> String {
+    let run = stack.run(name).unwrap();
+    format!(
+        "{}/v1/namespaces/default/runtimes/{runtime}/runs/{}/artifacts",
+        stack.gateway,
+        run["uid"].as_str().unwrap()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invocations_artifacts_come_back_with_its_answer() {
+    let runs = vec![
+        (
+            "writer.yaml".to_owned(),
+            function_run("writer", "python", "main.invoke", "main.py", WRITER_PY, ""),
+        ),
+        (
+            "keeper.yaml".to_owned(),
+            function_run("keeper", "bash", "keep.keep", "keep.sh", WRITER_SH, ""),
+        ),
+    ];
+    let stack = start(2, runs, &[]);
+    stack.wait_phase("writer", "Ready").await.unwrap();
+    stack.wait_phase("keeper", "Ready").await.unwrap();
+
+    // Files written: the envelope, marked by its header, refs named in the
+    // Run under the invocation's id, uploaded before the answer.
+    let diagnosis = r#"{"cause": "insufficient cpu"}"#;
+    let body = serde_json::json!({"write": {"diagnosis.json": diagnosis, "logs/a.txt": "a"}});
+    let resp = invoke_as(&stack, "writer", Some("order-42"), &body.to_string()).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["x-kruntimes-artifacts"], "2");
+    let v: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(v["outputs"]["summary"], "1 pending pod found", "{v}");
+    assert_eq!(v["outputs"]["found"], serde_json::json!([]), "{v}");
+    // The store's settings and credentials stay runtimed's.
+    assert_eq!(
+        v["outputs"]["keys"],
+        serde_json::json!(["KRUNTIME_ARTIFACTS_DIR"]),
+        "{v}"
+    );
+    let refs = v["artifactRefs"].as_array().unwrap();
+    let names: Vec<&str> = refs.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "invocations/order-42/diagnosis.json",
+            "invocations/order-42/logs/a.txt"
+        ]
+    );
+    assert_eq!(refs[0]["sha256"], sha(diagnosis.as_bytes()));
+    assert_eq!(refs[0]["size"], diagnosis.len());
+    assert!(
+        refs[0]["uri"]
+            .as_str()
+            .unwrap()
+            .ends_with("/files/invocations/order-42/diagnosis.json"),
+        "{v}"
+    );
+    // Nothing about invocations in the Run's status.
+    assert!(stack.run("writer").unwrap().get("artifacts").is_none());
+
+    // Read back through the gateway, ranges too, and with krt.
+    let url = function_artifacts_url(&stack, "writer", "python");
+    let got = get(&stack, &format!("{url}/{}", names[0]), None).await;
+    assert_eq!(got.status(), 200);
+    assert_eq!(got.text().await.unwrap(), diagnosis);
+    let part = get(&stack, &format!("{url}/{}", names[0]), Some("bytes=2-6")).await;
+    assert_eq!(part.status(), 206);
+    assert_eq!(part.text().await.unwrap(), &diagnosis[2..=6]);
+    let out = stack
+        .krt(&["artifacts", "get", "writer", names[1]])
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(out.stdout, b"a");
+
+    // Nothing written: the handler's value as it is, and the directory was
+    // emptied for it.
+    let resp = invoke_as(&stack, "writer", None, "{}").await;
+    assert_eq!(resp.status(), 200);
+    assert!(resp.headers().get("x-kruntimes-artifacts").is_none());
+    let v: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(v["found"], serde_json::json!([]), "{v}");
+    assert!(v.get("artifactRefs").is_none(), "{v}");
+
+    // A handler that raised after writing: its error, and what it wrote is
+    // gone before the next call.
+    let raised = invoke_as(
+        &stack,
+        "writer",
+        Some("r-1"),
+        r#"{"write": {"x": "1"}, "raise": 1}"#,
+    )
+    .await;
+    expect_error(raised, 500, "FunctionError").await;
+    let v: serde_json::Value = invoke_as(&stack, "writer", None, "{}")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["found"], serde_json::json!([]), "{v}");
+    assert_eq!(
+        get(&stack, &format!("{url}/invocations/r-1/x"), None)
+            .await
+            .status(),
+        404
+    );
+
+    // An invalid file: the call fails naming it, and the next starts clean.
+    let linked = invoke_as(
+        &stack,
+        "writer",
+        Some("l-1"),
+        r#"{"write": {"ok": "1"}, "link": true}"#,
+    )
+    .await;
+    let e = expect_error(linked, 500, "InvalidOutput").await;
+    let message = e["error"]["message"].as_str().unwrap();
+    assert!(message.contains("\"passwd\""), "{message}");
+    assert!(message.contains("symbolic link"), "{message}");
+    let v: serde_json::Value = invoke_as(&stack, "writer", None, "{}")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["found"], serde_json::json!([]), "{v}");
+
+    // An id that is no name segment is hashed; the same id again replaces
+    // only that invocation's files.
+    let v: serde_json::Value =
+        invoke_as(&stack, "writer", Some("a/b:c"), r#"{"write": {"f": "1"}}"#)
+            .await
+            .json()
+            .await
+            .unwrap();
+    let name = v["artifactRefs"][0]["name"].as_str().unwrap().to_owned();
+    let seg = name.split('/').nth(1).unwrap();
+    assert_eq!(seg.len(), 32, "{name}");
+    assert!(seg.bytes().all(|b| b.is_ascii_hexdigit()), "{name}");
+    assert_eq!(
+        get(&stack, &format!("{url}/{name}"), None).await.status(),
+        200
+    );
+    let again = invoke_as(
+        &stack,
+        "writer",
+        Some("order-42"),
+        r#"{"write": {"other": "2"}}"#,
+    )
+    .await;
+    assert_eq!(again.headers()["x-kruntimes-artifacts"], "1");
+    assert_eq!(
+        get(&stack, &format!("{url}/{}", names[0]), None)
+            .await
+            .status(),
+        404,
+        "the earlier call of that id is replaced"
+    );
+    assert_eq!(
+        get(&stack, &format!("{url}/{name}"), None).await.status(),
+        200
+    );
+
+    // A Bash function: the same contract.
+    let resp = invoke_as(&stack, "keeper", Some("b-1"), r#"{"n": 1}"#).await;
+    assert_eq!(resp.status(), 200);
+    let v: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(v["outputs"], serde_json::json!({"ok": true}), "{v}");
+    assert_eq!(v["artifactRefs"][0]["name"], "invocations/b-1/input.json");
+    let url = function_artifacts_url(&stack, "keeper", "bash");
+    let got = get(&stack, &format!("{url}/invocations/b-1/input.json"), None).await;
+    assert_eq!(got.text().await.unwrap(), r#"{"n": 1}"#);
 }

@@ -104,6 +104,37 @@ impl Location {
         Ok(dir)
     }
 
+    /// Empties the directory, which stays (a function's, between two
+    /// invocations); a directory that is gone or not a directory any more
+    /// is made again, empty. Nothing beneath it is followed: what is not a
+    /// directory is unlinked, directories are removed whole.
+    pub fn clear(&self) -> io::Result<()> {
+        let dir = self.path();
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(_) => return self.create().map(drop),
+        };
+        for entry in entries {
+            let entry = entry?;
+            let path = entry.path();
+            let removed = match entry.file_type() {
+                Ok(t) if t.is_dir() => std::fs::remove_dir_all(&path),
+                _ => std::fs::remove_file(&path),
+            };
+            match removed {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("empty the artifacts directory {}: {e}", dir.display()),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Removes the directory and everything in it; nothing there is fine.
     /// A parent that is no longer a directory is left alone: the Run's
     /// directory cannot be beneath it.

@@ -396,13 +396,20 @@ impl ArtifactRuntime for Handle {
     ) -> Result<Response<Self::CollectArtifactsStream>, Status> {
         let r = req.into_inner();
         let uid = validate::run_uid(&r.run_uid)?;
-        // The Run's task, else its session.
+        // The Run's task, else its session, else its function.
+        let mut lock = None;
         let location = match (self.0.tasks.get(&uid, 0), self.0.sessions.get(&uid)) {
             (Ok(task), _) => task.artifacts().cloned(),
             (Err(_), Ok(session)) => session.artifacts().cloned(),
-            (Err(_), Err(_)) => {
-                return Err(Error::NotFound(format!("task or session {uid}")).into());
-            }
+            (Err(_), Err(_)) => match self.0.functions.get(&uid) {
+                Some(f) => {
+                    lock = Some(f.collecting.clone());
+                    f.artifacts.clone()
+                }
+                None => {
+                    return Err(Error::NotFound(format!("task, session or function {uid}")).into());
+                }
+            },
         };
         let bounds = artifacts::Bounds::from(&r);
         let (tx, rx) = tokio::sync::mpsc::channel(ARTIFACT_STREAM_BUFFER);
@@ -410,7 +417,17 @@ impl ArtifactRuntime for Handle {
         if let Some(at) = location {
             // Reading is blocking; the channel paces it to the client and
             // ends it when the client goes away.
+            let (clear, discard) = (r.clear, r.discard);
             tokio::task::spawn_blocking(move || {
+                let _one = lock
+                    .as_ref()
+                    .map(|l| l.lock().unwrap_or_else(|p| p.into_inner()));
+                // Emptied however the walk ends (`clear`), before the lock
+                // is let go.
+                let _emptied = Emptied(clear.then_some(&at));
+                if discard {
+                    return;
+                }
                 match artifacts::collect(&at, bounds, |c| tx.blocking_send(Ok(c)).is_ok()) {
                     Ok(s) => tracing::info!(
                         run_uid = %uid,
@@ -471,4 +488,18 @@ async fn blocking<T: Send + 'static>(
             "a blocking task failed: {e}"
         )))
     })?
+}
+
+/// Empties a function's artifacts directory when dropped: a collection
+/// with `clear`, read to its end or not.
+struct Emptied<'a>(Option<&'a artifacts::Location>);
+
+impl Drop for Emptied<'_> {
+    fn drop(&mut self) {
+        if let Some(at) = self.0
+            && let Err(e) = at.clear()
+        {
+            tracing::warn!(error = %e, "the artifacts directory was not emptied");
+        }
+    }
 }

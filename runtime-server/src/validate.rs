@@ -37,6 +37,8 @@ pub struct Register {
     pub env: BTreeMap<String, String>,
     /// Bound on loading the handler.
     pub start_timeout: Duration,
+    /// Give the function an artifacts directory.
+    pub artifacts: bool,
 }
 
 /// What a task runs, decided from its request.
@@ -213,6 +215,7 @@ pub fn register(req: pb::RegisterFunctionRequest) -> Result<Register> {
             0 => DEFAULT_START_TIMEOUT,
             ms => Duration::from_millis(ms.into()).min(MAX_TIMEOUT),
         },
+        artifacts: req.artifacts,
     })
 }
 

@@ -53,7 +53,7 @@ fn request(max_files: u32, max_file_bytes: u64) -> pb::CollectArtifactsRequest {
         run_uid: UID.into(),
         max_files,
         max_file_bytes,
-        max_total_bytes: 0,
+        ..Default::default()
     }
 }
 

@@ -11,7 +11,7 @@ use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use kruntimes_api::ArtifactRef;
-use kruntimes_artifacts::{ByteRange, ExportError, Limits, Store, StoreError};
+use kruntimes_artifacts::{ByteRange, ExportError, Limits, Scope, Store, StoreError};
 use kruntimes_proto::api::ErrorCode;
 use kruntimes_proto::ownership::v1 as own;
 use kruntimes_proto::runtime::v1 as rt;
@@ -44,6 +44,14 @@ pub struct Artifacts {
     /// How long a Run's artifacts are kept after it ended (`None`: until
     /// it is deleted); on a cluster, enforced by the owner.
     pub retain: Option<Duration>,
+}
+
+/// One export: of what, and for how long it is tried.
+struct Export<'a> {
+    namespace: &'a str,
+    uid: &'a str,
+    scope: Scope<'a>,
+    within: Duration,
 }
 
 /// How an export ended, for the Run's status.
@@ -89,15 +97,79 @@ impl Artifacts {
     /// backoff while the store (or the stream from the Runtime Server)
     /// fails, until [`Self::deadline`]; an invalid directory fails at once.
     pub async fn export(&self, link: &Link, namespace: &str, uid: &str) -> Exported {
-        let deadline = tokio::time::Instant::now() + self.deadline;
+        let export = Export {
+            namespace,
+            uid,
+            scope: Scope::Run,
+            within: self.deadline,
+        };
+        self.export_as(link, export).await
+    }
+
+    /// Exports what one invocation of function Run `uid` left in its
+    /// artifacts directory, as `invocations/{segment}/…` of the Run, and
+    /// empties the directory; tried again while the store fails, for at
+    /// most `within`.
+    pub async fn export_invocation(
+        &self,
+        link: &Link,
+        namespace: &str,
+        uid: &str,
+        segment: &str,
+        within: Duration,
+    ) -> Exported {
+        let export = Export {
+            namespace,
+            uid,
+            scope: Scope::Invocation(segment),
+            within,
+        };
+        self.export_as(link, export).await
+    }
+
+    /// Empties function Run `uid`'s artifacts directory without reading it
+    /// (what an invocation that failed or was abandoned left).
+    pub async fn discard(&self, link: &Link, uid: &str) -> Result<(), String> {
+        let req = rt::CollectArtifactsRequest {
+            run_uid: uid.to_owned(),
+            clear: true,
+            discard: true,
+            ..Default::default()
+        };
+        let mut stream = match link.client().artifacts.collect_artifacts(req).await {
+            Ok(s) => s.into_inner(),
+            // A server that gives functions no directory left nothing.
+            Err(s) if matches!(s.code(), tonic::Code::Unimplemented | tonic::Code::NotFound) => {
+                return Ok(());
+            }
+            Err(s) => return Err(s.message().to_owned()),
+        };
+        // Its end says the directory is empty.
+        while let Some(chunk) = stream.next().await {
+            chunk.map_err(|s| s.message().to_owned())?;
+        }
+        Ok(())
+    }
+
+    async fn export_as(&self, link: &Link, export: Export<'_>) -> Exported {
+        let Export {
+            namespace,
+            uid,
+            scope,
+            within,
+        } = export;
+        let deadline = tokio::time::Instant::now() + within;
         let mut backoff = FIRST_BACKOFF;
         let mut tries = 0u32;
         loop {
             tries += 1;
-            let err = match self.try_export(link, namespace, uid).await {
+            let err = match self.try_export(link, namespace, uid, scope).await {
                 Ok(refs) => {
-                    crate::metrics::artifact_export("ok");
-                    tracing::info!(run_uid = %uid, artifacts = refs.len(), bytes = refs.iter().map(|r| r.size).sum::<u64>(), tries, "artifacts exported");
+                    // An invocation that left nothing is not an export.
+                    if scope == Scope::Run || !refs.is_empty() {
+                        crate::metrics::artifact_export("ok");
+                        tracing::info!(run_uid = %uid, artifacts = refs.len(), bytes = refs.iter().map(|r| r.size).sum::<u64>(), tries, "artifacts exported");
+                    }
                     return Exported::Done(refs);
                 }
                 Err(e) => e,
@@ -126,7 +198,7 @@ impl Artifacts {
                     reason: EXPORT_FAILED_REASON,
                     message: format!(
                         "the artifacts could not be exported in {} s ({tries} tries): {err}",
-                        self.deadline.as_secs()
+                        within.as_secs()
                     ),
                 };
             }
@@ -141,12 +213,18 @@ impl Artifacts {
         link: &Link,
         namespace: &str,
         uid: &str,
+        scope: Scope<'_>,
     ) -> Result<Vec<ArtifactRef>, ExportError> {
         let req = rt::CollectArtifactsRequest {
             run_uid: uid.to_owned(),
             max_files: self.limits.max_files,
             max_file_bytes: self.limits.max_file_bytes,
             max_total_bytes: self.limits.max_total_bytes,
+            // A function's directory holds one invocation's files: emptied
+            // for the next once read (a retry finds it empty only after the
+            // store took them all).
+            clear: false,
+            discard: false,
         };
         let stream = match link.client().artifacts.collect_artifacts(req).await {
             Ok(s) => s.into_inner(),
@@ -156,10 +234,16 @@ impl Artifacts {
                 tracing::warn!(run_uid = %uid, "the runtime server does not serve ArtifactRuntime: nothing exported");
                 return Ok(Vec::new());
             }
+            // A custom server that gives functions no directory.
+            Err(s)
+                if s.code() == tonic::Code::NotFound && matches!(scope, Scope::Invocation(_)) =>
+            {
+                return Ok(Vec::new());
+            }
             Err(s) => return Err(ExportError::Source(s.message().to_owned())),
         };
         let chunks = stream.map(|c| c.map_err(|s| s.message().to_owned()));
-        kruntimes_artifacts::export(&self.store, namespace, uid, chunks, &self.limits).await
+        kruntimes_artifacts::export(&self.store, namespace, uid, scope, chunks, &self.limits).await
     }
 
     /// Stages a Run's `spec.inputs.artifacts` on the Runtime Server
@@ -307,12 +391,13 @@ impl Artifacts {
         headers: &HeaderMap,
         r: &Reply<'_>,
     ) -> Result<Response, ApiError> {
-        let manifest = self
+        // The Run's own, or one of its invocations'.
+        let found = self
             .store
-            .manifest(namespace, uid)
+            .find(namespace, uid, name)
             .await
             .map_err(store_error)?;
-        let Some(art) = manifest.as_ref().and_then(|m| m.get(name)).cloned() else {
+        let Some(art) = found else {
             return Err(ApiError::new(
                 ErrorCode::NotFound,
                 format!("run {uid} has no artifact named {name:?}"),

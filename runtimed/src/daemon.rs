@@ -29,7 +29,12 @@ const IDLE_CHECK: Duration = Duration::from_secs(1);
 /// The modes' state on the link to the Runtime Server, with their
 /// background passes (idle expiry, the server's restarts) started.
 fn modes(config: &Config, pod: &Arc<LocalPod>, link: &Arc<Link>) -> Host {
-    let engine = Engine::new(pod.clone(), config.engine.clone(), link.clone());
+    let engine = Engine::new(
+        pod.clone(),
+        config.engine.clone(),
+        link.clone(),
+        config.artifacts.clone(),
+    );
     engine.spawn_idle_reaper(IDLE_CHECK);
     let sessions = Sessions::new(pod.clone(), link.clone(), config.artifacts.clone());
     sessions.spawn_idle_reaper(IDLE_CHECK);

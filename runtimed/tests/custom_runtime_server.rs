@@ -41,6 +41,7 @@ fn register(uid: &str, attempt: u64, handler: &str) -> rt::RegisterFunctionReque
         start_timeout_ms: 5000,
         // What runtimed sends for a custom Runtime: no built-in backend.
         backend: String::new(),
+        artifacts: false,
     }
 }
 

@@ -3,7 +3,9 @@
 //! (`directory.rs`) and a real S3-compatible server (`s3.rs`).
 
 use futures::StreamExt as _;
-use kruntimes_artifacts::{ExportError, Limits, Store, StoreError, export};
+use kruntimes_artifacts::{
+    ExportError, Limits, Scope, Store, StoreError, export, invocation_segment,
+};
 use kruntimes_proto::runtime::v1::{
     ArtifactChunk, ArtifactFile, ArtifactRefused, artifact_chunk::Part,
 };
@@ -70,6 +72,7 @@ pub async fn exports_read_back_with_sizes_and_digests(store: &Store) {
         store,
         "ns",
         "uid-1",
+        Scope::Run,
         futures::stream::iter(chunks),
         &Limits::default(),
     )
@@ -113,6 +116,7 @@ pub async fn a_new_export_replaces_the_last_and_deletion_removes_all(store: &Sto
         store,
         "ns",
         "uid-2",
+        Scope::Run,
         futures::stream::iter(first),
         &Limits::default(),
     )
@@ -122,6 +126,7 @@ pub async fn a_new_export_replaces_the_last_and_deletion_removes_all(store: &Sto
         store,
         "ns",
         "uid-2",
+        Scope::Run,
         futures::stream::iter(whole("c", b"3")),
         &Limits::default(),
     )
@@ -184,9 +189,16 @@ pub async fn invalid_directories_fail_naming_the_file_and_leave_no_manifest(stor
     ];
     for (i, (chunks, name, why)) in cases.into_iter().enumerate() {
         let uid = format!("bad-{i}");
-        let err = export(store, "ns", &uid, futures::stream::iter(chunks), &limits)
-            .await
-            .unwrap_err();
+        let err = export(
+            store,
+            "ns",
+            &uid,
+            Scope::Run,
+            futures::stream::iter(chunks),
+            &limits,
+        )
+        .await
+        .unwrap_err();
         match &err {
             ExportError::Invalid { name: n, why: w } => {
                 assert_eq!(n, name, "case {i}: {err}");
@@ -202,6 +214,7 @@ pub async fn invalid_directories_fail_naming_the_file_and_leave_no_manifest(stor
         store,
         "ns",
         "broken",
+        Scope::Run,
         futures::stream::iter(vec![file("a", 3), Err("connection reset".to_string())]),
         &limits,
     )
@@ -209,4 +222,117 @@ pub async fn invalid_directories_fail_naming_the_file_and_leave_no_manifest(stor
     .unwrap_err();
     assert!(err.is_transient(), "{err:?}");
     assert_eq!(store.manifest("ns", "broken").await.unwrap(), None);
+}
+
+/// A function Run's invocations: each export its own, named
+/// `invocations/{segment}/…` in the Run, found through its own manifest,
+/// replaced on its own; the Run's deletion takes them all.
+pub async fn invocations_export_beside_each_other(store: &Store) {
+    let one = export(
+        store,
+        "ns",
+        "uid-f",
+        Scope::Invocation("order-42"),
+        futures::stream::iter(whole("diagnosis.json", b"{}")),
+        &Limits::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(one[0].name, "invocations/order-42/diagnosis.json");
+    assert!(
+        one[0]
+            .uri
+            .ends_with("/ns/uid-f/files/invocations/order-42/diagnosis.json"),
+        "{}",
+        one[0].uri
+    );
+    let seg = invocation_segment("a/b c");
+    assert_eq!(seg.len(), 32, "{seg}");
+    let two = export(
+        store,
+        "ns",
+        "uid-f",
+        Scope::Invocation(&seg),
+        futures::stream::iter([whole("x", b"1"), whole("y/z", b"22")].concat()),
+        &Limits::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(two[1].name, format!("invocations/{seg}/y/z"));
+    // Each found through its own manifest; the Run has none of its own.
+    assert_eq!(store.manifest("ns", "uid-f").await.unwrap(), None);
+    let found = store
+        .find("ns", "uid-f", "invocations/order-42/diagnosis.json")
+        .await
+        .unwrap();
+    assert_eq!(found.as_ref(), Some(&one[0]));
+    assert_eq!(
+        store
+            .find("ns", "uid-f", &two[1].name)
+            .await
+            .unwrap()
+            .as_ref(),
+        Some(&two[1])
+    );
+    for absent in [
+        "invocations/order-42/other",
+        "invocations/order-43/diagnosis.json",
+        "invocations/order-42",
+        "diagnosis.json",
+    ] {
+        assert_eq!(
+            store.find("ns", "uid-f", absent).await.unwrap(),
+            None,
+            "{absent}"
+        );
+    }
+    assert_eq!(read_all(store, "ns", "uid-f", &two[1].name).await, b"22");
+    // The same invocation again replaces only its own.
+    export(
+        store,
+        "ns",
+        "uid-f",
+        Scope::Invocation("order-42"),
+        futures::stream::iter(whole("again", b"3")),
+        &Limits::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        store
+            .find("ns", "uid-f", "invocations/order-42/diagnosis.json")
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        store.read("ns", "uid-f", &one[0].name, None).await.err(),
+        Some(StoreError::NotFound)
+    );
+    assert!(
+        store
+            .find("ns", "uid-f", &two[0].name)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    // A name too long once placed under its invocation is refused by name.
+    let long = "n".repeat(500);
+    let err = export(
+        store,
+        "ns",
+        "uid-f",
+        Scope::Invocation("order-44"),
+        futures::stream::iter(whole(&long, b"1")),
+        &Limits::default(),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&err, ExportError::Invalid { name, .. } if *name == long),
+        "{err}"
+    );
+    assert!(store.delete_run("ns", "uid-f").await.unwrap() >= 3);
+    assert_eq!(store.find("ns", "uid-f", &two[0].name).await.unwrap(), None);
+    assert!(store.runs("ns").await.unwrap().iter().all(|u| u != "uid-f"));
 }

@@ -14,6 +14,10 @@ pub use path::{
 
 /// Caller-supplied or generated invocation id, echoed on every response.
 pub const HEADER_INVOCATION_ID: &str = "x-kruntimes-invocation-id";
+/// On an invoke response whose body is the envelope
+/// `{"outputs": …, "artifactRefs": […]}` (the invocation left artifacts):
+/// how many refs it carries. Absent: the body is the handler's value.
+pub const HEADER_ARTIFACTS: &str = "x-kruntimes-artifacts";
 /// Name of the runtimed instance that served the request.
 pub const HEADER_SERVED_BY: &str = "x-kruntimes-served-by";
 /// Fencing: the Run UID the gateway expects the owner to hold.

@@ -242,6 +242,7 @@ fn the_bounds_stop_the_walk_naming_what_crossed_them() {
             max_files,
             max_file_bytes,
             max_total_bytes,
+            ..Default::default()
         })
     };
     let c = collected(&at, with(2, 0, 0));

@@ -13,6 +13,7 @@ use kruntimes_proto::runtime::InvokeOutcome;
 use tokio::sync::watch;
 
 use super::{Backend, Interpreter, InvokeError, Loaded, Spec};
+use crate::artifacts;
 use crate::error::Error as RunError;
 use crate::held::Held;
 use crate::source;
@@ -29,6 +30,12 @@ pub struct Registration {
     pub handle: String,
     /// Its working directory.
     pub workdir: PathBuf,
+    /// Its artifacts directory, when registered with one: what one
+    /// invocation leaves, collected and emptied by runtimed after it.
+    pub artifacts: Option<artifacts::Location>,
+    /// Held by each collection of that directory, from its walk to its
+    /// emptying: one abandoned by runtimed is done before the next starts.
+    pub collecting: Arc<std::sync::Mutex<()>>,
     backend: Loaded,
     stopped: watch::Sender<bool>,
 }
@@ -43,6 +50,11 @@ impl Registration {
         let _ = self.stopped.send(true);
         self.backend.stop().await;
         let _ = std::fs::remove_dir_all(&self.workdir);
+        if let Some(a) = &self.artifacts
+            && let Err(e) = a.remove()
+        {
+            tracing::warn!(run_uid = %self.run_uid, error = %e, "the function's artifacts directory stays");
+        }
         crate::logs::remove_run_log(&self.run_uid);
     }
 }
@@ -101,11 +113,26 @@ impl Functions {
             std::fs::remove_dir_all(&workdir)?;
         }
         std::fs::create_dir_all(&workdir)?;
-        let prepared = self.prepare(&req, workdir.clone()).await;
-        let backend = match prepared {
+        // Beside the working directory, never in it, as a task's. Without
+        // artifacts, whatever an earlier server left goes.
+        let location = artifacts::Location::new(&self.root, &req.run_uid);
+        let made = if req.artifacts {
+            location.create().map(|_| Some(location.clone()))
+        } else {
+            location.remove().map(|()| None)
+        };
+        let prepared = match made {
+            Ok(a) => self
+                .prepare(&req, workdir.clone(), a.as_ref())
+                .await
+                .map(|b| (b, a)),
+            Err(e) => Err(e.into()),
+        };
+        let (backend, artifacts) = match prepared {
             Ok(b) => b,
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&workdir);
+                let _ = location.remove();
                 return Err(e);
             }
         };
@@ -114,6 +141,8 @@ impl Functions {
             attempt: req.attempt,
             handle: format!("fn-{}", uuid::Uuid::new_v4().simple()),
             workdir,
+            artifacts,
+            collecting: Arc::default(),
             backend,
             stopped: watch::channel(false).0,
         });
@@ -123,16 +152,29 @@ impl Functions {
         Ok(handle)
     }
 
-    async fn prepare(&self, req: &Register, workdir: PathBuf) -> Result<Loaded, RunError> {
+    async fn prepare(
+        &self,
+        req: &Register,
+        workdir: PathBuf,
+        artifacts: Option<&artifacts::Location>,
+    ) -> Result<Loaded, RunError> {
         if let Some((path, text)) = &req.source {
             let path = path
                 .clone()
                 .unwrap_or_else(|| default_source_path(req.kind, &req.handler.module));
             source::write_inline(&workdir, &path, text.as_bytes())?;
         }
+        let mut env = crate::env::for_run(&req.run_uid, &workdir, req.env.clone());
+        // The server's, whatever the request says.
+        if let Some(a) = artifacts {
+            env.insert(
+                kruntimes_proto::runtime::ARTIFACTS_DIR_ENV.into(),
+                a.path().display().to_string(),
+            );
+        }
         let spec = Spec {
             run_uid: req.run_uid.clone(),
-            env: crate::env::for_run(&req.run_uid, &workdir, req.env.clone()),
+            env,
             workdir,
             handler: req.handler.clone(),
             start_timeout: req.start_timeout,

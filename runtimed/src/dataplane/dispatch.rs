@@ -221,17 +221,33 @@ async fn invoke(
         invocation_id: r.invocation_id,
         input: &input,
     };
-    let output = dp.engine.invoke(call).await.map_err(|e| {
+    let invoked = dp.engine.invoke(call).await.map_err(|e| {
         let e = ApiError::from(e);
         if e.code == ErrorCode::StaleOwner {
             tracing::warn!(run_uid = %uid, invocation_id = %r.invocation_id, reason = %e, "refused fenced request");
         }
         e
     })?;
+    // What the invocation left in its artifacts directory: the envelope.
+    if !invoked.artifacts.is_empty() {
+        let body = kruntimes_api::artifact::invoke_envelope(&invoked.output, &invoked.artifacts);
+        return Ok((
+            StatusCode::OK,
+            [
+                (header::CONTENT_TYPE, "application/json".to_owned()),
+                (
+                    header::HeaderName::from_static(kruntimes_proto::api::HEADER_ARTIFACTS),
+                    invoked.artifacts.len().to_string(),
+                ),
+            ],
+            body,
+        )
+            .into_response());
+    }
     Ok((
         StatusCode::OK,
         [(header::CONTENT_TYPE, "application/json")],
-        output,
+        invoked.output,
     )
         .into_response())
 }

@@ -15,6 +15,7 @@ use kruntimes_proto::watch::Publisher;
 use super::config::EngineConfig;
 use super::prepare;
 use super::registered::{Function, Registered, State};
+use crate::artifacts::Artifacts;
 use crate::local::LocalPod;
 use crate::registration::{
     Assignment, IdCheck, Plan, Record, RegisterError, Registration, Release, StaleRegistration,
@@ -28,18 +29,35 @@ pub struct Engine {
     cfg: EngineConfig,
     link: Arc<Link>,
     functions: Table<Function>,
+    /// The Runtime's artifact store: each function gets an artifacts
+    /// directory, and what an invocation leaves there is exported with its
+    /// answer.
+    artifacts: Option<Arc<Artifacts>>,
 }
 
 impl Engine {
     /// Creates an engine with no registrations, publishing into `pod`'s
     /// ownership table and registering on the server behind `link`.
-    pub fn new(pod: Arc<LocalPod>, cfg: EngineConfig, link: Arc<Link>) -> Arc<Self> {
+    /// With `artifacts`, what an invocation leaves in its artifacts
+    /// directory is exported before it is answered.
+    pub fn new(
+        pod: Arc<LocalPod>,
+        cfg: EngineConfig,
+        link: Arc<Link>,
+        artifacts: Option<Arc<Artifacts>>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             pod,
             cfg,
             link,
             functions: Table::default(),
+            artifacts,
         })
+    }
+
+    /// The artifact store, when the Runtime has one.
+    pub(super) fn artifacts(&self) -> Option<&Artifacts> {
+        self.artifacts.as_deref()
     }
 
     /// The local ownership table.
@@ -129,7 +147,8 @@ impl Engine {
             Plan::Create => {}
         }
         let record = Record::issue(a.attempt, a.digest.clone());
-        let p = prepare::prepare(&self.cfg, &a, &fa);
+        let mut p = prepare::prepare(&self.cfg, &a, &fa);
+        p.request.artifacts = self.artifacts.is_some();
         let handle = self.register_on_server(p.request.clone()).await?;
         tracing::info!(run_uid = %a.run.uid, attempt = record.attempt, runtime = %a.run.runtime, "function registered");
         let f = Arc::new(Registration {

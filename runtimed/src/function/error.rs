@@ -44,6 +44,17 @@ pub enum EngineError {
     /// The invocation ran, or was sent, and ended without an answer.
     #[error(transparent)]
     Invoke(#[from] InvokeError),
+    /// The handler answered, but what it left in its artifacts directory
+    /// could not be exported: `invalid` (a file that cannot be an
+    /// artifact, named in the message), else the store did not take it in
+    /// time.
+    #[error("{message}")]
+    Artifacts {
+        /// A file cannot be an artifact.
+        invalid: bool,
+        /// Why, naming the file or the store's last error.
+        message: String,
+    },
 }
 
 impl EngineError {
@@ -71,6 +82,8 @@ impl EngineError {
             Self::Busy => ErrorCode::Busy,
             Self::NotReady(_) | Self::Unavailable(_) => ErrorCode::NotReady,
             Self::Interrupted => ErrorCode::OutcomeUnknown,
+            Self::Artifacts { invalid: true, .. } => ErrorCode::InvalidOutput,
+            Self::Artifacts { invalid: false, .. } => ErrorCode::ArtifactStoreUnavailable,
             Self::TooLarge(_) => ErrorCode::PayloadTooLarge,
             Self::InvalidJson(_) => ErrorCode::InvalidJson,
             Self::Invoke(e) => match e {
@@ -147,6 +160,20 @@ mod tests {
             (EngineError::Interrupted, 500),
             (InvokeError::NotRegistered("fn-1".into()).into(), 503),
             (InvokeError::Leased.into(), 500),
+            (
+                EngineError::Artifacts {
+                    invalid: true,
+                    message: "artifact \"l\": a symbolic link".into(),
+                },
+                500,
+            ),
+            (
+                EngineError::Artifacts {
+                    invalid: false,
+                    message: "store away".into(),
+                },
+                503,
+            ),
         ];
         for (e, status) in cases {
             let api = ApiError::from(e);

@@ -22,9 +22,12 @@ use std::time::{Duration, Instant};
 use kruntimes_proto::runtime::v1 as rt;
 use kruntimes_proto::runtime::{Backend, InvokeError, ServerError, invoke};
 
+use std::sync::atomic::Ordering;
+
 use super::engine::Engine;
 use super::error::EngineError;
 use super::registered::{Registered, State};
+use crate::artifacts::{Artifacts, Exported};
 use crate::registration::Fence;
 use crate::runtime::{Client, Direct};
 
@@ -130,9 +133,10 @@ async fn call_server(
     (result, "grpc")
 }
 
-fn outcome_label(result: &Result<Vec<u8>, EngineError>) -> &'static str {
+fn outcome_label(result: &Result<Invoked, EngineError>) -> &'static str {
     match result {
         Ok(_) => "ok",
+        Err(EngineError::Artifacts { .. }) => "artifacts_failed",
         Err(EngineError::Invoke(InvokeError::Function { .. })) => "function_error",
         Err(EngineError::Invoke(InvokeError::Timeout(_))) => "timeout",
         Err(EngineError::Invoke(InvokeError::Crashed(_))) => "worker_crashed",
@@ -167,9 +171,46 @@ impl Drop for Finish<'_> {
     }
 }
 
+/// An invocation's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invoked {
+    /// The handler's JSON document.
+    pub output: Vec<u8>,
+    /// What it left in its artifacts directory, uploaded (named
+    /// `invocations/{segment}/…` in its Run).
+    pub artifacts: Vec<kruntimes_api::ArtifactRef>,
+}
+
+/// The export of what one invocation left, once the handler answered; the
+/// directory is marked for emptying unless it was found empty.
+async fn export_invocation(
+    artifacts: &Artifacts,
+    link: &crate::runtime::Link,
+    f: &Registered,
+    invocation_id: &str,
+) -> Result<Vec<kruntimes_api::ArtifactRef>, EngineError> {
+    let segment = kruntimes_artifacts::invocation_segment(invocation_id);
+    let within = f.bounds.timeout.min(artifacts.deadline);
+    match artifacts
+        .export_invocation(link, &f.run.namespace, &f.run.uid, &segment, within)
+        .await
+    {
+        Exported::Done(refs) => {
+            if refs.is_empty() {
+                f.dirty.store(false, Ordering::Release);
+            }
+            Ok(refs)
+        }
+        Exported::Failed { reason, message } => Err(EngineError::Artifacts {
+            invalid: reason == crate::artifacts::INVALID_REASON,
+            message,
+        }),
+    }
+}
+
 impl Engine {
     /// Serves one invocation forwarded by the gateway.
-    pub async fn invoke(&self, call: Invocation<'_>) -> Result<Vec<u8>, EngineError> {
+    pub async fn invoke(&self, call: Invocation<'_>) -> Result<Invoked, EngineError> {
         let f = self
             .table()
             .fenced(call.fence, call.run_uid, &self.pod().uid)
@@ -177,6 +218,18 @@ impl Engine {
         admit(&f, &call)?;
         // Held until this future ends, however it ends.
         let _permit = f.permit.try_acquire().map_err(|_| EngineError::Busy)?;
+        let link = self.link();
+        // One invocation's files at a time: what an earlier one left goes
+        // first.
+        let artifacts = self.artifacts().filter(|_| f.request.artifacts);
+        if let Some(a) = artifacts {
+            if f.dirty.load(Ordering::Acquire) {
+                a.discard(link, &f.run.uid)
+                    .await
+                    .map_err(EngineError::Unavailable)?;
+            }
+            f.dirty.store(true, Ordering::Release);
+        }
         let timeout = f.bounds.timeout;
         let req = rt::InvokeFunctionRequest {
             run_uid: f.run.uid.clone(),
@@ -188,7 +241,6 @@ impl Engine {
         };
         // Only the built-in Python backend leases its workers; everything
         // else goes through InvokeFunction.
-        let link = self.link();
         let leased = match f.kind {
             Some(Backend::Python) => link.worker_socket(),
             Some(Backend::Bash) | None => None,
@@ -206,11 +258,18 @@ impl Engine {
             outcome: "abandoned",
         };
         let mut cancelled = f.cancel.subscribe();
+        let served = async {
+            let (result, path) = call_server(route, &f, req, timeout).await;
+            finish.path = path;
+            let output = result?;
+            let artifacts = match artifacts {
+                Some(a) => export_invocation(a, link, &f, call.invocation_id).await?,
+                None => Vec::new(),
+            };
+            Ok(Invoked { output, artifacts })
+        };
         let result = tokio::select! {
-            (result, path) = call_server(route, &f, req, timeout) => {
-                finish.path = path;
-                result
-            }
+            result = served => result,
             _ = cancelled.wait_for(|c| *c) => Err(EngineError::Interrupted),
         };
         finish.outcome = outcome_label(&result);

@@ -52,6 +52,8 @@ pub fn prepare(cfg: &EngineConfig, a: &Assignment, f: &FunctionAssignment) -> Pr
         env: a.env.clone(),
         start_timeout_ms: u32::try_from(cfg.start_timeout.as_millis()).unwrap_or(u32::MAX),
         backend: kind.map(Backend::as_str).unwrap_or_default().into(),
+        // The engine's to say (it holds the store).
+        artifacts: false,
     };
     Prepared {
         kind,

@@ -1,7 +1,7 @@
 //! One registered function: its bounds, its registration on the Runtime
 //! Server, its state, and how it is reported (its ownership entry).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -72,6 +72,10 @@ pub struct Function {
     pub permit: Arc<Semaphore>,
     /// Invocations served.
     pub invocations: AtomicU64,
+    /// Its artifacts directory may hold what an earlier invocation left
+    /// (it failed, was abandoned, or its files were exported): emptied
+    /// before the next invocation starts.
+    pub dirty: AtomicBool,
     /// Fires when the registration is cancelled.
     pub cancel: watch::Sender<bool>,
     state: Mutex<(State, String)>,
@@ -94,6 +98,7 @@ impl Function {
             lease: tokio::sync::Mutex::new(None),
             permit: Arc::new(Semaphore::new(1)),
             invocations: AtomicU64::new(0),
+            dirty: AtomicBool::new(false),
             cancel: watch::channel(false).0,
             state: Mutex::new((State::Ready, String::new())),
             last_activity: Mutex::new(Instant::now()),

@@ -5,7 +5,13 @@ use super::*;
 #[tokio::test]
 async fn the_servers_answer_is_the_output() {
     let (fx, _) = python().await;
-    let out = json(&fx.engine.invoke(call(br#"{"name":"X"}"#)).await.unwrap());
+    let out = json(
+        &fx.engine
+            .invoke(call(br#"{"name":"X"}"#))
+            .await
+            .unwrap()
+            .output,
+    );
     assert_eq!(out["name"], "X");
 }
 
@@ -27,7 +33,7 @@ async fn a_bash_call_goes_over_grpc_when_the_direct_socket_cannot_be_reached() {
         runtime: "bash",
         ..call(br#"{"name":"X"}"#)
     };
-    let out = json(&fx.engine.invoke(bash).await.unwrap());
+    let out = json(&fx.engine.invoke(bash).await.unwrap().output);
     assert_eq!(out["name"], "X");
     assert_eq!(direct.idle(), 0);
     // The fake's gRPC InvokeFunction served it.
@@ -114,7 +120,7 @@ async fn an_abandoned_invocation_frees_its_slot_and_is_cancelled_on_the_server()
         invocation_id: "bob",
         ..call(br#"{"who":"bob"}"#)
     };
-    let out = json(&fx.engine.invoke(bob).await.unwrap());
+    let out = json(&fx.engine.invoke(bob).await.unwrap().output);
     assert_eq!(out["who"], "bob");
     // The server saw alice's call cancelled, not run to its end.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);

@@ -45,7 +45,7 @@ async fn drain_unregister_lets_the_in_flight_invocation_finish() {
         .await
         .unwrap();
     assert!(existed);
-    let out = json(&slow.await.unwrap().unwrap());
+    let out = json(&slow.await.unwrap().unwrap().output);
     assert_eq!(out["name"], "drained", "drained work completes");
     assert!(fx.engine.current_record(UID).is_none());
     assert!(matches!(

@@ -38,6 +38,7 @@ async fn fixture() -> Fixture {
             start_timeout: Duration::from_secs(20),
         },
         server.link.clone(),
+        None,
     );
     Fixture { server, engine }
 }

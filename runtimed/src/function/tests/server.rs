@@ -36,7 +36,13 @@ async fn a_restarted_server_gets_every_function_registered_again() {
     assert_eq!(change, Change::Restarted);
     fx.engine.server_changed(change).await;
     assert_eq!(published(&fx), (own::Phase::Ready as i32, String::new()));
-    let out = json(&fx.engine.invoke(call(br#"{"again":1}"#)).await.unwrap());
+    let out = json(
+        &fx.engine
+            .invoke(call(br#"{"again":1}"#))
+            .await
+            .unwrap()
+            .output,
+    );
     assert_eq!(out["again"], 1, "served with the new handle");
     let calls = fx.server.fake.calls();
     assert_eq!(
