@@ -91,7 +91,8 @@ struct Open {
 /// Exports what `chunks` carries as the artifacts of Run `uid` in
 /// `namespace`, of `scope`: replaces whatever an earlier export of the same
 /// scope stored, uploads each file as it arrives (never more than an
-/// upload's parts in memory), then writes the manifest. Returns the refs,
+/// upload's parts in memory), then writes the manifest. An invocation's
+/// export that carries no file does not reach the store at all. Returns the refs,
 /// in the order received, named as the Run names them
 /// ([`Scope::name`]); errors name files as the stream did.
 pub async fn export<S>(
@@ -105,8 +106,14 @@ pub async fn export<S>(
 where
     S: Stream<Item = Result<ArtifactChunk, String>>,
 {
-    // An earlier attempt's files are not this one's.
-    store.delete_scope(namespace, uid, scope).await?;
+    // An earlier attempt's files are not this one's. An invocation's
+    // export touches the store only once a file comes: most invocations
+    // leave nothing, and they neither wait for nor depend on the store.
+    let mut replaced = false;
+    if scope == Scope::Run {
+        store.delete_scope(namespace, uid, scope).await?;
+        replaced = true;
+    }
     let mut chunks = std::pin::pin!(chunks);
     let mut refs = Vec::new();
     let mut total = 0u64;
@@ -154,6 +161,10 @@ where
                             ),
                         ));
                     }
+                    if !replaced {
+                        store.delete_scope(namespace, uid, scope).await?;
+                        replaced = true;
+                    }
                     let key = store.file_key(namespace, uid, &full);
                     open = Some(Open {
                         upload: store.upload(key, f.size).await?,
@@ -191,6 +202,9 @@ where
             o.upload.abort().await;
         }
         return Err(e);
+    }
+    if !replaced {
+        return Ok(refs);
     }
     store
         .write_manifest(

@@ -92,3 +92,11 @@ async fn a_store_that_is_down_or_refuses_the_key_is_a_transient_failure_without_
     let refs = export_a(&store).await.unwrap();
     assert_eq!(refs[0].uri, "s3://artifacts/team-a/ns/u/files/a");
 }
+
+#[tokio::test]
+async fn an_empty_invocation_does_not_reach_the_store() {
+    let (s3, store) = server().await;
+    // The same bucket with a key the server refuses: any request fails.
+    let refused = open(&s3, "not-the-secret-key-at-all");
+    common::an_empty_invocation_does_not_reach_the_store(&store, &refused).await;
+}

@@ -366,6 +366,43 @@ async fn a_store_away_during_the_export_is_waited_for_until_the_deadline() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // A function, the store still away: a call that leaves nothing is
+    // answered at once (it never reaches the store); one that leaves files
+    // is answered `InvalidOutput` once the deadline passed — its handler
+    // ran, so never a 503, which says a call did not run.
+    stack
+        .add_run(
+            "writer.yaml",
+            &function_run("writer", "python", "main.invoke", "main.py", WRITER_PY, ""),
+        )
+        .unwrap();
+    stack.wait_phase("writer", "Ready").await.unwrap();
+    let plain = invoke_as(&stack, "writer", None, "{}").await;
+    assert_eq!(plain.status(), 200);
+    assert!(plain.headers().get("x-kruntimes-artifacts").is_none());
+    let failed = invoke_as(&stack, "writer", Some("w-1"), r#"{"write": {"f": "1"}}"#).await;
+    let e = expect_error(failed, 500, "InvalidOutput").await;
+    let message = e["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("could not be exported in 8 s"),
+        "{message}"
+    );
+    // Back: the next call's files go in, and nothing of the failed one.
+    s3.restart().await.unwrap();
+    let v: serde_json::Value = invoke_as(&stack, "writer", Some("w-2"), r#"{"write": {"g": "2"}}"#)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["outputs"]["found"], serde_json::json!([]), "{v}");
+    assert_eq!(v["artifactRefs"][0]["name"], "invocations/w-2/g", "{v}");
+    assert!(
+        s3.data_dir()
+            .join("artifacts/e2e/default")
+            .join(stack.run("writer").unwrap()["uid"].as_str().unwrap())
+            .join("files/invocations/w-2/g")
+            .is_file()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -336,3 +336,50 @@ pub async fn invocations_export_beside_each_other(store: &Store) {
     assert_eq!(store.find("ns", "uid-f", &two[0].name).await.unwrap(), None);
     assert!(store.runs("ns").await.unwrap().iter().all(|u| u != "uid-f"));
 }
+
+/// An invocation that left nothing: no store call at all (a store that is
+/// away does not fail it), and an earlier call of the id keeps its files.
+pub async fn an_empty_invocation_does_not_reach_the_store(store: &Store, away: &Store) {
+    export(
+        store,
+        "ns",
+        "uid-e",
+        Scope::Invocation("i-1"),
+        futures::stream::iter(whole("kept", b"1")),
+        &Limits::default(),
+    )
+    .await
+    .unwrap();
+    for s in [store, away] {
+        let refs = export(
+            s,
+            "ns",
+            "uid-e",
+            Scope::Invocation("i-1"),
+            futures::stream::iter(Vec::new()),
+            &Limits::default(),
+        )
+        .await
+        .unwrap();
+        assert!(refs.is_empty());
+    }
+    assert!(
+        store
+            .find("ns", "uid-e", "invocations/i-1/kept")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    // A file does reach it: the away store fails, transiently.
+    let err = export(
+        away,
+        "ns",
+        "uid-e",
+        Scope::Invocation("i-2"),
+        futures::stream::iter(whole("x", b"1")),
+        &Limits::default(),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.is_transient(), "{err:?}");
+}

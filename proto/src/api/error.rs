@@ -236,7 +236,9 @@ impl ErrorCode {
             WorkerCrashed => {
                 "the worker died during the call, or broke its protocol; the next call gets a fresh worker"
             }
-            InvalidOutput => "the output exceeds 1 MiB or is not JSON-serializable",
+            InvalidOutput => {
+                "the output exceeds 1 MiB or is not JSON-serializable, or the files the invocation left in its artifacts directory could not be exported (one that cannot be an artifact, named; or the store did not take them in time)"
+            }
             DeadlineExceeded => {
                 "the invocation timeout passed; the handler's whole process tree was killed"
             }

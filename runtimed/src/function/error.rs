@@ -47,7 +47,8 @@ pub enum EngineError {
     /// The handler answered, but what it left in its artifacts directory
     /// could not be exported: `invalid` (a file that cannot be an
     /// artifact, named in the message), else the store did not take it in
-    /// time.
+    /// time. `InvalidOutput` either way: the handler ran, so no answer may
+    /// say it did not (as a 503 would).
     #[error("{message}")]
     Artifacts {
         /// A file cannot be an artifact.
@@ -82,8 +83,8 @@ impl EngineError {
             Self::Busy => ErrorCode::Busy,
             Self::NotReady(_) | Self::Unavailable(_) => ErrorCode::NotReady,
             Self::Interrupted => ErrorCode::OutcomeUnknown,
-            Self::Artifacts { invalid: true, .. } => ErrorCode::InvalidOutput,
-            Self::Artifacts { invalid: false, .. } => ErrorCode::ArtifactStoreUnavailable,
+            // The handler ran: never a code that says it did not (503).
+            Self::Artifacts { .. } => ErrorCode::InvalidOutput,
             Self::TooLarge(_) => ErrorCode::PayloadTooLarge,
             Self::InvalidJson(_) => ErrorCode::InvalidJson,
             Self::Invoke(e) => match e {
@@ -172,7 +173,7 @@ mod tests {
                     invalid: false,
                     message: "store away".into(),
                 },
-                503,
+                500,
             ),
         ];
         for (e, status) in cases {
