@@ -5,7 +5,9 @@
 //! name what cannot be an artifact or crosses a bound; the directory goes
 //! with the task and comes back empty for each attempt. A session opened
 //! with `artifacts` gets the same directory, named to every command it runs,
-//! and loses it with the session.
+//! and loses it with the session. A function registered with `artifacts`
+//! gets one for its invocations, read, emptied (`clear`, `discard`) and
+//! removed with the registration.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -449,5 +451,134 @@ async fn the_directory_goes_with_the_session() {
     assert!(dir.join("f").exists());
     s.client.server.reset(pb::ResetRequest {}).await.unwrap();
     assert!(!dir.exists() && !s.workspace().exists());
+    s.stop().await;
+}
+
+/// A function registered with `artifacts` sees the directory in its
+/// environment at every call; `CollectArtifacts` reads what a call left and
+/// leaves it; with `clear` it empties it once read; with `discard` it only
+/// empties it; the directory goes with the registration. Without
+/// `artifacts` there is neither directory nor variable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_functions_directory_is_read_emptied_and_removed_with_it() {
+    let mut s = start().await;
+    let source = r#"import os
+
+def invoke(request):
+    d = os.environ.get("KRUNTIME_ARTIFACTS_DIR")
+    found = sorted(os.listdir(d)) if d else None
+    if d and request.get("write"):
+        os.makedirs(os.path.join(d, "sub"), exist_ok=True)
+        with open(os.path.join(d, "sub", request["write"]), "w") as f:
+            f.write(request["write"])
+    return {"dir": d, "found": found}
+"#;
+    let handle = s
+        .client
+        .functions
+        .register_function(pb::RegisterFunctionRequest {
+            run: Some(pb::RunRef {
+                namespace: "default".into(),
+                name: "f".into(),
+                uid: UID.into(),
+                runtime: "python".into(),
+            }),
+            attempt: 1,
+            handler: "main.invoke".into(),
+            source: Some(pb::Source {
+                inline: source.into(),
+                path: String::new(),
+            }),
+            artifacts: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .handle;
+    let call = |s: &mut Server, input: &'static str| {
+        let req = Server::call(&handle, input.as_bytes(), 10_000);
+        let mut functions = s.client.functions.clone();
+        async move {
+            let out = functions.invoke_function(req).await.unwrap().into_inner();
+            match out.outcome.unwrap() {
+                pb::invoke_function_response::Outcome::Output(o) => {
+                    serde_json::from_slice::<serde_json::Value>(&o).unwrap()
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    };
+    let dir = artifacts_dir(&s);
+    let v = call(&mut s, r#"{"write": "a"}"#).await;
+    assert_eq!(v["dir"], dir.display().to_string(), "{v}");
+    assert_eq!(v["found"], serde_json::json!([]));
+    assert_eq!(
+        std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    // Read, and left as it was.
+    let c = collect(&mut s, request(0, 0)).await;
+    assert_eq!(c.names(), ["sub/a"]);
+    assert_eq!(collect(&mut s, request(0, 0)).await.names(), ["sub/a"]);
+    // Read, then emptied: the directory stays.
+    let c = collect(
+        &mut s,
+        pb::CollectArtifactsRequest {
+            clear: true,
+            ..request(0, 0)
+        },
+    )
+    .await;
+    assert_eq!(c.names(), ["sub/a"]);
+    assert!(dir.is_dir());
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+    // Discarded: nothing sent, emptied.
+    call(&mut s, r#"{"write": "b"}"#).await;
+    let c = collect(
+        &mut s,
+        pb::CollectArtifactsRequest {
+            clear: true,
+            discard: true,
+            ..request(0, 0)
+        },
+    )
+    .await;
+    assert!(c.files.is_empty() && c.refused.is_none(), "{c:?}");
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    assert_eq!(call(&mut s, "{}").await["found"], serde_json::json!([]));
+    // Gone with the registration, and not held any more.
+    s.client
+        .functions
+        .unregister_function(pb::UnregisterFunctionRequest {
+            run_uid: UID.into(),
+            handle: handle.clone(),
+        })
+        .await
+        .unwrap();
+    assert!(!dir.exists());
+    assert_not_held(&mut s.client).await;
+    // Without `artifacts`: no variable, no directory, an empty collection.
+    let plain = s.register(source).await;
+    let req = Server::call(&plain, br#"{"write": "c"}"#, 10_000);
+    let out = s
+        .client
+        .functions
+        .invoke_function(req)
+        .await
+        .unwrap()
+        .into_inner();
+    let Some(pb::invoke_function_response::Outcome::Output(o)) = out.outcome else {
+        panic!("{out:?}");
+    };
+    let v: serde_json::Value = serde_json::from_slice(&o).unwrap();
+    assert_eq!(v["dir"], serde_json::Value::Null, "{v}");
+    assert!(!dir.exists());
+    let c = collect(&mut s, request(0, 0)).await;
+    assert!(c.files.is_empty() && c.refused.is_none(), "{c:?}");
     s.stop().await;
 }
