@@ -2,6 +2,7 @@ package kruntimes_test
 
 import (
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -23,6 +24,67 @@ func TestLiveInvokeReturnsTheHandlersOutput(t *testing.T) {
 	}
 	if err := fn.Invoke(ctx, nil, &out); err != nil || out.Message != "hello world" {
 		t.Fatal(out, err)
+	}
+}
+
+// On krt up (every Runtime has a store) the handler's report comes back as a
+// ref named under the invocation ID and is read by the Run's name through
+// Client.Artifacts; Invoke decodes the handler's value alone. On the API
+// server harness (no store) the handler has no directory: no refs.
+func TestLiveAnInvocationsArtifactsComeBackWithItsAnswer(t *testing.T) {
+	c := client(t, "")
+	name := env(t, "KRT_TEST_FUNCTION")
+	fn := c.Function(name)
+	ctx := timeout(t, time.Minute)
+	type report struct {
+		Reported int
+		Stored   bool
+	}
+	embedded := mode(t) == "embedded"
+	inv, err := fn.Call(ctx, map[string]string{"report": "hello report"}, kruntimes.WithInvocationID("sdk-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out report
+	if err := json.Unmarshal(inv.Output, &out); err != nil || out != (report{12, embedded}) || inv.InvocationID != "sdk-1" {
+		t.Fatalf("%s %q %v", inv.Output, inv.InvocationID, err)
+	}
+	if !embedded {
+		if len(inv.Artifacts) != 0 {
+			t.Errorf("%+v", inv.Artifacts)
+		}
+		if err := fn.Invoke(ctx, map[string]string{"report": "again"}, &out); err != nil || out != (report{5, false}) {
+			t.Fatal(out, err)
+		}
+		return
+	}
+	if len(inv.Artifacts) != 1 {
+		t.Fatalf("%+v", inv.Artifacts)
+	}
+	ref := inv.Artifacts[0]
+	if ref.Name != "invocations/sdk-1/report.txt" || ref.Size != 12 || ref.SHA256 != sha256Hex([]byte("hello report")) ||
+		!strings.HasPrefix(ref.URI, "file://") || !strings.HasSuffix(ref.URI, "/invocations/sdk-1/report.txt") {
+		t.Errorf("%+v", ref)
+	}
+	if got, err := c.Artifacts.Read(ctx, "", name, ref.Name, nil); err != nil || string(got) != "hello report" {
+		t.Fatalf("%q %v", got, err)
+	}
+	if got, err := c.Artifacts.Read(ctx, "", name, ref.Name, &kruntimes.Range{Offset: 6}); err != nil || string(got) != "report" {
+		t.Errorf("%q %v", got, err)
+	}
+	// Invoke: the same kind of answer, decoded to the handler's value.
+	if err := fn.Invoke(ctx, map[string]string{"report": "again"}, &out, kruntimes.WithInvocationID("sdk-2")); err != nil || out != (report{5, true}) {
+		t.Fatal(out, err)
+	}
+	if got, err := c.Artifacts.Read(ctx, "", name, "invocations/sdk-2/report.txt", nil); err != nil || string(got) != "again" {
+		t.Errorf("%q %v", got, err)
+	}
+	// Nothing written: the value as it is, no refs, and the ID the gateway made up.
+	plain, err := fn.Call(ctx, map[string]string{"name": "plain"})
+	var greet greeting
+	if err != nil || json.Unmarshal(plain.Output, &greet) != nil || greet.Message != "hello plain" || len(plain.Artifacts) != 0 ||
+		plain.InvocationID == "" {
+		t.Errorf("%+v %v", plain, err)
 	}
 }
 

@@ -35,13 +35,25 @@ pub const FUNCTION: &str = "sdk-hello";
 /// A function Run whose handler does not load: it ends `Failed`.
 const BROKEN: &str = "sdk-broken";
 /// Its handler (`main.invoke`): the end-to-end tests' greeter (sleeps and
-/// raises on request), which also crashes its worker or returns 2 MiB.
+/// raises on request), which also crashes its worker, returns 2 MiB, or
+/// writes `{"report": TEXT}` to `report.txt` in its artifacts directory
+/// (when its Runtime has a store: `krt up`'s do, the harness's do not).
 pub fn handler() -> String {
     format!(
-        "{}\n_greet = invoke\n\n\ndef invoke(request):\n    if request.get(\"crash\"):\n        os._exit(3)\n    if request.get(\"big\"):\n        return \"x\" * (2 * 1024 * 1024)\n    return _greet(request)\n",
+        "{}\n_greet = invoke\n\n\ndef invoke(request):\n    if request.get(\"crash\"):\n        os._exit(3)\n    if request.get(\"big\"):\n        return \"x\" * (2 * 1024 * 1024)\n{REPORT}    return _greet(request)\n",
         kruntimes_testkit::prelude::PY
     )
 }
+
+/// The handler's `report` branch: the file, and a value that says whether
+/// there was a directory to write it in.
+const REPORT: &str = r#"    if "report" in request:
+        where = os.environ.get("KRUNTIME_ARTIFACTS_DIR")
+        if where:
+            with open(os.path.join(where, "report.txt"), "w") as f:
+                f.write(request["report"])
+        return {"reported": len(request["report"]), "stored": bool(where)}
+"#;
 /// The namespace of the harness's Runs and grants.
 const NAMESPACE: &str = "sdk";
 /// carol's RoleBinding, deleted by the revocation tests.

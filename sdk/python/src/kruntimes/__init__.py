@@ -22,7 +22,7 @@ from .commands import AsyncCommands, CommandEvent, CommandResult, Commands
 from .errors import *  # noqa: F403 - every error class, listed in errors.__all__
 from .errors import __all__ as _errors
 from .files import AsyncFiles, EntryInfo, FilePage, Files
-from .functions import AsyncFunction, Function
+from .functions import AsyncFunction, Function, Invocation
 from .sandbox import AsyncSandbox, Sandbox, SessionStatus
 from .tasks import AsyncTasks, TaskResult, Tasks
 
@@ -46,6 +46,7 @@ __all__ = [
     "FilePage",
     "Files",
     "Function",
+    "Invocation",
     "RunInfo",
     "Sandbox",
     "SessionStatus",

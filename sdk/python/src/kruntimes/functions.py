@@ -1,18 +1,75 @@
-"""Function-mode Runs: a handler registered once and invoked many times."""
+"""Function-mode Runs: a handler registered once and invoked many times.
+
+On a Runtime with an artifact store, what an invocation leaves in
+``$KRUNTIME_ARTIFACTS_DIR`` is exported before its answer, which then carries
+``X-Kruntimes-Artifacts: N`` and is the envelope ``{"outputs": <the handler's
+value>, "artifactRefs": [...]}`` (``docs/artifacts.md``). :meth:`Function.invoke`
+returns the handler's value either way; :meth:`Function.call` returns an
+:class:`Invocation` with the refs too, named ``invocations/{id}/…`` in the Run and
+read with ``client.artifacts``.
+"""
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Optional, Tuple, Union
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, List, Optional, Tuple, Union
 
-from ._wire import GATEWAY, Call, Flow
-from .errors import NotFoundError, NotReadyError
+from ._runs import ArtifactRef
+from ._wire import GATEWAY, Call, Flow, Reply
+from .errors import NetworkError, NotFoundError, NotReadyError
 
 if TYPE_CHECKING:
     from .client import AsyncClient, Client
 
 #: How long the client waits for an invocation (the server's deadline is at most 300 s).
 DEFAULT_INVOKE_TIMEOUT = 330.0
+
+#: The header that marks an answer as the artifacts envelope; its value is the number of refs.
+ARTIFACTS_HEADER = "x-kruntimes-artifacts"
+_INVOCATION_ID_HEADER = "x-kruntimes-invocation-id"
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """One invocation's answer (:meth:`Function.call`): the handler's value and what it left in
+    ``$KRUNTIME_ARTIFACTS_DIR``."""
+
+    #: The handler's JSON value (what :meth:`Function.invoke` returns).
+    output: Any
+    #: The files the invocation left, exported before its answer and named
+    #: ``invocations/{id}/…`` in the Run (``{id}`` the invocation id when it is a valid name
+    #: segment, else a 32-hex hash of it): read them with
+    #: ``client.artifacts.read(function.name, ref)``. ``[]`` when it left none, or on a Runtime
+    #: without an artifact store.
+    artifacts: List[ArtifactRef] = field(default_factory=list)
+    #: The answer's ``X-Kruntimes-Invocation-Id``: the one sent, or the one the gateway chose.
+    invocation_id: Optional[str] = None
+
+
+def _invocation(reply: Reply, url: str) -> Invocation:
+    """The :class:`Invocation` of a 2xx invoke answer: the body as it is, or, under
+    ``X-Kruntimes-Artifacts``, the envelope's ``outputs`` and ``artifactRefs``."""
+    invocation_id = reply.headers.get(_INVOCATION_ID_HEADER) or None
+    if reply.headers.get(ARTIFACTS_HEADER) is None:
+        return Invocation(output=reply.json(), invocation_id=invocation_id)
+    problem = "not JSON"
+    try:
+        doc = reply.json()
+    except ValueError:
+        doc = None
+    else:
+        problem = "not an object with outputs and a list artifactRefs"
+    if isinstance(doc, dict) and "outputs" in doc and isinstance(doc.get("artifactRefs"), list):
+        try:
+            refs = [ArtifactRef.from_json(r) for r in doc["artifactRefs"]]
+        except (TypeError, ValueError) as e:
+            problem = f"an artifact ref is malformed: {e}"
+        else:
+            return Invocation(output=doc["outputs"], artifacts=refs, invocation_id=invocation_id)
+    # The call ran (and its files were exported), but its answer cannot be read.
+    raise NetworkError(f"POST {url}: the answer says {ARTIFACTS_HEADER}: {reply.headers[ARTIFACTS_HEADER]} but its "
+                       f"body is {problem}", invocation_id=invocation_id)
 
 
 class _FunctionBase:
@@ -37,7 +94,7 @@ class _FunctionBase:
         self._resolved = (run.endpoint, run.ca_pem)
         return self._resolved
 
-    def _invoke(self, input: Any, invocation_id: Optional[str], timeout: Optional[float]) -> Flow[Any]:
+    def _invoke(self, input: Any, invocation_id: Optional[str], timeout: Optional[float]) -> Flow[Invocation]:
         url, ca = yield from self._endpoint()
         headers = {"Content-Type": "application/json"}
         if invocation_id is not None:
@@ -51,7 +108,11 @@ class _FunctionBase:
                 self._resolved = None
             raise
         assert reply is not None
-        return reply.json()
+        return _invocation(reply, url)
+
+    def _output(self, input: Any, invocation_id: Optional[str], timeout: Optional[float]) -> Flow[Any]:
+        invocation = yield from self._invoke(input, invocation_id, timeout)
+        return invocation.output
 
     @property
     def endpoint(self) -> Optional[str]:
@@ -71,6 +132,16 @@ class Function(_FunctionBase):
         ``invocation_id`` is sent as ``X-Kruntimes-Invocation-Id`` and comes back on
         errors. Never retried: a :class:`~kruntimes.BusyError` or
         :class:`~kruntimes.UnavailableError` may be retried after its ``retry_after``.
+        An answer with artifacts gives its ``outputs`` (:meth:`call` has the refs too).
+        """
+        return self._client._drive(self._output(input, invocation_id, timeout))
+
+    def call(self, input: Any = None, *, invocation_id: Optional[str] = None,
+             timeout: Optional[float] = DEFAULT_INVOKE_TIMEOUT) -> Invocation:
+        """:meth:`invoke`, returning the :class:`Invocation`: the handler's output, the refs of the
+        files it left in ``$KRUNTIME_ARTIFACTS_DIR`` and the invocation id. An answer marked
+        ``X-Kruntimes-Artifacts`` whose body is not the envelope raises
+        :class:`~kruntimes.NetworkError` (the call ran; its answer is unreadable).
         """
         return self._client._drive(self._invoke(input, invocation_id, timeout))
 
@@ -83,4 +154,9 @@ class AsyncFunction(_FunctionBase):
     async def invoke(self, input: Any = None, *, invocation_id: Optional[str] = None,
                      timeout: Optional[float] = DEFAULT_INVOKE_TIMEOUT) -> Any:
         """:meth:`Function.invoke`."""
+        return await self._client._drive(self._output(input, invocation_id, timeout))
+
+    async def call(self, input: Any = None, *, invocation_id: Optional[str] = None,
+                   timeout: Optional[float] = DEFAULT_INVOKE_TIMEOUT) -> Invocation:
+        """:meth:`Function.call`."""
         return await self._client._drive(self._invoke(input, invocation_id, timeout))

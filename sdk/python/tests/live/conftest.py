@@ -4,9 +4,10 @@ whose state directory is ``KRT_TEST_STATE_DIR``) or ``kubernetes`` (the API
 server harness: Runs created through the API, kubeconfigs per user).
 
 Common to both: ``KRT_TEST_NAMESPACE``, ``KRT_TEST_FUNCTION`` (a Python function
-Run with ``invocationTimeoutSeconds: 2`` whose handler greets, sleeps or
-raises on request), ``KRT_TEST_SESSION_RUNTIME``, ``KRT_TEST_GATEWAY``,
-``KRT_TEST_GATEWAY_CA`` and ``KRT_TEST_TOKEN`` (a token that may do everything).
+Run with ``invocationTimeoutSeconds: 2`` whose handler greets, sleeps, raises
+or writes ``report.txt`` into ``$KRUNTIME_ARTIFACTS_DIR`` on request),
+``KRT_TEST_SESSION_RUNTIME``, ``KRT_TEST_GATEWAY``, ``KRT_TEST_GATEWAY_CA`` and
+``KRT_TEST_TOKEN`` (a token that may do everything).
 """
 
 import os

@@ -8,7 +8,7 @@ import pytest
 import kruntimes
 from kruntimes import AsyncClient, AsyncSandbox
 
-from .conftest import env, make_client
+from .conftest import MODE, env, make_client
 
 
 def run(coro_fn):
@@ -23,6 +23,9 @@ def test_async_invoke_and_its_errors():
     async def body(client):
         fn = client.function(env("KRT_TEST_FUNCTION"))
         assert (await fn.invoke({"name": "async"}))["message"] == "hello async"
+        inv = await fn.call({"report": "async"}, invocation_id="sdk-async-1")
+        assert (inv.output["reported"], inv.invocation_id) == (5, "sdk-async-1")
+        assert [a.name for a in inv.artifacts] == (["invocations/sdk-async-1/report.txt"] if MODE == "embedded" else [])
         with pytest.raises(kruntimes.FunctionError):
             await fn.invoke({"raise": "async"})
         with pytest.raises(kruntimes.NotFoundError):

@@ -1,6 +1,8 @@
 """Function Runs through the gateway: invoke, and every error the SDK can
-provoke, typed by code with status, invocation id and Retry-After."""
+provoke, typed by code with status, invocation id and Retry-After; call, and
+the artifacts an invocation leaves."""
 
+import hashlib
 import threading
 import time
 import uuid
@@ -19,6 +21,32 @@ def test_invoke_returns_the_handlers_json_output(client, function_name):
     assert fn.invoke()["message"] == "hello world"
     assert fn.endpoint is not None and fn.endpoint.endswith(":invoke")
     assert fn.invoke({"name": "ünïcødé ✓"})["message"] == "hello ünïcødé ✓"
+
+
+def test_an_invocations_artifacts_come_back_with_its_answer(client, function_name):
+    """On ``krt up`` (every Runtime has a store) the handler's report comes back as a ref named under
+    the invocation id and is read by name through ``client.artifacts``; ``invoke`` gives the value
+    alone. On the API server harness (no store) the handler has no directory: no refs."""
+    fn = client.function(function_name)
+    inv = fn.call({"report": "hello report"}, invocation_id="sdk-1")
+    assert inv.invocation_id == "sdk-1"
+    if MODE != "embedded":
+        assert (inv.output, inv.artifacts) == ({"reported": 12, "stored": False}, [])
+        assert fn.invoke({"report": "again"}) == {"reported": 5, "stored": False}
+        return
+    assert inv.output == {"reported": 12, "stored": True}
+    [ref] = inv.artifacts
+    assert (ref.name, ref.size, ref.sha256) == ("invocations/sdk-1/report.txt", 12,
+                                                hashlib.sha256(b"hello report").hexdigest())
+    assert ref.uri.startswith("file://") and ref.uri.endswith("/invocations/sdk-1/report.txt"), ref.uri
+    assert client.artifacts.read(function_name, ref) == b"hello report"
+    assert client.artifacts.read(function_name, ref.name, offset=6) == b"report"
+    # invoke: the same kind of answer, unwrapped to the handler's value.
+    assert fn.invoke({"report": "again"}, invocation_id="sdk-2") == {"reported": 5, "stored": True}
+    assert client.artifacts.read(function_name, "invocations/sdk-2/report.txt") == b"again"
+    # Nothing written: the value as it is, no refs, and the id the gateway made up.
+    plain = fn.call({"name": "plain"})
+    assert plain.output["message"] == "hello plain" and plain.artifacts == [] and plain.invocation_id
 
 
 def test_a_raising_handler_is_a_function_error_with_the_invocation_id(client, function_name):

@@ -38,6 +38,22 @@ class FakeTransport:
         pass
 
 
+class AsyncFake:
+    """:class:`FakeTransport` of an :class:`~kruntimes.AsyncClient` (``send`` only)."""
+
+    def __init__(self, answer: Callable[[Call], Answer]):
+        self.answer = answer
+        self.calls: List[Call] = []
+
+    async def send(self, call: Call) -> Reply:
+        self.calls.append(call)
+        status, headers, body = self.answer(call)
+        err = raise_for(call, status, headers, body)
+        if err is not None:
+            raise err
+        return Reply(status, headers, body)
+
+
 def client(answer: Callable[[Call], Answer]) -> Tuple[Client, FakeTransport]:
     c = Client(gateway="https://gw", token="t")
     fake = FakeTransport(answer)

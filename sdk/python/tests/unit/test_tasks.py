@@ -11,9 +11,8 @@ import pytest
 import kruntimes
 from kruntimes import AsyncClient, TaskResult
 from kruntimes._runs import KubernetesRuns, StateDirRuns, parse_time
-from kruntimes._wire import Reply, raise_for
 
-from .fakes import client, error, ok
+from .fakes import AsyncFake, client, error, ok
 
 RUNS = "/apis/kruntimes.io/v1alpha1/namespaces"
 
@@ -251,19 +250,6 @@ def test_status_times_are_parsed_with_any_fraction():
     assert parse_time("2026-12-07T12:03:00.25Z") == datetime(2026, 12, 7, 12, 3, 0, 250000, tzinfo=utc)
     assert parse_time("2026-12-07T12:03:00.123456789+01:00") == datetime(2026, 12, 7, 11, 3, 0, 123456, tzinfo=utc)
     assert parse_time("yesterday") is None and parse_time(None) is None
-
-
-class AsyncFake:
-    def __init__(self, answer):
-        self.answer, self.calls = answer, []
-
-    async def send(self, call):
-        self.calls.append(call)
-        status, headers, body = self.answer(call)
-        err = raise_for(call, status, headers, body)
-        if err is not None:
-            raise err
-        return Reply(status, headers, body)
 
 
 def test_the_async_twin_runs_gets_and_deletes_the_same_way():
