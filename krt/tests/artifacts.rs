@@ -672,8 +672,10 @@ async fn a_runs_artifacts_are_another_runs_inputs_checked_and_confined() {
 
 /// A Python function that lists what its artifacts directory holds when
 /// it starts, writes the files `write` names, links `/etc/passwd` on
-/// `link`, raises on `raise`, and says which variables about artifacts or
-/// AWS it can see.
+/// `link`, puts a link to its working directory in the directory's place on
+/// `swap`, raises on `raise`, and says which variables about artifacts or
+/// AWS it can see, whether its source is still there and whether the
+/// directory is a real one.
 const WRITER_PY: &str = r#"import os
 
 def invoke(request):
@@ -686,10 +688,15 @@ def invoke(request):
             f.write(text)
     if request.get("link"):
         os.symlink("/etc/passwd", os.path.join(d, "passwd"))
+    if request.get("swap"):
+        os.rmdir(d)
+        os.symlink(os.getcwd(), d)
     if request.get("raise"):
         raise ValueError("after writing")
     keys = sorted(k for k in os.environ if "ARTIFACT" in k or k.startswith("AWS_"))
-    return {"found": found, "keys": keys, "summary": "1 pending pod found"}
+    real = os.path.isdir(d) and not os.path.islink(d)
+    return {"found": found, "keys": keys, "summary": "1 pending pod found",
+            "source": os.path.exists("main.py"), "real": real}
 "#;
 
 /// A Bash function that keeps its input as an artifact.
@@ -712,6 +719,18 @@ async fn invoke_as(stack: &Stack, name: &str, id: Option<&str>, body: &str) -> r
     req.send().await.unwrap()
 }
 
+/// A call of `writer` that writes nothing: it found its directory empty.
+/// Its answer.
+async fn starts_clean(stack: &Stack) -> serde_json::Value {
+    let v: serde_json::Value = invoke_as(stack, "writer", None, "{}")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["found"], serde_json::json!([]), "{v}");
+    v
+}
+
 /// The artifacts URL of function Run `name`.
 fn function_artifacts_url(stack: &Stack, name: &str, runtime: &str) -> String {
     let run = stack.run(name).unwrap();
@@ -727,7 +746,14 @@ async fn an_invocations_artifacts_come_back_with_its_answer() {
     let runs = vec![
         (
             "writer.yaml".to_owned(),
-            function_run("writer", "python", "main.invoke", "main.py", WRITER_PY, ""),
+            function_run(
+                "writer",
+                "python",
+                "main.invoke",
+                "main.py",
+                WRITER_PY,
+                "      invocationTimeoutSeconds: 3\n",
+            ),
         ),
         (
             "keeper.yaml".to_owned(),
@@ -808,12 +834,7 @@ async fn an_invocations_artifacts_come_back_with_its_answer() {
     )
     .await;
     expect_error(raised, 500, "FunctionError").await;
-    let v: serde_json::Value = invoke_as(&stack, "writer", None, "{}")
-        .await
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(v["found"], serde_json::json!([]), "{v}");
+    starts_clean(&stack).await;
     assert_eq!(
         get(&stack, &format!("{url}/invocations/r-1/x"), None)
             .await
@@ -833,12 +854,16 @@ async fn an_invocations_artifacts_come_back_with_its_answer() {
     let message = e["error"]["message"].as_str().unwrap();
     assert!(message.contains("\"passwd\""), "{message}");
     assert!(message.contains("symbolic link"), "{message}");
-    let v: serde_json::Value = invoke_as(&stack, "writer", None, "{}")
-        .await
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(v["found"], serde_json::json!([]), "{v}");
+    starts_clean(&stack).await;
+
+    // The directory swapped for a link to the working directory: not
+    // followed — not exported, not emptied through — and made again, real
+    // and empty, for the next call, with the source beside it intact.
+    let swapped = invoke_as(&stack, "writer", Some("s-1"), r#"{"swap": true}"#).await;
+    expect_error(swapped, 500, "InvalidOutput").await;
+    let v = starts_clean(&stack).await;
+    assert_eq!(v["real"], true, "{v}");
+    assert_eq!(v["source"], true, "{v}");
 
     // An id that is no name segment is hashed; the same id again replaces
     // only that invocation's files.

@@ -3,7 +3,8 @@
 //! S3-compatible server (versitygw on loopback): a task's artifacts in its
 //! status and in the store, read through the gateway by a caller RBAC
 //! allows `get` on `runs/artifacts` — and refused (403) to one it does not,
-//! though that one may invoke.
+//! though that one may invoke; a function invocation's files in its answer
+//! and in the bucket, read the same way.
 
 // Test helpers panic on failure: that is how a test fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -189,6 +190,66 @@ async fn a_tasks_artifacts_are_read_through_the_gateway_under_runs_artifacts() {
     assert!(runs.get("exports").await.is_ok());
     let after = get(Some(carol), "/out/report.json").await.unwrap();
     assert_eq!(after.status(), 404);
+    // A function's invocation: its files come back with its answer, in the
+    // bucket under the Run, read through the gateway under `runs/artifacts`.
+    let writer = "import os\ndef invoke(request):\n    d = os.environ['KRUNTIME_ARTIFACTS_DIR']\n    open(d + '/diagnosis.json', 'w').write('{\"cause\": \"cpu\"}')\n    return {'summary': 'written', 'seen': sorted(k for k in os.environ if 'ARTIFACT' in k)}\n";
+    runs.create(
+        &PostParams::default(),
+        &run_in_a(
+            "writer",
+            json!({"runtime": "python", "source": {"inlinePath": "main.py", "inline": writer}, "mode": {"function": {"handler": "main.invoke"}}}),
+        ),
+    )
+    .await
+    .unwrap();
+    let ready = cluster.wait_phase("a", "writer", "Ready").await.unwrap();
+    let invoke_url = ready["status"]["endpoint"]["url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let writer_uid = ready["metadata"]["uid"].as_str().unwrap().to_owned();
+    let alice = server.token(User::Alice);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    let answer = loop {
+        let r = cluster
+            .http
+            .post(&invoke_url)
+            .bearer_auth(alice)
+            .header("x-kruntimes-invocation-id", "k-1")
+            .body("{}")
+            .send()
+            .await
+            .unwrap();
+        // The gateway learns the route from its watch stream.
+        if r.status() == 200 || tokio::time::Instant::now() > deadline {
+            break r;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    assert_eq!(answer.status(), 200);
+    assert_eq!(answer.headers()["x-kruntimes-artifacts"], "1");
+    let v: serde_json::Value = answer.json().await.unwrap();
+    assert_eq!(v["outputs"]["summary"], "written", "{v}");
+    assert_eq!(
+        v["outputs"]["seen"],
+        json!(["KRUNTIME_ARTIFACTS_DIR"]),
+        "{v}"
+    );
+    let name = "invocations/k-1/diagnosis.json";
+    assert_eq!(v["artifactRefs"][0]["name"], name, "{v}");
+    let key = format!("cluster/a/{writer_uid}/files/{name}");
+    assert_eq!(v["artifactRefs"][0]["uri"], format!("s3://artifacts/{key}"));
+    assert_eq!(
+        s3.get_object("artifacts", &key).await.unwrap(),
+        br#"{"cause": "cpu"}"#
+    );
+    assert!(ready["status"].get("artifacts").is_none());
+    let download = invoke_url.replace(":invoke", &format!("/artifacts/{name}"));
+    let read = |token: &str| cluster.http.get(&download).bearer_auth(token).send();
+    let got = read(carol).await.unwrap();
+    assert_eq!(got.status(), 200);
+    assert_eq!(got.bytes().await.unwrap(), &br#"{"cause": "cpu"}"#[..]);
+    assert_eq!(read(alice).await.unwrap().status(), 403);
     // The store's secret is in no log of the installation.
     let logs = cluster.settled_logs().await;
     assert!(

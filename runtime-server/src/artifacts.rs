@@ -104,35 +104,14 @@ impl Location {
         Ok(dir)
     }
 
-    /// Empties the directory, which stays (a function's, between two
-    /// invocations); a directory that is gone or not a directory any more
-    /// is made again, empty. Nothing beneath it is followed: what is not a
-    /// directory is unlinked, directories are removed whole.
+    /// Empties the directory (a function's, between two invocations): it
+    /// is made again, empty, mode 0700, as [`Self::create`] makes it. What
+    /// user code put in its place — a symbolic link to its working
+    /// directory or to `/`, a file — is removed, never followed: the
+    /// removal examines each path without following it (`lstat`) and
+    /// `std::fs::remove_dir_all` never follows a link, at the top or below.
     pub fn clear(&self) -> io::Result<()> {
-        let dir = self.path();
-        let entries = match std::fs::read_dir(&dir) {
-            Ok(entries) => entries,
-            Err(_) => return self.create().map(drop),
-        };
-        for entry in entries {
-            let entry = entry?;
-            let path = entry.path();
-            let removed = match entry.file_type() {
-                Ok(t) if t.is_dir() => std::fs::remove_dir_all(&path),
-                _ => std::fs::remove_file(&path),
-            };
-            match removed {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => {
-                    return Err(io::Error::new(
-                        e.kind(),
-                        format!("empty the artifacts directory {}: {e}", dir.display()),
-                    ));
-                }
-            }
-        }
-        Ok(())
+        self.create().map(drop)
     }
 
     /// Removes the directory and everything in it; nothing there is fine.

@@ -419,28 +419,36 @@ impl ArtifactRuntime for Handle {
             // ends it when the client goes away.
             let (clear, discard) = (r.clear, r.discard);
             tokio::task::spawn_blocking(move || {
-                let _one = lock
+                // One collection of a function's directory at a time, from
+                // its walk to its emptying; none once it is gone.
+                let held = lock
                     .as_ref()
                     .map(|l| l.lock().unwrap_or_else(|p| p.into_inner()));
-                // Emptied however the walk ends (`clear`), before the lock
-                // is let go.
-                let _emptied = Emptied(clear.then_some(&at));
-                if discard {
+                if held.as_deref() == Some(&true) {
                     return;
                 }
-                match artifacts::collect(&at, bounds, |c| tx.blocking_send(Ok(c)).is_ok()) {
-                    Ok(s) => tracing::info!(
-                        run_uid = %uid,
-                        files = s.files,
-                        bytes = s.bytes,
-                        refused = s.refused,
-                        abandoned = s.abandoned,
-                        "artifacts collected"
-                    ),
-                    Err(e) => {
-                        tracing::warn!(run_uid = %uid, error = %e, "artifacts not collected");
-                        let _ = tx.blocking_send(Err(Error::Io(e).into()));
+                if !discard {
+                    match artifacts::collect(&at, bounds, |c| tx.blocking_send(Ok(c)).is_ok()) {
+                        Ok(s) => tracing::info!(
+                            run_uid = %uid,
+                            files = s.files,
+                            bytes = s.bytes,
+                            refused = s.refused,
+                            abandoned = s.abandoned,
+                            "artifacts collected"
+                        ),
+                        Err(e) => {
+                            tracing::warn!(run_uid = %uid, error = %e, "artifacts not collected");
+                            let _ = tx.blocking_send(Err(Error::Io(e).into()));
+                        }
                     }
+                }
+                // Emptied however the walk ended; a directory that could not
+                // be emptied is an error of the stream, so that runtimed
+                // never starts the next invocation beside what is left.
+                if clear && let Err(e) = at.clear() {
+                    tracing::warn!(run_uid = %uid, error = %e, "the artifacts directory was not emptied");
+                    let _ = tx.blocking_send(Err(Error::Io(e).into()));
                 }
             });
         }
@@ -488,18 +496,4 @@ async fn blocking<T: Send + 'static>(
             "a blocking task failed: {e}"
         )))
     })?
-}
-
-/// Empties a function's artifacts directory when dropped: a collection
-/// with `clear`, read to its end or not.
-struct Emptied<'a>(Option<&'a artifacts::Location>);
-
-impl Drop for Emptied<'_> {
-    fn drop(&mut self) {
-        if let Some(at) = self.0
-            && let Err(e) = at.clear()
-        {
-            tracing::warn!(error = %e, "the artifacts directory was not emptied");
-        }
-    }
 }

@@ -34,8 +34,10 @@ pub struct Registration {
     /// invocation leaves, collected and emptied by runtimed after it.
     pub artifacts: Option<artifacts::Location>,
     /// Held by each collection of that directory, from its walk to its
-    /// emptying: one abandoned by runtimed is done before the next starts.
-    pub collecting: Arc<std::sync::Mutex<()>>,
+    /// emptying (one abandoned by runtimed is done before the next starts),
+    /// and by the registration's end, which sets it: a collection that
+    /// comes after finds the directory gone for good, never made again.
+    pub collecting: Arc<std::sync::Mutex<bool>>,
     backend: Loaded,
     stopped: watch::Sender<bool>,
 }
@@ -50,10 +52,12 @@ impl Registration {
         let _ = self.stopped.send(true);
         self.backend.stop().await;
         let _ = std::fs::remove_dir_all(&self.workdir);
-        if let Some(a) = &self.artifacts
-            && let Err(e) = a.remove()
-        {
-            tracing::warn!(run_uid = %self.run_uid, error = %e, "the function's artifacts directory stays");
+        if let Some(a) = &self.artifacts {
+            let mut gone = self.collecting.lock().unwrap_or_else(|p| p.into_inner());
+            *gone = true;
+            if let Err(e) = a.remove() {
+                tracing::warn!(run_uid = %self.run_uid, error = %e, "the function's artifacts directory stays");
+            }
         }
         crate::logs::remove_run_log(&self.run_uid);
     }

@@ -56,8 +56,8 @@ impl Engine {
     }
 
     /// The artifact store, when the Runtime has one.
-    pub(super) fn artifacts(&self) -> Option<&Artifacts> {
-        self.artifacts.as_deref()
+    pub(super) fn artifacts(&self) -> Option<&Arc<Artifacts>> {
+        self.artifacts.as_ref()
     }
 
     /// The local ownership table.
@@ -71,6 +71,11 @@ impl Engine {
 
     pub(super) fn link(&self) -> &Link {
         &self.link
+    }
+
+    /// The link, shared (for work that outlives a caller).
+    pub(super) fn link_arc(&self) -> Arc<Link> {
+        self.link.clone()
     }
 
     pub(super) fn table(&self) -> &Table<Function> {

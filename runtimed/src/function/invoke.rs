@@ -181,26 +181,62 @@ pub struct Invoked {
     pub artifacts: Vec<kruntimes_api::ArtifactRef>,
 }
 
-/// The export of what one invocation left, once the handler answered; the
-/// directory is marked for emptying unless it was found empty.
+/// How long emptying a function's artifacts directory before a call may
+/// take (a Runtime Server that does not answer in time: the call does not
+/// run, 503).
+const DISCARD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How much of the gateway's wait for an answer (the invocation timeout +
+/// 5 s) an invocation's export may use at most, counted from the
+/// invocation's start: the answer, or the export's failure, comes before
+/// the gateway gives up on the owner.
+const EXPORT_SLACK: Duration = Duration::from_secs(4);
+
+/// Empties `f`'s artifacts directory before a call, holding the
+/// one-in-flight permit to the end even if the caller goes away meanwhile:
+/// no next call starts before the directory is empty. Gives the permit
+/// back.
+async fn discard(
+    artifacts: Arc<Artifacts>,
+    link: Arc<crate::runtime::Link>,
+    f: Arc<Registered>,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) -> Result<tokio::sync::OwnedSemaphorePermit, EngineError> {
+    let work = tokio::spawn(async move {
+        match tokio::time::timeout(DISCARD_TIMEOUT, artifacts.discard(&link, &f.run.uid)).await {
+            Ok(Ok(())) => {
+                f.dirty.store(false, Ordering::Release);
+                Ok(permit)
+            }
+            Ok(Err(e)) => Err(EngineError::Unavailable(format!(
+                "the function's artifacts directory could not be emptied: {e}"
+            ))),
+            Err(_) => Err(EngineError::Unavailable(format!(
+                "the function's artifacts directory was not emptied in {} s",
+                DISCARD_TIMEOUT.as_secs()
+            ))),
+        }
+    });
+    work.await
+        .map_err(|e| EngineError::Unavailable(format!("emptying the artifacts directory: {e}")))?
+}
+
+/// The export of what one invocation left, once the handler answered,
+/// within what is left of `budget` (see [`EXPORT_SLACK`]).
 async fn export_invocation(
     artifacts: &Artifacts,
     link: &crate::runtime::Link,
     f: &Registered,
     invocation_id: &str,
+    budget: Duration,
 ) -> Result<Vec<kruntimes_api::ArtifactRef>, EngineError> {
     let segment = kruntimes_artifacts::invocation_segment(invocation_id);
-    let within = f.bounds.timeout.min(artifacts.deadline);
+    let within = budget.min(artifacts.deadline).max(Duration::from_secs(1));
     match artifacts
         .export_invocation(link, &f.run.namespace, &f.run.uid, &segment, within)
         .await
     {
-        Exported::Done(refs) => {
-            if refs.is_empty() {
-                f.dirty.store(false, Ordering::Release);
-            }
-            Ok(refs)
-        }
+        Exported::Done(refs) => Ok(refs),
         Exported::Failed { reason, message } => Err(EngineError::Artifacts {
             invalid: reason == crate::artifacts::INVALID_REASON,
             message,
@@ -216,20 +252,25 @@ impl Engine {
             .fenced(call.fence, call.run_uid, &self.pod().uid)
             .map_err(EngineError::Fenced)?;
         admit(&f, &call)?;
+        let started = Instant::now();
         // Held until this future ends, however it ends.
-        let _permit = f.permit.try_acquire().map_err(|_| EngineError::Busy)?;
+        let mut permit = f
+            .permit
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| EngineError::Busy)?;
         let link = self.link();
-        // One invocation's files at a time: what an earlier one left goes
-        // first.
+        // One invocation's files at a time: whatever an earlier call left
+        // (its files, empty directories, a link in the directory's place)
+        // goes first. Every call that may have run leaves it to empty.
         let artifacts = self.artifacts().filter(|_| f.request.artifacts);
         if let Some(a) = artifacts {
             if f.dirty.load(Ordering::Acquire) {
-                a.discard(link, &f.run.uid)
-                    .await
-                    .map_err(EngineError::Unavailable)?;
+                permit = discard(a.clone(), self.link_arc(), f.clone(), permit).await?;
             }
             f.dirty.store(true, Ordering::Release);
         }
+        let _permit = permit;
         let timeout = f.bounds.timeout;
         let req = rt::InvokeFunctionRequest {
             run_uid: f.run.uid.clone(),
@@ -263,7 +304,10 @@ impl Engine {
             finish.path = path;
             let output = result?;
             let artifacts = match artifacts {
-                Some(a) => export_invocation(a, link, &f, call.invocation_id).await?,
+                Some(a) => {
+                    let budget = (timeout + EXPORT_SLACK).saturating_sub(started.elapsed());
+                    export_invocation(a, link, &f, call.invocation_id, budget).await?
+                }
                 None => Vec::new(),
             };
             Ok(Invoked { output, artifacts })

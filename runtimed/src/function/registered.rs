@@ -73,8 +73,9 @@ pub struct Function {
     /// Invocations served.
     pub invocations: AtomicU64,
     /// Its artifacts directory may hold what an earlier invocation left
-    /// (it failed, was abandoned, or its files were exported): emptied
-    /// before the next invocation starts.
+    /// (its files were exported, it failed or was abandoned), or what this
+    /// runtimed cannot know of (it restarted, and registered the Run again
+    /// on a server that kept it): emptied before the next invocation.
     pub dirty: AtomicBool,
     /// Fires when the registration is cancelled.
     pub cancel: watch::Sender<bool>,
@@ -98,7 +99,7 @@ impl Function {
             lease: tokio::sync::Mutex::new(None),
             permit: Arc::new(Semaphore::new(1)),
             invocations: AtomicU64::new(0),
-            dirty: AtomicBool::new(false),
+            dirty: AtomicBool::new(true),
             cancel: watch::channel(false).0,
             state: Mutex::new((State::Ready, String::new())),
             last_activity: Mutex::new(Instant::now()),
