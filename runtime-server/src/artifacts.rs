@@ -114,6 +114,21 @@ impl Location {
         self.create().map(drop)
     }
 
+    /// Whether the directory holds anything — a file, an empty directory —
+    /// or something else took its place (a link, a file, nothing): the
+    /// directory then needs collecting or remaking. Never follows a link.
+    pub fn holds_anything(&self) -> bool {
+        let dir = self.path();
+        match std::fs::symlink_metadata(&dir) {
+            Ok(md) if md.is_dir() => {}
+            _ => return true,
+        }
+        match std::fs::read_dir(&dir) {
+            Ok(mut entries) => entries.next().is_some(),
+            Err(_) => true,
+        }
+    }
+
     /// Removes the directory and everything in it; nothing there is fine.
     /// A parent that is no longer a directory is left alone: the Run's
     /// directory cannot be beneath it.

@@ -126,9 +126,10 @@ pub async fn invoke_function(
     functions: &Functions,
     req: pb::InvokeFunctionRequest,
 ) -> pb::InvokeFunctionResponse {
+    let mut left = false;
     let outcome = match validate::invoke(req) {
         Ok(call) => {
-            functions
+            let outcome = functions
                 .invoke(
                     &call.run_uid,
                     &call.handle,
@@ -136,11 +137,19 @@ pub async fn invoke_function(
                     call.timeout,
                     call.max_output,
                 )
-                .await
+                .await;
+            // Only what runtimed will export: an answer's directory.
+            if outcome.is_ok() {
+                left = functions.artifacts_left(&call.run_uid);
+            }
+            outcome
         }
         Err(e) => Err(e),
     };
-    invoke::encode(outcome)
+    pb::InvokeFunctionResponse {
+        artifacts_left: left,
+        ..invoke::encode(outcome)
+    }
 }
 
 #[tonic::async_trait]

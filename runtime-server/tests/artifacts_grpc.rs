@@ -496,11 +496,14 @@ def invoke(request):
         .unwrap()
         .into_inner()
         .handle;
+    // The answer, checked to say whether the call left anything (it
+    // writes on `write`).
     let call = |s: &mut Server, input: &'static str| {
         let req = Server::call(&handle, input.as_bytes(), 10_000);
         let mut functions = s.client.functions.clone();
         async move {
             let out = functions.invoke_function(req).await.unwrap().into_inner();
+            assert_eq!(out.artifacts_left, input.contains("write"), "{input}");
             match out.outcome.unwrap() {
                 pb::invoke_function_response::Outcome::Output(o) => {
                     serde_json::from_slice::<serde_json::Value>(&o).unwrap()

@@ -124,9 +124,10 @@ async fn a_leased_worker_answers_on_its_own_pipes_and_dies_with_its_lease() {
     let [stdin, stdout]: [std::os::fd::OwnedFd; 2] = fds.try_into().unwrap();
     let mut stdin = tokio::net::unix::pipe::Sender::from_owned_fd(stdin).unwrap();
     let mut stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(stdout).unwrap();
-    let Answer::Output(out) = worker::exchange(&mut stdin, &mut stdout, 1, b"{\"a\": 1}", 1 << 20)
-        .await
-        .unwrap()
+    let Answer::Output { body: out, .. } =
+        worker::exchange(&mut stdin, &mut stdout, 1, b"{\"a\": 1}", 1 << 20)
+            .await
+            .unwrap()
     else {
         panic!("no output");
     };
@@ -162,7 +163,7 @@ async fn a_leased_worker_answers_on_its_own_pipes_and_dies_with_its_lease() {
     let [stdin, stdout]: [std::os::fd::OwnedFd; 2] = fds.try_into().unwrap();
     let mut stdin = tokio::net::unix::pipe::Sender::from_owned_fd(stdin).unwrap();
     let mut stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(stdout).unwrap();
-    let Ok(Answer::Output(out)) =
+    let Ok(Answer::Output { body: out, .. }) =
         worker::exchange(&mut stdin, &mut stdout, 1, b"{}", 1 << 20).await
     else {
         panic!("no output from the fresh worker");

@@ -133,6 +133,7 @@ pub fn encode(outcome: InvokeOutcome) -> pb::InvokeFunctionResponse {
     };
     pb::InvokeFunctionResponse {
         outcome: Some(outcome),
+        artifacts_left: false,
     }
 }
 
@@ -188,13 +189,17 @@ mod tests {
 
     #[test]
     fn a_response_without_an_outcome_or_with_an_unknown_reason_is_a_crash() {
-        let none = decode(pb::InvokeFunctionResponse { outcome: None });
+        let none = decode(pb::InvokeFunctionResponse {
+            outcome: None,
+            ..Default::default()
+        });
         assert!(matches!(none, Err(InvokeError::Crashed(_))), "{none:?}");
         let future = decode(pb::InvokeFunctionResponse {
             outcome: Some(Outcome::Failure(pb::InvokeFailure {
                 reason: 99,
                 message: "from a newer server".into(),
             })),
+            ..Default::default()
         });
         match future {
             Err(InvokeError::Crashed(m)) => assert!(m.contains("(99)") && m.contains("newer")),

@@ -24,6 +24,9 @@ pub const READY: u8 = b'r';
 pub const LOAD_FAILED: u8 = b'f';
 /// The handler returned (JSON output).
 pub const OUTPUT: u8 = b'o';
+/// The handler returned (JSON output), and its artifacts directory is not
+/// empty: something is to be collected.
+pub const OUTPUT_ARTIFACTS: u8 = b'a';
 /// The handler raised (JSON `{type, message}`).
 pub const ERROR: u8 = b'e';
 /// The handler returned a value JSON cannot hold (a `set`, `NaN`, an
@@ -133,8 +136,14 @@ pub fn error_of(body: &[u8]) -> (String, String) {
 /// What a worker answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {
-    /// The handler's JSON output.
-    Output(Vec<u8>),
+    /// The handler's JSON output, and whether it left anything in its
+    /// artifacts directory ([`OUTPUT_ARTIFACTS`]).
+    Output {
+        /// The JSON document.
+        body: Vec<u8>,
+        /// The artifacts directory is not empty.
+        artifacts_left: bool,
+    },
     /// The handler raised.
     Raised {
         /// Exception type.
@@ -181,7 +190,14 @@ where
     answers(&h, seq)?;
     let body = body.ok_or(ExchangeError::TooLarge(h.payload, max_output))?;
     match h.tag {
-        OUTPUT => Ok(Answer::Output(body)),
+        OUTPUT => Ok(Answer::Output {
+            body,
+            artifacts_left: false,
+        }),
+        OUTPUT_ARTIFACTS => Ok(Answer::Output {
+            body,
+            artifacts_left: true,
+        }),
         ERROR => {
             let (kind, message) = error_of(&body);
             Ok(Answer::Raised { kind, message })
@@ -246,6 +262,30 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_output_says_whether_the_artifacts_directory_holds_anything() {
+        let (mut ours, mut theirs) = tokio::io::duplex(1024);
+        let worker = tokio::spawn(async move {
+            for (seq, tag) in [(1, OUTPUT_ARTIFACTS), (2, OUTPUT)] {
+                read(&mut theirs, 1024).await.unwrap();
+                write(&mut theirs, tag, seq, b"1").await.unwrap();
+            }
+            theirs
+        });
+        let (mut r, mut w) = tokio::io::split(&mut ours);
+        for (seq, left) in [(1, true), (2, false)] {
+            let a = exchange(&mut w, &mut r, seq, b"{}", 1024).await.unwrap();
+            assert_eq!(
+                a,
+                Answer::Output {
+                    body: b"1".to_vec(),
+                    artifacts_left: left
+                }
+            );
+        }
+        drop(worker.await.unwrap());
+    }
+
+    #[tokio::test]
     async fn an_exchange_matches_its_reply_and_refuses_another() {
         let (mut ours, mut theirs) = tokio::io::duplex(1024);
         let worker = tokio::spawn(async move {
@@ -261,7 +301,13 @@ mod tests {
         let a = exchange(&mut w, &mut r, 5, b"{\"a\":1}", 1024)
             .await
             .unwrap();
-        assert_eq!(a, Answer::Output(b"{\"a\":1}".to_vec()));
+        assert_eq!(
+            a,
+            Answer::Output {
+                body: b"{\"a\":1}".to_vec(),
+                artifacts_left: false
+            }
+        );
         let e = exchange(&mut w, &mut r, 6, b"{}", 1024).await.unwrap_err();
         assert!(
             matches!(

@@ -214,6 +214,14 @@ impl Functions {
         }
     }
 
+    /// Whether `run_uid`'s artifacts directory holds anything (or something
+    /// took its place): what an invocation that just answered left.
+    pub fn artifacts_left(&self, run_uid: &str) -> bool {
+        self.get(run_uid)
+            .and_then(|r| r.artifacts.clone())
+            .is_some_and(|a| a.holds_anything())
+    }
+
     /// Leases the worker of the registration `handle` of `run_uid`.
     pub async fn lease(&self, run_uid: &str, handle: &str) -> Result<super::Lease, InvokeError> {
         self.named(run_uid, handle)?.backend.lease().await

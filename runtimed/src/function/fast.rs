@@ -41,13 +41,14 @@ impl Drop for Held<'_> {
 }
 
 /// One invocation on `f`'s leased worker (leasing one first when none is
-/// held), from the server's worker socket at `socket`.
+/// held), from the server's worker socket at `socket`: the output, and
+/// whether the call left anything in its artifacts directory.
 pub async fn call(
     f: &Registered,
     socket: &Path,
     input: &[u8],
     timeout: Duration,
-) -> Result<Vec<u8>, EngineError> {
+) -> Result<(Vec<u8>, bool), EngineError> {
     let deadline = tokio::time::Instant::now() + timeout;
     let max_output = f.bounds.max_output;
     let mut held = Held {
@@ -70,7 +71,10 @@ pub async fn call(
     };
     let outcome = tokio::time::timeout_at(deadline, work).await;
     let result = match outcome {
-        Ok(Ok(Answer::Output(out))) => Ok(out),
+        Ok(Ok(Answer::Output {
+            body,
+            artifacts_left,
+        })) => Ok((body, artifacts_left)),
         Ok(Ok(Answer::Raised { kind, message })) => {
             Err(InvokeError::function(kind, message).into())
         }

@@ -72,13 +72,13 @@ fn admit(f: &Registered, call: &Invocation<'_>) -> Result<(), EngineError> {
     Ok(())
 }
 
-/// The server's answer — an outcome, or a call that failed on the way —
-/// as the invocation's result.
+/// The server's answer — an outcome and its `artifacts_left`, or a call
+/// that failed on the way — as the invocation's result.
 fn answered(
-    answer: Result<kruntimes_proto::runtime::InvokeOutcome, ServerError>,
-) -> Result<Vec<u8>, EngineError> {
+    answer: Result<(kruntimes_proto::runtime::InvokeOutcome, bool), ServerError>,
+) -> Result<(Vec<u8>, bool), EngineError> {
     match answer {
-        Ok(outcome) => outcome.map_err(EngineError::from),
+        Ok((outcome, left)) => outcome.map(|o| (o, left)).map_err(EngineError::from),
         Err(e) => Err(EngineError::of_server(e)),
     }
 }
@@ -94,14 +94,15 @@ enum Route {
     Grpc(Client),
 }
 
-/// The exchange with the Runtime Server, and the way it went, for the log.
-/// Dropping the future cancels the call (see the module doc).
+/// The exchange with the Runtime Server — the output, and whether the call
+/// left anything in its artifacts directory — and the way it went, for the
+/// log. Dropping the future cancels the call (see the module doc).
 async fn call_server(
     route: Route,
     f: &Registered,
     req: rt::InvokeFunctionRequest,
     timeout: Duration,
-) -> (Result<Vec<u8>, EngineError>, &'static str) {
+) -> (Result<(Vec<u8>, bool), EngineError>, &'static str) {
     let wait = timeout + ANSWER_SLACK;
     let mut client = match route {
         Route::Worker(socket) => {
@@ -123,7 +124,11 @@ async fn call_server(
     let result = match tokio::time::timeout(wait, client.functions.invoke_function(req)).await {
         Ok(answer) => answered(
             answer
-                .map(|r| invoke::decode(r.into_inner()))
+                .map(|r| {
+                    let r = r.into_inner();
+                    let left = r.artifacts_left;
+                    (invoke::decode(r), left)
+                })
                 .map_err(ServerError::from),
         ),
         Err(_) => {
@@ -302,11 +307,19 @@ impl Engine {
         let served = async {
             let (result, path) = call_server(route, &f, req, timeout).await;
             finish.path = path;
-            let output = result?;
+            let (output, left) = result?;
             let artifacts = match artifacts {
-                Some(a) => {
+                // Something to collect (files, empty directories, something
+                // in the directory's place): exported, then emptied before
+                // the next call.
+                Some(a) if left => {
                     let budget = (timeout + EXPORT_SLACK).saturating_sub(started.elapsed());
                     export_invocation(a, link, &f, call.invocation_id, budget).await?
+                }
+                // Left empty: nothing to export or to empty.
+                Some(_) => {
+                    f.dirty.store(false, Ordering::Release);
+                    Vec::new()
                 }
                 None => Vec::new(),
             };

@@ -82,22 +82,22 @@ impl Direct {
         wait: Duration,
     ) -> Result<InvokeOutcome, ServerError> {
         match self.connect().await {
-            Ok(conn) => self.call(conn, req, wait).await,
+            Ok(conn) => self.call(conn, req, wait).await.map(|(o, _)| o),
             Err(e) => Err(unavailable(&e)),
         }
     }
 
     /// One `InvokeFunction` call on `conn` (from [`Self::connect`]): the
-    /// outcome the server answered with, within `wait` (past it the
-    /// connection is closed, which cancels the call, and the outcome is a
-    /// timeout). A socket that fails is unavailable, as the gRPC channel
-    /// would be.
+    /// outcome the server answered with and its `artifacts_left`, within
+    /// `wait` (past it the connection is closed, which cancels the call, and
+    /// the outcome is a timeout). A socket that fails is unavailable, as the
+    /// gRPC channel would be.
     pub async fn call(
         &self,
         conn: UnixStream,
         req: &pb::InvokeFunctionRequest,
         wait: Duration,
-    ) -> Result<InvokeOutcome, ServerError> {
+    ) -> Result<(InvokeOutcome, bool), ServerError> {
         let call = async {
             send(&conn, req, &[]).await?;
             recv_bounded::<pb::InvokeFunctionResponse>(&conn, MAX_MESSAGE_BYTES).await
@@ -106,16 +106,20 @@ impl Direct {
             Ok(Ok(answer)) => answer,
             Ok(Err(e)) => return Err(unavailable(&e)),
             Err(_) => {
-                return Ok(Err(InvokeError::Timeout(
-                    "the runtime server did not answer in time".into(),
-                )));
+                return Ok((
+                    Err(InvokeError::Timeout(
+                        "the runtime server did not answer in time".into(),
+                    )),
+                    false,
+                ));
             }
         };
         // A well-formed answer leaves the connection between calls.
         if answer.outcome.is_some() {
             self.keep(conn);
         }
-        Ok(invoke::decode(answer))
+        let left = answer.artifacts_left;
+        Ok((invoke::decode(answer), left))
     }
 }
 

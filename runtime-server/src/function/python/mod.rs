@@ -140,7 +140,8 @@ impl Inner {
             _ = stopped.wait_for(|s| *s) => Err(InvokeError::Stopped),
         };
         let answer = match outcome {
-            Ok(Answer::Output(out)) => Ok(out),
+            // The server looks at the directory itself (`artifacts_left`).
+            Ok(Answer::Output { body, .. }) => Ok(body),
             Ok(Answer::Raised { kind, message }) => Err(InvokeError::function(kind, message)),
             Ok(Answer::Unserializable(why)) => Err(InvokeError::InvalidOutput(why)),
             Err(e) => {

@@ -16,8 +16,10 @@ interpreter is already running and waits for b"l" + JSON {"module",
 Tags server -> worker: b"l" + JSON load request (spares only, sequence 0),
 b"i" + JSON input.
 Tags worker -> server: b"r" ready, b"f" + JSON error (import failed), both
-with sequence 0; b"o" + JSON output, b"e" + JSON {"type", "message"} (handler
-raised), both with the sequence of the b"i" they answer.
+with sequence 0; b"o" + JSON output, b"a" + JSON output when the artifacts
+directory (KRUNTIME_ARTIFACTS_DIR, as registered) is not empty after the call,
+b"e" + JSON {"type", "message"} (handler raised), b"v" + JSON error (a value
+JSON cannot hold), all with the sequence of the b"i" they answer.
 """
 
 import importlib
@@ -98,6 +100,22 @@ def main():
         send(b"f", 0, error_json(exc))
         return
 
+    # As registered: whatever the handler does to os.environ.
+    artifacts_dir = os.environ.get("KRUNTIME_ARTIFACTS_DIR")
+
+    def artifacts_left():
+        """Whether the call left anything in the artifacts directory, or put
+        something in its place (never following a link)."""
+        if not artifacts_dir:
+            return False
+        try:
+            if os.path.islink(artifacts_dir) or not os.path.isdir(artifacts_dir):
+                return True
+            with os.scandir(artifacts_dir) as entries:
+                return next(entries, None) is not None
+        except OSError:
+            return True
+
     send(b"r")
     while True:
         frame = read_frame()
@@ -117,7 +135,7 @@ def main():
             # The handler returned; its value is what JSON cannot hold.
             send(b"v", seq, error_json(exc))
             continue
-        send(b"o", seq, body)
+        send(b"a" if artifacts_left() else b"o", seq, body)
 
 
 if __name__ == "__main__":
