@@ -234,11 +234,20 @@ impl Artifacts {
                 tracing::warn!(run_uid = %uid, "the runtime server does not serve ArtifactRuntime: nothing exported");
                 return Ok(Vec::new());
             }
-            // A custom server that gives functions no directory.
+            // The server said the call left something (`artifacts_left`),
+            // and no longer holds the function (it restarted, or the Run
+            // was released meanwhile): what was left is lost, and trying
+            // again cannot find it.
             Err(s)
                 if s.code() == tonic::Code::NotFound && matches!(scope, Scope::Invocation(_)) =>
             {
-                return Ok(Vec::new());
+                return Err(ExportError::Invalid {
+                    name: String::new(),
+                    why: format!(
+                        "the runtime server no longer holds the function's artifacts directory ({})",
+                        s.message()
+                    ),
+                });
             }
             Err(s) => return Err(ExportError::Source(s.message().to_owned())),
         };
