@@ -134,6 +134,9 @@ mod tests {
         assert!(peak.samples >= 3, "{peak:?}");
         // Other tests' threads allocate and free meanwhile: most of it.
         assert!(peak.growth_mib() >= 48.0, "{peak:?}");
-        assert!(peak.hwm_kib[1] >= peak.max_kib, "{peak:?}");
+        // The kernel raises VmHWM lazily (it is the larger of a mark kept at
+        // some events and the RSS when read), so it may trail a sampled RSS
+        // by what was freed since: it holds the growth, not every sample.
+        assert!(peak.hwm_kib[1] >= peak.base_kib + (48 << 10), "{peak:?}");
     }
 }
