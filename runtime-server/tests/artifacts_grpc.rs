@@ -473,29 +473,7 @@ def invoke(request):
             f.write(request["write"])
     return {"dir": d, "found": found}
 "#;
-    let handle = s
-        .client
-        .functions
-        .register_function(pb::RegisterFunctionRequest {
-            run: Some(pb::RunRef {
-                namespace: "default".into(),
-                name: "f".into(),
-                uid: UID.into(),
-                runtime: "python".into(),
-            }),
-            attempt: 1,
-            handler: "main.invoke".into(),
-            source: Some(pb::Source {
-                inline: source.into(),
-                path: String::new(),
-            }),
-            artifacts: true,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .handle;
+    let handle = s.register_with("python", "main.invoke", source, true).await;
     // The answer, checked to say whether the call left anything (it
     // writes on `write`).
     let call = |s: &mut Server, input: &'static str| {

@@ -87,6 +87,17 @@ impl Server {
     /// Registers `handler` of `runtime` with `source` as its file; its
     /// handle.
     pub async fn register_as(&mut self, runtime: &str, handler: &str, source: &str) -> String {
+        self.register_with(runtime, handler, source, false).await
+    }
+
+    /// [`Self::register_as`], with an artifacts directory when `artifacts`.
+    pub async fn register_with(
+        &mut self,
+        runtime: &str,
+        handler: &str,
+        source: &str,
+        artifacts: bool,
+    ) -> String {
         self.client
             .functions
             .register_function(pb::RegisterFunctionRequest {
@@ -102,6 +113,7 @@ impl Server {
                     inline: source.into(),
                     path: String::new(),
                 }),
+                artifacts,
                 ..Default::default()
             })
             .await

@@ -49,12 +49,9 @@ fn deleting_a_draining_run_lets_the_drain_finish() {
     assert!(!c.runs.contains_key(&a));
 }
 
-/// A drained session whose owner exports artifacts: the drain's answer can
-/// come before the table shows the export. The drain is not asked again (a
-/// session already drained has nothing left to export); the outcome, once
-/// published, ends the Run with its artifacts.
-#[test]
-fn a_drains_answer_before_its_export_shows_waits_for_the_export() {
+/// A session Run `a`, Ready, then asked to drain: the time, the controller,
+/// its UID and the drain's actions.
+fn draining_session() -> (Instant, Controller, String, Vec<Action>) {
     let now = Instant::now();
     let mut c = connected(1, now);
     let actions = c.apply_store(store(&[session("a")]), now);
@@ -65,6 +62,16 @@ fn a_drains_answer_before_its_export_shows_waits_for_the_export() {
         mode: TerminationMode::Drain,
     });
     let actions = c.apply_store(store(&[drain]), now);
+    (now, c, a, actions)
+}
+
+/// A drained session whose owner exports artifacts: the drain's answer can
+/// come before the table shows the export. The drain is not asked again (a
+/// session already drained has nothing left to export); the outcome, once
+/// published, ends the Run with its artifacts.
+#[test]
+fn a_drains_answer_before_its_export_shows_waits_for_the_export() {
+    let (now, mut c, a, actions) = draining_session();
     assert!(
         matches!(&actions[..], [Action::Release { cancel: false, .. }]),
         "{actions:?}"
@@ -105,16 +112,7 @@ fn a_drains_answer_before_its_export_shows_waits_for_the_export() {
 /// A drain that failed is asked again, table or not.
 #[test]
 fn a_failed_drain_is_asked_again() {
-    let now = Instant::now();
-    let mut c = connected(1, now);
-    let actions = c.apply_store(store(&[session("a")]), now);
-    settle(&mut c, actions, now);
-    let a = uid(&c, "a");
-    let mut drain = session("a");
-    drain.spec.termination = Some(Termination {
-        mode: TerminationMode::Drain,
-    });
-    c.apply_store(store(&[drain]), now);
+    let (now, mut c, a, _) = draining_session();
     let actions = c.release_result("runtimed-0", &a, false, now);
     assert!(
         matches!(&actions[..], [Action::Release { cancel: false, .. }]),
