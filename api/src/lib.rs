@@ -13,6 +13,7 @@
 
 pub mod artifact;
 pub mod crds;
+pub mod pod;
 pub mod quantity;
 pub mod requests;
 pub mod run;

@@ -5,8 +5,9 @@
 //! store's credentials) reads them back from the Runtime Server, checks them
 //! again and uploads them here ([`export`]); the gateway's artifacts route
 //! reaches a runtimed of the Runtime, which streams them back from here
-//! ([`Store::read`]), byte ranges included. [`Store::delete_run`] and
-//! [`Store::runs`] are what retention and the orphan sweep will use.
+//! ([`Store::read`]), byte ranges included. Retention and the orphan sweep
+//! compare [`Store::stored_runs`] with the Runs that exist ([`retention`]
+//! decides, [`sweep`] deletes).
 //!
 //! One interface over S3-compatible servers and local directories: the
 //! [`object_store`] crate. Keys:
@@ -24,6 +25,7 @@ mod export;
 mod range;
 pub mod retention;
 mod store;
+pub mod sweep;
 
 pub use config::{
     ACCESS_KEY_ID_ENV, Credentials, S3Config, SECRET_ACCESS_KEY_ENV, STORE_ENV, StoreConfig,

@@ -46,6 +46,15 @@ async fn a_tasks_artifacts_are_read_through_the_gateway_under_runs_artifacts() {
             "KRUNTIMES_RUNTIMED_ARTIFACT_RETAIN_SECS".to_owned(),
             "25".to_owned(),
         ),
+        // The sweep (retention and orphans), quicker than its defaults.
+        (
+            "KRUNTIMES_RUNTIMED_ARTIFACT_SWEEP_SECS".to_owned(),
+            "1".to_owned(),
+        ),
+        (
+            "KRUNTIMES_RUNTIMED_ARTIFACT_ORPHAN_GRACE_SECS".to_owned(),
+            "3".to_owned(),
+        ),
     ];
     let (server, cluster) = setup_with(1, |c| c.use_artifact_store(&store, credentials)).await;
     // Carol may read artifacts in `a`; alice may invoke there, not read
@@ -184,8 +193,40 @@ async fn a_tasks_artifacts_are_read_through_the_gateway_under_runs_artifacts() {
         }
     };
     assert!(gone(deleted_uid).await, "a deleted Run's artifacts stayed");
+    // Artifacts of Runs the API server does not know — deleted while no
+    // runtimed could clean up, in a namespace that exists or not — go
+    // once they have been missing for the grace.
+    for (ns, orphan) in [
+        ("a", "9a0e5a52-0000-4000-8000-000000000001"),
+        ("gone-ns", "9a0e5a52-0000-4000-8000-000000000002"),
+    ] {
+        s3.put_object(
+            "artifacts",
+            &format!("cluster/{ns}/{orphan}/manifest.json"),
+            b"{}".to_vec(),
+        )
+        .await
+        .unwrap();
+    }
+    let orphans_gone = async {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let mut left = 0;
+            for key in [
+                "cluster/a/9a0e5a52-0000-4000-8000-000000000001/manifest.json",
+                "cluster/gone-ns/9a0e5a52-0000-4000-8000-000000000002/manifest.json",
+            ] {
+                left += usize::from(s3.get_object("artifacts", key).await.is_ok());
+            }
+            if left == 0 || tokio::time::Instant::now() > deadline {
+                return left;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        }
+    };
+    assert_eq!(orphans_gone.await, 0, "orphans stayed");
     // The first Run stays; its artifacts go once its retention (25 s) has
-    // passed since it ended.
+    // passed since it ended (the sweep's, not its owner's).
     assert!(gone(uid.to_owned()).await, "retention did not delete");
     assert!(runs.get("exports").await.is_ok());
     let after = get(Some(carol), "/out/report.json").await.unwrap();

@@ -449,6 +449,8 @@ impl Cluster {
             format!("--name={name}"),
             format!("--pod-uid={uid}"),
             format!("--pod-namespace={SYSTEM_NAMESPACE}"),
+            // As the operator passes the Pod's `kruntimes.io/runtime` label.
+            format!("--runtime-name={runtime}"),
             format!("--kubeconfig={}", s(&self.kubeconfigs[&identity])),
             format!("--listen=127.0.0.1:{port}"),
             format!("--tls-cert={}", s(&f.runtimed_cert)),

@@ -42,8 +42,12 @@ pub struct Artifacts {
     /// How long an export is tried before the Run fails.
     pub deadline: Duration,
     /// How long a Run's artifacts are kept after it ended (`None`: until
-    /// it is deleted); on a cluster, enforced by the owner.
+    /// it is deleted); on a cluster, enforced by the sweep.
     pub retain: Option<Duration>,
+    /// Time between two sweeps of the store (Kubernetes mode).
+    pub sweep_every: Duration,
+    /// How long a stored UID must be unknown before it is an orphan.
+    pub orphan_grace: Duration,
 }
 
 /// One export: of what, and for how long it is tried.

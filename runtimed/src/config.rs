@@ -144,6 +144,21 @@ pub struct Args {
     /// .retainAfterRunSeconds`). Default: until the Run is deleted.
     #[arg(long, env = "KRUNTIMES_RUNTIMED_ARTIFACT_RETAIN_SECS")]
     pub artifact_retain_secs: Option<u64>,
+    /// Time between two sweeps of the artifact store, seconds (Kubernetes
+    /// mode; one runtimed of the Runtime sweeps: retention and orphans).
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_ARTIFACT_SWEEP_SECS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub artifact_sweep_secs: u64,
+    /// How long a Run UID found in the store must be unknown to the API
+    /// server before its artifacts are deleted as an orphan, seconds.
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_ARTIFACT_ORPHAN_GRACE_SECS", default_value_t = 600,
+          value_parser = clap::value_parser!(u64).range(0..=31_536_000))]
+    pub artifact_orphan_grace_secs: u64,
+    /// The Runtime this Pod belongs to (Kubernetes mode; the Pod's
+    /// `kruntimes.io/runtime` label): which Pods it is elected among to
+    /// sweep the artifact store, and whose retention it applies.
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_RUNTIME")]
+    pub runtime_name: Option<String>,
 }
 
 /// Why the flags do not make a runtimed.
@@ -222,6 +237,8 @@ pub struct KubernetesConfig {
     pub pod_namespace: String,
     /// Kubeconfig (else the in-cluster configuration).
     pub kubeconfig: Option<PathBuf>,
+    /// The Pod's Runtime (`None`: this runtimed never sweeps the store).
+    pub runtime: Option<String>,
 }
 
 impl Args {
@@ -237,6 +254,7 @@ impl Args {
             Some(KubernetesConfig {
                 pod_namespace,
                 kubeconfig: self.kubeconfig,
+                runtime: self.runtime_name.filter(|r| !r.is_empty()),
             })
         } else {
             None
@@ -269,6 +287,8 @@ impl Args {
                     },
                     deadline: Duration::from_secs(self.artifact_export_timeout_secs),
                     retain: self.artifact_retain_secs.map(Duration::from_secs),
+                    sweep_every: Duration::from_secs(self.artifact_sweep_secs),
+                    orphan_grace: Duration::from_secs(self.artifact_orphan_grace_secs),
                 }))
             }
         };

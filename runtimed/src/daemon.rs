@@ -86,6 +86,20 @@ async fn watch_runs(
         name: config.name.clone(),
         uid: pod_uid.to_owned(),
     };
+    if let (Some(artifacts), Some(runtime)) = (&config.artifacts, &kube.runtime) {
+        let sweeper = crate::cluster::sweep::Sweeper {
+            client: client.clone(),
+            namespace: kube.pod_namespace.clone(),
+            pod: config.name.clone(),
+            runtime: runtime.clone(),
+            artifacts: artifacts.clone(),
+        };
+        tokio::spawn(sweeper.run(stop.clone()));
+    } else if config.artifacts.is_some() {
+        tracing::warn!(
+            "no --runtime-name: this runtimed never sweeps the artifact store (retention and orphans)"
+        );
+    }
     let (synced_tx, synced_rx) = tokio::sync::oneshot::channel();
     let mut stop = stop;
     let mut task = tokio::spawn(crate::cluster::run(

@@ -23,8 +23,8 @@ pub struct Metrics {
     /// `failed`).
     pub artifact_exports: IntCounterVec,
     /// Runs whose artifacts were deleted, by `reason` (`deleted`,
-    /// `expired`, `gave_up`: the store kept failing and the Run's deletion
-    /// went on without it).
+    /// `expired`, `orphaned`, `gave_up`: the store kept failing and the
+    /// Run's deletion went on without it).
     pub artifact_cleanups: IntCounterVec,
     /// The children of `invocations_total` and
     /// `invocation_duration_seconds` (by `outcome`) for each of
@@ -148,8 +148,8 @@ pub fn artifact_export(result: &str) {
     }
 }
 
-/// Counts one Run's artifacts deleted (`deleted`, `expired`) or given up
-/// on (`gave_up`).
+/// Counts one Run's artifacts deleted (`deleted`, `expired`, `orphaned`)
+/// or given up on (`gave_up`).
 pub fn artifact_cleanup(reason: &str) {
     if let Some(m) = get() {
         m.artifact_cleanups.with_label_values(&[reason]).inc();

@@ -61,10 +61,7 @@ pub fn pod_info(pod: &Pod) -> Option<PodInfo> {
     let runtime = pod.labels().get(RUNTIME_LABEL)?.clone();
     let status = pod.status.as_ref();
     let terminating = pod.meta().deletion_timestamp.is_some();
-    let ready = !terminating
-        && status
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let ready = kruntimes_api::pod::is_ready(pod);
     let address = match (status.and_then(|s| s.pod_ip.as_ref()), dataplane_port(pod)) {
         (Some(ip), Some(port)) if !ip.is_empty() => Some(if ip.contains(':') {
             format!("[{ip}]:{port}")

@@ -25,6 +25,9 @@ pub struct ArtifactMaintenance {
     pub grace: Duration,
 }
 
+/// Bound on deleting one Run's artifacts in a sweep.
+const DELETE_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// The Runs that exist, by UID: namespace and when they ended.
 pub type RunsView = BTreeMap<String, (String, Option<std::time::Instant>)>;
 
@@ -62,16 +65,8 @@ pub fn spawn(
                     continue;
                 }
             };
-            for (namespace, uid, why) in sweep.plan(&stored, &live, m.grace, now) {
-                match m.store.delete_run(&namespace, &uid).await {
-                    Ok(objects) => {
-                        tracing::info!(%namespace, run_uid = %uid, reason = why.as_str(), objects, "artifacts deleted");
-                    }
-                    Err(e) => {
-                        tracing::warn!(%namespace, run_uid = %uid, reason = why.as_str(), error = %e, "artifacts not deleted; trying again at the next sweep");
-                    }
-                }
-            }
+            let plan = sweep.plan(&stored, &live, m.grace, now);
+            kruntimes_artifacts::sweep::carry_out(&m.store, plan, DELETE_TIMEOUT).await;
         }
     })
 }

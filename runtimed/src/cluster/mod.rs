@@ -40,6 +40,8 @@ use serde_json::json;
 use crate::host::Host;
 use crate::registration::{RegisterError, Release};
 
+pub mod sweep;
+
 /// Why the Kubernetes loop stopped, or a step of it failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -92,8 +94,6 @@ struct Agent {
     notify: Arc<tokio::sync::Notify>,
     /// Failed tries at deleting a deleted Run's artifacts, by UID.
     cleanup_tries: std::sync::Mutex<std::collections::HashMap<String, u32>>,
-    /// Runs whose artifacts were deleted at their retention.
-    expired: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 /// Runs the Kubernetes loop until `shutdown` resolves; `synced` fires once
@@ -135,7 +135,6 @@ pub async fn run(
         busy: std::sync::Mutex::new(std::collections::HashSet::new()),
         notify: notify.clone(),
         cleanup_tries: Default::default(),
-        expired: Default::default(),
     });
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
@@ -213,7 +212,6 @@ impl Agent {
         for run in self.runs.state() {
             let uid = run.uid().unwrap_or_default();
             let local = locals.remove(&uid);
-            self.expire_artifacts(&run);
             if self.is_busy(&uid) {
                 continue;
             }
@@ -386,54 +384,6 @@ impl Agent {
             .unwrap_or_else(|p| p.into_inner())
             .remove(uid);
         Ok(())
-    }
-
-    /// Deletes the artifacts of ended Runs of this Pod whose retention
-    /// passed (once per Run and process; idempotent in the store).
-    fn expire_artifacts(self: &Arc<Self>, run: &Run) {
-        let Some(artifacts) = self.host.tasks.artifacts() else {
-            return;
-        };
-        let status = run.status.as_ref();
-        let ended_for = status
-            .filter(|s| s.phase.is_some_and(|p| p.is_terminal()))
-            .and_then(|s| s.completion_time.as_ref())
-            .and_then(|t| {
-                let ms = k8s_openapi::jiff::Timestamp::now()
-                    .duration_since(t.0)
-                    .as_millis();
-                u64::try_from(ms).ok()
-            })
-            .map(Duration::from_millis);
-        if !kruntimes_artifacts::retention::expired(ended_for, artifacts.retain) {
-            return;
-        }
-        let uid = run.uid().unwrap_or_default();
-        if !self
-            .expired
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(uid.clone())
-        {
-            return;
-        }
-        let (store, ns) = (artifacts.store.clone(), run.namespace().unwrap_or_default());
-        let me = self.clone();
-        tokio::spawn(async move {
-            match store.delete_run(&ns, &uid).await {
-                Ok(objects) => {
-                    tracing::info!(run_uid = %uid, objects, "artifacts deleted at their retention");
-                    crate::metrics::artifact_cleanup("expired");
-                }
-                Err(e) => {
-                    tracing::warn!(run_uid = %uid, error = %e, "artifacts not deleted at their retention; trying again");
-                    me.expired
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .remove(&uid);
-                }
-            }
-        });
     }
 
     async fn unregister(&self, uid: &str, stop: Stop) {

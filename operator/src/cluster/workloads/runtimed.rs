@@ -65,6 +65,11 @@ pub(super) fn container(rt: &Runtime, s: &PodSettings) -> Container {
                 field_env("KRUNTIMES_RUNTIMED_NAME", "metadata.name"),
                 field_env("KRUNTIMES_RUNTIMED_POD_UID", "metadata.uid"),
                 field_env("KRUNTIMES_RUNTIMED_POD_NAMESPACE", "metadata.namespace"),
+                // The Runtime whose Pods elect one to sweep the artifact store.
+                field_env(
+                    "KRUNTIMES_RUNTIMED_RUNTIME",
+                    &format!("metadata.labels['{}']", kruntimes_api::RUNTIME_LABEL),
+                ),
                 field_env("POD_IP", "status.podIP"),
             ]
             .into_iter()

@@ -129,6 +129,14 @@ fn deployment_runs_runtimed_with_downward_identity_and_internal_tls() {
     assert!(args.contains(&"--runtime-server=/run/kruntimes/runtime.sock".to_string()));
     let env: Vec<&str> = c.env.iter().flatten().map(|e| e.name.as_str()).collect();
     assert!(env.contains(&"KRUNTIMES_RUNTIMED_POD_UID"));
+    let runtime = c
+        .env
+        .iter()
+        .flatten()
+        .find(|e| e.name == "KRUNTIMES_RUNTIMED_RUNTIME")
+        .and_then(|e| e.value_from.as_ref()?.field_ref.as_ref())
+        .map(|f| f.field_path.as_str());
+    assert_eq!(runtime, Some("metadata.labels['kruntimes.io/runtime']"));
     assert_eq!(
         c.ports.as_ref().unwrap()[0].name.as_deref(),
         Some("dataplane")
