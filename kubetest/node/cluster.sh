@@ -129,7 +129,7 @@ images_complete() {
 import json, os, sys
 images = json.load(open(sys.argv[1]))
 names = {i["name"] for i in images}
-need = {"pause", "coredns", "operator", "gateway", "runtimed", "runtime-python", "runtime-bash"}
+need = {"pause", "coredns", "versitygw", "operator", "gateway", "runtimed", "runtime-python", "runtime-bash"}
 sys.exit(0 if need <= names and all(os.path.isfile(i["archive"]) for i in images) else 1)
 PY
 }

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use node_support::*;
 use serde_json::{Value, json};
+use sha2::Digest as _;
 
 /// One cluster at a time (an async lock: a failed test does not poison it).
 static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -178,6 +179,218 @@ async fn task_runs_run_once_on_the_warm_pods_of_the_chart_images() {
         (Some(3), true),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The S3-compatible store of the artifacts test, installed into the
+/// cluster as a platform team installs theirs: versitygw (the object-store
+/// tests' server) in namespace `storage`, its bucket made by an init
+/// container, behind Service `versitygw`.
+fn store_manifests(
+    node: &kruntimes_kubetest::node::NodeCluster,
+    access: &str,
+    secret: &str,
+) -> String {
+    let versitygw = image_ref(node, "versitygw");
+    let python = image_ref(node, "runtime-python");
+    format!(
+        r#"apiVersion: v1
+kind: Namespace
+metadata: {{name: storage}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: versitygw, namespace: storage}}
+stringData: {{ROOT_ACCESS_KEY: {access}, ROOT_SECRET_KEY: {secret}}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: versitygw, namespace: storage}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: versitygw}}}}
+  template:
+    metadata: {{labels: {{app: versitygw}}}}
+    spec:
+      securityContext:
+        runAsNonRoot: true
+        runAsUser: 65532
+        runAsGroup: 65532
+        fsGroup: 65532
+        seccompProfile: {{type: RuntimeDefault}}
+      initContainers:
+        - name: bucket
+          image: {python}
+          command: [python3, -c, "import os; os.makedirs('/data/artifacts', exist_ok=True)"]
+          volumeMounts: [{{name: data, mountPath: /data}}]
+      containers:
+        - name: versitygw
+          image: {versitygw}
+          args: [--port, ":7070", --region, us-east-1, posix, /data]
+          envFrom: [{{secretRef: {{name: versitygw}}}}]
+          ports: [{{name: s3, containerPort: 7070}}]
+          readinessProbe: {{tcpSocket: {{port: s3}}, periodSeconds: 1}}
+          securityContext: {{allowPrivilegeEscalation: false, capabilities: {{drop: [ALL]}}}}
+          volumeMounts: [{{name: data, mountPath: /data}}]
+      volumes: [{{name: data, emptyDir: {{}}}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: versitygw, namespace: storage}}
+spec:
+  selector: {{app: versitygw}}
+  ports: [{{name: s3, port: 7070, targetPort: s3}}]
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: kruntimes-artifacts, namespace: kruntimes-system}}
+stringData: {{accessKeyId: {access}, secretAccessKey: {secret}}}
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tasks_artifacts_go_to_a_store_in_the_cluster_and_come_back_through_the_gateway() {
+    let _turn = TURN.lock().await;
+    let (access, secret) = ("kruntimes-node", "node-store-secret-5d1c9e07a4b2");
+    let k = Installed::with_setup(
+        &[
+            "--set",
+            "artifactStore.endpoint=http://versitygw.storage.svc.cluster.local:7070",
+            "--set",
+            "artifactStore.bucket=artifacts",
+            "--set",
+            "artifactStore.pathStyle=true",
+            "--set",
+            "artifactStore.credentialsSecret.name=kruntimes-artifacts",
+        ],
+        |node| {
+            node.apply(&store_manifests(node, access, secret)).unwrap();
+        },
+    )
+    .await;
+    k.node
+        .kubectl(&[
+            "rollout",
+            "status",
+            "-n",
+            "storage",
+            "deployment/versitygw",
+            "--timeout=120s",
+        ])
+        .unwrap_or_else(|e| panic!("the store did not start: {e:#}\n{}", diagnose(&k.node)));
+    k.namespace("team-a");
+    k.service_account("team-a", "reader", Some("artifacts-reader"));
+    k.service_account("team-a", "caller", Some("run-invoker"));
+    let task = |name: &str, script: &str| {
+        format!(
+            "apiVersion: kruntimes.io/v1alpha1\nkind: Run\nmetadata: {{name: {name}, namespace: team-a}}\nspec:\n  runtime: python\n  source:\n    inline: {script:?}\n  mode:\n    task: {{}}\n---\n"
+        )
+    };
+    let content = "{\"rows\": 3}\n";
+    k.node
+        .apply(
+            &[
+                task(
+                    "exports",
+                    &format!(
+                        "import os\nd = os.environ['KRUNTIME_ARTIFACTS_DIR']\nos.makedirs(d + '/out')\nopen(d + '/out/data.json', 'w').write({content:?})\nprint(sorted(k for k in os.environ if any(w in k for w in ('ARTIFACT', 'SECRET', 'ACCESS', 'AWS'))))\n"
+                    ),
+                ),
+                task(
+                    "escapes",
+                    "import os\nos.symlink('/etc/passwd', os.environ['KRUNTIME_ARTIFACTS_DIR'] + '/passwd')\n",
+                ),
+            ]
+            .concat(),
+        )
+        .unwrap();
+    let ended = |r: &Value| {
+        matches!(
+            r["status"]["phase"].as_str(),
+            Some("Succeeded" | "Failed" | "Timeout" | "Cancelled")
+        )
+    };
+    let run = k.wait_run("team-a", "exports", ended).await;
+    let s = &run["status"];
+    assert_eq!(s["phase"], "Succeeded", "{s:#}\n{}", diagnose(&k.node));
+    // User code saw its directory and nothing of the store's credentials.
+    assert_eq!(
+        s["task"]["stdoutTail"], "['KRUNTIME_ARTIFACTS_DIR']\n",
+        "{s:#}"
+    );
+    let uid = run["metadata"]["uid"].as_str().unwrap();
+    let digest: String = sha2::Sha256::digest(content.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(
+        s["artifacts"],
+        json!([{
+            "name": "out/data.json",
+            "uri": format!("s3://artifacts/kruntimes/team-a/{uid}/files/out/data.json"),
+            "size": content.len(),
+            "sha256": digest,
+        }]),
+        "{s:#}"
+    );
+    // Read back from the store through the gateway (NodePort), by a caller
+    // allowed `get` on `runs/artifacts`: whole, and a range.
+    let url = s["endpoint"]["url"].as_str().unwrap();
+    let path = &url[url.find("/v1/").unwrap()..];
+    let file = format!("https://{GATEWAY_HOST}:{NODE_PORT}{path}/out/data.json");
+    let http = k.host_client();
+    let reader = k.token("team-a", "reader");
+    let whole = http.get(&file).bearer_auth(&reader).send().await.unwrap();
+    assert_eq!(whole.status(), 200);
+    assert_eq!(
+        whole.headers()["x-kruntimes-artifact-sha256"],
+        digest.as_str()
+    );
+    assert_eq!(whole.text().await.unwrap(), content);
+    let part = http
+        .get(&file)
+        .bearer_auth(&reader)
+        .header("range", "bytes=1-6")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(part.status(), 206);
+    assert_eq!(part.text().await.unwrap(), &content[1..7]);
+    // A caller who may invoke, not read artifacts: 403.
+    let refused = http
+        .get(&file)
+        .bearer_auth(k.token("team-a", "caller"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 403);
+    // A link out of the directory fails its Run, named; nothing uploaded.
+    let escapes = k.wait_run("team-a", "escapes", ended).await;
+    let s = &escapes["status"];
+    assert_eq!(
+        (&s["phase"], &s["reason"]),
+        (&json!("Failed"), &json!("ArtifactInvalid")),
+        "{s:#}"
+    );
+    assert!(s["message"].as_str().unwrap().contains("passwd"), "{s:#}");
+    // The store's secret is in no log of the release's Pods.
+    let logs = k
+        .node
+        .kubectl(&[
+            "logs",
+            "-n",
+            NAMESPACE,
+            "-l",
+            "kruntimes.io/runtime=python",
+            "--all-containers",
+            "--tail=-1",
+        ])
+        .unwrap();
+    assert!(!logs.is_empty());
+    assert!(
+        !logs.contains(secret),
+        "a runtime Pod's log holds the store's secret"
     );
 }
 

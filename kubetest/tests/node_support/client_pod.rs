@@ -98,18 +98,6 @@ impl Installed {
 
     /// The reference of one of the project's images (as imported into the node).
     pub fn image(&self, name: &str) -> String {
-        let images: Value = serde_json::from_str(
-            &std::fs::read_to_string(self.node.env("IMAGES_JSON").unwrap()).unwrap(),
-        )
-        .unwrap();
-        images
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|i| i["name"] == name)
-            .unwrap_or_else(|| panic!("no image {name}"))["ref"]
-            .as_str()
-            .unwrap()
-            .to_owned()
+        super::image_ref(&self.node, name)
     }
 }

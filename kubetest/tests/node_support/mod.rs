@@ -59,9 +59,17 @@ const BASE_VALUES: [&str; 4] = [
 impl Installed {
     /// Brings a cluster up and runs `helm install --wait` with `extra` arguments.
     pub async fn new(extra: &[&str]) -> Self {
+        Self::with_setup(extra, |_| {}).await
+    }
+
+    /// [`Self::new`], with `setup` run on the cluster once the release
+    /// namespace exists, before the install (what a platform team creates
+    /// first: a Secret the values name, a service the release uses).
+    pub async fn with_setup(extra: &[&str], setup: impl FnOnce(&NodeCluster)) -> Self {
         let node = NodeCluster::up().unwrap_or_else(|e| panic!("{e:#}"));
         let helm = Helm::new().expect("build helm");
         node.kubectl(&["create", "namespace", NAMESPACE]).unwrap();
+        setup(&node);
         let started = Instant::now();
         release(&node, &helm, "install", extra);
         eprintln!("helm install --wait: {:?}", started.elapsed());
@@ -432,6 +440,22 @@ fn release(node: &NodeCluster, helm: &Helm, verb: &str, extra: &[&str]) {
     if let Err(e) = node.helm(helm, &args) {
         panic!("{e:#}\n{}", diagnose(node));
     }
+}
+
+/// The reference of one of the project's images (as imported into the node).
+pub fn image_ref(node: &NodeCluster, name: &str) -> String {
+    let images: Value =
+        serde_json::from_str(&std::fs::read_to_string(node.env("IMAGES_JSON").unwrap()).unwrap())
+            .unwrap();
+    images
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["name"] == name)
+        .unwrap_or_else(|| panic!("no image {name}"))["ref"]
+        .as_str()
+        .unwrap()
+        .to_owned()
 }
 
 /// `kubectl get … -o json`, parsed.
