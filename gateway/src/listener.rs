@@ -263,9 +263,13 @@ impl<A: ServerApp + Send + Sync + 'static> Conn<A> {
 
 /// Read buffer of a connection, as Pingora's own listeners use.
 const READ_BUFFER: usize = 64 * 1024;
-/// Write buffer of a connection (one segment, as Pingora's): a response's
-/// header and body records leave in one write when they fit.
-const WRITE_BUFFER: usize = 1460;
+/// Write buffer of a connection. TLS writes each record on its own, and an
+/// HTTP/2 DATA frame of 16 KiB is two records (its 9-byte header, then the
+/// payload): with a one-segment buffer every frame cost two `send`s. This
+/// holds several frames, so a streamed body leaves in 64 KiB writes; what is
+/// written is sent at the next flush, as before (Pingora flushes after every
+/// response part).
+const WRITE_BUFFER: usize = 64 * 1024;
 
 /// A buffered TCP connection handed to Pingora (whose own buffered socket
 /// type is internal to it).
