@@ -291,6 +291,88 @@ async fn a_tasks_artifacts_are_read_through_the_gateway_under_runs_artifacts() {
     assert_eq!(got.status(), 200);
     assert_eq!(got.bytes().await.unwrap(), &br#"{"cause": "cpu"}"#[..]);
     assert_eq!(read(alice).await.unwrap().status(), 403);
+    // A Runtime deleted: the artifacts of its Runs go before it does (its
+    // runtimed sweeps them, then takes the operator's finalizer off), and
+    // the Runs stay.
+    let admin = server.client().await.unwrap();
+    let runtimes: kube::Api<kruntimes_api::Runtime> =
+        kube::Api::namespaced(admin, kruntimes_kubetest::cluster::SYSTEM_NAMESPACE);
+    let reports: kruntimes_api::Runtime = serde_json::from_value(json!({
+        "apiVersion": "kruntimes.io/v1alpha1", "kind": "Runtime",
+        "metadata": {"name": "reports", "namespace": kruntimes_kubetest::cluster::SYSTEM_NAMESPACE},
+        "spec": {
+            "replicas": 1, "capacity": {"runs": 2}, "image": "ghcr.io/kruntimes/runtime-python:test",
+            "artifactStore": {"endpoint": s3.endpoint(), "bucket": "artifacts", "prefix": "cluster", "pathStyle": true},
+        },
+    }))
+    .unwrap();
+    runtimes
+        .create(&PostParams::default(), &reports)
+        .await
+        .unwrap();
+    let finalizer = kruntimes_api::ARTIFACTS_FINALIZER;
+    let held = async {
+        for _ in 0..150 {
+            let rt = runtimes.get("reports").await.unwrap();
+            if rt
+                .metadata
+                .finalizers
+                .iter()
+                .flatten()
+                .any(|f| f == finalizer)
+            {
+                return true;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        false
+    };
+    assert!(held.await, "the operator did not add {finalizer}");
+    cluster.add_pod("reports-0", "reports").await.unwrap();
+    runs.create(
+        &PostParams::default(),
+        &run_in_a(
+            "report",
+            json!({"runtime": "reports", "source": {"inline": script}, "mode": {"task": {}}}),
+        ),
+    )
+    .await
+    .unwrap();
+    let report = cluster
+        .wait_phase("a", "report", "Succeeded")
+        .await
+        .unwrap();
+    let report_uid = report["metadata"]["uid"].as_str().unwrap().to_owned();
+    assert_eq!(report["status"]["artifacts"][0]["name"], "out/report.json");
+    assert!(
+        s3.get_object("artifacts", &manifest(&report_uid))
+            .await
+            .is_ok()
+    );
+    runtimes
+        .delete("reports", &Default::default())
+        .await
+        .unwrap();
+    let released = async {
+        for _ in 0..300 {
+            if runtimes.get_opt("reports").await.unwrap().is_none() {
+                return true;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        false
+    };
+    assert!(released.await, "the deleted runtime was never released");
+    assert!(
+        s3.get_object("artifacts", &manifest(&report_uid))
+            .await
+            .is_err(),
+        "the deleted runtime's artifacts stayed"
+    );
+    assert!(
+        runs.get("report").await.is_ok(),
+        "the run went with its runtime"
+    );
     // The store's secret is in no log of the installation.
     let logs = cluster.settled_logs().await;
     assert!(
