@@ -50,10 +50,6 @@ pub const RUNS_RESOURCE: &str = "runs";
 
 /// Finalizer that makes the owner release a Run before it is deleted.
 pub const FINALIZER: &str = "kruntimes.io/function-cleanup";
-/// Finalizer of a Runtime with an artifact store: its Runs' artifacts are
-/// deleted before the Runtime goes (removed by the runtimed that swept them,
-/// or by the operator when nothing can).
-pub const ARTIFACTS_FINALIZER: &str = "kruntimes.io/artifacts-cleanup";
 /// Label naming the Runtime a Pod belongs to.
 pub const RUNTIME_LABEL: &str = "kruntimes.io/runtime";
 

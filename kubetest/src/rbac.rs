@@ -21,28 +21,18 @@ impl ApiServer {
         };
         let text =
             std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
+        let mut docs = serde_yaml::Deserializer::from_str(&text);
+        let policy: ValidatingAdmissionPolicy =
+            serde::Deserialize::deserialize(docs.next().context("no policy document")?)?;
+        let binding: ValidatingAdmissionPolicyBinding =
+            serde::Deserialize::deserialize(docs.next().context("no binding document")?)?;
         let client = self.client().await?;
-        let mut applied = 0;
-        for doc in serde_yaml::Deserializer::from_str(&text) {
-            let value: serde_json::Value = serde::Deserialize::deserialize(doc)?;
-            match value["kind"].as_str() {
-                Some("ValidatingAdmissionPolicy") => {
-                    let policy: ValidatingAdmissionPolicy = serde_json::from_value(value)?;
-                    Api::<ValidatingAdmissionPolicy>::all(client.clone())
-                        .create(&PostParams::default(), &policy)
-                        .await?;
-                }
-                Some("ValidatingAdmissionPolicyBinding") => {
-                    let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(value)?;
-                    Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
-                        .create(&PostParams::default(), &binding)
-                        .await?;
-                }
-                other => anyhow::bail!("{}: a document of kind {other:?}", path.display()),
-            }
-            applied += 1;
-        }
-        anyhow::ensure!(applied > 0, "{}: no policy", path.display());
+        Api::<ValidatingAdmissionPolicy>::all(client.clone())
+            .create(&PostParams::default(), &policy)
+            .await?;
+        Api::<ValidatingAdmissionPolicyBinding>::all(client)
+            .create(&PostParams::default(), &binding)
+            .await?;
         Ok(())
     }
 

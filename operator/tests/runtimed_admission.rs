@@ -3,8 +3,7 @@
 //! real kube-apiserver on tokens from the TokenRequest API bound to Pods: a
 //! runtimed may report the status of a Run assigned to its own Pod, and
 //! nothing else — not another Pod's Run, not the assignment fields, not the
-//! spec, not with a token bound to no Pod; and of a Runtime only its
-//! artifacts finalizer, while it is deleted.
+//! spec, not with a token bound to no Pod.
 
 // Test helpers panic on failure: that is how a test fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -13,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, ServiceAccount};
-use kruntimes_api::{ARTIFACTS_FINALIZER, Run, Runtime};
+use kruntimes_api::Run;
 use kruntimes_kubetest::{ApiServer, Subject};
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -242,82 +241,4 @@ async fn a_runtimed_changes_only_the_runs_of_its_own_pod_and_never_their_assignm
     let status = mine.status.unwrap();
     assert_eq!(status.assigned_pod.as_deref(), Some("rt-1"));
     assert_eq!(status.attempt, Some(1));
-
-    // A Runtime: only its artifacts finalizer, and only while it is deleted.
-    let runtimes = |c: &kube::Client| Api::<Runtime>::namespaced(c.clone(), NS);
-    let rt: Runtime = serde_json::from_value(json!({
-        "apiVersion": "kruntimes.io/v1alpha1", "kind": "Runtime",
-        "metadata": {"name": "pool", "namespace": NS,
-                     "finalizers": [ARTIFACTS_FINALIZER, "example.com/keep"]},
-        "spec": {"replicas": 1, "capacity": {"runs": 1}, "image": "example.com/python:1"},
-    }))
-    .unwrap();
-    runtimes(&admin)
-        .create(&PostParams::default(), &rt)
-        .await
-        .unwrap();
-    let finalizers = |c: &kube::Client, list: &'static [&'static str]| {
-        let api = runtimes(c);
-        async move {
-            api.patch(
-                "pool",
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"finalizers": list}})),
-            )
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string())
-        }
-    };
-    // The second policy takes effect once loaded too: a change it refuses
-    // is tried (and undone while it gets through) until it is refused.
-    let label = |c: &kube::Client, value: Option<&'static str>| {
-        let api = runtimes(c);
-        async move {
-            api.patch(
-                "pool",
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"labels": {"probe": value}}})),
-            )
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string())
-        }
-    };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while label(&own, Some("x")).await.is_ok() {
-        label(&admin, None).await.unwrap();
-        assert!(
-            Instant::now() < deadline,
-            "the runtime policy never took effect"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    refused(
-        finalizers(&own, &["example.com/keep"]).await,
-        "only while it is deleted",
-    );
-    runtimes(&admin)
-        .delete("pool", &Default::default())
-        .await
-        .unwrap();
-    refused(
-        finalizers(&own, &[ARTIFACTS_FINALIZER]).await,
-        "may only remove the artifacts finalizer",
-    );
-    refused(
-        runtimes(&own)
-            .patch(
-                "pool",
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"replicas": 3}})),
-            )
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string()),
-        "may not change a Runtime's spec",
-    );
-    finalizers(&own, &["example.com/keep"]).await.unwrap();
-    finalizers(&admin, &[]).await.unwrap();
-    assert!(runtimes(&admin).get_opt("pool").await.unwrap().is_none());
 }

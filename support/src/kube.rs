@@ -1,6 +1,6 @@
 //! The Kubernetes client plumbing of the operator and runtimed: client
-//! construction, reflector caches that wake a reconcile loop, the
-//! finalizer patches and the JSON merge-patch diff of a status.
+//! construction, reflector caches that wake a reconcile loop, the cleanup
+//! finalizer patch and the JSON merge-patch diff of a status.
 
 use std::sync::Arc;
 
@@ -86,39 +86,20 @@ where
 /// Adds or removes the cleanup finalizer, guarded by the Run's
 /// `resourceVersion`; returns the updated Run.
 pub async fn set_finalizer(client: &kube::Client, run: &Run, add: bool) -> kube::Result<Run> {
-    set_finalizer_of(client, run, FINALIZER, add).await
-}
-
-/// Adds or removes `finalizer` of a namespaced object, guarded by its
-/// `resourceVersion` (a conflict means it moved: decide again); returns the
-/// updated object.
-pub async fn set_finalizer_of<K>(
-    client: &kube::Client,
-    object: &K,
-    finalizer: &str,
-    add: bool,
-) -> kube::Result<K>
-where
-    K: Resource<Scope = kube::core::NamespaceResourceScope>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-    K::DynamicType: Default,
-{
-    let mut finalizers: Vec<String> = object.finalizers().to_vec();
-    finalizers.retain(|f| f != finalizer);
+    let mut finalizers: Vec<String> = run.finalizers().to_vec();
+    finalizers.retain(|f| f != FINALIZER);
     if add {
-        finalizers.push(finalizer.into());
+        finalizers.push(FINALIZER.into());
     }
     let patch = json!({
         "metadata": {
-            "resourceVersion": object.resource_version(),
+            "resourceVersion": run.resource_version(),
             "finalizers": finalizers,
         }
     });
-    Api::<K>::namespaced(client.clone(), &object.namespace().unwrap_or_default())
+    Api::<Run>::namespaced(client.clone(), &run.namespace().unwrap_or_default())
         .patch(
-            &object.name_any(),
+            &run.name_any(),
             &PatchParams::default(),
             &Patch::Merge(patch),
         )

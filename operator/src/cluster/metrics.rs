@@ -23,9 +23,6 @@ pub struct Metrics {
     pub writes: IntCounterVec,
     /// Runtimes whose Deployment could not be reconciled.
     pub runtime_errors: IntCounter,
-    /// Deleted Runtimes let go before their Pods swept their artifacts
-    /// (none left to, or past the bound).
-    pub runtime_artifacts_given_up: IntCounter,
     /// Scheduling cycles, by `result` (`bound`, `unplaced`, and `skipped`:
     /// a waiting Run whose pool did not change since it was turned away).
     pub cycles: IntCounterVec,
@@ -71,10 +68,6 @@ fn build() -> prometheus::Result<Metrics> {
         "runtime_errors_total",
         "Runtimes whose Deployment could not be reconciled.",
     )?;
-    let runtime_artifacts_given_up = IntCounter::new(
-        "runtime_artifacts_given_up_total",
-        "Deleted Runtimes let go before their Pods swept their artifacts.",
-    )?;
     let cycles = IntCounterVec::new(
         Opts::new("scheduling_cycles_total", "Scheduling cycles, by result."),
         &["result"],
@@ -106,7 +99,6 @@ fn build() -> prometheus::Result<Metrics> {
     registry.register(Box::new(decisions.clone()))?;
     registry.register(Box::new(writes.clone()))?;
     registry.register(Box::new(runtime_errors.clone()))?;
-    registry.register(Box::new(runtime_artifacts_given_up.clone()))?;
     Ok(Metrics {
         registry,
         passes,
@@ -114,7 +106,6 @@ fn build() -> prometheus::Result<Metrics> {
         decisions,
         writes,
         runtime_errors,
-        runtime_artifacts_given_up,
         cycles,
         wakeups,
         filter_rejections,

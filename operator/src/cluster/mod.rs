@@ -419,9 +419,6 @@ impl Operator {
             let key = format!("{}/{}", rt.namespace().unwrap_or_default(), rt.name_any());
             let replicas = self.sizes.desired(rt, demand.get(&key), now);
             keys.push(key);
-            if let Err(e) = runtimes::finalize(&self.client, rt, &pods).await {
-                tracing::warn!(runtime = %rt.name_any(), error = %e, "artifacts finalizer not set");
-            }
             if let Err(e) = runtimes::reconcile(
                 &self.client,
                 &mut self.applied,

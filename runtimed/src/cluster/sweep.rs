@@ -20,10 +20,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
-use kruntimes_api::{ARTIFACTS_FINALIZER, RUNTIME_LABEL, Run, Runtime};
-use kruntimes_artifacts::retention::{Live, Sweep, Why};
+use kruntimes_api::{RUNTIME_LABEL, Run};
+use kruntimes_artifacts::retention::{Live, Sweep};
+use kube::ResourceExt;
 use kube::api::{Api, ListParams};
-use kube::{Resource as _, ResourceExt};
 
 use crate::artifacts::Artifacts;
 
@@ -57,13 +57,11 @@ pub fn elect<'a>(pods: impl IntoIterator<Item = (&'a str, bool)>) -> Option<&'a 
 
 /// What the sweep knows of a Run: its namespace, how long ago it ended,
 /// and the retention that applies (this Runtime's for its own Runs, none
-/// for another's). While this Runtime is being deleted its own Runs'
-/// artifacts are all due, ended or not (`runtime_deleted`).
+/// for another's).
 pub fn known(
     run: &Run,
     runtime: &str,
     retain: Option<Duration>,
-    runtime_deleted: bool,
     now: k8s_openapi::jiff::Timestamp,
 ) -> Live {
     let ended_for = run
@@ -73,18 +71,10 @@ pub fn known(
         .and_then(|s| s.completion_time.as_ref())
         .and_then(|t| u64::try_from(now.duration_since(t.0).as_millis()).ok())
         .map(Duration::from_millis);
-    let mine = run.spec.runtime == runtime;
-    if mine && runtime_deleted {
-        return Live {
-            namespace: run.namespace().unwrap_or_default(),
-            ended_for: Some(ended_for.unwrap_or_default()),
-            retain: Some(Duration::ZERO),
-        };
-    }
     Live {
         namespace: run.namespace().unwrap_or_default(),
         ended_for,
-        retain: retain.filter(|_| mine),
+        retain: retain.filter(|_| run.spec.runtime == runtime),
     }
 }
 
@@ -106,7 +96,7 @@ impl Sweeper {
                 _ = stop.wait_for(|s| *s) => return,
             }
             match self.elected().await {
-                Ok(true) => self.sweep(&mut sweep).await,
+                Ok(true) => self.pass(&mut sweep).await,
                 // Another Pod sweeps; should this one be elected again,
                 // every grace starts over.
                 Ok(false) => sweep = Sweep::default(),
@@ -129,68 +119,25 @@ impl Sweeper {
         Ok(elect(named.iter().map(|(n, r)| (n.as_str(), *r))) == Some(self.pod.as_str()))
     }
 
-    /// One sweep; while the Runtime is being deleted, the last one: its
-    /// Runs' artifacts all go, then its artifacts finalizer.
-    async fn sweep(&self, sweep: &mut Sweep) {
-        let api: Api<Runtime> = Api::namespaced(self.client.clone(), &self.namespace);
-        let deleting = match api.get_opt(&self.runtime).await {
-            Ok(rt) => rt.filter(|rt| {
-                rt.meta().deletion_timestamp.is_some()
-                    && rt.finalizers().iter().any(|f| f == ARTIFACTS_FINALIZER)
-            }),
-            Err(e) => {
-                tracing::warn!(error = %e, "artifact sweep: cannot read the runtime; sweeping as usual");
-                None
-            }
-        };
-        let complete = self.pass(sweep, deleting.is_some()).await;
-        let Some(rt) = deleting else { return };
-        if !complete {
-            tracing::warn!(
-                "artifact sweep: the deleted runtime's artifacts are not all deleted; trying again at the next sweep"
-            );
-            return;
-        }
-        match kruntimes_support::kube::set_finalizer_of(
-            &self.client,
-            &rt,
-            ARTIFACTS_FINALIZER,
-            false,
-        )
-        .await
-        {
-            Ok(_) => {
-                tracing::info!(runtime = %self.runtime, "the deleted runtime's artifacts are deleted; its finalizer removed")
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "artifact sweep: cannot remove the deleted runtime's finalizer; trying again at the next sweep")
-            }
-        }
-    }
-
-    /// Plans and carries out one sweep; whether it was complete (the store
-    /// and every namespace listed, every deletion done).
-    async fn pass(&self, sweep: &mut Sweep, runtime_deleted: bool) -> bool {
+    async fn pass(&self, sweep: &mut Sweep) {
         let store = &self.artifacts.store;
         let stored = match store.stored_runs().await {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(error = %e, "artifact sweep: cannot list the store; trying again at the next sweep");
-                return false;
+                return;
             }
         };
         let namespaces: BTreeSet<&str> = stored.iter().map(|(ns, _)| ns.as_str()).collect();
         let mut live = BTreeMap::new();
         let mut listed = BTreeSet::new();
-        let mut complete = true;
         for ns in namespaces {
-            match self.runs_of(ns, runtime_deleted, &mut live).await {
+            match self.runs_of(ns, &mut live).await {
                 Ok(()) => {
                     listed.insert(ns.to_owned());
                 }
                 Err(e) => {
-                    complete = false;
-                    tracing::warn!(namespace = %ns, error = %e, "artifact sweep: cannot list the namespace's runs; its artifacts wait for the next sweep");
+                    tracing::warn!(namespace = %ns, error = %e, "artifact sweep: cannot list the namespace's runs; its artifacts wait for the next sweep")
                 }
             }
         }
@@ -200,15 +147,10 @@ impl Sweeper {
             .collect();
         let plan = sweep.plan(&stored, &live, self.artifacts.orphan_grace, Instant::now());
         for o in kruntimes_artifacts::sweep::carry_out(store, plan, DELETE_TIMEOUT).await {
-            match (&o.result, o.why) {
-                (Err(_), _) => complete = false,
-                (Ok(_), Why::Expired) if runtime_deleted => {
-                    crate::metrics::artifact_cleanup("runtime_deleted")
-                }
-                (Ok(_), why) => crate::metrics::artifact_cleanup(why.as_str()),
+            if o.result.is_ok() {
+                crate::metrics::artifact_cleanup(o.why.as_str());
             }
         }
-        complete
     }
 
     /// Adds the Runs of `ns` to `live`, a page at a time (only what the
@@ -216,7 +158,6 @@ impl Sweeper {
     async fn runs_of(
         &self,
         ns: &str,
-        runtime_deleted: bool,
         live: &mut BTreeMap<String, Live>,
     ) -> Result<(), kube::Error> {
         let api: Api<Run> = Api::namespaced(self.client.clone(), ns);
@@ -226,16 +167,7 @@ impl Sweeper {
             let now = k8s_openapi::jiff::Timestamp::now();
             for run in &page.items {
                 if let Some(uid) = run.uid() {
-                    live.insert(
-                        uid,
-                        known(
-                            run,
-                            &self.runtime,
-                            self.artifacts.retain,
-                            runtime_deleted,
-                            now,
-                        ),
-                    );
+                    live.insert(uid, known(run, &self.runtime, self.artifacts.retain, now));
                 }
             }
             match page.metadata.continue_ {
@@ -285,7 +217,7 @@ mod tests {
         let retain = Some(Duration::from_secs(30));
         let ended = run("python", Some("Succeeded"), Some("2026-12-07T11:59:00Z"));
         assert_eq!(
-            known(&ended, "python", retain, false, now),
+            known(&ended, "python", retain, now),
             Live {
                 namespace: "team".into(),
                 ended_for: Some(Duration::from_secs(60)),
@@ -293,48 +225,24 @@ mod tests {
             }
         );
         // Another Runtime's Run sharing the store: known, never expired here.
-        assert_eq!(known(&ended, "bash", retain, false, now).retain, None);
+        assert_eq!(known(&ended, "bash", retain, now).retain, None);
         // Running (a completion time without a terminal phase counts not).
         assert_eq!(
             known(
                 &run("python", Some("Running"), Some("2026-12-07T11:59:00Z")),
                 "python",
                 retain,
-                false,
                 now
             )
             .ended_for,
             None
         );
         assert_eq!(
-            known(&run("python", None, None), "python", retain, false, now).ended_for,
+            known(&run("python", None, None), "python", retain, now).ended_for,
             None
         );
         // A clock behind the completion time: not ended long enough.
         let future = run("python", Some("Failed"), Some("2026-12-07T12:01:00Z"));
-        assert_eq!(known(&future, "python", retain, false, now).ended_for, None);
-    }
-
-    #[test]
-    fn while_its_runtime_is_deleted_its_own_runs_artifacts_are_all_due() {
-        let now: k8s_openapi::jiff::Timestamp = "2026-12-07T12:00:00Z"
-            .parse()
-            .unwrap_or_else(|e| panic!("{e}"));
-        let due = |l: Live| kruntimes_artifacts::retention::expired(l.ended_for, l.retain);
-        // Ended or running, with a retention or none: due.
-        let ended = run("python", Some("Succeeded"), Some("2026-12-07T11:59:59Z"));
-        assert!(due(known(&ended, "python", None, true, now)));
-        let running = run("python", Some("Running"), None);
-        assert!(due(known(
-            &running,
-            "python",
-            Some(Duration::from_secs(3600)),
-            true,
-            now
-        )));
-        // Another Runtime's Runs keep theirs.
-        assert!(!due(known(&ended, "bash", Some(Duration::ZERO), true, now)));
-        // Not deleted: the retention decides.
-        assert!(!due(known(&ended, "python", None, false, now)));
+        assert_eq!(known(&future, "python", retain, now).ended_for, None);
     }
 }
