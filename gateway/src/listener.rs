@@ -263,13 +263,16 @@ impl<A: ServerApp + Send + Sync + 'static> Conn<A> {
 
 /// Read buffer of a connection, as Pingora's own listeners use.
 const READ_BUFFER: usize = 64 * 1024;
-/// Write buffer of a connection. TLS writes each record on its own, and an
-/// HTTP/2 DATA frame of 16 KiB is two records (its 9-byte header, then the
-/// payload): with a one-segment buffer every frame cost two `send`s. This
-/// holds several frames, so a streamed body leaves in 64 KiB writes; what is
-/// written is sent at the next flush, as before (Pingora flushes after every
-/// response part).
-const WRITE_BUFFER: usize = 64 * 1024;
+/// Write buffer of a connection: one HTTP/2 DATA frame as TLS sends it.
+/// TLS writes each record on its own, and a 16 KiB frame is two records
+/// (its 9-byte header, then the payload; 16,437 bytes with their
+/// overhead): with a one-segment buffer every frame cost two `send`s, with
+/// this one. It holds what is written until the next flush: HTTP/2,
+/// chunked and upgraded (WebSocket) responses flush after every write; an
+/// HTTP/1.1 body with a `Content-Length` may wait here, up to this size,
+/// for its next part or its end. Allocated per connection, beside the
+/// 64 KiB read buffer.
+const WRITE_BUFFER: usize = 20 * 1024;
 
 /// A buffered TCP connection handed to Pingora (whose own buffered socket
 /// type is internal to it).
