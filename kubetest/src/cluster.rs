@@ -451,6 +451,7 @@ impl Cluster {
             format!("--pod-namespace={SYSTEM_NAMESPACE}"),
             // As the operator passes the Pod's `kruntimes.io/runtime` label.
             format!("--runtime-name={runtime}"),
+            format!("--system-namespace={SYSTEM_NAMESPACE}"),
             format!("--kubeconfig={}", s(&self.kubeconfigs[&identity])),
             format!("--listen=127.0.0.1:{port}"),
             format!("--tls-cert={}", s(&f.runtimed_cert)),

@@ -29,6 +29,7 @@ fn settings() -> PodSettings {
         runtimed_image: "ghcr.io/kruntimes/runtimed:test".into(),
         internal_tls_secret: "kruntimes-runtimed-tls".into(),
         service_account: SERVICE_ACCOUNT.into(),
+        system_namespace: "kruntimes-system".into(),
     }
 }
 

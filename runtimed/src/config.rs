@@ -157,8 +157,13 @@ pub struct Args {
     /// The Runtime this Pod belongs to (Kubernetes mode; the Pod's
     /// `kruntimes.io/runtime` label): which Pods it is elected among to
     /// sweep the artifact store, and whose retention it applies.
-    #[arg(long, env = "KRUNTIMES_RUNTIMED_RUNTIME")]
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_RUNTIME_NAME")]
     pub runtime_name: Option<String>,
+    /// The operator's system namespace (Kubernetes mode), whose Runtimes
+    /// serve the namespaces without one of the name: which Runs the sweep
+    /// applies this Runtime's retention to. Unset: its own namespace's.
+    #[arg(long, env = "KRUNTIMES_RUNTIMED_SYSTEM_NAMESPACE")]
+    pub system_namespace: Option<String>,
 }
 
 /// Why the flags do not make a runtimed.
@@ -239,6 +244,8 @@ pub struct KubernetesConfig {
     pub kubeconfig: Option<PathBuf>,
     /// The Pod's Runtime (`None`: this runtimed never sweeps the store).
     pub runtime: Option<String>,
+    /// The operator's system namespace, when given.
+    pub system_namespace: Option<String>,
 }
 
 impl Args {
@@ -255,6 +262,7 @@ impl Args {
                 pod_namespace,
                 kubeconfig: self.kubeconfig,
                 runtime: self.runtime_name.filter(|r| !r.is_empty()),
+                system_namespace: self.system_namespace.filter(|n| !n.is_empty()),
             })
         } else {
             None

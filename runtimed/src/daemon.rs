@@ -93,6 +93,7 @@ async fn watch_runs(
             pod: config.name.clone(),
             runtime: runtime.clone(),
             artifacts: artifacts.clone(),
+            system_namespace: kube.system_namespace.clone(),
         };
         tokio::spawn(sweeper.run(stop.clone()));
     } else if config.artifacts.is_some() {

@@ -11,7 +11,8 @@
 //! is in the Run list — and [`kruntimes_artifacts::retention`] decides:
 //! a Run of this Runtime past `retainAfterRunSeconds` loses its artifacts
 //! (Runs of other Runtimes sharing the store keep theirs: their own sweeper
-//! knows their retention), and a UID no Run of its namespace has any more
+//! knows their retention; which Runs are this Runtime's is [`owns`]), and a
+//! UID no Run of its namespace has any more
 //! is an orphan once it has been missing for the grace. A namespace whose
 //! Runs cannot be listed is left alone for that sweep.
 
@@ -20,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
-use kruntimes_api::{RUNTIME_LABEL, Run};
+use kruntimes_api::{RUNTIME_LABEL, Run, Runtime};
 use kruntimes_artifacts::retention::{Live, Sweep};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
@@ -44,6 +45,9 @@ pub struct Sweeper {
     pub runtime: String,
     /// The store, its retention and the sweep's period and grace.
     pub artifacts: Arc<Artifacts>,
+    /// The operator's system namespace, whose Runtimes serve the
+    /// namespaces without one of the name (`None`: unknown).
+    pub system_namespace: Option<String>,
 }
 
 /// The Pod that sweeps among a Runtime's `(name, ready)` Pods: the first
@@ -55,12 +59,21 @@ pub fn elect<'a>(pods: impl IntoIterator<Item = (&'a str, bool)>) -> Option<&'a 
         .min()
 }
 
+/// Whether a Run of namespace `run_ns` naming this Runtime (`spec.runtime`)
+/// is this Runtime's, the Runtime being in `runtime_ns`: a Run takes the
+/// Runtime of its own namespace first (`shadowed`: its namespace has one of
+/// the name), then the system namespace's. Without the system namespace
+/// known, only Runs of the Runtime's own namespace are.
+pub fn owns(run_ns: &str, runtime_ns: &str, system_ns: Option<&str>, shadowed: bool) -> bool {
+    run_ns == runtime_ns || (system_ns == Some(runtime_ns) && !shadowed)
+}
+
 /// What the sweep knows of a Run: its namespace, how long ago it ended,
-/// and the retention that applies (this Runtime's for its own Runs, none
-/// for another's).
+/// and the retention that applies (this Runtime's for its own Runs —
+/// `mine` —, none for another's: that one's sweeper knows it).
 pub fn known(
     run: &Run,
-    runtime: &str,
+    mine: bool,
     retain: Option<Duration>,
     now: k8s_openapi::jiff::Timestamp,
 ) -> Live {
@@ -74,7 +87,7 @@ pub fn known(
     Live {
         namespace: run.namespace().unwrap_or_default(),
         ended_for,
-        retain: retain.filter(|_| run.spec.runtime == runtime),
+        retain: retain.filter(|_| mine),
     }
 }
 
@@ -160,6 +173,20 @@ impl Sweeper {
         ns: &str,
         live: &mut BTreeMap<String, Live>,
     ) -> Result<(), kube::Error> {
+        // Whether `ns` has a Runtime of this name of its own (only asked
+        // when this Runtime is the system namespace's, serving others).
+        let shadowed = ns != self.namespace
+            && self.system_namespace.as_deref() == Some(self.namespace.as_str())
+            && Api::<Runtime>::namespaced(self.client.clone(), ns)
+                .get_opt(&self.runtime)
+                .await?
+                .is_some();
+        let ours = owns(
+            ns,
+            &self.namespace,
+            self.system_namespace.as_deref(),
+            shadowed,
+        );
         let api: Api<Run> = Api::namespaced(self.client.clone(), ns);
         let mut params = ListParams::default().limit(PAGE);
         loop {
@@ -167,7 +194,8 @@ impl Sweeper {
             let now = k8s_openapi::jiff::Timestamp::now();
             for run in &page.items {
                 if let Some(uid) = run.uid() {
-                    live.insert(uid, known(run, &self.runtime, self.artifacts.retain, now));
+                    let mine = ours && run.spec.runtime == self.runtime;
+                    live.insert(uid, known(run, mine, self.artifacts.retain, now));
                 }
             }
             match page.metadata.continue_ {
@@ -181,6 +209,22 @@ impl Sweeper {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_runtime_owns_its_namespaces_runs_and_the_system_runtime_the_unshadowed_others() {
+        let sys = Some("kruntimes-system");
+        // A team's own Runtime: its namespace's Runs only.
+        assert!(owns("team", "team", sys, false));
+        assert!(!owns("other", "team", sys, false));
+        // The system namespace's: its own, and every namespace without a
+        // Runtime of the name.
+        assert!(owns("kruntimes-system", "kruntimes-system", sys, false));
+        assert!(owns("team", "kruntimes-system", sys, false));
+        assert!(!owns("team", "kruntimes-system", sys, true));
+        // The system namespace unknown: its own namespace only.
+        assert!(!owns("team", "kruntimes-system", None, false));
+        assert!(owns("kruntimes-system", "kruntimes-system", None, false));
+    }
 
     #[test]
     fn the_first_ready_pod_by_name_sweeps() {
@@ -217,7 +261,7 @@ mod tests {
         let retain = Some(Duration::from_secs(30));
         let ended = run("python", Some("Succeeded"), Some("2026-12-07T11:59:00Z"));
         assert_eq!(
-            known(&ended, "python", retain, now),
+            known(&ended, true, retain, now),
             Live {
                 namespace: "team".into(),
                 ended_for: Some(Duration::from_secs(60)),
@@ -225,12 +269,12 @@ mod tests {
             }
         );
         // Another Runtime's Run sharing the store: known, never expired here.
-        assert_eq!(known(&ended, "bash", retain, now).retain, None);
+        assert_eq!(known(&ended, false, retain, now).retain, None);
         // Running (a completion time without a terminal phase counts not).
         assert_eq!(
             known(
                 &run("python", Some("Running"), Some("2026-12-07T11:59:00Z")),
-                "python",
+                true,
                 retain,
                 now
             )
@@ -238,11 +282,11 @@ mod tests {
             None
         );
         assert_eq!(
-            known(&run("python", None, None), "python", retain, now).ended_for,
+            known(&run("python", None, None), true, retain, now).ended_for,
             None
         );
         // A clock behind the completion time: not ended long enough.
         let future = run("python", Some("Failed"), Some("2026-12-07T12:01:00Z"));
-        assert_eq!(known(&future, "python", retain, now).ended_for, None);
+        assert_eq!(known(&future, true, retain, now).ended_for, None);
     }
 }

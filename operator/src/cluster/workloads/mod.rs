@@ -53,6 +53,9 @@ pub struct PodSettings {
     pub internal_tls_secret: String,
     /// ServiceAccount Runtime Pods run as (runtimed watches its Runs).
     pub service_account: String,
+    /// The operator's system namespace, passed to runtimed (whose Runtimes
+    /// serve the namespaces without one of the name).
+    pub system_namespace: String,
 }
 
 fn labels(rt: &Runtime) -> BTreeMap<String, String> {

@@ -67,9 +67,10 @@ pub(super) fn container(rt: &Runtime, s: &PodSettings) -> Container {
                 field_env("KRUNTIMES_RUNTIMED_POD_NAMESPACE", "metadata.namespace"),
                 // The Runtime whose Pods elect one to sweep the artifact store.
                 field_env(
-                    "KRUNTIMES_RUNTIMED_RUNTIME",
+                    "KRUNTIMES_RUNTIMED_RUNTIME_NAME",
                     &format!("metadata.labels['{}']", kruntimes_api::RUNTIME_LABEL),
                 ),
+                env("KRUNTIMES_RUNTIMED_SYSTEM_NAMESPACE", &s.system_namespace),
                 field_env("POD_IP", "status.podIP"),
             ]
             .into_iter()

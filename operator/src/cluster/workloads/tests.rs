@@ -40,6 +40,7 @@ fn settings() -> PodSettings {
         runtimed_image: "ghcr.io/kruntimes/runtimed:test".into(),
         internal_tls_secret: "kruntimes-internal-tls".into(),
         service_account: "kruntimes-runtime".into(),
+        system_namespace: "kruntimes-system".into(),
     }
 }
 
@@ -133,10 +134,17 @@ fn deployment_runs_runtimed_with_downward_identity_and_internal_tls() {
         .env
         .iter()
         .flatten()
-        .find(|e| e.name == "KRUNTIMES_RUNTIMED_RUNTIME")
+        .find(|e| e.name == "KRUNTIMES_RUNTIMED_RUNTIME_NAME")
         .and_then(|e| e.value_from.as_ref()?.field_ref.as_ref())
         .map(|f| f.field_path.as_str());
     assert_eq!(runtime, Some("metadata.labels['kruntimes.io/runtime']"));
+    let system = c
+        .env
+        .iter()
+        .flatten()
+        .find(|e| e.name == "KRUNTIMES_RUNTIMED_SYSTEM_NAMESPACE")
+        .and_then(|e| e.value.as_deref());
+    assert_eq!(system, Some("kruntimes-system"));
     assert_eq!(
         c.ports.as_ref().unwrap()[0].name.as_deref(),
         Some("dataplane")
