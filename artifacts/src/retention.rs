@@ -59,20 +59,28 @@ pub struct Sweep {
 
 impl Sweep {
     /// The Runs whose artifacts go now, given what the store holds
-    /// (`(namespace, uid)`), the Runs the control plane knows (by UID), and
-    /// the grace an unknown UID is given. Expired Runs are listed whatever
-    /// the store holds (deleting nothing is cheap and idempotent) only if
-    /// the store lists them.
+    /// (`(namespace, uid)`), the Runs the control plane knows (by UID), the
+    /// namespaces whose Runs could not be listed this time (`unlisted`:
+    /// nothing of theirs goes, and their UIDs keep the time they have been
+    /// missing), and the grace an unknown UID is given. Expired Runs are
+    /// listed only if the store lists them.
     pub fn plan(
         &mut self,
         stored: &[(String, String)],
         live: &BTreeMap<String, Live>,
+        unlisted: &BTreeSet<String>,
         grace: Duration,
         now: Instant,
     ) -> Vec<(String, String, Why)> {
         let mut out = Vec::new();
         let mut still_missing = BTreeSet::new();
         for (ns, uid) in stored {
+            if unlisted.contains(ns) {
+                if self.missing_since.contains_key(uid) {
+                    still_missing.insert(uid.clone());
+                }
+                continue;
+            }
             match live.get(uid) {
                 Some(l) if l.namespace == *ns => {
                     if expired(l.ended_for, l.retain) {
@@ -117,6 +125,47 @@ mod tests {
 
     const GRACE: Duration = Duration::from_secs(60);
 
+    fn none_unlisted() -> BTreeSet<String> {
+        BTreeSet::new()
+    }
+
+    #[test]
+    fn a_namespace_not_listed_loses_nothing_and_keeps_its_timers() {
+        let t0 = Instant::now();
+        let mut sweep = Sweep::default();
+        let s = stored(&[("a", "gone"), ("b", "other")]);
+        let none = BTreeMap::new();
+        let a = BTreeSet::from(["a".to_string()]);
+        sweep.plan(&s, &none, &none_unlisted(), GRACE, t0);
+        // `a` unlisted past the grace: nothing of it goes, `b`'s goes.
+        assert_eq!(
+            sweep.plan(&s, &none, &a, GRACE, t0 + GRACE),
+            vec![("b".into(), "other".into(), Why::Orphaned)]
+        );
+        // Listed again: its UID has been missing since t0, so it goes now.
+        assert_eq!(
+            sweep.plan(&s, &none, &none_unlisted(), GRACE, t0 + GRACE),
+            vec![
+                ("a".into(), "gone".into(), Why::Orphaned),
+                ("b".into(), "other".into(), Why::Orphaned)
+            ]
+        );
+        // A UID first seen while its namespace is unlisted starts no timer.
+        let mut fresh = Sweep::default();
+        fresh.plan(&stored(&[("a", "new")]), &none, &a, GRACE, t0);
+        assert!(
+            fresh
+                .plan(
+                    &stored(&[("a", "new")]),
+                    &none,
+                    &none_unlisted(),
+                    GRACE,
+                    t0 + GRACE
+                )
+                .is_empty()
+        );
+    }
+
     #[test]
     fn retention_deletes_only_what_ended_long_enough_ago() {
         let t0 = Instant::now();
@@ -133,7 +182,7 @@ mod tests {
             ("a", "kept"),
         ]);
         assert_eq!(
-            Sweep::default().plan(&s, &runs, GRACE, t0),
+            Sweep::default().plan(&s, &runs, &none_unlisted(), GRACE, t0),
             vec![("a".into(), "due".into(), Why::Expired)]
         );
     }
@@ -144,14 +193,25 @@ mod tests {
         let mut sweep = Sweep::default();
         let s = stored(&[("a", "gone")]);
         let none = BTreeMap::new();
-        assert!(sweep.plan(&s, &none, GRACE, t0).is_empty(), "first seen");
         assert!(
             sweep
-                .plan(&s, &none, GRACE, t0 + Duration::from_secs(59))
+                .plan(&s, &none, &none_unlisted(), GRACE, t0)
+                .is_empty(),
+            "first seen"
+        );
+        assert!(
+            sweep
+                .plan(
+                    &s,
+                    &none,
+                    &none_unlisted(),
+                    GRACE,
+                    t0 + Duration::from_secs(59)
+                )
                 .is_empty()
         );
         assert_eq!(
-            sweep.plan(&s, &none, GRACE, t0 + GRACE),
+            sweep.plan(&s, &none, &none_unlisted(), GRACE, t0 + GRACE),
             vec![("a".into(), "gone".into(), Why::Orphaned)]
         );
     }
@@ -162,16 +222,33 @@ mod tests {
         let mut sweep = Sweep::default();
         let s = stored(&[("a", "u")]);
         let none = BTreeMap::new();
-        sweep.plan(&s, &none, GRACE, t0);
+        sweep.plan(&s, &none, &none_unlisted(), GRACE, t0);
         // The control plane's view caught up: it exists.
         let known = BTreeMap::from([("u".to_string(), live("a", None, None))]);
-        assert!(sweep.plan(&s, &known, GRACE, t0 + GRACE).is_empty());
+        assert!(
+            sweep
+                .plan(&s, &known, &none_unlisted(), GRACE, t0 + GRACE)
+                .is_empty()
+        );
         // Unknown again: the grace counts from now.
-        assert!(sweep.plan(&s, &none, GRACE, t0 + GRACE).is_empty());
-        assert_eq!(sweep.plan(&s, &none, GRACE, t0 + GRACE * 2).len(), 1);
+        assert!(
+            sweep
+                .plan(&s, &none, &none_unlisted(), GRACE, t0 + GRACE)
+                .is_empty()
+        );
+        assert_eq!(
+            sweep
+                .plan(&s, &none, &none_unlisted(), GRACE, t0 + GRACE * 2)
+                .len(),
+            1
+        );
         // Deleted by someone else: forgotten.
-        sweep.plan(&[], &none, GRACE, t0 + GRACE * 3);
-        assert!(sweep.plan(&s, &none, GRACE, t0 + GRACE * 3).is_empty());
+        sweep.plan(&[], &none, &none_unlisted(), GRACE, t0 + GRACE * 3);
+        assert!(
+            sweep
+                .plan(&s, &none, &none_unlisted(), GRACE, t0 + GRACE * 3)
+                .is_empty()
+        );
     }
 
     #[test]
@@ -180,9 +257,9 @@ mod tests {
         let mut sweep = Sweep::default();
         let runs = BTreeMap::from([("u".to_string(), live("b", None, None))]);
         let s = stored(&[("a", "u")]);
-        sweep.plan(&s, &runs, GRACE, t0);
+        sweep.plan(&s, &runs, &none_unlisted(), GRACE, t0);
         assert_eq!(
-            sweep.plan(&s, &runs, GRACE, t0 + GRACE),
+            sweep.plan(&s, &runs, &none_unlisted(), GRACE, t0 + GRACE),
             vec![("a".into(), "u".into(), Why::Orphaned)]
         );
     }

@@ -65,7 +65,7 @@ pub fn spawn(
                     continue;
                 }
             };
-            let plan = sweep.plan(&stored, &live, m.grace, now);
+            let plan = sweep.plan(&stored, &live, &Default::default(), m.grace, now);
             kruntimes_artifacts::sweep::carry_out(&m.store, plan, DELETE_TIMEOUT).await;
         }
     })

@@ -143,22 +143,20 @@ impl Sweeper {
         };
         let namespaces: BTreeSet<&str> = stored.iter().map(|(ns, _)| ns.as_str()).collect();
         let mut live = BTreeMap::new();
-        let mut listed = BTreeSet::new();
+        let mut unlisted = BTreeSet::new();
         for ns in namespaces {
-            match self.runs_of(ns, &mut live).await {
-                Ok(()) => {
-                    listed.insert(ns.to_owned());
-                }
-                Err(e) => {
-                    tracing::warn!(namespace = %ns, error = %e, "artifact sweep: cannot list the namespace's runs; its artifacts wait for the next sweep")
-                }
+            if let Err(e) = self.runs_of(ns, &mut live).await {
+                tracing::warn!(namespace = %ns, error = %e, "artifact sweep: cannot list the namespace's runs; its artifacts wait for the next sweep");
+                unlisted.insert(ns.to_owned());
             }
         }
-        let stored: Vec<_> = stored
-            .into_iter()
-            .filter(|(ns, _)| listed.contains(ns))
-            .collect();
-        let plan = sweep.plan(&stored, &live, self.artifacts.orphan_grace, Instant::now());
+        let plan = sweep.plan(
+            &stored,
+            &live,
+            &unlisted,
+            self.artifacts.orphan_grace,
+            Instant::now(),
+        );
         for o in kruntimes_artifacts::sweep::carry_out(store, plan, DELETE_TIMEOUT).await {
             if o.result.is_ok() {
                 crate::metrics::artifact_cleanup(o.why.as_str());
