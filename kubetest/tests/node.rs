@@ -83,16 +83,27 @@ async fn a_function_run_is_invoked_from_a_client_pod_and_through_a_node_port() {
     );
 }
 
+/// A task Run of `runtime` in `team-a` running `script`, as one document of
+/// a `kubectl apply` stream.
+fn task(name: &str, runtime: &str, script: &str) -> String {
+    format!(
+        "apiVersion: kruntimes.io/v1alpha1\nkind: Run\nmetadata: {{name: {name}, namespace: team-a}}\nspec:\n  runtime: {runtime}\n  source:\n    inline: {script:?}\n  mode:\n    task: {{}}\n---\n"
+    )
+}
+
+/// Whether a Run has ended, whichever way.
+fn ended(r: &Value) -> bool {
+    matches!(
+        r["status"]["phase"].as_str(),
+        Some("Succeeded" | "Failed" | "Timeout" | "Cancelled")
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn task_runs_run_once_on_the_warm_pods_of_the_chart_images() {
     let _turn = TURN.lock().await;
     let k = Installed::new(&[]).await;
     k.namespace("team-a");
-    let task = |name: &str, runtime: &str, script: &str| {
-        format!(
-            "apiVersion: kruntimes.io/v1alpha1\nkind: Run\nmetadata: {{name: {name}, namespace: team-a}}\nspec:\n  runtime: {runtime}\n  source:\n    inline: {script:?}\n  mode:\n    task: {{}}\n---\n"
-        )
-    };
     let manifests = [
         task("hello", "python", "import sys\nprint('hello')\nprint('careful', file=sys.stderr)\n"),
         task("three", "bash", "echo failing; exit 3"),
@@ -105,12 +116,6 @@ async fn task_runs_run_once_on_the_warm_pods_of_the_chart_images() {
     ]
     .concat();
     k.node.apply(&manifests).unwrap();
-    let ended = |r: &Value| {
-        matches!(
-            r["status"]["phase"].as_str(),
-            Some("Succeeded" | "Failed" | "Timeout" | "Cancelled")
-        )
-    };
     let hello = k.wait_run("team-a", "hello", ended).await;
     let s = &hello["status"];
     assert_eq!(
@@ -282,35 +287,26 @@ async fn a_tasks_artifacts_go_to_a_store_in_the_cluster_and_come_back_through_th
     k.namespace("team-a");
     k.service_account("team-a", "reader", Some("artifacts-reader"));
     k.service_account("team-a", "caller", Some("run-invoker"));
-    let task = |name: &str, script: &str| {
-        format!(
-            "apiVersion: kruntimes.io/v1alpha1\nkind: Run\nmetadata: {{name: {name}, namespace: team-a}}\nspec:\n  runtime: python\n  source:\n    inline: {script:?}\n  mode:\n    task: {{}}\n---\n"
-        )
-    };
     let content = "{\"rows\": 3}\n";
     k.node
         .apply(
             &[
                 task(
                     "exports",
+                    "python",
                     &format!(
                         "import os\nd = os.environ['KRUNTIME_ARTIFACTS_DIR']\nos.makedirs(d + '/out')\nopen(d + '/out/data.json', 'w').write({content:?})\nprint(sorted(k for k in os.environ if any(w in k for w in ('ARTIFACT', 'SECRET', 'ACCESS', 'AWS'))))\n"
                     ),
                 ),
                 task(
                     "escapes",
+                    "python",
                     "import os\nos.symlink('/etc/passwd', os.environ['KRUNTIME_ARTIFACTS_DIR'] + '/passwd')\n",
                 ),
             ]
             .concat(),
         )
         .unwrap();
-    let ended = |r: &Value| {
-        matches!(
-            r["status"]["phase"].as_str(),
-            Some("Succeeded" | "Failed" | "Timeout" | "Cancelled")
-        )
-    };
     let run = k.wait_run("team-a", "exports", ended).await;
     let s = &run["status"];
     assert_eq!(s["phase"], "Succeeded", "{s:#}\n{}", diagnose(&k.node));

@@ -139,9 +139,10 @@ pub struct Args {
     /// Largest sum of one export's artifacts, bytes.
     #[arg(long, env = "KRUNTIMES_RUNTIMED_ARTIFACT_MAX_TOTAL_BYTES", default_value_t = 4 << 30)]
     pub artifact_max_total_bytes: u64,
-    /// How long the artifacts of a Run this runtimed owned are kept after
-    /// the Run ended, seconds (Kubernetes mode; `Runtime.spec.artifactStore
-    /// .retainAfterRunSeconds`). Default: until the Run is deleted.
+    /// How long the artifacts of this Runtime's Runs are kept after the
+    /// Run ended, seconds (Kubernetes mode, applied by the sweep;
+    /// `Runtime.spec.artifactStore.retainAfterRunSeconds`). Default: until
+    /// the Run is deleted.
     #[arg(long, env = "KRUNTIMES_RUNTIMED_ARTIFACT_RETAIN_SECS")]
     pub artifact_retain_secs: Option<u64>,
     /// Time between two sweeps of the artifact store, seconds (Kubernetes
