@@ -134,20 +134,35 @@ fn confine(config: &Config) -> Result<(), ServeError> {
 
 /// Binds `path` with permissions `mode` (0600 or 0660), replacing an old
 /// socket there.
+///
+/// The socket is bound and listening under a temporary name first and then
+/// renamed into place, so whoever sees `path` can connect to it: between a
+/// `bind` and its `listen` a connect is refused, and a client that waits
+/// for the file (runtimed, the tests) would otherwise race that window.
 fn bind(path: &Path, mode: u32) -> Result<tokio::net::UnixListener, ServeError> {
     use std::os::unix::fs::{FileTypeExt, PermissionsExt};
     let failed = |source| ServeError::Bind {
         path: path.to_path_buf(),
         source,
     };
-    if let Ok(md) = std::fs::symlink_metadata(path) {
-        if !md.file_type().is_socket() {
-            return Err(ServeError::NotASocket(path.to_path_buf()));
-        }
-        std::fs::remove_file(path).map_err(failed)?;
+    if let Ok(md) = std::fs::symlink_metadata(path)
+        && !md.file_type().is_socket()
+    {
+        return Err(ServeError::NotASocket(path.to_path_buf()));
     }
-    let listener = tokio::net::UnixListener::bind(path).map_err(failed)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(failed)?;
+    let mut staged = path.as_os_str().to_owned();
+    staged.push(".new");
+    let staged = std::path::PathBuf::from(staged);
+    if std::fs::symlink_metadata(&staged).is_ok_and(|md| md.file_type().is_socket()) {
+        std::fs::remove_file(&staged).map_err(failed)?;
+    }
+    let listener = tokio::net::UnixListener::bind(&staged).map_err(failed)?;
+    let placed = std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(mode))
+        .and_then(|()| std::fs::rename(&staged, path));
+    if let Err(e) = placed {
+        let _ = std::fs::remove_file(&staged);
+        return Err(failed(e));
+    }
     Ok(listener)
 }
 
@@ -248,4 +263,49 @@ pub async fn serve(
     let _ = std::fs::remove_file(&invoke_socket);
     tracing::info!("runtime server stopped");
     Ok(served?)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_bound_socket_is_listening_once_its_path_exists_and_leaves_no_staged_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rs.sock");
+        let _listener = bind(&path, 0o600).unwrap();
+        std::os::unix::net::UnixStream::connect(&path).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["rs.sock"]);
+    }
+
+    #[tokio::test]
+    async fn an_old_socket_and_an_old_staged_one_are_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rs.sock");
+        let old = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let _staged = std::os::unix::net::UnixListener::bind(dir.path().join("rs.sock.new"));
+        drop(old);
+        let listener = bind(&path, 0o660).unwrap();
+        let _client = std::os::unix::net::UnixStream::connect(&path).unwrap();
+        listener.accept().await.unwrap();
+        assert!(!dir.path().join("rs.sock.new").exists());
+    }
+
+    #[test]
+    fn a_path_that_is_not_a_socket_is_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rs.sock");
+        std::fs::write(&path, b"keep").unwrap();
+        assert!(matches!(bind(&path, 0o600), Err(ServeError::NotASocket(_))));
+        assert_eq!(std::fs::read(&path).unwrap(), b"keep");
+    }
 }
