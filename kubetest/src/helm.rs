@@ -4,7 +4,7 @@
 //! than on text.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
 
 use anyhow::{Context, bail};
@@ -19,39 +19,8 @@ pub fn helm_binary() -> anyhow::Result<PathBuf> {
     if let Some(bin) = BINARY.get() {
         return Ok(bin.clone());
     }
-    let script = build_script();
-    let out = Command::new("bash")
-        .arg(&script)
-        .stderr(Stdio::inherit())
-        .output()
-        .with_context(|| format!("run {}", script.display()))?;
-    if !out.status.success() {
-        bail!(
-            "{} failed ({}): helm could not be built",
-            script.display(),
-            out.status
-        );
-    }
-    let stdout = String::from_utf8(out.stdout)?;
-    let bin = PathBuf::from(
-        stdout
-            .lines()
-            .last()
-            .with_context(|| format!("{} printed no path", script.display()))?
-            .trim(),
-    );
-    if !bin.is_file() {
-        bail!(
-            "{} printed {}, which is no file",
-            script.display(),
-            bin.display()
-        );
-    }
+    let bin = kruntimes_testkit::tools::go_tool("kubetest/helm/build.sh", None)?;
     Ok(BINARY.get_or_init(|| bin).clone())
-}
-
-fn build_script() -> PathBuf {
-    kruntimes_testkit::checkout().join("kubetest/helm/build.sh")
 }
 
 /// The chart of this checkout, `charts/kruntimes`.

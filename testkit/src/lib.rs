@@ -17,6 +17,7 @@ mod binary;
 pub mod fixtures;
 mod paths;
 pub mod s3;
+pub mod tools;
 pub mod wire;
 
 pub use binary::{KRT_VARIABLE, krt_binary};

@@ -334,48 +334,14 @@ impl Drop for S3Server {
     }
 }
 
-/// The `versitygw` binary: `KRT_VERSITYGW` if set, otherwise the last line printed by
-/// `testkit/s3/build.sh` (which builds it with Go on first use).
+/// The `versitygw` binary: `KRT_VERSITYGW` if set, otherwise the one
+/// `testkit/s3/build.sh` builds with Go on first use.
 pub async fn versitygw_binary() -> anyhow::Result<PathBuf> {
-    if let Some(path) = std::env::var_os(VERSITYGW_VARIABLE) {
-        return Ok(PathBuf::from(path));
-    }
-    let script = crate::checkout().join("testkit/s3/build.sh");
-    let out = tokio::process::Command::new("bash")
-        .arg(&script)
-        .stdin(Stdio::null())
-        .output()
-        .await
-        .with_context(|| format!("run bash {}", script.display()))?;
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    if !out.status.success() {
-        let hint = if stderr.contains("go command is required") {
-            "; it builds versitygw with `go install`, so Go must be on PATH"
-        } else {
-            ""
-        };
-        bail!(
-            "{} failed ({}){hint} (or name a versitygw binary in {VERSITYGW_VARIABLE}):\n{stderr}",
-            script.display(),
-            out.status
-        );
-    }
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let path = stdout
-        .lines()
-        .last()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .with_context(|| format!("{} printed no binary path:\n{stderr}", script.display()))?;
-    let path = PathBuf::from(path);
-    if !path.is_file() {
-        bail!(
-            "{} printed {}, which is not a file",
-            script.display(),
-            path.display()
-        );
-    }
-    Ok(path)
+    tokio::task::spawn_blocking(|| {
+        crate::tools::go_tool("testkit/s3/build.sh", Some(VERSITYGW_VARIABLE))
+    })
+    .await
+    .context("the versitygw build task")?
 }
 
 /// Reads a successful answer's body, or fails with its status and S3 error document.
