@@ -440,6 +440,8 @@ async fn websocket_sends_operations_streams_events_and_cancels() {
     let stack = start(1, vec![sandbox("sbx", "")], &[]);
     let run = stack.wait_phase("sbx", "Ready").await.unwrap();
     let endpoint = run["endpoint"].as_str().unwrap();
+    stack.settled_logs().await;
+    let logged_before = stack.log_of("gateway").len();
     assert!(
         websocket(&stack, endpoint, None).await.is_err(),
         "the upgrade needs a token"
@@ -517,7 +519,106 @@ async fn websocket_sends_operations_streams_events_and_cancels() {
             .iter()
             .any(|e| e["type"] == "failed" && e["error"]["code"] == "InvalidPath")
     );
-    ws.close(None).await.unwrap();
+    ws.close(Some(tokio_tungstenite::tungstenite::protocol::CloseFrame {
+        code: tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode::Normal,
+        reason: "".into(),
+    }))
+    .await
+    .unwrap();
+    // The close handshake completes, and then the connection ends cleanly.
+    while let Some(msg) = tokio::time::timeout(Duration::from_secs(20), ws.next())
+        .await
+        .unwrap()
+    {
+        if let Message::Close(frame) = msg.unwrap() {
+            assert_eq!(frame.map(|f| u16::from(f.code)), Some(1000));
+        }
+    }
+    // A socket that ended normally is no failure in the gateway's log.
+    let gateway = {
+        stack.settled_logs().await;
+        stack.log_of("gateway")
+    };
+    let noisy: Vec<&str> = gateway[logged_before..]
+        .lines()
+        .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+        .collect();
+    assert!(noisy.is_empty(), "{noisy:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_protocol_faults_end_with_the_close_codes_of_rfc_6455_and_the_session_lives_on() {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Bytes;
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::{Control, Data, OpCode};
+    use tokio_tungstenite::tungstenite::protocol::frame::{Frame, FrameHeader};
+
+    let stack = start(1, vec![sandbox("faults", "")], &[]);
+    let run = stack.wait_phase("faults", "Ready").await.unwrap();
+    let endpoint = run["endpoint"].as_str().unwrap();
+    let raw = |opcode: OpCode, payload: &[u8]| {
+        let header = FrameHeader {
+            opcode,
+            ..FrameHeader::default()
+        };
+        Message::Frame(Frame::from_payload(header, Bytes::from(payload.to_vec())))
+    };
+    let cases = [
+        (
+            "a close frame of one byte",
+            raw(OpCode::Control(Control::Close), &[3]),
+            1002,
+        ),
+        (
+            "text that is not UTF-8",
+            raw(OpCode::Data(Data::Text), b"{\"type\":\"\xff\"}"),
+            1007,
+        ),
+        (
+            "a reserved opcode",
+            raw(OpCode::Data(Data::Reserved(3)), b"x"),
+            1002,
+        ),
+    ];
+    for (what, frame, code) in cases {
+        let mut ws = websocket(&stack, endpoint, Some(&stack.token))
+            .await
+            .unwrap();
+        ws.send(frame).await.unwrap();
+        let mut closed = None;
+        while let Some(msg) = tokio::time::timeout(Duration::from_secs(20), ws.next())
+            .await
+            .unwrap()
+        {
+            match msg {
+                Ok(Message::Close(frame)) => closed = frame.map(|f| u16::from(f.code)),
+                Ok(other) => panic!("{what}: unexpected {other:?}"),
+                // The client library may refuse what follows its own bad frame.
+                Err(_) => break,
+            }
+        }
+        assert_eq!(closed, Some(code), "{what}");
+    }
+    // The session is unharmed: a new socket runs an operation.
+    let mut ws = websocket(&stack, endpoint, Some(&stack.token))
+        .await
+        .unwrap();
+    ws.send(ws_send(
+        serde_json::json!({"command": {"shell": "echo fine"}}),
+    ))
+    .await
+    .unwrap();
+    loop {
+        let Message::Text(t) = ws.next().await.unwrap().unwrap() else {
+            continue;
+        };
+        let ev: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
+        if ev["type"] == "completed" {
+            assert_eq!(ev["stdout"], "fine\n");
+            break;
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Extension, FromRequestParts, State, WebSocketUpgrade};
+use axum::extract::{Extension, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -181,14 +181,7 @@ async fn route(
                 ));
             }
             if op == SessionOp::WebSocket {
-                let upgrade = WebSocketUpgrade::from_request_parts(parts, &())
-                    .await
-                    .map_err(|e| {
-                        ApiError::new(
-                            ErrorCode::BadRequest,
-                            format!("expected a WebSocket upgrade: {e}"),
-                        )
-                    })?;
+                let upgrade = super::websocket::accept(parts)?;
                 // The caller's token expiry, as the gateway read it.
                 let expires = parts
                     .headers

@@ -9,7 +9,6 @@
 
 use std::sync::Arc;
 
-use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::response::Response;
 use kruntimes_proto::api::ErrorCode;
 use serde_json::{Value, json};
@@ -17,6 +16,7 @@ use tokio::sync::mpsc;
 
 use super::{HostedSession, http, ops};
 use crate::api_error::ApiError;
+use crate::dataplane::websocket::{Close, Received, Socket, Upgrade};
 
 /// Largest client frame (a base64 32 MiB file plus JSON).
 const MAX_FRAME: usize = http::MAX_OPERATION_BODY;
@@ -24,13 +24,11 @@ const MAX_FRAME: usize = http::MAX_OPERATION_BODY;
 /// Accepts the upgrade; the socket closes (4401 "token expired") when the
 /// caller's token does, at `expires`.
 pub fn upgrade(
-    ws: WebSocketUpgrade,
+    upgrade: Upgrade,
     h: Arc<HostedSession>,
     expires: Option<std::time::SystemTime>,
 ) -> Response {
-    ws.max_message_size(MAX_FRAME)
-        .max_frame_size(MAX_FRAME)
-        .on_upgrade(move |socket| serve(socket, h, expires))
+    upgrade.respond(MAX_FRAME, move |socket| serve(socket, h, expires))
 }
 
 /// When `expires` is reached (never, for `None`).
@@ -124,43 +122,29 @@ fn on_message(h: &Arc<HostedSession>, text: &str, events: &mpsc::Sender<Value>) 
     }
 }
 
-async fn serve(
-    mut socket: WebSocket,
-    h: Arc<HostedSession>,
-    expires: Option<std::time::SystemTime>,
-) {
+async fn serve(mut socket: Socket, h: Arc<HostedSession>, expires: Option<std::time::SystemTime>) {
     let (events_tx, mut events) = mpsc::channel::<Value>(256);
     let mut sequence = 0u64;
     let expired = expiry(expires);
     tokio::pin!(expired);
-    loop {
+    let close = loop {
         let out = tokio::select! {
-            () = &mut expired => {
-                let close = axum::extract::ws::CloseFrame {
-                    code: 4401,
-                    reason: "token expired".into(),
-                };
-                let _ = socket.send(Message::Close(Some(close))).await;
-                return;
-            },
+            () = &mut expired => break Some(Close { code: 4401, reason: "token expired" }),
             msg = socket.recv() => match msg {
-                Some(Ok(Message::Text(text))) => on_message(&h, text.as_str(), &events_tx),
-                Some(Ok(Message::Binary(_))) => Some(failure(ApiError::new(ErrorCode::BadRequest, "send JSON text frames"), None)),
-                Some(Ok(_)) => None,
-                Some(Err(_)) | None => return,
+                Received::Text(text) => on_message(&h, &text, &events_tx),
+                Received::Binary => Some(failure(ApiError::new(ErrorCode::BadRequest, "send JSON text frames"), None)),
+                Received::Ended => break None,
+                Received::Fault(close) => break Some(close),
             },
             Some(ev) = events.recv() => Some(ev),
         };
         if let Some(mut ev) = out {
             sequence += 1;
             ev["sequence"] = sequence.into();
-            if socket
-                .send(Message::Text(ev.to_string().into()))
-                .await
-                .is_err()
-            {
-                return;
+            if socket.send_text(ev.to_string()).await.is_err() {
+                break None;
             }
         }
-    }
+    };
+    socket.end(close).await;
 }
