@@ -11,12 +11,14 @@
 //! and the streams that feed it), `listener` (the public listeners and the
 //! worker threads that replaced Pingora's own — behind that one module,
 //! measured in docs/benchmarks.md), `rejection` (failures onto the public
-//! error table), `metrics` and `access_log`.
+//! error table), `client_faults` (what clients break, counted rather than
+//! logged), `metrics` and `access_log`.
 #![forbid(unsafe_code)]
 
 mod access_log;
 mod admission;
 mod auth;
+mod client_faults;
 mod config;
 mod error;
 mod listener;
@@ -137,16 +139,21 @@ fn internal_tls(config: &Config) -> InternalTls {
 pub fn run(config: Config) -> Result<()> {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     // The access log is written on the request path: buffered, off it.
-    let log = kruntimes_process::init_buffered_logging();
-    let served = serve(config, log.clone());
+    let faults = client_faults::ClientFaults::default();
+    let log = kruntimes_process::init_buffered_logging(faults.clone());
+    let served = serve(config, log.clone(), faults);
     // The last batch: the requests served while draining, or what was
     // logged before a setup error. A refused write is counted, not fatal.
     let _ = log.flush_to(&mut std::io::stderr());
     served
 }
 
-/// [`run`], with its log buffer.
-fn serve(config: Config, log: kruntimes_process::logbuf::LogBuffer) -> Result<()> {
+/// [`run`], with its log buffer and the client faults it counts.
+fn serve(
+    config: Config,
+    log: kruntimes_process::logbuf::LogBuffer,
+    faults: client_faults::ClientFaults,
+) -> Result<()> {
     // Its memory holds the TLS keys and callers' tokens.
     kruntimes_process::confine::forbid_inspection()
         .map_err(|e| Error::setup("process confinement", e))?;
@@ -161,7 +168,9 @@ fn serve(config: Config, log: kruntimes_process::logbuf::LogBuffer) -> Result<()
         256,
         kruntimes_process::listen::raise_open_file_limit(),
     );
-    let metrics = Arc::new(Metrics::new()?);
+    let mut metrics = Metrics::new()?;
+    metrics.faults = faults;
+    let metrics = Arc::new(metrics);
     metrics.watch_log_drops(log.dropped());
     let table = Arc::new(RwLock::new(Table::new(config.staleness)));
     let connections = Arc::new(Connections::default());

@@ -36,6 +36,11 @@ pub struct Metrics {
     pub open_connections: IntGaugeVec,
     /// Log lines dropped because the log writer was behind.
     pub log_lines_dropped: IntCounter,
+    /// Client faults by kind ([`crate::client_faults`]), synced from
+    /// `faults` at render.
+    client_faults_total: IntCounterVec,
+    /// The counts the log layer and the proxy add client faults to.
+    pub faults: crate::client_faults::ClientFaults,
     /// The hot series, resolved once: an invoke's latency and its 200s.
     pub invoke: HotSeries,
     listeners: std::sync::Mutex<Vec<(&'static str, Arc<Stats>)>>,
@@ -146,6 +151,17 @@ impl Metrics {
             "log_lines_dropped_total",
             "Log lines dropped: the log writer was behind, or its output refused them.",
         )?;
+        let client_faults_total = IntCounterVec::new(
+            Opts::new(
+                "client_faults_total",
+                "Faults clients caused (malformed HTTP/2 or HTTP/1, failed TLS handshakes, requests they broke off), by kind; counted, not logged above DEBUG.",
+            ),
+            &["kind"],
+        )?;
+        for kind in crate::client_faults::Kind::ALL {
+            client_faults_total.with_label_values(&[kind.label()]);
+        }
+        registry.register(Box::new(client_faults_total.clone()))?;
         let invoke = HotSeries {
             latency: latency.with_label_values(&["invoke"]),
             ok: requests.with_label_values(&["invoke", "200"]),
@@ -174,6 +190,8 @@ impl Metrics {
             connections,
             open_connections,
             log_lines_dropped,
+            client_faults_total,
+            faults: crate::client_faults::ClientFaults::default(),
             invoke,
             listeners: std::sync::Mutex::default(),
             log_drops: std::sync::OnceLock::new(),
@@ -210,6 +228,10 @@ impl Metrics {
         if let Some(drops) = self.log_drops.get() {
             let c = &self.log_lines_dropped;
             c.inc_by(drops.get().saturating_sub(c.get()));
+        }
+        for kind in crate::client_faults::Kind::ALL {
+            let c = self.client_faults_total.with_label_values(&[kind.label()]);
+            c.inc_by(self.faults.get(kind).saturating_sub(c.get()));
         }
         kruntimes_support::metrics::text(&self.registry)
     }

@@ -45,6 +45,45 @@ pub fn of_proxy_failure(e: &pingora::Error, dispatched: bool) -> Option<ApiError
     Some(ApiError::new(code, message))
 }
 
+/// Whose fault a failed request was, which decides how loudly it is
+/// logged: a client's is DEBUG and counted (anyone who can connect can
+/// cause one), an owner's WARN, the gateway's own ERROR.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Blame {
+    /// The client: it broke the stream, sent what cannot be read, went
+    /// away, or sent a body over the limit.
+    Client,
+    /// The owner runtimed: unreachable, or it broke the connection.
+    Owner,
+    /// The gateway itself.
+    Gateway,
+}
+
+/// [`Blame`] for a proxy failure. Pingora marks what it read from or wrote
+/// to each side; connecting to the owner and waiting for it are the
+/// owner's, as [`of_proxy_failure`] answers them; an unmarked stream
+/// failure happened writing the answer to the client (Pingora marks the
+/// owner's side).
+pub fn blame(e: &pingora::Error) -> Blame {
+    use pingora::ErrorType::*;
+    match (e.esource(), e.etype()) {
+        (_, HTTPStatus(code)) if (400..500).contains(code) => Blame::Client,
+        (pingora::ErrorSource::Downstream, _) => Blame::Client,
+        (pingora::ErrorSource::Upstream, _) => Blame::Owner,
+        // What `of_proxy_failure` answers 503 or 504 for: the owner's.
+        (
+            _,
+            ConnectTimedout | ConnectRefused | ConnectNoRoute | ConnectError | TLSHandshakeFailure
+            | TLSHandshakeTimedout | InvalidCert | HandshakeError | ReadTimedout | WriteTimedout,
+        ) => Blame::Owner,
+        (
+            pingora::ErrorSource::Unset,
+            ReadError | WriteError | ConnectionClosed | H1Error | H2Error | InvalidHTTPHeader,
+        ) => Blame::Client,
+        _ => Blame::Gateway,
+    }
+}
+
 impl From<AuthError> for ApiError {
     fn from(e: AuthError) -> Self {
         match e {

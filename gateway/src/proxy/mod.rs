@@ -32,6 +32,7 @@ use pingora::{Error, Result};
 use crate::access_log::{self, AccessLog};
 use crate::admission::{self, Admission, Facts, Limits};
 use crate::auth::cache::DecisionCache;
+use crate::client_faults;
 use crate::listener::{Connections, InFlight};
 use crate::metrics::Metrics;
 use crate::rejection;
@@ -389,12 +390,19 @@ impl ProxyHttp for Gateway {
         e: &Error,
         ctx: &mut Self::CTX,
     ) -> FailToProxy {
-        tracing::warn!(
-            uid = %ctx.facts.uid,
-            invocation_id = %ctx.invocation_id,
-            error = %e,
-            "request failed"
-        );
+        let (uid, invocation_id) = (&ctx.facts.uid, &ctx.invocation_id);
+        match rejection::blame(e) {
+            rejection::Blame::Client => {
+                self.metrics.faults.count(client_faults::Kind::Request);
+                tracing::debug!(%uid, %invocation_id, error = %e, "request broken off by the client");
+            }
+            rejection::Blame::Owner => {
+                tracing::warn!(%uid, %invocation_id, error = %e, "request failed at the owner");
+            }
+            rejection::Blame::Gateway => {
+                tracing::error!(%uid, %invocation_id, error = %e, "request failed");
+            }
+        }
         let status = match rejection::of_proxy_failure(e, ctx.dispatched) {
             Some(rejection) if session.response_written().is_none() => {
                 if let Err(err) = respond::reject(session, &ctx.invocation_id, &rejection).await {
@@ -411,6 +419,12 @@ impl ProxyHttp for Gateway {
             error_code: status,
             can_reuse_downstream: false,
         }
+    }
+
+    /// Pingora's own line for a failed request: `fail_to_proxy` has logged
+    /// it already, at the level its [`rejection::Blame`] earns.
+    fn suppress_error_log(&self, _session: &Session, _ctx: &Self::CTX, _error: &Error) -> bool {
+        true
     }
 
     async fn logging(&self, session: &mut Session, _e: Option<&Error>, ctx: &mut Self::CTX) {

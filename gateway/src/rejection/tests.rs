@@ -265,3 +265,47 @@ fn clients_that_went_away_get_no_answer_and_other_client_errors_400() {
     assert_eq!(answer(&r), (400, "BadRequest", "request failed"));
     assert_eq!(proxy_failure(InternalError), Some((500, "Internal")));
 }
+
+#[test]
+fn a_failure_is_blamed_on_the_side_that_caused_it() {
+    use pingora::ErrorType::*;
+    use rejection::Blame;
+    let blame = |e: Box<pingora::Error>| rejection::blame(&e);
+    for etype in [
+        WriteError,
+        ReadError,
+        ConnectionClosed,
+        H2Error,
+        InvalidHTTPHeader,
+    ] {
+        let name = etype.as_str();
+        assert_eq!(
+            blame(pingora::Error::new(etype.clone()).into_down()),
+            Blame::Client,
+            "{name}"
+        );
+        assert_eq!(
+            blame(pingora::Error::new(etype.clone()).into_up()),
+            Blame::Owner,
+            "{name}"
+        );
+        // Unmarked: writing the answer to the client.
+        assert_eq!(blame(pingora::Error::new(etype)), Blame::Client, "{name}");
+    }
+    for etype in [
+        ConnectRefused,
+        TLSHandshakeFailure,
+        ReadTimedout,
+        WriteTimedout,
+    ] {
+        let name = etype.as_str();
+        assert_eq!(blame(pingora::Error::new(etype)), Blame::Owner, "{name}");
+    }
+    assert_eq!(blame(pingora::Error::new(HTTPStatus(413))), Blame::Client);
+    assert_eq!(blame(pingora::Error::new(HTTPStatus(502))), Blame::Gateway);
+    assert_eq!(blame(pingora::Error::new(InternalError)), Blame::Gateway);
+    assert_eq!(
+        blame(pingora::Error::new(InternalError).into_down()),
+        Blame::Client
+    );
+}
