@@ -1,10 +1,11 @@
 //! Process plumbing of every kruntimes process — the daemons (operator,
 //! runtimed, gateway, `krt up`) and the untrusted Runtime Server alike: JSON
 //! logging ([`init_logging`], and [`logbuf`] for a process that logs on its
-//! request path, [`quiet`] for the client faults it counts instead), the shutdown signal, process confinement ([`confine`]:
-//! Landlock, capabilities, `no_new_privs`, non-dumpable), the bounded
-//! accept loop of every TCP listener ([`listen`]) and the rule every
-//! daemon's flags follow ([`config`]: each also an environment variable).
+//! request path, [`quiet`] for the client faults it counts instead), the
+//! shutdown signal, process confinement ([`confine`]: Landlock,
+//! capabilities, `no_new_privs`, non-dumpable), the bounded accept loop of
+//! every TCP listener ([`listen`]) and the rule every daemon's flags follow
+//! ([`config`]: each also an environment variable).
 //!
 //! Nothing here knows Kubernetes, a Run or a credential: the Runtime
 //! Server links this crate and nothing of the cluster side
