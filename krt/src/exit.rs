@@ -42,6 +42,7 @@ pub fn exit_code(code: ErrorCode) -> i32 {
         OutcomeUnknown => 33,
         RangeNotSatisfiable => 34,
         ArtifactStoreUnavailable => 35,
+        Conflict => 36,
     }
 }
 

@@ -30,6 +30,15 @@ pub enum Error {
     /// (FAILED_PRECONDITION).
     #[error("{0}")]
     Inputs(String),
+    /// A session's running processes are at their bound
+    /// (RESOURCE_EXHAUSTED).
+    #[error("{0}")]
+    Exhausted(String),
+    /// What the process's state does not allow: input after its stdin
+    /// closed or it ended, a resize without a terminal
+    /// (FAILED_PRECONDITION).
+    #[error("{0}")]
+    Conflict(String),
     /// No such registration, session or handle (NOT_FOUND).
     #[error("{0} is not held by this server")]
     NotFound(String),
@@ -62,7 +71,10 @@ impl Error {
     pub fn kind(&self) -> ErrorKind {
         match self {
             Error::Invalid(_) => ErrorKind::Invalid,
-            Error::Stale { .. } | Error::Load(_) | Error::Inputs(_) => ErrorKind::Refused,
+            Error::Stale { .. } | Error::Load(_) | Error::Inputs(_) | Error::Conflict(_) => {
+                ErrorKind::Refused
+            }
+            Error::Exhausted(_) => ErrorKind::Exhausted,
             Error::NotFound(_) => ErrorKind::NotFound,
             Error::Invoke(i) => match i {
                 InvokeError::NotRegistered(_) => ErrorKind::NotFound,

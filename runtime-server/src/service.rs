@@ -30,7 +30,7 @@ use crate::error::Error;
 use crate::function::Functions;
 use crate::inputs::Inputs;
 use crate::routes::Routes;
-use crate::session::{Sessions, exec, files};
+use crate::session::{Sessions, exec, files, process};
 use crate::task::{self, Tasks};
 use crate::validate;
 
@@ -317,6 +317,75 @@ impl SessionRuntime for Handle {
         let uid = validate::run_uid(&req.into_inner().run_uid)?;
         let existed = self.0.sessions.close(&uid).await;
         Ok(Response::new(pb::CloseSessionResponse { existed }))
+    }
+
+    async fn start_process(
+        &self,
+        req: Request<pb::StartProcessRequest>,
+    ) -> Result<Response<pb::StartProcessResponse>, Status> {
+        let (uid, start) = validate::process(req.into_inner())?;
+        let session = self.0.sessions.get(&uid)?;
+        let pid = process::start(self.0.sessions.shim(), &session, start)?;
+        Ok(Response::new(pb::StartProcessResponse { pid }))
+    }
+
+    async fn list_processes(
+        &self,
+        req: Request<pb::ListProcessesRequest>,
+    ) -> Result<Response<pb::ListProcessesResponse>, Status> {
+        let r = req.into_inner();
+        let session = self.0.sessions.get(&validate::run_uid(&r.run_uid)?)?;
+        let processes = match r.pid {
+            0 => session.processes.list().iter().map(|p| p.info()).collect(),
+            pid => vec![session.processes.get(pid)?.info()],
+        };
+        Ok(Response::new(pb::ListProcessesResponse { processes }))
+    }
+
+    type ConnectProcessStream = ReceiverStream<Result<pb::ProcessEvent, Status>>;
+
+    async fn connect_process(
+        &self,
+        req: Request<pb::ConnectProcessRequest>,
+    ) -> Result<Response<Self::ConnectProcessStream>, Status> {
+        let r = req.into_inner();
+        let session = self.0.sessions.get(&validate::run_uid(&r.run_uid)?)?;
+        let process = session.processes.get(r.pid)?;
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        tokio::spawn(process.follow(tx));
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn process_input(
+        &self,
+        req: Request<pb::ProcessInputRequest>,
+    ) -> Result<Response<pb::ProcessInputResponse>, Status> {
+        let r = req.into_inner();
+        let session = self.0.sessions.get(&validate::run_uid(&r.run_uid)?)?;
+        let process = session.processes.get(r.pid)?;
+        process.input(&r.data, r.close).await?;
+        Ok(Response::new(pb::ProcessInputResponse {}))
+    }
+
+    async fn signal_process(
+        &self,
+        req: Request<pb::SignalProcessRequest>,
+    ) -> Result<Response<pb::SignalProcessResponse>, Status> {
+        let r = req.into_inner();
+        let session = self.0.sessions.get(&validate::run_uid(&r.run_uid)?)?;
+        session.processes.get(r.pid)?.signal(r.signal)?;
+        Ok(Response::new(pb::SignalProcessResponse {}))
+    }
+
+    async fn resize_process(
+        &self,
+        req: Request<pb::ResizeProcessRequest>,
+    ) -> Result<Response<pb::ResizeProcessResponse>, Status> {
+        let r = req.into_inner();
+        let session = self.0.sessions.get(&validate::run_uid(&r.run_uid)?)?;
+        let (rows, cols) = validate::terminal_size(&r.size.unwrap_or_default())?;
+        session.processes.get(r.pid)?.resize(rows, cols).await?;
+        Ok(Response::new(pb::ResizeProcessResponse {}))
     }
 }
 

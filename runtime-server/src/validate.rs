@@ -383,6 +383,46 @@ pub fn command(req: pb::RunCommandRequest) -> Result<Command> {
     })
 }
 
+/// Validates `StartProcess`.
+pub fn process(req: pb::StartProcessRequest) -> Result<(String, crate::session::process::Start)> {
+    match req.argv.first() {
+        Some(p) if !p.is_empty() => {}
+        _ => return Err(invalid("argv must name a program")),
+    }
+    if req.argv.iter().any(|a| a.contains('\0')) {
+        return Err(invalid("argv contains NUL"));
+    }
+    let pty = match req.pty {
+        None => None,
+        Some(size) => Some(terminal_size(&size)?),
+    };
+    Ok((
+        run_uid(&req.run_uid)?,
+        crate::session::process::Start {
+            argv: req.argv,
+            cwd: workspace_path(&req.cwd)?,
+            env: environment(req.env)?,
+            stdin: req.stdin,
+            pty,
+            display: req.display,
+        },
+    ))
+}
+
+/// Most rows or columns of a terminal.
+pub const MAX_TERMINAL_SIDE: u32 = 1000;
+
+/// A terminal's rows and columns: 1 to [`MAX_TERMINAL_SIDE`] each.
+pub fn terminal_size(size: &pb::PtySize) -> Result<(u16, u16)> {
+    let side = |n: u32, what: &str| match u16::try_from(n) {
+        Ok(v) if (1..=MAX_TERMINAL_SIDE).contains(&n) => Ok(v),
+        _ => Err(invalid(format!(
+            "{what} must be 1 to {MAX_TERMINAL_SIDE}, not {n}"
+        ))),
+    };
+    Ok((side(size.rows, "rows")?, side(size.cols, "cols")?))
+}
+
 /// Validates `FileOperation`.
 pub fn file_op(req: pb::FileOperationRequest) -> Result<(String, FileOp)> {
     let (uid, op) = FileOp::from_request(req).ok_or_else(|| invalid("op is required"))?;

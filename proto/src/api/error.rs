@@ -34,8 +34,13 @@ pub enum ErrorCode {
     PayloadTooLarge,
     /// Request headers over the limit.
     HeadersTooLarge,
-    /// The function already has an in-flight invocation.
+    /// The function already has an in-flight invocation (or a session is at
+    /// its running processes).
     Busy,
+    /// What the target's state does not allow: input to a session process
+    /// whose stdin is closed or that has ended, resizing one without a
+    /// terminal.
+    Conflict,
     /// Run known but not Ready yet, or between two owners (pending,
     /// registering, recovering): a retry may find it Ready.
     NotReady,
@@ -74,7 +79,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in declaration order.
-    pub const ALL: [ErrorCode; 26] = {
+    pub const ALL: [ErrorCode; 27] = {
         use ErrorCode::*;
         [
             InvalidPath,
@@ -88,6 +93,7 @@ impl ErrorCode {
             PayloadTooLarge,
             HeadersTooLarge,
             Busy,
+            Conflict,
             NotReady,
             RunEnded,
             RunFailed,
@@ -115,7 +121,7 @@ impl ErrorCode {
             Unauthenticated => 401,
             Forbidden => 403,
             NotFound => 404,
-            RunFailed => 409,
+            RunFailed | Conflict => 409,
             RunEnded => 410,
             PayloadTooLarge => 413,
             HeadersTooLarge => 431,
@@ -157,6 +163,7 @@ impl ErrorCode {
             PayloadTooLarge => "PayloadTooLarge",
             HeadersTooLarge => "HeadersTooLarge",
             Busy => "Busy",
+            Conflict => "Conflict",
             NotReady => "NotReady",
             RunEnded => "RunEnded",
             RunFailed => "RunFailed",
@@ -207,7 +214,10 @@ impl ErrorCode {
             }
             HeadersTooLarge => "request headers over 16 KiB",
             Busy => {
-                "the function already has an in-flight invocation (one at a time per function Run; a call whose caller went away no longer counts)"
+                "the function already has an in-flight invocation (one at a time per function Run; a call whose caller went away no longer counts); a session's queue is full, or 64 of its background processes already run"
+            }
+            Conflict => {
+                "what the session process's state does not allow: input after its stdin was closed (or when it was started without `stdin`), input, signals or a resize after it ended, a resize of a process without a terminal; the message says which"
             }
             NotReady => {
                 "the Run exists but is not Ready yet: pending (the message gives the reason, e.g. `NoIdlePod`), registering, between two owners, or its Runtime Server does not answer. The call did not run. A Run that is registering, or Ready with its owner's readiness not yet at the gateway, is first waited for up to `--route-settle-ms` (250 ms)"

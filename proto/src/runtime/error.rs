@@ -17,6 +17,9 @@ pub enum ErrorKind {
     Refused,
     /// Content over a bound (OUT_OF_RANGE).
     TooLarge,
+    /// A count at its bound: a session's running processes
+    /// (RESOURCE_EXHAUSTED).
+    Exhausted,
     /// The server could not be reached or went away during the call
     /// (UNAVAILABLE, or a transport failure).
     Unavailable,
@@ -58,6 +61,7 @@ impl From<tonic::Status> for ServerError {
             Code::NotFound => ErrorKind::NotFound,
             Code::FailedPrecondition | Code::AlreadyExists => ErrorKind::Refused,
             Code::OutOfRange => ErrorKind::TooLarge,
+            Code::ResourceExhausted => ErrorKind::Exhausted,
             // UNKNOWN is what tonic reports for a connection that broke
             // mid-call, a server that went away.
             Code::Unavailable | Code::Unknown | Code::Cancelled => ErrorKind::Unavailable,
@@ -75,6 +79,7 @@ impl From<ServerError> for tonic::Status {
             ErrorKind::NotFound => Code::NotFound,
             ErrorKind::Refused => Code::FailedPrecondition,
             ErrorKind::TooLarge => Code::OutOfRange,
+            ErrorKind::Exhausted => Code::ResourceExhausted,
             ErrorKind::Unavailable => Code::Unavailable,
             ErrorKind::Internal => Code::Internal,
         };
@@ -93,6 +98,7 @@ mod tests {
             ErrorKind::NotFound,
             ErrorKind::Refused,
             ErrorKind::TooLarge,
+            ErrorKind::Exhausted,
             ErrorKind::Unavailable,
             ErrorKind::Internal,
         ] {

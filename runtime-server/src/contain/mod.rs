@@ -75,38 +75,51 @@ impl Shim {
         Ok(Self::new(std::env::current_exe()?, prefix))
     }
 
-    /// Starts `launch` under a new shim, in a process group of its own (a
-    /// terminal's signals never reach user code directly).
-    pub fn spawn(&self, launch: Launch<'_>) -> std::io::Result<Contained> {
+    /// The shim's command for `argv` (its control pipe's read end made
+    /// inheritable, `pass` too), and the pipe's ends.
+    fn command(
+        &self,
+        argv: &[String],
+        grace: Duration,
+        pass: Option<&Passed>,
+    ) -> std::io::Result<(Command, OwnedFd, OwnedFd)> {
         let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
         // Only the read end is inherited; the write end never leaves the
         // server, so the pipe closes exactly when the server lets go.
         fcntl(&read, FcntlArg::F_SETFD(FdFlag::empty()))?;
         // Inherited the same way; the shim keeps it open for the child.
-        if let Some(Passed(fd)) = &launch.pass {
+        if let Some(Passed(fd)) = pass {
             fcntl(fd, FcntlArg::F_SETFD(FdFlag::empty()))?;
         }
-        let [stdin, stdout, stderr] = launch.stdio;
         let mut cmd = Command::new(&self.program);
         cmd.args(&self.prefix)
             .arg("shim")
             .arg("--control-fd")
             .arg(read.as_raw_fd().to_string());
-        if let Some(passed) = &launch.pass {
+        if let Some(passed) = pass {
             cmd.arg("--pass-fd").arg(passed.number().to_string());
         }
         cmd.arg("--grace-ms")
-            .arg(launch.grace.as_millis().to_string())
+            .arg(grace.as_millis().to_string())
             .arg("--")
-            .args(launch.argv)
-            .current_dir(launch.cwd)
+            .args(argv)
+            .kill_on_drop(false);
+        Ok((cmd, read, write))
+    }
+
+    /// Starts `launch` under a new shim, in a process group of its own (a
+    /// terminal's signals never reach user code directly).
+    pub fn spawn(&self, launch: Launch<'_>) -> std::io::Result<Contained> {
+        let (mut cmd, read, write) =
+            self.command(launch.argv, launch.grace, launch.pass.as_ref())?;
+        let [stdin, stdout, stderr] = launch.stdio;
+        cmd.current_dir(launch.cwd)
             .env_clear()
             .envs(launch.env)
             .stdin(stdin)
             .stdout(stdout)
             .stderr(stderr)
-            .process_group(0)
-            .kill_on_drop(false);
+            .process_group(0);
         let child = cmd.spawn();
         drop(read);
         drop(launch.pass);
@@ -114,6 +127,41 @@ impl Shim {
             child: child?,
             control: Some(write),
         })
+    }
+
+    /// Starts `launch` under a new shim on a new terminal of `size`: the
+    /// shim leads a session of its own with the terminal as its controlling
+    /// terminal and stdio, and its child inherits both (so a shell has job
+    /// control). `launch.stdio` and `launch.pass` are not used. Returns the
+    /// tree and the terminal's controlling side.
+    pub fn spawn_on_terminal(
+        &self,
+        launch: Launch<'_>,
+        size: pty_process::Size,
+    ) -> std::io::Result<(Contained, pty_process::Pty)> {
+        let (pty, pts) = pty_process::open().map_err(terminal_error)?;
+        pty.resize(size).map_err(terminal_error)?;
+        let (mut cmd, read, write) = self.command(launch.argv, launch.grace, None)?;
+        cmd.current_dir(launch.cwd).env_clear().envs(launch.env);
+        // No process group of its own: the terminal's session makes one
+        // (a group leader could not start a session).
+        let child = pty_process::Command::from(cmd).spawn(pts);
+        drop(read);
+        Ok((
+            Contained {
+                child: child.map_err(terminal_error)?,
+                control: Some(write),
+            },
+            pty,
+        ))
+    }
+}
+
+/// A terminal's error as I/O.
+fn terminal_error(e: pty_process::Error) -> std::io::Error {
+    match e {
+        pty_process::Error::Io(io) => io,
+        other => std::io::Error::other(other.to_string()),
     }
 }
 

@@ -9,7 +9,10 @@
 //!
 //! SIGTERM first passes SIGTERM on to the whole tree and gives it
 //! `--grace-ms` to end (session commands: a grace period, then SIGKILL);
-//! a closed control pipe kills at once.
+//! a closed control pipe kills at once. SIGINT, SIGHUP, SIGQUIT, SIGUSR1,
+//! SIGUSR2, SIGWINCH, SIGCONT and SIGTSTP are passed on to the child alone
+//! ([`FORWARDED`]): how a session signals a background process, and how a
+//! terminal's hangup reaches its shell.
 //!
 //! Orphans of the tree that exit while the child runs are reaped when
 //! their SIGCHLD comes. Nothing else wakes the shim: it used to read the
@@ -138,6 +141,10 @@ async fn supervise(args: ShimArgs, control: Option<std::fs::File>) -> i32 {
             return 1;
         }
     };
+    // Caught before the child starts: a signal the shim was started with
+    // ignored would otherwise stay ignored in the child (a shell then
+    // cannot even trap it); caught ones start at their default there.
+    let forwarded = catch_forwarded();
     let mut child = match tokio::process::Command::new(program).args(rest).spawn() {
         Ok(c) => c,
         Err(e) => {
@@ -152,6 +159,9 @@ async fn supervise(args: ShimArgs, control: Option<std::fs::File>) -> i32 {
         .id()
         .and_then(|p| i32::try_from(p).ok())
         .map(nix::unistd::Pid::from_raw);
+    if let Some(child) = child_pid {
+        forward(forwarded, child);
+    }
     let closed = closed(control);
     tokio::pin!(closed);
     let ended = loop {
@@ -180,6 +190,47 @@ async fn supervise(args: ShimArgs, control: Option<std::fs::File>) -> i32 {
         eprintln!("runtime-server shim: processes of the tree survived {KILL_WITHIN:?}");
     }
     status.map_or(128 + Signal::SIGKILL as i32, |s| exit_code(&s))
+}
+
+/// Signals the shim passes on to its child (SIGTERM and a closed control
+/// pipe end the whole tree instead): what a session's `:signal` sends a
+/// process, and a terminal's hangup. Caught, not ignored, so the child
+/// starts with their default dispositions.
+pub const FORWARDED: [Signal; 8] = [
+    Signal::SIGINT,
+    Signal::SIGHUP,
+    Signal::SIGQUIT,
+    Signal::SIGUSR1,
+    Signal::SIGUSR2,
+    Signal::SIGWINCH,
+    Signal::SIGCONT,
+    Signal::SIGTSTP,
+];
+
+/// Handlers of [`FORWARDED`], installed now.
+fn catch_forwarded() -> Vec<(Signal, tokio::signal::unix::Signal)> {
+    FORWARDED
+        .into_iter()
+        .filter_map(|sig| match signal(SignalKind::from_raw(sig as i32)) {
+            Ok(stream) => Some((sig, stream)),
+            Err(e) => {
+                eprintln!("runtime-server shim: cannot catch {sig}: {e}");
+                None
+            }
+        })
+        .collect()
+}
+
+/// Passes each signal of `caught` the shim receives on to `child`.
+fn forward(caught: Vec<(Signal, tokio::signal::unix::Signal)>, child: nix::unistd::Pid) {
+    for (sig, mut stream) in caught {
+        tokio::spawn(async move {
+            while stream.recv().await.is_some() {
+                // ESRCH: the child is gone; its wait ends the shim.
+                let _ = nix::sys::signal::kill(child, sig);
+            }
+        });
+    }
 }
 
 /// Runs the shim; returns its exit code.

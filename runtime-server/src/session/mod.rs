@@ -1,7 +1,8 @@
 //! Session mode: a workspace per session Run and the commands running in
 //! it. runtimed queues operations and runs them one at a time; the server
 //! runs what it is given ([`exec`]) and performs file operations beneath
-//! the workspace ([`files`], [`path`]). A session opened with `inputs`
+//! the workspace ([`files`], [`path`]), and keeps its background
+//! processes ([`process`]). A session opened with `inputs`
 //! finds the files staged for it in its workspace ([`crate::inputs`]); one
 //! opened with `artifacts` has an artifacts directory beside its workspace
 //! ([`crate::artifacts`]), named to every command. Closing a session kills
@@ -11,6 +12,7 @@
 pub mod exec;
 pub mod files;
 pub mod path;
+pub mod process;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -39,6 +41,8 @@ pub struct Session {
     artifacts: Option<artifacts::Location>,
     closed: watch::Sender<bool>,
     commands: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Its background processes.
+    pub processes: process::Processes,
 }
 
 impl Session {
@@ -199,6 +203,7 @@ impl Sessions {
             artifacts,
             closed: watch::channel(false).0,
             commands: Mutex::new(Vec::new()),
+            processes: process::Processes::default(),
         });
         tracing::info!(run_uid = %session.run_uid, attempt = session.attempt, "session opened");
         self.held.insert(req.run_uid, session);

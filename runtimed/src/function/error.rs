@@ -68,7 +68,9 @@ impl EngineError {
             ErrorKind::NotFound => InvokeError::NotRegistered(e.message).into(),
             ErrorKind::Invalid => InvokeError::InvalidInput(e.message).into(),
             ErrorKind::TooLarge => InvokeError::InvalidOutput(e.message).into(),
-            ErrorKind::Refused | ErrorKind::Internal => InvokeError::Crashed(e.message).into(),
+            ErrorKind::Refused | ErrorKind::Exhausted | ErrorKind::Internal => {
+                InvokeError::Crashed(e.message).into()
+            }
         }
     }
 

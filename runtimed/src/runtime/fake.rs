@@ -425,4 +425,48 @@ impl SessionRuntime for Handle {
         });
         Ok(Response::new(pb::CloseSessionResponse { existed }))
     }
+
+    async fn start_process(
+        &self,
+        _req: Request<pb::StartProcessRequest>,
+    ) -> Result<Response<pb::StartProcessResponse>, Status> {
+        Err(Status::unimplemented("not scripted"))
+    }
+
+    async fn list_processes(
+        &self,
+        _req: Request<pb::ListProcessesRequest>,
+    ) -> Result<Response<pb::ListProcessesResponse>, Status> {
+        Err(Status::unimplemented("not scripted"))
+    }
+
+    type ConnectProcessStream = ReceiverStream<Result<pb::ProcessEvent, Status>>;
+
+    async fn connect_process(
+        &self,
+        _req: Request<pb::ConnectProcessRequest>,
+    ) -> Result<Response<Self::ConnectProcessStream>, Status> {
+        Err(Status::unimplemented("not scripted"))
+    }
+
+    async fn process_input(
+        &self,
+        _req: Request<pb::ProcessInputRequest>,
+    ) -> Result<Response<pb::ProcessInputResponse>, Status> {
+        Err(Status::unimplemented("not scripted"))
+    }
+
+    async fn signal_process(
+        &self,
+        _req: Request<pb::SignalProcessRequest>,
+    ) -> Result<Response<pb::SignalProcessResponse>, Status> {
+        Err(Status::unimplemented("not scripted"))
+    }
+
+    async fn resize_process(
+        &self,
+        _req: Request<pb::ResizeProcessRequest>,
+    ) -> Result<Response<pb::ResizeProcessResponse>, Status> {
+        Err(Status::unimplemented("not scripted"))
+    }
 }

@@ -19,6 +19,7 @@ pub fn api_error(e: ServerError) -> ApiError {
         ErrorKind::NotFound => ErrorCode::NotFound,
         ErrorKind::TooLarge => ErrorCode::PayloadTooLarge,
         ErrorKind::Refused => ErrorCode::BadRequest,
+        ErrorKind::Exhausted => ErrorCode::Busy,
         ErrorKind::Unavailable => ErrorCode::NotReady,
         ErrorKind::Internal => ErrorCode::Internal,
     };

@@ -41,6 +41,7 @@ fn all_lists_every_code_once_and_each_is_its_own_wire_name() {
             | ErrorCode::PayloadTooLarge
             | ErrorCode::HeadersTooLarge
             | ErrorCode::Busy
+            | ErrorCode::Conflict
             | ErrorCode::NotReady
             | ErrorCode::RunEnded
             | ErrorCode::RunFailed
