@@ -562,6 +562,27 @@ impl Stack {
             .output()?)
     }
 
+    /// Runs the `krt` CLI against this stack with `input` on its stdin.
+    pub fn krt_with_input(
+        &self,
+        args: &[&str],
+        input: &[u8],
+    ) -> anyhow::Result<std::process::Output> {
+        use std::io::Write as _;
+        let mut child = Command::new(&self.krt)
+            .arg("--state-dir")
+            .arg(self.state_dir())
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        let mut stdin = child.stdin.take().context("krt's stdin")?;
+        stdin.write_all(input)?;
+        drop(stdin);
+        Ok(child.wait_with_output()?)
+    }
+
     /// The process id of `krt up` itself (the embedded control plane).
     pub fn up_pid(&self) -> u32 {
         self.child.id()

@@ -2,7 +2,7 @@
 //! authorization verb and the Run mode its route implies. Pure.
 
 use http::Method;
-use kruntimes_proto::api::{self, ApiPath, SessionOp};
+use kruntimes_proto::api::{self, ApiPath, Methods, SessionOp};
 use kruntimes_proto::ownership::v1::Mode;
 
 use crate::auth::{Target, Verb};
@@ -64,21 +64,19 @@ impl<'a> RunTarget<'a> {
         self.session.is_some()
     }
 
-    /// The one method the route takes.
-    pub fn method(&self) -> Method {
-        if self.artifacts {
-            Method::GET
-        } else if self.session.is_none_or(SessionOp::is_post) {
-            Method::POST
-        } else {
-            Method::GET
+    /// The methods the route takes.
+    pub fn methods(&self) -> Methods {
+        match self.session {
+            _ if self.artifacts => Methods::Get,
+            None => Methods::Post,
+            Some(op) => op.methods(),
         }
     }
 
-    /// Rejects any other method than [`Self::method`] (405).
+    /// Rejects any other method than [`Self::methods`] (405).
     pub fn check_method(&self, method: &Method) -> Result<(), ApiError> {
-        let expected = self.method();
-        if *method != expected {
+        let expected = self.methods();
+        if !expected.allow(method.as_str()) {
             return Err(ApiError::method_not_allowed(expected.as_str()));
         }
         Ok(())

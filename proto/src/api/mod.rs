@@ -8,8 +8,8 @@ pub use error::{
     ApiError, ErrorBody, ErrorCode, ErrorDetail, MAX_ERROR_MESSAGE_BYTES, RunState, error_table,
 };
 pub use path::{
-    ApiPath, MAX_ARTIFACT_NAME_BYTES, PathError, SessionOp, artifact_name, dns_label, parse_path,
-    valid_run_uid,
+    ApiPath, MAX_ARTIFACT_NAME_BYTES, Methods, PathError, SessionOp, artifact_name, dns_label,
+    parse_path, valid_run_uid,
 };
 
 /// Caller-supplied or generated invocation id, echoed on every response.

@@ -60,13 +60,103 @@ pub enum SessionOp {
     ReadFile,
     /// `operations:cancel`: cancels one queued or running operation.
     Cancel,
+    /// `processes`: `GET` lists the session's background processes, `POST`
+    /// starts one.
+    Processes,
+    /// `processes/{pid}`: one process.
+    Process(u32),
+    /// `processes/{pid}:connect`: its output, replayed then followed.
+    ConnectProcess(u32),
+    /// `processes/{pid}:input`: bytes to its stdin or terminal.
+    ProcessInput(u32),
+    /// `processes/{pid}:closeStdin`.
+    CloseStdin(u32),
+    /// `processes/{pid}:signal`.
+    SignalProcess(u32),
+    /// `processes/{pid}:resize`: its terminal's size.
+    ResizeProcess(u32),
+}
+
+/// The methods a route takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Methods {
+    /// `GET` only.
+    Get,
+    /// `POST` only (a body).
+    Post,
+    /// `GET` and `POST` (a collection: list and create).
+    GetOrPost,
+}
+
+impl Methods {
+    /// Whether `method` (`GET`, `POST`, …) is one of them.
+    pub fn allow(self, method: &str) -> bool {
+        match self {
+            Methods::Get => method == "GET",
+            Methods::Post => method == "POST",
+            Methods::GetOrPost => method == "GET" || method == "POST",
+        }
+    }
+
+    /// How a 405 names them (`GET`, `POST`, `GET, POST`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Methods::Get => "GET",
+            Methods::Post => "POST",
+            Methods::GetOrPost => "GET, POST",
+        }
+    }
 }
 
 impl SessionOp {
-    /// Whether the route takes `POST` (a body); the others take `GET`.
-    pub fn is_post(self) -> bool {
-        matches!(self, Self::Execute | Self::Stream | Self::Cancel)
+    /// The methods the route takes.
+    pub fn methods(self) -> Methods {
+        match self {
+            Self::Execute
+            | Self::Stream
+            | Self::Cancel
+            | Self::ProcessInput(_)
+            | Self::CloseStdin(_)
+            | Self::SignalProcess(_)
+            | Self::ResizeProcess(_) => Methods::Post,
+            Self::Processes => Methods::GetOrPost,
+            Self::Status
+            | Self::WebSocket
+            | Self::ListFiles
+            | Self::ReadFile
+            | Self::Process(_)
+            | Self::ConnectProcess(_) => Methods::Get,
+        }
     }
+}
+
+/// A process id segment: decimal digits, no leading zero, 1..=u32::MAX.
+fn pid(s: &str) -> Option<u32> {
+    if s.is_empty() || s.len() > 10 || s.starts_with('0') || !s.bytes().all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    s.parse().ok()
+}
+
+/// The session route of a process: `{pid}` or `{pid}:verb`.
+fn process_op(seg: &str) -> Result<SessionOp, PathError> {
+    let (id, verb) = match seg.split_once(':') {
+        Some((id, verb)) => (id, Some(verb)),
+        None => (seg, None),
+    };
+    let Some(n) = pid(id) else {
+        return Err(PathError::InvalidSegment("process id"));
+    };
+    Ok(match verb {
+        None => SessionOp::Process(n),
+        Some("connect") => SessionOp::ConnectProcess(n),
+        Some("input") => SessionOp::ProcessInput(n),
+        Some("closeStdin") => SessionOp::CloseStdin(n),
+        Some("signal") => SessionOp::SignalProcess(n),
+        Some("resize") => SessionOp::ResizeProcess(n),
+        Some(_) => return Err(PathError::UnknownRoute),
+    })
 }
 
 /// Why a path was rejected.
@@ -234,6 +324,8 @@ pub fn parse_path(path: &str) -> Result<ApiPath<'_>, PathError> {
                 ["files"] => SessionOp::ListFiles,
                 ["files:content"] => SessionOp::ReadFile,
                 ["operations:cancel"] => SessionOp::Cancel,
+                ["processes"] => SessionOp::Processes,
+                ["processes", seg] => process_op(seg)?,
                 _ => return Err(PathError::UnknownRoute),
             };
             check(namespace, runtime, last)?;
@@ -367,6 +459,16 @@ mod tests {
             ("/files", SessionOp::ListFiles),
             ("/files:content", SessionOp::ReadFile),
             ("/operations:cancel", SessionOp::Cancel),
+            ("/processes", SessionOp::Processes),
+            ("/processes/42", SessionOp::Process(42)),
+            ("/processes/7:connect", SessionOp::ConnectProcess(7)),
+            ("/processes/7:input", SessionOp::ProcessInput(7)),
+            ("/processes/7:closeStdin", SessionOp::CloseStdin(7)),
+            ("/processes/7:signal", SessionOp::SignalProcess(7)),
+            (
+                "/processes/4294967295:resize",
+                SessionOp::ResizeProcess(u32::MAX),
+            ),
         ] {
             let p = format!("{base}{suffix}");
             assert!(
@@ -374,6 +476,42 @@ mod tests {
                 "{p}"
             );
         }
+    }
+
+    #[test]
+    fn process_routes_take_only_pids_and_known_verbs() {
+        let base = format!("/v1/namespaces/a/runtimes/python/sessions/{UID}/processes");
+        for bad in [
+            "0",
+            "01",
+            "-1",
+            "+1",
+            "1.5",
+            "4294967296",
+            "99999999999",
+            "x",
+            "",
+            ":connect",
+        ] {
+            assert_eq!(
+                parse_path(&format!("{base}/{bad}")),
+                Err(PathError::InvalidSegment("process id")),
+                "{bad:?}"
+            );
+        }
+        for bad in ["/1:kill", "/1:", "/1/x", "/1:connect/x", "es"] {
+            assert_eq!(
+                parse_path(&format!("{base}{bad}")),
+                Err(PathError::UnknownRoute),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(SessionOp::Processes.methods(), Methods::GetOrPost);
+        assert!(Methods::GetOrPost.allow("GET") && Methods::GetOrPost.allow("POST"));
+        assert!(!Methods::GetOrPost.allow("PUT"));
+        assert_eq!(SessionOp::ConnectProcess(1).methods(), Methods::Get);
+        assert_eq!(SessionOp::SignalProcess(1).methods(), Methods::Post);
+        assert_eq!(Methods::GetOrPost.as_str(), "GET, POST");
     }
 
     #[test]

@@ -452,7 +452,8 @@ pub fn start(shim: &Shim, session: &Arc<Session>, req: Start) -> Result<u32> {
                 req.cwd
             )));
         }
-        Err(e) => return Err(Error::Invalid(format!("{}: {e}", req.cwd))),
+        // Missing, or a symlink out (runtimed refuses lexical escapes).
+        Err(e) => return Err(Error::Conflict(format!("cwd {}: {e}", req.cwd))),
     };
     let mut env = session.command_env(req.env);
     let (input, tree, outputs): (Option<Input>, _, Vec<Output>) = match req.pty {

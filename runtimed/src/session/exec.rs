@@ -59,6 +59,8 @@ pub fn result(operation_id: &str, r: rt::CommandResult) -> OperationResult {
         stderr_truncated: r.stderr_truncated,
         duration_ms: r.duration_ms,
         error: (!r.error.is_empty()).then_some(r.error),
+        pid: None,
+        refusal: None,
     }
 }
 

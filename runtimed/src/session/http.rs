@@ -89,18 +89,23 @@ pub async fn handle(
 ) -> Result<Response, ApiError> {
     let h = &h;
     let uri = &uri;
-    let want = if op.is_post() {
-        Method::POST
-    } else {
-        Method::GET
-    };
-    if method != want {
+    let want = op.methods();
+    if !want.allow(method.as_str()) {
         return Err(ApiError::new(
             ErrorCode::MethodNotAllowed,
-            format!("this route takes {want}"),
+            format!("this route takes {}", want.as_str()),
         ));
     }
     match op {
+        SessionOp::Processes
+        | SessionOp::Process(_)
+        | SessionOp::ConnectProcess(_)
+        | SessionOp::ProcessInput(_)
+        | SessionOp::CloseStdin(_)
+        | SessionOp::SignalProcess(_)
+        | SessionOp::ResizeProcess(_) => {
+            super::process::handle(h, op, &method, body, r.invocation_id).await
+        }
         SessionOp::Status => {
             let st = h.session.status();
             Ok(json(

@@ -10,7 +10,8 @@
 //!   results, commands and file operations (run by the Runtime Server).
 //! - [`hosted`]: the sessions this runtimed hosts, keyed by Run UID;
 //!   [`prepare`] turns a session assignment into a started session.
-//! - [`http`], [`ws`]: the session routes of the dataplane and the WebSocket.
+//! - [`http`], [`ws`]: the session routes of the dataplane and the WebSocket;
+//!   [`process`]: the background-process routes.
 
 pub mod exec;
 pub mod files;
@@ -20,6 +21,7 @@ pub mod limits;
 pub mod ops;
 pub mod outcome;
 pub mod prepare;
+pub mod process;
 pub mod queue;
 mod worker;
 pub mod ws;

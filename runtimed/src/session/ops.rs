@@ -107,6 +107,21 @@ pub enum Operation {
     },
     /// A file mutation, as the Runtime Server takes it.
     File(FileOp),
+    /// A background process to start.
+    StartProcess {
+        /// Program and arguments.
+        argv: Vec<String>,
+        /// Working directory.
+        cwd: String,
+        /// Environment overrides.
+        env: BTreeMap<String, String>,
+        /// Keep stdin open.
+        stdin: bool,
+        /// A terminal's size.
+        pty: Option<PtySize>,
+        /// Its command as the list shows it (the request's JSON).
+        display: String,
+    },
 }
 
 impl Operation {
@@ -114,6 +129,7 @@ impl Operation {
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Command { .. } => "command",
+            Self::StartProcess { .. } => "process",
             Self::File(f) => f.kind(),
         }
     }
@@ -121,7 +137,7 @@ impl Operation {
     /// The workspace paths it names.
     pub fn paths(&self) -> Vec<&str> {
         match self {
-            Self::Command { cwd, .. } => vec![cwd],
+            Self::Command { cwd, .. } | Self::StartProcess { cwd, .. } => vec![cwd],
             Self::File(
                 FileOp::Write { path, .. } | FileOp::Mkdir { path } | FileOp::Delete { path },
             ) => {
@@ -130,6 +146,107 @@ impl Operation {
             Self::File(FileOp::Rename { from, to }) => vec![from, to],
         }
     }
+}
+
+/// The argv of a command: its `argv`, or `bash -c` with its `shell`.
+fn argv(cmd: CommandSpec) -> Result<Vec<String>, String> {
+    match (cmd.argv, cmd.shell) {
+        (Some(argv), None) => {
+            if argv.is_empty() || argv[0].is_empty() {
+                return Err("command.argv must name a program".into());
+            }
+            if argv.len() > MAX_ARGV || argv.iter().any(|a| a.contains('\0')) {
+                return Err("command.argv is too long or contains NUL".into());
+            }
+            Ok(argv)
+        }
+        (None, Some(shell)) => {
+            if shell.len() > 1024 * 1024 || shell.contains('\0') {
+                return Err("command.shell is too long or contains NUL".into());
+            }
+            Ok(vec!["bash".into(), "-c".into(), shell])
+        }
+        _ => Err("command needs exactly one of argv or shell".into()),
+    }
+}
+
+fn check_env(env: &BTreeMap<String, String>) -> Result<(), String> {
+    if env
+        .keys()
+        .any(|k| k.is_empty() || k.contains('=') || k.contains('\0'))
+        || env.values().any(|v| v.contains('\0'))
+    {
+        return Err("env names must be non-empty without '=' or NUL".into());
+    }
+    Ok(())
+}
+
+/// A terminal's size in a start request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PtySize {
+    /// Rows (1–1000).
+    pub rows: u32,
+    /// Columns (1–1000).
+    pub cols: u32,
+}
+
+/// Most rows or columns of a terminal.
+pub const MAX_TERMINAL_SIDE: u32 = 1000;
+
+impl PtySize {
+    /// Checks both sides are 1 to [`MAX_TERMINAL_SIDE`].
+    pub fn check(self) -> Result<Self, String> {
+        for (n, what) in [(self.rows, "rows"), (self.cols, "cols")] {
+            if !(1..=MAX_TERMINAL_SIDE).contains(&n) {
+                return Err(format!(
+                    "pty.{what} must be 1 to {MAX_TERMINAL_SIDE}, not {n}"
+                ));
+            }
+        }
+        Ok(self)
+    }
+}
+
+/// The body of `POST …/processes`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProcessRequest {
+    /// What to run.
+    pub command: CommandSpec,
+    /// Working directory (workspace-relative).
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// Environment overrides.
+    #[serde(default)]
+    pub env: Option<BTreeMap<String, String>>,
+    /// Keep stdin open for `:input`.
+    #[serde(default)]
+    pub stdin: bool,
+    /// Run on a terminal of this size.
+    #[serde(default)]
+    pub pty: Option<PtySize>,
+}
+
+/// Validates a start request into an operation.
+pub fn validate_process(req: ProcessRequest) -> Result<Operation, String> {
+    let display = match (&req.command.argv, &req.command.shell) {
+        (Some(argv), None) => serde_json::json!({ "argv": argv }),
+        (_, shell) => serde_json::json!({ "shell": shell }),
+    };
+    let argv = argv(req.command)?;
+    let env = req.env.unwrap_or_default();
+    check_env(&env)?;
+    let pty = req.pty.map(PtySize::check).transpose()?;
+    Ok(Operation::StartProcess {
+        argv,
+        cwd: req.cwd.unwrap_or_default(),
+        env,
+        // A terminal always takes input.
+        stdin: req.stdin && pty.is_none(),
+        pty,
+        display: display.to_string(),
+    })
 }
 
 /// Validates a request into an operation.
@@ -153,36 +270,13 @@ pub fn validate(req: OperationRequest) -> Result<Operation, String> {
         || req.env.is_some()
         || req.timeout_seconds.is_some();
     if let Some(cmd) = req.command {
-        let argv = match (cmd.argv, cmd.shell) {
-            (Some(argv), None) => {
-                if argv.is_empty() || argv[0].is_empty() {
-                    return Err("command.argv must name a program".into());
-                }
-                if argv.len() > MAX_ARGV || argv.iter().any(|a| a.contains('\0')) {
-                    return Err("command.argv is too long or contains NUL".into());
-                }
-                argv
-            }
-            (None, Some(shell)) => {
-                if shell.len() > 1024 * 1024 || shell.contains('\0') {
-                    return Err("command.shell is too long or contains NUL".into());
-                }
-                vec!["bash".into(), "-c".into(), shell]
-            }
-            _ => return Err("command needs exactly one of argv or shell".into()),
-        };
+        let argv = argv(cmd)?;
         let stdin = req.stdin.unwrap_or_default().into_bytes();
         if stdin.len() > MAX_STDIN_BYTES {
             return Err("stdin exceeds 1 MiB".into());
         }
         let env = req.env.unwrap_or_default();
-        if env
-            .keys()
-            .any(|k| k.is_empty() || k.contains('=') || k.contains('\0'))
-            || env.values().any(|v| v.contains('\0'))
-        {
-            return Err("env names must be non-empty without '=' or NUL".into());
-        }
+        check_env(&env)?;
         return Ok(Operation::Command {
             argv,
             stdin,

@@ -39,6 +39,13 @@ pub struct OperationResult {
     /// Why a file operation failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The pid of a started background process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// The Runtime Server's refusal of a process start, as the API answers
+    /// it (never serialized: the start route answers with it).
+    #[serde(skip)]
+    pub refusal: Option<kruntimes_proto::api::ApiError>,
 }
 
 impl OperationResult {
@@ -59,6 +66,8 @@ impl OperationResult {
             stderr_truncated: false,
             duration_ms,
             error,
+            pid: None,
+            refusal: None,
         }
     }
 }

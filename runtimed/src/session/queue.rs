@@ -203,6 +203,12 @@ impl Session {
         })
     }
 
+    /// A client of the Runtime Server that holds the session, for the calls
+    /// that bypass the queue.
+    pub fn runtime(&self) -> crate::runtime::Client {
+        self.link.client()
+    }
+
     /// Reads a file, outside the queue.
     pub async fn read_file(&self, path: &str) -> Result<Vec<u8>, ApiError> {
         files::read(self.link.client(), &self.run_uid, path).await

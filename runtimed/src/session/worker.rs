@@ -95,7 +95,7 @@ impl Worker {
 
     async fn execute(&self, job: &Job, cancel: watch::Receiver<bool>) -> OperationResult {
         let started = Instant::now();
-        let client = self.link.client();
+        let mut client = self.link.client();
         let file_op = match &job.op {
             Operation::Command {
                 argv,
@@ -118,6 +118,46 @@ impl Worker {
                     timeout,
                 };
                 return exec::run(client, cmd, job.events.clone(), cancel).await;
+            }
+            Operation::StartProcess {
+                argv,
+                cwd,
+                env,
+                stdin,
+                pty,
+                display,
+            } => {
+                let req = kruntimes_proto::runtime::v1::StartProcessRequest {
+                    run_uid: self.run_uid.clone(),
+                    argv: argv.clone(),
+                    cwd: cwd.clone(),
+                    env: env.clone().into_iter().collect(),
+                    stdin: *stdin,
+                    pty: pty.map(|p| kruntimes_proto::runtime::v1::PtySize {
+                        rows: p.rows,
+                        cols: p.cols,
+                    }),
+                    display: display.clone(),
+                };
+                let elapsed = || started.elapsed().as_millis() as u64;
+                return match client.sessions.start_process(req).await {
+                    Ok(r) => OperationResult {
+                        pid: Some(r.into_inner().pid),
+                        ..OperationResult::bare(&job.id, OpState::Succeeded, elapsed(), None)
+                    },
+                    Err(status) => {
+                        let refusal = super::process::api_error(status.into());
+                        OperationResult {
+                            refusal: Some(refusal.clone()),
+                            ..OperationResult::bare(
+                                &job.id,
+                                OpState::Failed,
+                                elapsed(),
+                                Some(refusal.message.into_owned()),
+                            )
+                        }
+                    }
+                };
             }
             Operation::File(op) => op,
         };

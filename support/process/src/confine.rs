@@ -57,10 +57,20 @@ impl Confinement {
     /// The system trees every program needs (those that exist): `/usr`,
     /// `/lib`, `/lib64`, `/bin`, `/sbin`, `/etc`, `/opt`; plus `extra`
     /// read-only trees and the `read_write` ones. `/dev/null`, `/dev/zero`,
-    /// `/dev/random` and `/dev/urandom` are readable and writable.
+    /// `/dev/random` and `/dev/urandom` are readable and writable, and so
+    /// are the terminal devices (`/dev/ptmx`, `/dev/pts`, `/dev/tty`): a
+    /// session's processes may run on terminals of their own.
     pub fn with_system(extra: &[PathBuf], read_write: &[PathBuf]) -> Self {
         let system = ["/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc", "/opt"];
-        let devices = ["/dev/null", "/dev/zero", "/dev/random", "/dev/urandom"];
+        let devices = [
+            "/dev/null",
+            "/dev/zero",
+            "/dev/random",
+            "/dev/urandom",
+            "/dev/ptmx",
+            "/dev/pts",
+            "/dev/tty",
+        ];
         Self {
             read_only: system
                 .iter()

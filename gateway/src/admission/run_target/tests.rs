@@ -27,27 +27,44 @@ fn an_invoke_path_names_a_function_run() {
         }
     );
     assert_eq!(
-        (t.method(), t.verb(), t.mode()),
-        (Method::POST, Verb::Invoke, Mode::Function)
+        (t.methods(), t.verb(), t.mode()),
+        (Methods::Post, Verb::Invoke, Mode::Function)
     );
 }
 
 #[test]
 fn session_paths_name_a_session_run_and_its_route() {
     let cases = [
-        ("", SessionOp::Status, Method::GET),
-        ("/operations:execute", SessionOp::Execute, Method::POST),
-        ("/operations:stream", SessionOp::Stream, Method::POST),
-        ("/operations:ws", SessionOp::WebSocket, Method::GET),
-        ("/files", SessionOp::ListFiles, Method::GET),
-        ("/files:content", SessionOp::ReadFile, Method::GET),
+        ("", SessionOp::Status, Methods::Get),
+        ("/operations:execute", SessionOp::Execute, Methods::Post),
+        ("/operations:stream", SessionOp::Stream, Methods::Post),
+        ("/operations:ws", SessionOp::WebSocket, Methods::Get),
+        ("/files", SessionOp::ListFiles, Methods::Get),
+        ("/files:content", SessionOp::ReadFile, Methods::Get),
+        ("/processes", SessionOp::Processes, Methods::GetOrPost),
+        ("/processes/12", SessionOp::Process(12), Methods::Get),
+        (
+            "/processes/12:connect",
+            SessionOp::ConnectProcess(12),
+            Methods::Get,
+        ),
+        (
+            "/processes/12:input",
+            SessionOp::ProcessInput(12),
+            Methods::Post,
+        ),
+        (
+            "/processes/12:resize",
+            SessionOp::ResizeProcess(12),
+            Methods::Post,
+        ),
     ];
     for (rest, op, method) in cases {
         let path = session_path(rest);
         let t = RunTarget::parse(&path).unwrap();
         assert_eq!((t.runtime, t.uid), ("shell", UID));
         assert_eq!(t.session, Some(op), "{rest}");
-        assert_eq!(t.method(), method, "{rest}");
+        assert_eq!(t.methods(), method, "{rest}");
         assert_eq!((t.verb(), t.mode()), (Verb::Session, Mode::Session));
     }
 }

@@ -12,6 +12,8 @@ use kruntimes_proto::api;
 use serde_json::json;
 
 use kruntimes_client::gateway::{self, Gateway};
+
+mod process;
 use kruntimes_client::{self as client, Target};
 
 /// `krt session …`
@@ -76,6 +78,62 @@ pub enum SessionCommand {
         /// `NAME` or `NAME:PATH`.
         target: String,
     },
+    /// Start a background process; prints its pid. It runs on after krt
+    /// exits, until it ends, is killed or the session ends.
+    Start {
+        /// Session name.
+        name: String,
+        /// A `bash -c` script instead of argv.
+        #[arg(long, conflicts_with = "argv")]
+        shell: Option<String>,
+        /// Working directory in the workspace.
+        #[arg(long)]
+        cwd: Option<String>,
+        /// Environment (`KEY=VALUE`, repeatable).
+        #[arg(long = "env")]
+        env: Vec<String>,
+        /// Keep its stdin open (for input sent later).
+        #[arg(long)]
+        stdin: bool,
+        /// Then follow its output as `attach` does.
+        #[arg(short, long)]
+        attach: bool,
+        /// Program and arguments.
+        #[arg(last = true)]
+        argv: Vec<String>,
+    },
+    /// List the session's background processes.
+    Ps {
+        /// Session name.
+        name: String,
+    },
+    /// Print a process's output (what it kept, then what comes) until it
+    /// ends; exits with its exit code. Ctrl-C detaches (it runs on).
+    Attach {
+        /// Session name.
+        name: String,
+        /// Process id.
+        pid: u64,
+    },
+    /// Send a process a signal.
+    Kill {
+        /// Session name.
+        name: String,
+        /// Process id.
+        pid: u64,
+        /// The signal (`SIGTERM` ends its whole tree after a grace; `SIGKILL` at once).
+        #[arg(short, long, default_value = "SIGTERM")]
+        signal: String,
+    },
+    /// Open an interactive terminal in the session (`bash -i -l`, or the
+    /// program after `--`); exits with its exit code.
+    Shell {
+        /// Session name.
+        name: String,
+        /// Program and arguments (default: `bash -i -l`).
+        #[arg(last = true)]
+        argv: Vec<String>,
+    },
     /// End a session: drain accepted work (or `--cancel` it).
     Close {
         /// Name.
@@ -89,6 +147,35 @@ pub enum SessionCommand {
     },
 }
 
+/// `KEY=VALUE` pairs.
+fn key_values(pairs: &[String]) -> anyhow::Result<Vec<(String, String)>> {
+    pairs
+        .iter()
+        .map(|kv| {
+            let (k, v) = kv
+                .split_once('=')
+                .with_context(|| format!("--env {kv}: expected KEY=VALUE"))?;
+            Ok((k.to_owned(), v.to_owned()))
+        })
+        .collect()
+}
+
+/// Follows process `pid` until it ends (its exit code) or Ctrl-C (130, it
+/// runs on).
+async fn follow(gw: &Gateway, url: &str, pid: u64) -> anyhow::Result<i32> {
+    let mut interrupts = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let stop = async move {
+        interrupts.recv().await;
+    };
+    match process::attach(gw, url, pid, stop).await? {
+        Some(code) => Ok(code),
+        None => {
+            eprintln!("detached: process {pid} runs on (krt session attach … {pid})");
+            Ok(INTERRUPTED)
+        }
+    }
+}
+
 fn session_run(
     namespace: &str,
     name: &str,
@@ -97,18 +184,10 @@ fn session_run(
     idle_timeout: Option<u32>,
     queue_size: Option<u32>,
 ) -> anyhow::Result<Run> {
-    let env = env
-        .iter()
-        .map(|kv| {
-            let (k, v) = kv
-                .split_once('=')
-                .with_context(|| format!("--env {kv}: expected KEY=VALUE"))?;
-            Ok(EnvVar {
-                name: k.into(),
-                value: v.into(),
-            })
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let env = key_values(env)?
+        .into_iter()
+        .map(|(name, value)| EnvVar { name, value })
+        .collect();
     let mut run = Run::new(
         name,
         RunSpec {
@@ -265,6 +344,59 @@ pub async fn run(t: &Target, namespace: &str, cmd: SessionCommand) -> anyhow::Re
                     return Ok(0);
                 }
             }
+        }
+        SessionCommand::Start {
+            name,
+            shell,
+            cwd,
+            env,
+            stdin,
+            attach,
+            argv,
+        } => {
+            let mut body = match (shell, argv.is_empty()) {
+                (Some(s), true) => json!({"command": {"shell": s}}),
+                (None, false) => json!({"command": {"argv": argv}}),
+                _ => bail!("pass a program after `--`, or --shell"),
+            };
+            if let Some(c) = cwd {
+                body["cwd"] = c.into();
+            }
+            if !env.is_empty() {
+                body["env"] = key_values(&env)?.into_iter().collect();
+            }
+            body["stdin"] = stdin.into();
+            let (url, gw) = session(t, namespace, &name).await?;
+            let pid = process::start(&gw, &url, &body).await?;
+            if !attach {
+                println!("{pid}");
+                return Ok(0);
+            }
+            eprintln!("process {pid} started (Ctrl-C detaches; it runs on)");
+            follow(&gw, &url, pid).await
+        }
+        SessionCommand::Ps { name } => {
+            let (url, gw) = session(t, namespace, &name).await?;
+            process::ps(&gw, &url).await?;
+            Ok(0)
+        }
+        SessionCommand::Attach { name, pid } => {
+            let (url, gw) = session(t, namespace, &name).await?;
+            follow(&gw, &url, pid).await
+        }
+        SessionCommand::Kill { name, pid, signal } => {
+            let (url, gw) = session(t, namespace, &name).await?;
+            process::signal(&gw, &url, pid, &signal).await?;
+            Ok(0)
+        }
+        SessionCommand::Shell { name, argv } => {
+            let argv = if argv.is_empty() {
+                vec!["bash".into(), "-i".into(), "-l".into()]
+            } else {
+                argv
+            };
+            let (url, gw) = session(t, namespace, &name).await?;
+            process::shell(&gw, &url, argv).await
         }
         SessionCommand::Close {
             name,
