@@ -28,13 +28,16 @@ func Shell(script string) Command { return Command{Shell: script} }
 // Argv is a program and its arguments, run without a shell.
 func Argv(args ...string) Command { return Command{Argv: args} }
 
-func (c Command) body() map[string]any {
-	b := map[string]any{}
+// spec is the body's "command": the shell script or the argv.
+func (c Command) spec() map[string]any {
 	if c.Shell != "" {
-		b["command"] = map[string]any{"shell": c.Shell}
-	} else {
-		b["command"] = map[string]any{"argv": c.Argv}
+		return map[string]any{"shell": c.Shell}
 	}
+	return map[string]any{"argv": c.Argv}
+}
+
+func (c Command) body() map[string]any {
+	b := map[string]any{"command": c.spec()}
 	if c.Stdin != "" {
 		b["stdin"] = c.Stdin
 	}

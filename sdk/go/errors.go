@@ -113,7 +113,9 @@ type (
 	NotFoundError struct{ APIError }
 	// MethodNotAllowedError is 405.
 	MethodNotAllowedError struct{ APIError }
-	// ConflictError is 409 (Kubernetes API): the Run exists, or changed meanwhile.
+	// ConflictError is 409 Conflict: a session process's stdin is closed,
+	// it has ended, or it has no terminal to resize; or (Kubernetes API) the
+	// Run exists, or changed meanwhile.
 	ConflictError struct{ APIError }
 	// PayloadTooLargeError is 413: a body over 1 MiB (invoke) or a file over 32 MiB.
 	PayloadTooLargeError struct{ APIError }
@@ -184,6 +186,7 @@ var byCode = map[string]kind{
 	"Forbidden":                {403, wrap[PermissionDeniedError]},
 	"NotFound":                 {404, wrap[NotFoundError]},
 	"MethodNotAllowed":         {405, wrap[MethodNotAllowedError]},
+	"Conflict":                 {409, wrap[ConflictError]},
 	"PayloadTooLarge":          {413, wrap[PayloadTooLargeError]},
 	"HeadersTooLarge":          {431, wrap[HeadersTooLargeError]},
 	"RangeNotSatisfiable":      {416, wrap[RangeNotSatisfiableError]},

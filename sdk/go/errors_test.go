@@ -30,7 +30,7 @@ func TestEveryCodeOfTheTableHasItsType(t *testing.T) {
 		{500, "FunctionError", &FunctionError{}}, {500, "WorkerCrashed", &WorkerCrashedError{}},
 		{500, "InvalidOutput", &InvalidOutputError{}}, {500, "Internal", &InternalError{}},
 		{500, "OutcomeUnknown", &OutcomeUnknownError{}}, {504, "DeadlineExceeded", &DeadlineExceededError{}},
-		{409, "RunFailed", &RunFailedError{}}, {410, "RunEnded", &RunEndedError{}},
+		{409, "Conflict", &ConflictError{}}, {409, "RunFailed", &RunFailedError{}}, {410, "RunEnded", &RunEndedError{}},
 		{416, "RangeNotSatisfiable", &RangeNotSatisfiableError{}},
 		{503, "ArtifactStoreUnavailable", &ArtifactStoreUnavailableError{}},
 	}

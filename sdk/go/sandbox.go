@@ -41,12 +41,15 @@ type SessionStatus struct {
 	Closing           bool   `json:"closing"`
 }
 
-// Sandbox is a session-mode Run: Commands and Files, ended by Close or Kill.
+// Sandbox is a session-mode Run: Commands, Files and PTY, ended by Close or
+// Kill.
 type Sandbox struct {
-	// Commands runs commands.
+	// Commands runs commands, and background processes.
 	Commands *Commands
 	// Files reads and changes the workspace.
 	Files *Files
+	// PTY runs processes on terminals.
+	PTY *PTY
 
 	c   *Client
 	run RunInfo
@@ -56,6 +59,7 @@ func newSandbox(c *Client, run RunInfo) *Sandbox {
 	s := &Sandbox{c: c, run: run}
 	s.Commands = &Commands{s: s}
 	s.Files = &Files{s: s}
+	s.PTY = &PTY{s: s}
 	return s
 }
 

@@ -1,7 +1,8 @@
 """Python client for kruntimes: function Runs (invoke a handler), session
-Runs (agent sandboxes: commands, files, streamed output) and task Runs (run
-once, read the exit code, the output and the files left behind), against a
-Kubernetes cluster or a ``krt up`` stack, blocking or with asyncio.
+Runs (agent sandboxes: commands, files, streamed output, background processes
+and terminals) and task Runs (run once, read the exit code, the output and the
+files left behind), against a Kubernetes cluster or a ``krt up`` stack,
+blocking or with asyncio.
 
     from kruntimes import Client, Sandbox
 
@@ -23,6 +24,8 @@ from .errors import *  # noqa: F403 - every error class, listed in errors.__all_
 from .errors import __all__ as _errors
 from .files import AsyncFiles, EntryInfo, FilePage, Files
 from .functions import AsyncFunction, Function, Invocation
+from .processes import (AsyncCommandHandle, AsyncPty, AsyncPtyHandle, CommandHandle, ProcessEvent, ProcessInfo,
+                        ProcessResult, Pty, PtyHandle)
 from .sandbox import AsyncSandbox, Sandbox, SessionStatus
 from .tasks import AsyncTasks, TaskResult, Tasks
 
@@ -33,13 +36,17 @@ __all__ = [
     "Artifacts",
     "AsyncArtifacts",
     "AsyncClient",
+    "AsyncCommandHandle",
     "AsyncCommands",
     "AsyncFiles",
     "AsyncFunction",
+    "AsyncPty",
+    "AsyncPtyHandle",
     "AsyncSandbox",
     "AsyncTasks",
     "Client",
     "CommandEvent",
+    "CommandHandle",
     "CommandResult",
     "Commands",
     "EntryInfo",
@@ -47,6 +54,11 @@ __all__ = [
     "Files",
     "Function",
     "Invocation",
+    "ProcessEvent",
+    "ProcessInfo",
+    "ProcessResult",
+    "Pty",
+    "PtyHandle",
     "RunInfo",
     "Sandbox",
     "SessionStatus",

@@ -166,7 +166,9 @@ class MethodNotAllowedError(KruntimesError):
 
 
 class ConflictError(KruntimesError):
-    """409 (Kubernetes API): a Run of that name exists, or the object changed meanwhile."""
+    """409: a Run of that name exists, or the object changed meanwhile (the Kubernetes API's
+    ``AlreadyExists``, ``Conflict``); the gateway's ``Conflict``: a background process's stdin is
+    closed or it has ended (``send_stdin``), or it has no terminal (``resize``)."""
 
     default_status = 409
     default_code = "AlreadyExists"
@@ -411,7 +413,9 @@ class OperationFailedError(KruntimesError):
 
 
 class CommandExitError(OperationFailedError):
-    """Raised by :meth:`kruntimes.CommandResult.check` for a command that did not succeed."""
+    """Raised by :meth:`kruntimes.CommandResult.check` for a command that did not succeed, and by
+    :meth:`kruntimes.ProcessResult.check` for a background process that did not exit 0 (then
+    ``result`` is the :class:`kruntimes.ProcessResult`)."""
 
     default_code = "CommandFailed"
 
@@ -459,6 +463,8 @@ def _subclasses(cls: Type[KruntimesError]) -> "list[Type[KruntimesError]]":
 _BY_CODE: Dict[str, Type[KruntimesError]] = {
     c.default_code: c for c in _subclasses(KruntimesError) if c.default_code and c.default_status not in (0, 200)
 }
+# ConflictError stands for two codes: Kubernetes' AlreadyExists and the gateway's Conflict.
+_BY_CODE["Conflict"] = ConflictError
 _BY_STATUS: Dict[int, Type[KruntimesError]] = {
     400: InvalidRequestError,
     401: UnauthenticatedError,

@@ -21,6 +21,7 @@ from ._wire import GATEWAY, Call, Flow, Sleep
 from .commands import AsyncCommands, Commands
 from .errors import ConfigError, KruntimesError, NotReadyError, OwnerUnavailableError, UnsupportedError
 from .files import AsyncFiles, Files
+from .processes import AsyncPty, Pty
 
 if TYPE_CHECKING:
     from .client import AsyncClient, Client
@@ -174,8 +175,8 @@ class _SandboxBase:
 
 
 class Sandbox(_SandboxBase):
-    """A session Run of a :class:`~kruntimes.Client`: ``commands``, ``files``, and a context
-    manager that closes it."""
+    """A session Run of a :class:`~kruntimes.Client`: ``commands`` (foreground and background),
+    ``files``, ``pty`` (terminals), and a context manager that closes it."""
 
     _client: "Client"
 
@@ -183,6 +184,7 @@ class Sandbox(_SandboxBase):
         super().__init__(client, run)
         self.commands = Commands(self)
         self.files = Files(self)
+        self.pty = Pty(self)
 
     @classmethod
     def create(cls, client: "Client", runtime: str = "bash", *, name: Optional[str] = None,
@@ -243,6 +245,7 @@ class AsyncSandbox(_SandboxBase):
         super().__init__(client, run)
         self.commands = AsyncCommands(self)
         self.files = AsyncFiles(self)
+        self.pty = AsyncPty(self)
 
     @classmethod
     def create(cls, client: "AsyncClient", runtime: str = "bash", *, name: Optional[str] = None,

@@ -1,13 +1,16 @@
 """A scripted transport: tests answer each call with a function and read back
-what was sent."""
+what was sent. A streamed answer's body may be a list of chunks (an exception
+among them is raised there, as a broken connection); the fakes count the
+streams still open."""
 
+import contextlib
 import json
 from typing import Callable, List, Tuple
 
-from kruntimes import Client
+from kruntimes import AsyncClient, Client
 from kruntimes._runs import RunInfo
 from kruntimes._wire import Call, Reply, raise_for
-from kruntimes.sandbox import Sandbox
+from kruntimes.sandbox import AsyncSandbox, Sandbox
 
 Answer = Tuple[int, dict, bytes]
 
@@ -21,10 +24,38 @@ def error(status, code, retry_after=None) -> Answer:
     return (status, headers, json.dumps({"error": {"code": code, "message": code}}).encode())
 
 
+def _opened(call: Call, answer: Answer):
+    status, headers, body = answer
+    err = raise_for(call, status, headers, body if isinstance(body, bytes) else b"")
+    if err is not None:
+        raise err
+    return status, headers, [body] if isinstance(body, bytes) else list(body)
+
+
 class FakeTransport:
     def __init__(self, answer: Callable[[Call], Answer]):
         self.answer = answer
         self.calls: List[Call] = []
+        self.open_streams = 0
+        self.closed_streams = 0
+
+    @contextlib.contextmanager
+    def stream(self, call: Call):
+        self.calls.append(call)
+        status, headers, chunks = _opened(call, self.answer(call))
+        self.open_streams += 1
+        try:
+            yield status, headers, self._chunks(chunks)
+        finally:
+            self.open_streams -= 1
+            self.closed_streams += 1
+
+    @staticmethod
+    def _chunks(chunks):
+        for chunk in chunks:
+            if isinstance(chunk, BaseException):
+                raise chunk
+            yield chunk
 
     def send(self, call: Call) -> Reply:
         self.calls.append(call)
@@ -39,11 +70,31 @@ class FakeTransport:
 
 
 class AsyncFake:
-    """:class:`FakeTransport` of an :class:`~kruntimes.AsyncClient` (``send`` only)."""
+    """:class:`FakeTransport` of an :class:`~kruntimes.AsyncClient`."""
 
     def __init__(self, answer: Callable[[Call], Answer]):
         self.answer = answer
         self.calls: List[Call] = []
+        self.open_streams = 0
+        self.closed_streams = 0
+
+    @contextlib.asynccontextmanager
+    async def stream(self, call: Call):
+        self.calls.append(call)
+        status, headers, chunks = _opened(call, self.answer(call))
+        self.open_streams += 1
+        try:
+            yield status, headers, self._chunks(chunks)
+        finally:
+            self.open_streams -= 1
+            self.closed_streams += 1
+
+    @staticmethod
+    async def _chunks(chunks):
+        for chunk in chunks:
+            if isinstance(chunk, BaseException):
+                raise chunk
+            yield chunk
 
     async def send(self, call: Call) -> Reply:
         self.calls.append(call)
@@ -64,8 +115,18 @@ def client(answer: Callable[[Call], Answer]) -> Tuple[Client, FakeTransport]:
 SESSION = "https://gw/v1/namespaces/default/runtimes/bash/sessions/u-1"
 
 
+def session_run(endpoint: str = SESSION) -> RunInfo:
+    return RunInfo(name="sb", namespace="default", uid="u-1", runtime="bash", mode="session", phase="Ready",
+                   endpoint=endpoint)
+
+
 def sandbox(answer: Callable[[Call], Answer]) -> Tuple[Sandbox, FakeTransport]:
     c, fake = client(answer)
-    run = RunInfo(name="sb", namespace="default", uid="u-1", runtime="bash", mode="session", phase="Ready",
-                  endpoint=SESSION)
-    return Sandbox(c, run), fake
+    return Sandbox(c, session_run()), fake
+
+
+def async_sandbox(answer: Callable[[Call], Answer]) -> Tuple[AsyncSandbox, AsyncFake]:
+    c = AsyncClient(gateway="https://gw", token="t")
+    fake = AsyncFake(answer)
+    c._transport = fake  # type: ignore[assignment]
+    return AsyncSandbox(c, session_run()), fake

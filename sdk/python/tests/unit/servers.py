@@ -1,12 +1,13 @@
 """Local HTTP(S) servers on loopback that answer like the Kubernetes API for
-one Run, or like the gateway's artifact routes, and record what each request
-carried."""
+one Run, or like the gateway's artifact routes or a session's process routes,
+and record what each request carried."""
 
 import hashlib
 import json
 import socket
 import ssl
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, HTTPServer, ThreadingHTTPServer
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -164,5 +165,99 @@ class ArtifactServer:
         return self
 
     def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+SESSION_PATH = "/v1/namespaces/default/runtimes/bash/sessions/u-1"
+
+
+class ProcessServer:
+    """Answers like a session's process routes, over plain HTTP: ``POST …/processes`` starts pid 7
+    (201), ``GET …/processes/7`` lists it, ``GET …/processes/7:connect`` sends ``script`` (byte
+    chunks, each flushed as one HTTP chunk, ``pause`` seconds apart) and then — with ``hang`` —
+    keepalives every 20 ms until the client goes away (``gone`` is set then); other pids are 404;
+    the other routes answer 204. Records each request's method, path and JSON body in ``seen``."""
+
+    def __init__(self, script: List[bytes], *, hang: bool = False, pause: float = 0.01) -> None:
+        self.script = script
+        self.hang = hang
+        self.pause = pause
+        self.seen: List[Tuple[str, str, object]] = []
+        self.gone = threading.Event()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _send(self, code: int, doc: Optional[dict] = None) -> None:
+                body = json.dumps(doc).encode() if doc is not None else b""
+                self.send_response(code)
+                if doc is not None:
+                    self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _chunk(self, data: bytes) -> None:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+
+            def _route(self, method: str) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                server.seen.append((method, self.path, json.loads(raw) if raw else None))
+                base = SESSION_PATH + "/processes"
+                if method == "POST" and self.path == base:
+                    return self._send(201, {"pid": 7})
+                if not self.path.startswith(base + "/7"):
+                    return self._send(404, {"error": {"code": "NotFound", "message": "no process 8"}})
+                if self.path == base + "/7":
+                    return self._send(200, {"pid": 7, "command": {"argv": ["top"]}, "running": True})
+                if self.path != base + "/7:connect":
+                    return self._send(204)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-ndjson")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                try:
+                    for data in server.script:
+                        self._chunk(data)
+                        time.sleep(server.pause)
+                    while server.hang:
+                        self._chunk(b'{"type":"keepalive"}\n')
+                        time.sleep(0.02)
+                    self.wfile.write(b"0\r\n\r\n")
+                except (BrokenPipeError, ConnectionResetError):
+                    server.gone.set()
+                    self.close_connection = True
+
+            def do_GET(self):  # noqa: N802 - the http.server API
+                self._route("GET")
+
+            def do_POST(self):  # noqa: N802
+                self._route("POST")
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    @property
+    def endpoint(self) -> str:
+        return self.url + SESSION_PATH
+
+    def __enter__(self) -> "ProcessServer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.hang = False
         self.httpd.shutdown()
         self.httpd.server_close()

@@ -24,6 +24,7 @@ TABLE = [
     (429, "Busy", kruntimes.BusyError),
     (503, "NotReady", kruntimes.NotReadyError),
     (409, "RunFailed", kruntimes.RunFailedError),
+    (409, "Conflict", kruntimes.ConflictError),
     (410, "RunEnded", kruntimes.RunEndedError),
     (503, "OwnerUnavailable", kruntimes.OwnerUnavailableError),
     (503, "StaleOwner", kruntimes.StaleOwnerError),
@@ -105,6 +106,8 @@ def test_a_failed_stream_event_raises_its_code():
     e = errors.from_event({"code": "Internal", "message": "operation was dropped", "invocationId": "i"})
     assert type(e) is kruntimes.InternalError and e.status == 500 and e.invocation_id == "i"
     assert type(errors.from_event({"code": "Busy", "message": "full"})) is kruntimes.BusyError
+    e = errors.from_event({"code": "Conflict", "message": "stdin is closed"})
+    assert type(e) is kruntimes.ConflictError and (e.status, e.code) == (409, "Conflict")
 
 
 def test_client_side_errors_say_so():
