@@ -506,6 +506,58 @@ async fn krt_session_starts_lists_attaches_kills_and_opens_a_shell() {
         .krt(&["session", "kill", "cli", &sleeper, "--signal", "SIGSEGV"])
         .unwrap();
     assert_eq!(bad.status.code(), Some(13), "{bad:?}");
+    // A watch prints each change until Ctrl-C.
+    let mut watcher = std::process::Command::new(env!("CARGO_BIN_EXE_krt"))
+        .arg("--state-dir")
+        .arg(stack.state_dir())
+        .args(["session", "watch", "cli:", "-r"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = watcher.stdout.take().unwrap();
+    let (lines_tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead as _;
+        for l in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = lines_tx.send(l);
+        }
+    });
+    let mut seen = Vec::new();
+    for i in 0..50 {
+        let touched = stack
+            .krt(&[
+                "session",
+                "exec",
+                "cli",
+                "--shell",
+                &format!("mkdir -p w && echo {i} > w/f{i}"),
+            ])
+            .unwrap();
+        assert!(touched.status.success());
+        seen.extend(lines.try_iter());
+        if seen
+            .iter()
+            .any(|l| l.starts_with("create") && l.contains("w/f"))
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        seen.iter()
+            .any(|l| l.starts_with("create") && l.contains("w/f")),
+        "{seen:?}"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(watcher.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    assert!(watcher.wait().unwrap().success());
     // A shell on a terminal, driven from a pipe (no local terminal here).
     let shell = stack
         .krt_with_input(

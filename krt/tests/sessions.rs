@@ -664,3 +664,92 @@ async fn a_32_mib_file_round_trips_and_idle_sessions_expire() {
         .unwrap();
     assert_eq!(ended["reason"], "IdleTimeout");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_streams_what_commands_change_beneath_a_directory() {
+    let stack = start(1, vec![sandbox("watched", "")], &[]);
+    let run = stack.wait_phase("watched", "Ready").await.unwrap();
+    let base = run["endpoint"].as_str().unwrap().to_owned();
+    let http = &stack.http;
+    let token = stack.token.clone();
+    let exec = |shell: &str| {
+        http.post(format!("{base}/operations:execute"))
+            .bearer_auth(token.clone())
+            .json(&serde_json::json!({"command": {"shell": shell}}))
+            .send()
+    };
+    assert_eq!(exec("mkdir -p src/deep").await.unwrap().status(), 200);
+    let mut watch = http
+        .get(format!("{base}/files:watch"))
+        .query(&[("path", "src"), ("recursive", "true")])
+        .bearer_auth(token.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(watch.status(), 200);
+    let mut buf = Vec::new();
+    let mut events: Vec<serde_json::Value> = Vec::new();
+    let mut next = async || -> serde_json::Value {
+        loop {
+            if let Some(nl) = buf.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = buf.drain(..=nl).collect();
+                return serde_json::from_slice(&line).unwrap();
+            }
+            let chunk = tokio::time::timeout(Duration::from_secs(30), watch.chunk())
+                .await
+                .expect("no event in time")
+                .unwrap()
+                .expect("the watch ended");
+            buf.extend_from_slice(&chunk);
+        }
+    };
+    assert_eq!(next().await["type"], "ready");
+    let r = exec("echo 1 > src/a.txt; echo 2 > src/deep/b.txt; mv src/a.txt src/c.txt; rm src/c.txt; echo 3 > outside.txt; touch src/done")
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    loop {
+        let ev = next().await;
+        let done = ev["path"] == "src/done";
+        events.push(ev);
+        if done {
+            break;
+        }
+    }
+    let saw = |change: &str, path: &str| {
+        events
+            .iter()
+            .any(|e| e["type"] == "file" && e["change"] == change && e["path"] == path)
+    };
+    for (change, path) in [
+        ("create", "src/a.txt"),
+        ("write", "src/a.txt"),
+        ("create", "src/deep/b.txt"),
+        ("rename", "src/a.txt"),
+        ("rename", "src/c.txt"),
+        ("remove", "src/c.txt"),
+    ] {
+        assert!(saw(change, path), "{change} {path}: {events:?}");
+    }
+    assert!(!events.iter().any(|e| e["path"] == "outside.txt"));
+    // Refusals are typed.
+    let get = |q: &'static [(&'static str, &'static str)]| {
+        http.get(format!("{base}/files:watch"))
+            .query(q)
+            .bearer_auth(token.clone())
+            .send()
+    };
+    for (q, status, code) in [
+        (&[("path", "../etc")][..], 400, "InvalidPath"),
+        (&[("path", "nope")][..], 404, "NotFound"),
+        (
+            &[("path", "src"), ("recursive", "maybe")][..],
+            400,
+            "BadRequest",
+        ),
+    ] {
+        let r = get(q).await.unwrap();
+        assert_eq!(r.status(), status, "{q:?}");
+        expect_error(r, status, code).await;
+    }
+}

@@ -30,7 +30,7 @@ use crate::error::Error;
 use crate::function::Functions;
 use crate::inputs::Inputs;
 use crate::routes::Routes;
-use crate::session::{Sessions, exec, files, process};
+use crate::session::{Sessions, exec, files, process, watcher};
 use crate::task::{self, Tasks};
 use crate::validate;
 
@@ -375,6 +375,19 @@ impl SessionRuntime for Handle {
         let session = self.0.sessions.get(&validate::run_uid(&r.run_uid)?)?;
         session.processes.get(r.pid)?.signal(r.signal)?;
         Ok(Response::new(pb::SignalProcessResponse {}))
+    }
+
+    type WatchDirStream = ReceiverStream<Result<pb::WatchEvent, Status>>;
+
+    async fn watch_dir(
+        &self,
+        req: Request<pb::WatchDirRequest>,
+    ) -> Result<Response<Self::WatchDirStream>, Status> {
+        let r = req.into_inner();
+        let session = self.0.sessions.get(&validate::run_uid(&r.run_uid)?)?;
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        watcher::start(&session, &r.path, r.recursive, tx)?;
+        Ok(Response::new(ReceiverStream::new(rx)))
     }
 
     async fn resize_process(

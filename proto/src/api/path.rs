@@ -60,6 +60,8 @@ pub enum SessionOp {
     ReadFile,
     /// `operations:cancel`: cancels one queued or running operation.
     Cancel,
+    /// `files:watch`: what changes beneath a directory, streamed.
+    WatchFiles,
     /// `processes`: `GET` lists the session's background processes, `POST`
     /// starts one.
     Processes,
@@ -124,6 +126,7 @@ impl SessionOp {
             | Self::WebSocket
             | Self::ListFiles
             | Self::ReadFile
+            | Self::WatchFiles
             | Self::Process(_)
             | Self::ConnectProcess(_) => Methods::Get,
         }
@@ -323,6 +326,7 @@ pub fn parse_path(path: &str) -> Result<ApiPath<'_>, PathError> {
                 ["operations:ws"] => SessionOp::WebSocket,
                 ["files"] => SessionOp::ListFiles,
                 ["files:content"] => SessionOp::ReadFile,
+                ["files:watch"] => SessionOp::WatchFiles,
                 ["operations:cancel"] => SessionOp::Cancel,
                 ["processes"] => SessionOp::Processes,
                 ["processes", seg] => process_op(seg)?,
@@ -459,6 +463,7 @@ mod tests {
             ("/files", SessionOp::ListFiles),
             ("/files:content", SessionOp::ReadFile),
             ("/operations:cancel", SessionOp::Cancel),
+            ("/files:watch", SessionOp::WatchFiles),
             ("/processes", SessionOp::Processes),
             ("/processes/42", SessionOp::Process(42)),
             ("/processes/7:connect", SessionOp::ConnectProcess(7)),

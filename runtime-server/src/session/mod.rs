@@ -1,8 +1,8 @@
 //! Session mode: a workspace per session Run and the commands running in
 //! it. runtimed queues operations and runs them one at a time; the server
 //! runs what it is given ([`exec`]) and performs file operations beneath
-//! the workspace ([`files`], [`path`]), and keeps its background
-//! processes ([`process`]). A session opened with `inputs`
+//! the workspace ([`files`], [`path`]), keeps its background processes
+//! ([`process`]) and watches its directories ([`watcher`]). A session opened with `inputs`
 //! finds the files staged for it in its workspace ([`crate::inputs`]); one
 //! opened with `artifacts` has an artifacts directory beside its workspace
 //! ([`crate::artifacts`]), named to every command. Closing a session kills
@@ -13,6 +13,7 @@ pub mod exec;
 pub mod files;
 pub mod path;
 pub mod process;
+pub mod watcher;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -43,6 +44,8 @@ pub struct Session {
     commands: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// Its background processes.
     pub processes: process::Processes,
+    /// Its open watches ([`watcher`]).
+    watches: std::sync::atomic::AtomicUsize,
 }
 
 impl Session {
@@ -204,6 +207,7 @@ impl Sessions {
             closed: watch::channel(false).0,
             commands: Mutex::new(Vec::new()),
             processes: process::Processes::default(),
+            watches: std::sync::atomic::AtomicUsize::new(0),
         });
         tracing::info!(run_uid = %session.run_uid, attempt = session.attempt, "session opened");
         self.held.insert(req.run_uid, session);

@@ -463,6 +463,15 @@ impl SessionRuntime for Handle {
         Err(Status::unimplemented("not scripted"))
     }
 
+    type WatchDirStream = ReceiverStream<Result<pb::WatchEvent, Status>>;
+
+    async fn watch_dir(
+        &self,
+        _req: Request<pb::WatchDirRequest>,
+    ) -> Result<Response<Self::WatchDirStream>, Status> {
+        Err(Status::unimplemented("not scripted"))
+    }
+
     async fn resize_process(
         &self,
         _req: Request<pb::ResizeProcessRequest>,

@@ -106,6 +106,7 @@ pub async fn handle(
         | SessionOp::ResizeProcess(_) => {
             super::process::handle(h, op, &method, body, r.invocation_id).await
         }
+        SessionOp::WatchFiles => super::watch::handle(h, uri, r.invocation_id).await,
         SessionOp::Status => {
             let st = h.session.status();
             Ok(json(

@@ -11,18 +11,21 @@
 //! - [`hosted`]: the sessions this runtimed hosts, keyed by Run UID;
 //!   [`prepare`] turns a session assignment into a started session.
 //! - [`http`], [`ws`]: the session routes of the dataplane and the WebSocket;
-//!   [`process`]: the background-process routes.
+//!   [`process`]: the background-process routes; [`watch`]: `files:watch`;
+//!   [`ndjson`]: how their streams are written.
 
 pub mod exec;
 pub mod files;
 pub mod hosted;
 pub mod http;
 pub mod limits;
+pub mod ndjson;
 pub mod ops;
 pub mod outcome;
 pub mod prepare;
 pub mod process;
 pub mod queue;
+pub mod watch;
 mod worker;
 pub mod ws;
 

@@ -5,19 +5,16 @@
 //! the Runtime Server, which holds the processes.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
-use bytes::Bytes;
 use kruntimes_proto::api::{ErrorCode, SessionOp};
 use kruntimes_proto::runtime::v1 as rt;
 use kruntimes_proto::runtime::{ErrorKind, ServerError};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio_stream::StreamExt;
 
 use super::HostedSession;
 use super::ops::{self, ProcessRequest};
@@ -31,8 +28,6 @@ pub const MAX_INPUT_BYTES: usize = 1024 * 1024;
 const MAX_INPUT_BODY: usize = MAX_INPUT_BYTES / 3 * 4 + 1024;
 /// Largest `:signal` / `:resize` body.
 const MAX_SMALL_BODY: usize = 1024;
-/// How long a `:connect` stream may be silent before a `keepalive` line.
-pub const KEEPALIVE: Duration = Duration::from_secs(20);
 
 /// A refusal of the Runtime Server's about a process, as the API answers
 /// it.
@@ -140,12 +135,6 @@ fn event_line(e: rt::process_event::Event) -> Value {
     }
 }
 
-fn line(v: &Value) -> Bytes {
-    let mut b = v.to_string().into_bytes();
-    b.push(b'\n');
-    Bytes::from(b)
-}
-
 /// Serves one process route of an admitted, fenced request.
 pub async fn handle(
     h: &Arc<HostedSession>,
@@ -204,7 +193,16 @@ pub async fn handle(
                 .await
                 .map_err(|s| api_error(s.into()))?
                 .into_inner();
-            Ok(follow(events, invocation_id.to_owned()))
+            Ok(super::ndjson::stream(
+                events,
+                |e: rt::ProcessEvent| {
+                    let e = e.event?;
+                    let last = matches!(e, rt::process_event::Event::Exited(_));
+                    Some((event_line(e), last))
+                },
+                "the process's output ended before its exit",
+                invocation_id.to_owned(),
+            ))
         }
         SessionOp::ProcessInput(pid) => {
             #[derive(Deserialize)]
@@ -308,55 +306,6 @@ pub async fn handle(
     }
 }
 
-/// The NDJSON answer of `:connect`: every event as a line, a `keepalive`
-/// line after [`KEEPALIVE`] of silence, a `failed` line when the server's
-/// stream breaks before the exit.
-fn follow(mut events: tonic::Streaming<rt::ProcessEvent>, invocation_id: String) -> Response {
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(64);
-    tokio::spawn(async move {
-        loop {
-            let next = tokio::select! {
-                n = events.next() => n,
-                () = tokio::time::sleep(KEEPALIVE) => {
-                    if tx.send(Ok(line(&json!({"type": "keepalive"})))).await.is_err() {
-                        return;
-                    }
-                    continue;
-                }
-                () = tx.closed() => return,
-            };
-            let v = match next {
-                Some(Ok(rt::ProcessEvent { event: Some(e) })) => {
-                    let exited = matches!(e, rt::process_event::Event::Exited(_));
-                    let v = event_line(e);
-                    if tx.send(Ok(line(&v))).await.is_err() || exited {
-                        return;
-                    }
-                    continue;
-                }
-                Some(Ok(_)) => continue,
-                Some(Err(s)) => api_error(s.into()),
-                None => ApiError::new(
-                    ErrorCode::Internal,
-                    "the process's output ended before its exit",
-                ),
-            };
-            let failed = json!({
-                "type": "failed",
-                "error": crate::api_error::detail(&v, Some(&invocation_id)),
-            });
-            let _ = tx.send(Ok(line(&failed))).await;
-            return;
-        }
-    });
-    (
-        StatusCode::OK,
-        [(header::CONTENT_TYPE, "application/x-ndjson")],
-        Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx)),
-    )
-        .into_response()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -406,7 +355,6 @@ mod tests {
             signal: None,
         }));
         assert_eq!(exited, json!({"type": "exited", "exitCode": 137}));
-        assert_eq!(line(&lost).last(), Some(&b'\n'));
     }
 
     #[test]

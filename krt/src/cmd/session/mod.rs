@@ -14,6 +14,7 @@ use serde_json::json;
 use kruntimes_client::gateway::{self, Gateway};
 
 mod process;
+mod watch;
 use kruntimes_client::{self as client, Target};
 
 /// `krt session …`
@@ -133,6 +134,15 @@ pub enum SessionCommand {
         /// Program and arguments (default: `bash -i -l`).
         #[arg(last = true)]
         argv: Vec<String>,
+    },
+    /// Print what changes beneath a directory (`NAME[:PATH]`), one
+    /// `CHANGE PATH` line each, until Ctrl-C.
+    Watch {
+        /// `NAME` or `NAME:PATH`.
+        target: String,
+        /// Its subdirectories too.
+        #[arg(short, long)]
+        recursive: bool,
     },
     /// End a session: drain accepted work (or `--cancel` it).
     Close {
@@ -397,6 +407,17 @@ pub async fn run(t: &Target, namespace: &str, cmd: SessionCommand) -> anyhow::Re
             };
             let (url, gw) = session(t, namespace, &name).await?;
             process::shell(&gw, &url, argv).await
+        }
+        SessionCommand::Watch { target, recursive } => {
+            let (name, path) = target.split_once(':').unwrap_or((target.as_str(), ""));
+            let (url, gw) = session(t, namespace, name).await?;
+            let mut interrupts =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+            let stop = async move {
+                interrupts.recv().await;
+            };
+            watch::watch(&gw, &url, path, recursive, stop).await?;
+            Ok(0)
         }
         SessionCommand::Close {
             name,
