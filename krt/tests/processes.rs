@@ -179,11 +179,8 @@ async fn background_processes_outlive_their_clients_and_replay_their_output() {
     .await;
     let (out, exited) = api.to_exit(trapped).await;
     // SIGTERM reaches the whole tree: the shell's `sleep` too.
-    assert!(
-        out.starts_with(b"up\nbye\n"),
-        "{}",
-        String::from_utf8_lossy(&out)
-    );
+    let out = String::from_utf8_lossy(&out);
+    assert!(out.starts_with("up\n") && out.contains("bye\n"), "{out}");
     assert_eq!(exited["exitCode"], 7);
     let stubborn = api
         .start(json!({"command": {"argv": ["bash", "-c", "trap '' TERM INT; sleep 300"]}}))
@@ -506,6 +503,9 @@ async fn krt_session_starts_lists_attaches_kills_and_opens_a_shell() {
         .krt(&["session", "kill", "cli", &sleeper, "--signal", "SIGSEGV"])
         .unwrap();
     assert_eq!(bad.status.code(), Some(13), "{bad:?}");
+    let metrics = stack.krt(&["session", "metrics", "cli"]).unwrap();
+    assert!(metrics.status.success(), "{metrics:?}");
+    assert!(text(&metrics).contains("processes  "), "{}", text(&metrics));
     // A watch prints each change until Ctrl-C.
     let mut watcher = std::process::Command::new(env!("CARGO_BIN_EXE_krt"))
         .arg("--state-dir")
@@ -569,4 +569,46 @@ async fn krt_session_starts_lists_attaches_kills_and_opens_a_shell() {
     assert_eq!(shell.status.code(), Some(4), "{out}");
     assert!(out.contains("in-42"), "{out}");
     assert!(out.contains("/dev/pts/"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_metrics_count_its_processes_cpu_memory_and_files() {
+    let stack = start(1, vec![sandbox("metered")], &[]);
+    let run = stack.wait_phase("metered", "Ready").await.unwrap();
+    let api = Api {
+        stack: &stack,
+        base: run["endpoint"].as_str().unwrap().to_owned(),
+    };
+    let idle = json(api.get("metrics").await).await;
+    assert_eq!(idle["processes"], 0, "{idle}");
+    assert!(idle["cpuCount"].as_u64().unwrap() >= 1);
+    // 64 MiB resident, a CPU-bound loop, and a 1 MiB file.
+    let holder = api
+        .start(json!({"command": {"argv": ["python3", "-c", "import time\nb = bytearray(64 << 20)\nprint('held', flush=True)\ntime.sleep(300)"]}}))
+        .await;
+    let spinner = api
+        .start(
+            json!({"command": {"shell": "head -c 1048576 /dev/zero > blob; while :; do :; done"}}),
+        )
+        .await;
+    api.connect_until(holder, |o| o.ends_with(b"held\n")).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let busy = json(api.get("metrics").await).await;
+    assert!(busy["processes"].as_u64().unwrap() >= 2, "{busy}");
+    assert!(busy["memoryBytes"].as_u64().unwrap() >= 64 << 20, "{busy}");
+    assert!(busy["cpuSeconds"].as_f64().unwrap() > 0.0, "{busy}");
+    assert!(busy["diskBytes"].as_u64().unwrap() >= 1 << 20, "{busy}");
+    assert_eq!(busy["diskPartial"], false);
+    assert!(busy["diskTotalBytes"].as_u64().unwrap() >= busy["diskFreeBytes"].as_u64().unwrap());
+    for pid in [holder, spinner] {
+        api.no_content(
+            &format!("processes/{pid}:signal"),
+            json!({"signal": "SIGKILL"}),
+        )
+        .await;
+        api.to_exit(pid).await;
+    }
+    let after = json(api.get("metrics").await).await;
+    assert_eq!(after["processes"], 0, "{after}");
+    assert!(after["memoryBytes"].as_u64().unwrap() < 64 << 20, "{after}");
 }

@@ -8,7 +8,8 @@
 //! pyenv's), the Python interpreter's own trees, `/proc` read-only (the
 //! shims walk it to find a tree's processes; other processes' memory and
 //! environments stay behind the kernel's ptrace checks, which a confined
-//! process without capabilities fails), `--allow-read` trees, and its
+//! process without capabilities fails), `/sys/fs/cgroup` read-only (the
+//! Pod's memory limit, for a session's metrics), `--allow-read` trees, and its
 //! read-write work root, socket directory and temporary directory. A tree
 //! that contains — or, unless it is one of those three, lies beneath — a
 //! `--protect`ed path is left out, with a warning: `krt up` protects its state directory, so a `PATH` entry or a
@@ -77,7 +78,9 @@ pub fn plan(i: &Inputs) -> Plan {
             .then(|| d.parent().map(Path::to_path_buf))
             .flatten()
     });
-    let read_only: Vec<PathBuf> = std::iter::once(PathBuf::from("/proc"))
+    // The cgroup files say the Pod's memory limit (a session's metrics).
+    let read_only: Vec<PathBuf> = [PathBuf::from("/proc"), PathBuf::from("/sys/fs/cgroup")]
+        .into_iter()
         .chain(i.path_dirs.iter().cloned())
         .chain(version_roots)
         .chain(i.python_trees.iter().cloned())
@@ -157,6 +160,7 @@ mod tests {
         let p = plan(&inputs());
         for t in [
             "/proc",
+            "/sys/fs/cgroup",
             "/root/.pyenv/shims",
             "/root/.pyenv",
             "/usr/local/bin",

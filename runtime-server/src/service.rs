@@ -377,6 +377,19 @@ impl SessionRuntime for Handle {
         Ok(Response::new(pb::SignalProcessResponse {}))
     }
 
+    async fn session_metrics(
+        &self,
+        req: Request<pb::SessionMetricsRequest>,
+    ) -> Result<Response<pb::SessionMetricsResponse>, Status> {
+        let uid = validate::run_uid(&req.into_inner().run_uid)?;
+        let session = self.0.sessions.get(&uid)?;
+        // Walks /proc and the workspace: off the async threads.
+        let m = tokio::task::spawn_blocking(move || crate::session::metrics::measure(&session))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?;
+        Ok(Response::new(m))
+    }
+
     type WatchDirStream = ReceiverStream<Result<pb::WatchEvent, Status>>;
 
     async fn watch_dir(

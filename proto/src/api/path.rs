@@ -62,6 +62,8 @@ pub enum SessionOp {
     Cancel,
     /// `files:watch`: what changes beneath a directory, streamed.
     WatchFiles,
+    /// `metrics`: what the session uses (CPU, memory, disk, processes).
+    Metrics,
     /// `processes`: `GET` lists the session's background processes, `POST`
     /// starts one.
     Processes,
@@ -127,6 +129,7 @@ impl SessionOp {
             | Self::ListFiles
             | Self::ReadFile
             | Self::WatchFiles
+            | Self::Metrics
             | Self::Process(_)
             | Self::ConnectProcess(_) => Methods::Get,
         }
@@ -327,6 +330,7 @@ pub fn parse_path(path: &str) -> Result<ApiPath<'_>, PathError> {
                 ["files"] => SessionOp::ListFiles,
                 ["files:content"] => SessionOp::ReadFile,
                 ["files:watch"] => SessionOp::WatchFiles,
+                ["metrics"] => SessionOp::Metrics,
                 ["operations:cancel"] => SessionOp::Cancel,
                 ["processes"] => SessionOp::Processes,
                 ["processes", seg] => process_op(seg)?,
@@ -464,6 +468,7 @@ mod tests {
             ("/files:content", SessionOp::ReadFile),
             ("/operations:cancel", SessionOp::Cancel),
             ("/files:watch", SessionOp::WatchFiles),
+            ("/metrics", SessionOp::Metrics),
             ("/processes", SessionOp::Processes),
             ("/processes/42", SessionOp::Process(42)),
             ("/processes/7:connect", SessionOp::ConnectProcess(7)),

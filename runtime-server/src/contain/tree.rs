@@ -48,6 +48,37 @@ pub fn parse_stat(text: &str) -> Option<Proc> {
     })
 }
 
+/// What a process has used, from `/proc/PID/stat`: CPU in clock ticks
+/// (its own, and that of the children it reaped) and resident pages.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// User and system CPU of the process itself, ticks.
+    pub cpu: u64,
+    /// User and system CPU of its reaped children, ticks.
+    pub children_cpu: u64,
+    /// Resident set, pages.
+    pub rss_pages: u64,
+}
+
+/// Parses the usage fields of `/proc/PID/stat` (utime, stime, cutime,
+/// cstime, rss), read after the name's last `)` like [`parse_stat`].
+pub fn parse_usage(text: &str) -> Option<Usage> {
+    let (_, rest) = text.rsplit_once(')')?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let n = |i: usize| f.get(i).and_then(|v| v.parse::<i64>().ok());
+    let ticks = |i: usize| n(i).map(|v| v.max(0) as u64);
+    Some(Usage {
+        cpu: ticks(11)? + ticks(12)?,
+        children_cpu: ticks(13)? + ticks(14)?,
+        rss_pages: ticks(21)?,
+    })
+}
+
+/// One process's usage, if it exists.
+pub fn usage(pid: i32) -> Option<Usage> {
+    parse_usage(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
 /// Every descendant of `root` in `procs` (not `root` itself), parents
 /// before their children.
 pub fn descendants(procs: &[Proc], root: i32) -> Vec<Proc> {
@@ -235,6 +266,24 @@ mod tests {
             dead: false,
             start: 0,
         }
+    }
+
+    #[test]
+    fn usage_is_read_after_the_name_and_counts_reaped_children() {
+        let line = "4242 (my (odd) prog) S 1 4242 4242 0 -1 4194560 100 0 0 0 \
+                    150 50 30 20 20 0 1 0 12345 10000000 2560 18446744073709551615";
+        let u = parse_usage(line).unwrap();
+        assert_eq!(
+            u,
+            Usage {
+                cpu: 200,
+                children_cpu: 50,
+                rss_pages: 2560
+            }
+        );
+        assert_eq!(parse_usage("4242 (x) S 1 2"), None);
+        assert_eq!(parse_usage("no parenthesis"), None);
+        assert!(usage(std::process::id() as i32).unwrap().rss_pages > 0);
     }
 
     #[test]

@@ -118,6 +118,7 @@ async fn run(shim: Shim, session: Arc<Session>, cmd: Command, events: Events) {
             return;
         }
     };
+    let _running = tree.id().map(|pid| session.running(pid));
     let child = tree.child();
     let stdin = child.stdin.take();
     let input = cmd.stdin;

@@ -2,7 +2,8 @@
 //! it. runtimed queues operations and runs them one at a time; the server
 //! runs what it is given ([`exec`]) and performs file operations beneath
 //! the workspace ([`files`], [`path`]), keeps its background processes
-//! ([`process`]) and watches its directories ([`watcher`]). A session opened with `inputs`
+//! ([`process`]), watches its directories ([`watcher`]) and measures what
+//! it uses ([`metrics`]). A session opened with `inputs`
 //! finds the files staged for it in its workspace ([`crate::inputs`]); one
 //! opened with `artifacts` has an artifacts directory beside its workspace
 //! ([`crate::artifacts`]), named to every command. Closing a session kills
@@ -11,6 +12,7 @@
 
 pub mod exec;
 pub mod files;
+pub mod metrics;
 pub mod path;
 pub mod process;
 pub mod watcher;
@@ -46,6 +48,25 @@ pub struct Session {
     pub processes: process::Processes,
     /// Its open watches ([`watcher`]).
     watches: std::sync::atomic::AtomicUsize,
+    /// The shims of its commands that run now ([`metrics`] walks their
+    /// trees).
+    shims: Mutex<std::collections::BTreeSet<u32>>,
+}
+
+/// A command's shim counted among its session's while it runs.
+pub struct Running<'a> {
+    session: &'a Session,
+    pid: u32,
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.session
+            .shims
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.pid);
+    }
 }
 
 impl Session {
@@ -75,6 +96,36 @@ impl Session {
     /// Its artifacts directory, when it was opened with one.
     pub fn artifacts(&self) -> Option<&artifacts::Location> {
         self.artifacts.as_ref()
+    }
+
+    /// Counts the shim `pid` of a command among the session's while the
+    /// guard lives.
+    pub fn running(&self, pid: u32) -> Running<'_> {
+        self.shims
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(pid);
+        Running { session: self, pid }
+    }
+
+    /// The shims of everything running in the session: its commands and
+    /// its background processes.
+    pub fn shim_pids(&self) -> Vec<u32> {
+        let mut pids: Vec<u32> = self
+            .shims
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .copied()
+            .collect();
+        pids.extend(
+            self.processes
+                .list()
+                .iter()
+                .filter(|p| p.info().running)
+                .map(|p| p.pid),
+        );
+        pids
     }
 
     /// Fires when the session closes.
@@ -208,6 +259,7 @@ impl Sessions {
             commands: Mutex::new(Vec::new()),
             processes: process::Processes::default(),
             watches: std::sync::atomic::AtomicUsize::new(0),
+            shims: Mutex::default(),
         });
         tracing::info!(run_uid = %session.run_uid, attempt = session.attempt, "session opened");
         self.held.insert(req.run_uid, session);

@@ -463,6 +463,13 @@ impl SessionRuntime for Handle {
         Err(Status::unimplemented("not scripted"))
     }
 
+    async fn session_metrics(
+        &self,
+        _req: Request<pb::SessionMetricsRequest>,
+    ) -> Result<Response<pb::SessionMetricsResponse>, Status> {
+        Err(Status::unimplemented("not scripted"))
+    }
+
     type WatchDirStream = ReceiverStream<Result<pb::WatchEvent, Status>>;
 
     async fn watch_dir(

@@ -107,6 +107,20 @@ pub async fn handle(
             super::process::handle(h, op, &method, body, r.invocation_id).await
         }
         SessionOp::WatchFiles => super::watch::handle(h, uri, r.invocation_id).await,
+        SessionOp::Metrics => {
+            let req = kruntimes_proto::runtime::v1::SessionMetricsRequest {
+                run_uid: h.run.uid.clone(),
+            };
+            let m = h
+                .session
+                .runtime()
+                .sessions
+                .session_metrics(req)
+                .await
+                .map_err(|s| super::process::api_error(s.into()))?
+                .into_inner();
+            Ok(json(StatusCode::OK, &metrics(&m)))
+        }
         SessionOp::Status => {
             let st = h.session.status();
             Ok(json(
@@ -177,6 +191,21 @@ pub async fn handle(
             "operations:ws needs a WebSocket upgrade",
         )),
     }
+}
+
+/// The `metrics` answer.
+pub fn metrics(m: &kruntimes_proto::runtime::v1::SessionMetricsResponse) -> serde_json::Value {
+    serde_json::json!({
+        "cpuSeconds": m.cpu_millis as f64 / 1000.0,
+        "cpuCount": m.cpu_count,
+        "memoryBytes": m.memory_bytes,
+        "memoryLimitBytes": m.memory_limit_bytes,
+        "processes": m.processes,
+        "diskBytes": m.disk_bytes,
+        "diskPartial": m.disk_partial,
+        "diskTotalBytes": m.disk_total_bytes,
+        "diskFreeBytes": m.disk_free_bytes,
+    })
 }
 
 fn line(e: &Event) -> Bytes {

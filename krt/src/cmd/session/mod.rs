@@ -144,6 +144,11 @@ pub enum SessionCommand {
         #[arg(short, long)]
         recursive: bool,
     },
+    /// Print what the session uses: CPU, memory, disk, processes.
+    Metrics {
+        /// Session name.
+        name: String,
+    },
     /// End a session: drain accepted work (or `--cancel` it).
     Close {
         /// Name.
@@ -419,6 +424,13 @@ pub async fn run(t: &Target, namespace: &str, cmd: SessionCommand) -> anyhow::Re
             watch::watch(&gw, &url, path, recursive, stop).await?;
             Ok(0)
         }
+        SessionCommand::Metrics { name } => {
+            let (url, gw) = session(t, namespace, &name).await?;
+            let resp = gw.http().get(format!("{url}/metrics")).send().await?;
+            let m: serde_json::Value = gateway::check(resp).await?.json().await?;
+            print!("{}", render_metrics(&m));
+            Ok(0)
+        }
         SessionCommand::Close {
             name,
             cancel,
@@ -442,6 +454,45 @@ pub async fn run(t: &Target, namespace: &str, cmd: SessionCommand) -> anyhow::Re
             Ok(0)
         }
     }
+}
+
+/// Binary-prefixed bytes (`1.5 MiB`).
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit < UNITS.len() - 1 {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
+}
+
+/// A session's `metrics` answer for people. Pure.
+fn render_metrics(m: &serde_json::Value) -> String {
+    let n = |k: &str| m[k].as_u64().unwrap_or(0);
+    let limit = m["memoryLimitBytes"]
+        .as_u64()
+        .map_or("no limit".to_owned(), |l| format!("of {}", bytes(l)));
+    format!(
+        "cpu        {:.2} s used, {} CPUs\nmemory     {} ({limit})\nprocesses  {}\ndisk       {}{} in the workspace, {} free of {}\n",
+        m["cpuSeconds"].as_f64().unwrap_or(0.0),
+        n("cpuCount"),
+        bytes(n("memoryBytes")),
+        n("processes"),
+        if m["diskPartial"] == true {
+            "at least "
+        } else {
+            ""
+        },
+        bytes(n("diskBytes")),
+        bytes(n("diskFreeBytes")),
+        bytes(n("diskTotalBytes")),
+    )
 }
 
 /// Cancels operation `id` of the session at `url`.
@@ -552,4 +603,21 @@ where
         );
     }
     Ok(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_read_as_people_read_them() {
+        let m = serde_json::json!({"cpuSeconds": 1.234, "cpuCount": 2, "memoryBytes": 70_000_000u64,
+            "memoryLimitBytes": null, "processes": 3, "diskBytes": 1_048_576, "diskPartial": true,
+            "diskTotalBytes": 10_737_418_240u64, "diskFreeBytes": 5_368_709_120u64});
+        assert_eq!(
+            render_metrics(&m),
+            "cpu        1.23 s used, 2 CPUs\nmemory     66.8 MiB (no limit)\nprocesses  3\ndisk       at least 1.0 MiB in the workspace, 5.0 GiB free of 10.0 GiB\n"
+        );
+        assert_eq!(bytes(512), "512 B");
+    }
 }
