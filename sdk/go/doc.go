@@ -1,6 +1,6 @@
 // Package kruntimes is the Go client of kruntimes: function Runs (invoke a
-// handler registered once), session Runs (agent sandboxes: commands, files,
-// streamed output, background processes and terminals) and task Runs (run
+// handler registered once), session Runs (agent sandboxes: commands, files
+// and watches of them, streamed output, background processes and terminals) and task Runs (run
 // once: exit code, output and the files left behind), against a Kubernetes
 // cluster or a `krt up` stack.
 //
@@ -18,6 +18,7 @@
 //	h, err := sb.Commands.Start(ctx, kruntimes.Shell("python3 -m http.server"), kruntimes.StartOptions{})
 //	for ev, err := range h.Events(ctx) { … }   // background: replayed output, then live, then exited
 //	term, err := sb.PTY.Create(ctx, kruntimes.PTYOptions{Rows: 24, Cols: 80})   // bash -i -l on a terminal
+//	w, err := sb.Files.WatchDir(ctx, "src", true)   // returns once ready; w.GetNewEvents(), w.Events(ctx), w.Stop()
 //
 //	task, err := client.Tasks.Run(ctx, kruntimes.TaskOptions{Runtime: "python", Inline: "print(1)", Remove: true})
 //	fmt.Print(*task.ExitCode, task.Stdout)   // a non-zero exit is a result, not an error

@@ -38,8 +38,8 @@ const MaxPage = 1000
 // Files reads and changes a sandbox's workspace. Paths are
 // workspace-relative; absolute paths, ".." and symlinks leading outside are
 // an *InvalidPathError. Mutations (Write, MakeDir, Rename, Remove) go through
-// the session's FIFO queue; reads and listings do not wait in it. A mutation
-// that fails is an *OperationFailedError.
+// the session's FIFO queue; reads, listings and watches (WatchDir) do not
+// wait in it. A mutation that fails is an *OperationFailedError.
 type Files struct{ s *Sandbox }
 
 func (f *Files) mutate(ctx context.Context, op string, body map[string]any) error {

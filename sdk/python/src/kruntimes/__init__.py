@@ -1,6 +1,6 @@
 """Python client for kruntimes: function Runs (invoke a handler), session
-Runs (agent sandboxes: commands, files, streamed output, background processes
-and terminals) and task Runs (run once, read the exit code, the output and the
+Runs (agent sandboxes: commands, files and watches of them, streamed output,
+background processes and terminals) and task Runs (run once, read the exit code, the output and the
 files left behind), against a Kubernetes cluster or a ``krt up`` stack,
 blocking or with asyncio.
 
@@ -28,6 +28,7 @@ from .processes import (AsyncCommandHandle, AsyncPty, AsyncPtyHandle, CommandHan
                         ProcessResult, Pty, PtyHandle)
 from .sandbox import AsyncSandbox, Sandbox, SessionStatus
 from .tasks import AsyncTasks, TaskResult, Tasks
+from .watch import AsyncWatchHandle, FilesystemEvent, WatchHandle
 
 __version__ = "0.2.0"
 
@@ -44,6 +45,7 @@ __all__ = [
     "AsyncPtyHandle",
     "AsyncSandbox",
     "AsyncTasks",
+    "AsyncWatchHandle",
     "Client",
     "CommandEvent",
     "CommandHandle",
@@ -52,6 +54,7 @@ __all__ = [
     "EntryInfo",
     "FilePage",
     "Files",
+    "FilesystemEvent",
     "Function",
     "Invocation",
     "ProcessEvent",
@@ -64,5 +67,6 @@ __all__ = [
     "SessionStatus",
     "TaskResult",
     "Tasks",
+    "WatchHandle",
     *_errors,
 ]

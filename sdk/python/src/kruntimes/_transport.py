@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any, AsyncIterator, Dict, Iterator, Optional, Tuple
+import socket
+from typing import Any, AsyncIterator, Callable, Dict, Iterator, Optional, Tuple
 
 import httpx
 
@@ -20,6 +21,19 @@ from ._wire import GATEWAY, Call, Reply, lower_headers, raise_for
 from .errors import ConfigError, KruntimesError, NetworkError
 
 _CONNECT_TIMEOUT = 10.0
+
+
+def _shut_down(response: httpx.Response) -> None:
+    """Shuts the socket of a streamed response down. Closing it would not do: a read blocked on
+    it in another thread goes on until the peer sends something; after a shutdown it returns."""
+    stream = response.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if isinstance(sock, socket.socket):
+        with contextlib.suppress(OSError, ValueError):
+            sock.shutdown(socket.SHUT_RDWR)
+    else:  # another transport (HTTP/2, a mounted one): close it, for what that does
+        with contextlib.suppress(Exception):
+            response.close()
 
 
 class _Base:
@@ -126,17 +140,30 @@ class SyncTransport(_Base):
             raise self._network(call, e) from e
 
     @contextlib.contextmanager
-    def stream(self, call: Call) -> Iterator[Tuple[int, Dict[str, str], Iterator[bytes]]]:
-        """A streamed 2xx answer: its status, headers and body chunks (a broken connection raises
-        :class:`NetworkError` from the chunks); the connection closes with the context."""
+    def _open(self, call: Call) -> Iterator[httpx.Response]:
         try:
             with self._client(call).stream(**self._request(call)) as response:
                 if response.status_code >= 300:
                     response.read()
                     self._reply(call, response)
-                yield response.status_code, lower_headers(response.headers), self._chunks(call, response)
+                yield response
         except httpx.TransportError as e:
             raise self._network(call, e) from e
+
+    @contextlib.contextmanager
+    def stream(self, call: Call) -> Iterator[Tuple[int, Dict[str, str], Iterator[bytes]]]:
+        """A streamed 2xx answer: its status, headers and body chunks (a broken connection raises
+        :class:`NetworkError` from the chunks); the connection closes with the context."""
+        with self._open(call) as response:
+            yield response.status_code, lower_headers(response.headers), self._chunks(call, response)
+
+    @contextlib.contextmanager
+    def abortable(self, call: Call) -> Iterator[Tuple[Iterator[bytes], Callable[[], None]]]:
+        """:meth:`stream` read by one thread and ended by another: the body chunks, and a function
+        that shuts the connection down, so that a read blocked on it returns at once (the chunks
+        then raise :class:`NetworkError`). Call it only while the context is open."""
+        with self._open(call) as response:
+            yield self._chunks(call, response), lambda: _shut_down(response)
 
     def _chunks(self, call: Call, response: httpx.Response) -> Iterator[bytes]:
         try:

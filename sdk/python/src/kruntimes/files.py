@@ -2,9 +2,9 @@
 paths, ``..`` and symlinks leading outside are refused (``InvalidPathError``).
 
 Mutations (write, make_dir, rename, remove) go through the session's FIFO
-queue, after the commands submitted before them; reads and listings do not
-wait in it. A mutation that fails raises
-:class:`~kruntimes.OperationFailedError`.
+queue, after the commands submitted before them; reads, listings and watches
+(``watch_dir``, :mod:`kruntimes.watch`) do not wait in it. A mutation that
+fails raises :class:`~kruntimes.OperationFailedError`.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import IO, TYPE_CHECKING, Any, Dict, List, Optional, Union
 from ._wire import GATEWAY, Call, Flow
 from .commands import CommandResult, _CommandsBase
 from .errors import BadRequestError, NotFoundError, OperationFailedError, PayloadTooLargeError
+from .watch import AsyncWatchHandle, WatchHandle, watch_call
 
 if TYPE_CHECKING:
     from .sandbox import AsyncSandbox, Sandbox
@@ -174,6 +175,19 @@ class Files(_FilesBase):
         """Removes a file, a symlink (not its target) or a directory tree."""
         self._sandbox._client._drive(self._mutate({"delete": {"path": path}}))
 
+    def watch_dir(self, path: str, recursive: bool = False) -> WatchHandle:
+        """Watches what changes beneath a directory (``""``: the workspace; ``recursive``: its
+        subdirectories too, those made later included). Returns once the session reports the
+        watch ready, so every change after this call returns is reported: a
+        :class:`~kruntimes.WatchHandle` (``get_new_events()``, iteration, ``lost``, ``stop()``).
+
+        :class:`~kruntimes.NotFoundError` for a directory that does not exist,
+        :class:`~kruntimes.ConflictError` for a file, :class:`~kruntimes.InvalidPathError` for a
+        path that leaves the workspace, :class:`~kruntimes.BusyError` past 16 watches in the
+        session (or a tree larger than the kernel watches)."""
+        sb = self._sandbox
+        return WatchHandle._open(sb._client._transport.abortable, watch_call(sb, path, recursive), path, recursive)
+
 
 class AsyncFiles(_FilesBase):
     """``sandbox.files`` of an :class:`~kruntimes.AsyncSandbox`; the methods of :class:`Files`."""
@@ -207,3 +221,9 @@ class AsyncFiles(_FilesBase):
 
     async def remove(self, path: str) -> None:
         await self._sandbox._client._drive(self._mutate({"delete": {"path": path}}))
+
+    async def watch_dir(self, path: str, recursive: bool = False) -> AsyncWatchHandle:
+        """:meth:`Files.watch_dir`: an :class:`~kruntimes.AsyncWatchHandle`, read by a task."""
+        sb = self._sandbox
+        return await AsyncWatchHandle._open(sb._client._transport.stream, watch_call(sb, path, recursive), path,
+                                            recursive)

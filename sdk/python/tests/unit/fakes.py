@@ -1,18 +1,24 @@
 """A scripted transport: tests answer each call with a function and read back
 what was sent. A streamed answer's body may be a list of chunks (an exception
-among them is raised there, as a broken connection); the fakes count the
-streams still open."""
+among them is raised there, as a broken connection; ``HOLD`` waits there, as a
+quiet connection, until the stream is aborted or its task cancelled); the fakes
+count the streams still open."""
 
+import asyncio
 import contextlib
 import json
+import threading
 from typing import Callable, List, Tuple
 
-from kruntimes import AsyncClient, Client
+from kruntimes import AsyncClient, Client, NetworkError
 from kruntimes._runs import RunInfo
 from kruntimes._wire import Call, Reply, raise_for
 from kruntimes.sandbox import AsyncSandbox, Sandbox
 
 Answer = Tuple[int, dict, bytes]
+
+#: A chunk that never comes: the stream waits there until it is aborted (or cancelled).
+HOLD = object()
 
 
 def ok(doc, status=200) -> Answer:
@@ -38,6 +44,7 @@ class FakeTransport:
         self.calls: List[Call] = []
         self.open_streams = 0
         self.closed_streams = 0
+        self.aborts = 0
 
     @contextlib.contextmanager
     def stream(self, call: Call):
@@ -49,6 +56,27 @@ class FakeTransport:
         finally:
             self.open_streams -= 1
             self.closed_streams += 1
+
+    @contextlib.contextmanager
+    def abortable(self, call: Call):
+        aborted = threading.Event()
+
+        def abort():
+            self.aborts += 1
+            aborted.set()
+
+        with self.stream(call) as (_, _, chunks):
+            yield self._until(chunks, aborted), abort
+
+    @staticmethod
+    def _until(chunks, aborted):
+        for chunk in chunks:
+            if chunk is HOLD:
+                aborted.wait(30)
+                raise NetworkError("the connection was shut down")
+            if aborted.is_set():
+                raise NetworkError("the connection was shut down")
+            yield chunk
 
     @staticmethod
     def _chunks(chunks):
@@ -94,6 +122,8 @@ class AsyncFake:
         for chunk in chunks:
             if isinstance(chunk, BaseException):
                 raise chunk
+            if chunk is HOLD:
+                await asyncio.Event().wait()
             yield chunk
 
     async def send(self, call: Call) -> Reply:

@@ -1,15 +1,17 @@
 """Local HTTP(S) servers on loopback that answer like the Kubernetes API for
-one Run, or like the gateway's artifact routes or a session's process routes,
-and record what each request carried."""
+one Run, or like the gateway's artifact routes or a session's process or watch
+routes, and record what each request carried."""
 
 import hashlib
 import json
+import select
 import socket
 import ssl
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer, ThreadingHTTPServer
 from typing import Callable, Dict, List, Optional, Tuple
+from urllib.parse import parse_qs, urlsplit
 
 RUN = {
     "metadata": {"name": "hello", "namespace": "a", "uid": "u-1"},
@@ -254,6 +256,93 @@ class ProcessServer:
         return self.url + SESSION_PATH
 
     def __enter__(self) -> "ProcessServer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.hang = False
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class WatchServer:
+    """Answers like a session's ``GET …/files:watch``, over plain HTTP: ``ERRORS`` maps a ``path``
+    to its error answer (status, code); any other path gets ``script`` (byte chunks, each flushed
+    as one HTTP chunk, ``pause`` seconds apart; a ``threading.Event`` among them waits until it
+    is set) and then — with ``hang`` — silence, until the client goes away (``gone`` is set
+    then). Records each request's path and query in ``seen``."""
+
+    ERRORS = {"missing": (404, "NotFound"), "a.txt": (409, "Conflict"), "../etc": (400, "InvalidPath"),
+              "busy": (429, "Busy")}
+
+    def __init__(self, script: List[bytes], *, hang: bool = True, pause: float = 0.01) -> None:
+        self.script = script
+        self.hang = hang
+        self.pause = pause
+        self.seen: List[Tuple[str, Dict[str, List[str]]]] = []
+        self.gone = threading.Event()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _chunk(self, data: bytes) -> None:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+
+            def do_GET(self):  # noqa: N802 - the http.server API
+                url = urlsplit(self.path)
+                query = parse_qs(url.query, keep_blank_values=True)
+                server.seen.append((url.path, query))
+                failure = WatchServer.ERRORS.get((query.get("path") or [""])[0])
+                if url.path != SESSION_PATH + "/files:watch":
+                    failure = (404, "NotFound")
+                if failure is not None:
+                    body = json.dumps({"error": {"code": failure[1], "message": f"{failure[1]} here"}}).encode()
+                    self.send_response(failure[0])
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-ndjson")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                try:
+                    for data in server.script:
+                        if isinstance(data, threading.Event):
+                            data.wait(10)
+                            continue
+                        self._chunk(data)
+                        time.sleep(server.pause)
+                    # Silent (the session's keepalive comes after 20 s): only the client's
+                    # going away — its end of the connection readable, at end of file — ends it.
+                    while server.hang:
+                        readable, _, _ = select.select([self.connection], [], [], 0.02)
+                        if readable and self.connection.recv(1, socket.MSG_PEEK) == b"":
+                            raise ConnectionResetError
+                    self.wfile.write(b"0\r\n\r\n")
+                except (BrokenPipeError, ConnectionResetError):
+                    server.gone.set()
+                    self.close_connection = True
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    @property
+    def endpoint(self) -> str:
+        return self.url + SESSION_PATH
+
+    def __enter__(self) -> "WatchServer":
         self.thread.start()
         return self
 
