@@ -19,6 +19,7 @@
 //	for ev, err := range h.Events(ctx) { … }   // background: replayed output, then live, then exited
 //	term, err := sb.PTY.Create(ctx, kruntimes.PTYOptions{Rows: 24, Cols: 80})   // bash -i -l on a terminal
 //	w, err := sb.Files.WatchDir(ctx, "src", true)   // returns once ready; w.GetNewEvents(), w.Events(ctx), w.Stop()
+//	m, err := sb.GetMetrics(ctx)   // CPUSeconds, MemoryBytes, MemoryLimitBytes, Processes, DiskBytes, …
 //
 //	task, err := client.Tasks.Run(ctx, kruntimes.TaskOptions{Runtime: "python", Inline: "print(1)", Remove: true})
 //	fmt.Print(*task.ExitCode, task.Stdout)   // a non-zero exit is a result, not an error

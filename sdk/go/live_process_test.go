@@ -267,3 +267,29 @@ func TestLiveATerminalReportsItsSizeAndIsResized(t *testing.T) {
 		t.Errorf("%+v %v", r, err)
 	}
 }
+
+func TestLiveMetricsCountABackgroundProcessAndItsMemory(t *testing.T) {
+	s := sandbox(t, kruntimes.SandboxOptions{})
+	ctx := timeout(t, time.Minute)
+	// 32 MiB resident, held until it is killed.
+	holder, err := s.Commands.Start(ctx, kruntimes.Argv("python3", "-c",
+		"import time\nb = bytearray(32 << 20)\nprint('held', flush=True)\ntime.sleep(300)"), kruntimes.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	output(t, holder.Events(ctx), "held\n")
+	m, err := s.GetMetrics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Processes < 1 || m.MemoryBytes < 32<<20 || m.CPUCount < 1 || m.CPUSeconds < 0 || m.DiskBytes < 0 ||
+		m.DiskTotalBytes < m.DiskFreeBytes || (m.MemoryLimitBytes != nil && *m.MemoryLimitBytes <= 0) {
+		t.Errorf("%+v", m)
+	}
+	if err := holder.Kill(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := holder.Wait(ctx); err != nil || r.ExitCode == nil || *r.ExitCode != 137 {
+		t.Errorf("%+v %v", r, err)
+	}
+}

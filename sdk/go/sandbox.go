@@ -41,6 +41,29 @@ type SessionStatus struct {
 	Closing           bool   `json:"closing"`
 }
 
+// SandboxMetrics is what the session uses now (GET …/metrics; it bypasses
+// the queue).
+type SandboxMetrics struct {
+	// CPUSeconds is the CPU its commands' and background processes' trees
+	// used; two readings apart give a rate.
+	CPUSeconds float64 `json:"cpuSeconds"`
+	// CPUCount is the CPUs the Runtime Server may use.
+	CPUCount int `json:"cpuCount"`
+	// MemoryBytes is their resident memory now; MemoryLimitBytes the Pod's
+	// (cgroup's) limit, nil without one.
+	MemoryBytes      int64  `json:"memoryBytes"`
+	MemoryLimitBytes *int64 `json:"memoryLimitBytes"`
+	// Processes is its processes running now.
+	Processes int `json:"processes"`
+	// DiskBytes is the size of the workspace's regular files, a floor when
+	// DiskPartial (the walk stopped past 100,000 entries).
+	DiskBytes   int64 `json:"diskBytes"`
+	DiskPartial bool  `json:"diskPartial"`
+	// DiskTotalBytes and DiskFreeBytes are the workspace's file system.
+	DiskTotalBytes int64 `json:"diskTotalBytes"`
+	DiskFreeBytes  int64 `json:"diskFreeBytes"`
+}
+
 // Sandbox is a session-mode Run: Commands, Files and PTY, ended by Close or
 // Kill.
 type Sandbox struct {
@@ -191,6 +214,17 @@ func (s *Sandbox) Status(ctx context.Context) (*SessionStatus, error) {
 		return nil, err
 	}
 	return &st, nil
+}
+
+// GetMetrics is what the session uses now: CPU, memory, processes, the
+// workspace and its file system. Errors are typed as for any call.
+func (s *Sandbox) GetMetrics(ctx context.Context) (*SandboxMetrics, error) {
+	var m SandboxMetrics
+	err := s.c.gw.json(ctx, request{method: http.MethodGet, url: s.run.Endpoint + "/metrics", caPEM: s.run.CABundle}, nil, &m)
+	if err != nil {
+		return nil, err
+	}
+	return &m, nil
 }
 
 // Close ends the session once its accepted operations finish

@@ -26,7 +26,7 @@ from .files import AsyncFiles, EntryInfo, FilePage, Files
 from .functions import AsyncFunction, Function, Invocation
 from .processes import (AsyncCommandHandle, AsyncPty, AsyncPtyHandle, CommandHandle, ProcessEvent, ProcessInfo,
                         ProcessResult, Pty, PtyHandle)
-from .sandbox import AsyncSandbox, Sandbox, SessionStatus
+from .sandbox import AsyncSandbox, Sandbox, SandboxMetrics, SessionStatus
 from .tasks import AsyncTasks, TaskResult, Tasks
 from .watch import AsyncWatchHandle, FilesystemEvent, WatchHandle
 
@@ -64,6 +64,7 @@ __all__ = [
     "PtyHandle",
     "RunInfo",
     "Sandbox",
+    "SandboxMetrics",
     "SessionStatus",
     "TaskResult",
     "Tasks",

@@ -41,6 +41,39 @@ class SessionStatus:
 
 
 @dataclass(frozen=True)
+class SandboxMetrics:
+    """What the session uses now (``GET …/metrics``; bypasses the queue).
+
+    ``cpu_seconds`` is the CPU its commands' and background processes' trees used (two readings
+    apart give a rate); ``memory_bytes`` their resident memory now and ``memory_limit_bytes`` the
+    Pod's (cgroup's) limit, None without one; ``cpu_count`` the CPUs the Runtime Server may use;
+    ``processes`` those running now. ``disk_bytes`` is the size of the workspace's regular files, a
+    floor when ``disk_partial`` (the walk stopped past 100,000 entries); ``disk_total_bytes`` and
+    ``disk_free_bytes`` are the workspace's file system.
+    """
+
+    cpu_seconds: float
+    cpu_count: int
+    memory_bytes: int
+    memory_limit_bytes: Optional[int]
+    processes: int
+    disk_bytes: int
+    disk_partial: bool
+    disk_total_bytes: int
+    disk_free_bytes: int
+
+    @classmethod
+    def _from_wire(cls, d: Mapping[str, Any]) -> "SandboxMetrics":
+        limit = d.get("memoryLimitBytes")
+        return cls(cpu_seconds=float(d.get("cpuSeconds") or 0.0), cpu_count=int(d.get("cpuCount") or 0),
+                   memory_bytes=int(d.get("memoryBytes") or 0),
+                   memory_limit_bytes=None if limit is None else int(limit),
+                   processes=int(d.get("processes") or 0), disk_bytes=int(d.get("diskBytes") or 0),
+                   disk_partial=bool(d.get("diskPartial")), disk_total_bytes=int(d.get("diskTotalBytes") or 0),
+                   disk_free_bytes=int(d.get("diskFreeBytes") or 0))
+
+
+@dataclass(frozen=True)
 class _Create:
     runtime: str
     name: Optional[str]
@@ -173,6 +206,11 @@ class _SandboxBase:
                              pending_operations=int(d.get("pendingOperations") or 0),
                              idle_ms=int(d.get("idleMs") or 0), closing=bool(d.get("closing")))
 
+    def _metrics(self) -> Flow[SandboxMetrics]:
+        reply = yield Call(GATEWAY, "GET", f"{self.endpoint}/metrics", ca_pem=self._ca_pem)
+        assert reply is not None
+        return SandboxMetrics._from_wire(reply.json())
+
 
 class Sandbox(_SandboxBase):
     """A session Run of a :class:`~kruntimes.Client`: ``commands`` (foreground and background),
@@ -213,6 +251,11 @@ class Sandbox(_SandboxBase):
 
     def status(self) -> SessionStatus:
         return self._client._drive(self._status())
+
+    def get_metrics(self) -> SandboxMetrics:
+        """What the session uses now: CPU, memory, processes, workspace and file system
+        (``GET …/metrics``, bypasses the queue). Errors are typed as for any call."""
+        return self._client._drive(self._metrics())
 
     def close(self, timeout: float = 120.0) -> RunInfo:
         """Ends the session once its accepted operations finish; returns the ended Run (``Succeeded``)."""
@@ -269,6 +312,10 @@ class AsyncSandbox(_SandboxBase):
 
     async def status(self) -> SessionStatus:
         return await self._client._drive(self._status())
+
+    async def get_metrics(self) -> SandboxMetrics:
+        """:meth:`Sandbox.get_metrics`."""
+        return await self._client._drive(self._metrics())
 
     async def close(self, timeout: float = 120.0) -> RunInfo:
         """:meth:`Sandbox.close`."""

@@ -1,7 +1,8 @@
 """Background processes and terminals in a sandbox (``docs/sessions.md``, "Background processes
 and terminals"): a process outlives the handle that started it and replays its output to the
-next one, takes stdin until it is closed, is killed (137) or terminated (143), is listed; a
-terminal has a tty of the size asked for, resized on the fly; the errors are typed (404, 409)."""
+next one, takes stdin until it is closed, is killed (137) or terminated (143), is listed, is
+counted in the sandbox's metrics (its memory too); a terminal has a tty of the size asked for,
+resized on the fly; the errors are typed (404, 409)."""
 
 import asyncio
 
@@ -112,6 +113,31 @@ def test_the_list_shows_running_and_ended_processes(sandbox):
     h.wait()
     ended = {p.pid: p for p in sandbox.commands.list()}[h.pid]
     assert (ended.running, ended.exit_code) == (False, 137) and ended.ended_at is not None
+
+
+#: A process that holds 32 MiB resident and says so.
+HOLDER = "import time\nb = bytearray(32 << 20)\nprint('held', flush=True)\ntime.sleep(300)"
+
+
+def test_metrics_count_a_background_process_and_its_memory(sandbox):
+    h = sandbox.commands.run(["python3", "-c", HOLDER], background=True)
+    try:
+        _wait_for(h, b"held\n")
+        m = sandbox.get_metrics()
+        assert m.processes >= 1 and m.memory_bytes >= 32 << 20 and m.cpu_count >= 1, m
+        assert m.cpu_seconds >= 0 and m.disk_bytes >= 0 and m.disk_total_bytes >= m.disk_free_bytes, m
+        assert m.memory_limit_bytes is None or m.memory_limit_bytes > 0, m
+
+        async def main():
+            async with make_client(AsyncClient) as client:
+                sb = await AsyncSandbox.connect(client, sandbox.name)
+                return await sb.get_metrics()
+
+        am = asyncio.run(main())
+        assert am.processes >= 1 and am.memory_bytes >= 32 << 20, am
+    finally:
+        assert h.kill() is True
+    assert h.wait().exit_code == 137
 
 
 def test_unknown_pids_are_not_found(sandbox):
