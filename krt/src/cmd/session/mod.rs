@@ -507,6 +507,24 @@ async fn cancel(gw: &Gateway, url: &str, id: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The next line of an NDJSON answer, `None` at its end. The partial line
+/// lives in `buf`, so a caller may drop this future (in a `select!`)
+/// without losing bytes.
+pub(crate) async fn next_line(
+    resp: &mut reqwest::Response,
+    buf: &mut Vec<u8>,
+) -> anyhow::Result<Option<Vec<u8>>> {
+    loop {
+        if let Some(pos) = buf.iter().position(|b| *b == b'\n') {
+            return Ok(Some(buf.drain(..=pos).collect()));
+        }
+        match resp.chunk().await? {
+            Some(c) => buf.extend_from_slice(&c),
+            None => return Ok(None),
+        }
+    }
+}
+
 /// Exit code of a command Ctrl-C cancelled (a shell's `128 + SIGINT`).
 const INTERRUPTED: i32 = 130;
 
@@ -530,8 +548,8 @@ where
     let mut operation: Option<String> = None;
     let mut interrupted = false;
     loop {
-        let chunk = tokio::select! {
-            chunk = resp.chunk() => chunk?,
+        let line = tokio::select! {
+            line = next_line(&mut resp, &mut buf) => line?,
             _ = interrupts.recv() => {
                 if interrupted {
                     return Ok(INTERRUPTED);
@@ -548,51 +566,47 @@ where
                 continue;
             }
         };
-        let Some(chunk) = chunk else { break };
-        buf.extend_from_slice(&chunk);
-        while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = buf.drain(..=pos).collect();
-            let ev: serde_json::Value = serde_json::from_slice(&line)?;
-            match ev["type"].as_str() {
-                Some("accepted") => {
-                    operation = ev["operationId"].as_str().map(str::to_owned);
-                    if verbose && let Some(id) = &operation {
-                        eprintln!("operation {id} accepted");
-                    }
-                    if interrupted
-                        && let Some(id) = &operation
-                        && let Err(e) = cancel(id.clone()).await
-                    {
-                        eprintln!("error: cancel {id}: {e:#}");
-                        return Ok(INTERRUPTED);
-                    }
+        let Some(line) = line else { break };
+        let ev: serde_json::Value = serde_json::from_slice(&line)?;
+        match ev["type"].as_str() {
+            Some("accepted") => {
+                operation = ev["operationId"].as_str().map(str::to_owned);
+                if verbose && let Some(id) = &operation {
+                    eprintln!("operation {id} accepted");
                 }
-                Some("output") => {
-                    let data = ev["data"].as_str().unwrap_or_default();
-                    if ev["stream"] == "stderr" {
-                        eprint!("{data}");
-                    } else {
-                        print!("{data}");
-                        std::io::stdout().flush()?;
-                    }
+                if interrupted
+                    && let Some(id) = &operation
+                    && let Err(e) = cancel(id.clone()).await
+                {
+                    eprintln!("error: cancel {id}: {e:#}");
+                    return Ok(INTERRUPTED);
                 }
-                Some("completed") => {
-                    completed = true;
-                    code = match ev["state"].as_str() {
-                        Some("Succeeded") => 0,
-                        Some("Cancelled") if interrupted => INTERRUPTED,
-                        _ => ev["exitCode"].as_i64().map_or(1, |c| c as i32),
-                    };
-                    if ev["state"] != "Succeeded" && ev["state"] != "Failed" {
-                        eprintln!("operation {}", ev["state"].as_str().unwrap_or("ended"));
-                    }
-                }
-                Some("failed") => {
-                    completed = true;
-                    eprintln!("error: {}", ev["error"]);
-                }
-                _ => {}
             }
+            Some("output") => {
+                let data = ev["data"].as_str().unwrap_or_default();
+                if ev["stream"] == "stderr" {
+                    eprint!("{data}");
+                } else {
+                    print!("{data}");
+                    std::io::stdout().flush()?;
+                }
+            }
+            Some("completed") => {
+                completed = true;
+                code = match ev["state"].as_str() {
+                    Some("Succeeded") => 0,
+                    Some("Cancelled") if interrupted => INTERRUPTED,
+                    _ => ev["exitCode"].as_i64().map_or(1, |c| c as i32),
+                };
+                if ev["state"] != "Succeeded" && ev["state"] != "Failed" {
+                    eprintln!("operation {}", ev["state"].as_str().unwrap_or("ended"));
+                }
+            }
+            Some("failed") => {
+                completed = true;
+                eprintln!("error: {}", ev["error"]);
+            }
+            _ => {}
         }
     }
     if !completed {

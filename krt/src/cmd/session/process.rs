@@ -9,7 +9,6 @@ use anyhow::{Context as _, bail};
 use base64::Engine as _;
 use kruntimes_client::gateway::{self, Gateway};
 use serde_json::{Value, json};
-use tokio::io::AsyncReadExt as _;
 
 /// Most bytes of keyboard input sent in one `:input` call.
 const INPUT_BATCH: usize = 64 * 1024;
@@ -154,28 +153,24 @@ pub async fn attach(
     tokio::pin!(stop);
     let mut buf = Vec::new();
     loop {
-        let chunk = tokio::select! {
-            c = resp.chunk() => c?,
+        let line = tokio::select! {
+            l = super::next_line(&mut resp, &mut buf) => l?,
             () = &mut stop => return Ok(None),
         };
-        let Some(chunk) = chunk else {
+        let Some(line) = line else {
             bail!("the output of process {pid} ended before its exit");
         };
-        buf.extend_from_slice(&chunk);
-        while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = buf.drain(..=pos).collect();
-            match parse_line(&line)? {
-                Line::Stdout(d) => {
-                    let mut out = std::io::stdout().lock();
-                    out.write_all(&d)?;
-                    out.flush()?;
-                }
-                Line::Stderr(d) => std::io::stderr().write_all(&d)?,
-                Line::Lost(n) => eprintln!("[krt: {n} bytes of output were dropped before this]"),
-                Line::Exited(code) => return Ok(Some(code.unwrap_or(1))),
-                Line::Failed(e) => bail!("the output stream failed: {e}"),
-                Line::Skip => {}
+        match parse_line(&line)? {
+            Line::Stdout(d) => {
+                let mut out = std::io::stdout().lock();
+                out.write_all(&d)?;
+                out.flush()?;
             }
+            Line::Stderr(d) => std::io::stderr().write_all(&d)?,
+            Line::Lost(n) => eprintln!("[krt: {n} bytes of output were dropped before this]"),
+            Line::Exited(code) => return Ok(Some(code.unwrap_or(1))),
+            Line::Failed(e) => bail!("the output stream failed: {e}"),
+            Line::Skip => {}
         }
     }
 }
@@ -224,8 +219,12 @@ fn local_size() -> (u16, u16) {
 
 /// `krt session shell`: `argv` on a new terminal in the session, this
 /// terminal in raw mode wired to it (keys in, output out, resizes passed
-/// on) until it exits; its exit code.
+/// on) until it exits; its exit code. Whatever ends it early — the output
+/// stream breaking, this terminal hanging up, SIGTERM — restores this
+/// terminal and hangs the remote one up (SIGHUP), so nothing is left
+/// running in the session.
 pub async fn shell(gw: &Gateway, url: &str, argv: Vec<String>) -> anyhow::Result<i32> {
+    use tokio::signal::unix::{SignalKind, signal};
     let (rows, cols) = local_size();
     let pid = start(
         gw,
@@ -235,38 +234,75 @@ pub async fn shell(gw: &Gateway, url: &str, argv: Vec<String>) -> anyhow::Result
     .await?;
     let interactive = rustix::termios::isatty(std::io::stdin().as_fd());
     let raw = interactive.then(Raw::enter);
+    // Keys are read on a thread of their own: a blocking read cannot be
+    // cancelled, and a runtime waits for its blocking tasks when it ends.
+    let (keys_tx, mut keys_rx) = tokio::sync::mpsc::channel::<Vec<u8>>(16);
+    std::thread::spawn(move || {
+        use std::io::Read as _;
+        let mut stdin = std::io::stdin();
+        let mut buf = vec![0u8; INPUT_BATCH];
+        loop {
+            match stdin.read(&mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    if keys_tx.blocking_send(buf[..n].to_vec()).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
     let keys = {
         let (gw, url) = (gw.clone(), url.to_owned());
         tokio::spawn(async move {
-            let mut stdin = tokio::io::stdin();
-            let mut buf = vec![0u8; INPUT_BATCH];
-            loop {
-                match stdin.read(&mut buf).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => {
-                        if input(&gw, &url, pid, &buf[..n]).await.is_err() {
-                            return;
-                        }
-                    }
+            while let Some(data) = keys_rx.recv().await {
+                if input(&gw, &url, pid, &data).await.is_err() {
+                    return;
                 }
             }
         })
     };
     let resizes = {
         let (gw, url) = (gw.clone(), url.to_owned());
-        let mut winch =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change())?;
+        let mut winch = signal(SignalKind::window_change())?;
         tokio::spawn(async move {
             while winch.recv().await.is_some() {
                 let _ = resize(&gw, &url, pid, local_size()).await;
             }
         })
     };
-    let code = attach(gw, url, pid, std::future::pending()).await;
+    let mut hangup = signal(SignalKind::hangup())?;
+    let mut term = signal(SignalKind::terminate())?;
+    // Not a terminal here: Ctrl-C is a signal, not a key.
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let stop = async move {
+        tokio::select! {
+            _ = hangup.recv() => {}
+            _ = term.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+    };
+    let ended = attach(gw, url, pid, stop).await;
     keys.abort();
     resizes.abort();
     drop(raw);
-    Ok(code?.unwrap_or(1))
+    match ended {
+        Ok(Some(code)) => Ok(code),
+        other => {
+            // It did not end on its own: it must not run on.
+            let _ = signal_process(gw, url, pid, "SIGHUP").await;
+            match other {
+                Err(e) => Err(e),
+                _ => Ok(129),
+            }
+        }
+    }
+}
+
+/// [`signal`], under another name inside [`shell`] (whose `signal` is
+/// tokio's).
+async fn signal_process(gw: &Gateway, url: &str, pid: u64, sig: &str) -> anyhow::Result<()> {
+    self::signal(gw, url, pid, sig).await
 }
 
 #[cfg(test)]

@@ -44,36 +44,32 @@ pub async fn watch(
     tokio::pin!(stop);
     let mut buf = Vec::new();
     loop {
-        let chunk = tokio::select! {
-            c = resp.chunk() => c?,
+        let line = tokio::select! {
+            l = super::next_line(&mut resp, &mut buf) => l?,
             () = &mut stop => return Ok(()),
         };
-        let Some(chunk) = chunk else {
+        let Some(line) = line else {
             bail!("the watch ended (the session closed?)");
         };
-        buf.extend_from_slice(&chunk);
-        while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = buf.drain(..=pos).collect();
-            let ev: Value = serde_json::from_slice(&line)?;
-            if ev["type"] == "failed" {
-                bail!("the watch failed: {}", ev["error"]);
-            }
-            if ev["type"] == "ready" {
-                eprintln!(
-                    "watching {}{}",
-                    if path.is_empty() {
-                        "the workspace"
-                    } else {
-                        path
-                    },
-                    if recursive { " and beneath" } else { "" }
-                );
-            }
-            if let Some(text) = render(&ev) {
-                let mut out = std::io::stdout().lock();
-                writeln!(out, "{text}")?;
-                out.flush()?;
-            }
+        let ev: Value = serde_json::from_slice(&line)?;
+        if ev["type"] == "failed" {
+            bail!("the watch failed: {}", ev["error"]);
+        }
+        if ev["type"] == "ready" {
+            eprintln!(
+                "watching {}{}",
+                if path.is_empty() {
+                    "the workspace"
+                } else {
+                    path
+                },
+                if recursive { " and beneath" } else { "" }
+            );
+        }
+        if let Some(text) = render(&ev) {
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{text}")?;
+            out.flush()?;
         }
     }
 }
