@@ -6,6 +6,9 @@
 //! DEBUG itself; Pingora and h2 log some faults at ERROR or WARN: those
 //! events [`ClientFaults`] names to the log layer
 //! ([`kruntimes_process::quiet`]), which drops them, and counts them here.
+//! h2's warnings are all taken for clients': the gateway's own gRPC
+//! streams (the ownership watch) use h2 as well, and their failures show
+//! in the watch's own lines, not h2's.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

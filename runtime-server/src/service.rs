@@ -350,9 +350,9 @@ impl SessionRuntime for Handle {
     ) -> Result<Response<Self::ConnectProcessStream>, Status> {
         let r = req.into_inner();
         let session = self.0.sessions.get(&validate::run_uid(&r.run_uid)?)?;
-        let process = session.processes.get(r.pid)?;
+        let follower = session.processes.get(r.pid)?.follower()?;
         let (tx, rx) = tokio::sync::mpsc::channel(64);
-        tokio::spawn(process.follow(tx));
+        tokio::spawn(follower.follow(tx));
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 

@@ -409,18 +409,10 @@ pub fn process(req: pb::StartProcessRequest) -> Result<(String, crate::session::
     ))
 }
 
-/// Most rows or columns of a terminal.
-pub const MAX_TERMINAL_SIDE: u32 = 1000;
-
-/// A terminal's rows and columns: 1 to [`MAX_TERMINAL_SIDE`] each.
+/// A terminal's rows and columns
+/// ([`kruntimes_proto::runtime::terminal_size`]).
 pub fn terminal_size(size: &pb::PtySize) -> Result<(u16, u16)> {
-    let side = |n: u32, what: &str| match u16::try_from(n) {
-        Ok(v) if (1..=MAX_TERMINAL_SIDE).contains(&n) => Ok(v),
-        _ => Err(invalid(format!(
-            "{what} must be 1 to {MAX_TERMINAL_SIDE}, not {n}"
-        ))),
-    };
-    Ok((side(size.rows, "rows")?, side(size.cols, "cols")?))
+    kruntimes_proto::runtime::terminal_size(size.rows, size.cols).map_err(invalid)
 }
 
 /// Validates `FileOperation`.

@@ -15,12 +15,14 @@ mod file_op;
 pub mod invoke;
 pub mod lease;
 pub mod path;
+mod process;
 pub mod worker;
 
 pub use backend::Backend;
 pub use error::{ErrorKind, ServerError};
 pub use file_op::FileOp;
 pub use invoke::{InvokeError, InvokeOutcome};
+pub use process::{MAX_TERMINAL_SIDE, PROCESS_SIGNALS, signal_number, terminal_size};
 
 use tonic::transport::Channel;
 

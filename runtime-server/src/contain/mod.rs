@@ -82,6 +82,7 @@ impl Shim {
         argv: &[String],
         grace: Duration,
         pass: Option<&Passed>,
+        tty: bool,
     ) -> std::io::Result<(Command, OwnedFd, OwnedFd)> {
         let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
         // Only the read end is inherited; the write end never leaves the
@@ -99,6 +100,9 @@ impl Shim {
         if let Some(passed) = pass {
             cmd.arg("--pass-fd").arg(passed.number().to_string());
         }
+        if tty {
+            cmd.arg("--tty");
+        }
         cmd.arg("--grace-ms")
             .arg(grace.as_millis().to_string())
             .arg("--")
@@ -111,7 +115,7 @@ impl Shim {
     /// terminal's signals never reach user code directly).
     pub fn spawn(&self, launch: Launch<'_>) -> std::io::Result<Contained> {
         let (mut cmd, read, write) =
-            self.command(launch.argv, launch.grace, launch.pass.as_ref())?;
+            self.command(launch.argv, launch.grace, launch.pass.as_ref(), false)?;
         let [stdin, stdout, stderr] = launch.stdio;
         cmd.current_dir(launch.cwd)
             .env_clear()
@@ -141,7 +145,7 @@ impl Shim {
     ) -> std::io::Result<(Contained, pty_process::Pty)> {
         let (pty, pts) = pty_process::open().map_err(terminal_error)?;
         pty.resize(size).map_err(terminal_error)?;
-        let (mut cmd, read, write) = self.command(launch.argv, launch.grace, None)?;
+        let (mut cmd, read, write) = self.command(launch.argv, launch.grace, None, true)?;
         cmd.current_dir(launch.cwd).env_clear().envs(launch.env);
         // No process group of its own: the terminal's session makes one
         // (a group leader could not start a session).

@@ -47,6 +47,12 @@ pub struct ShimArgs {
     /// it is killed.
     #[arg(long, default_value_t = 0)]
     pub grace_ms: u64,
+    /// The child runs on a terminal the shim leads: the terminal's signals
+    /// reach the child's process group themselves (and the server signals
+    /// that group), so the shim passes nothing on — it only keeps them from
+    /// ending it.
+    #[arg(long)]
+    pub tty: bool,
     /// The program and its arguments.
     #[arg(last = true, required = true)]
     pub command: Vec<OsString>,
@@ -159,9 +165,10 @@ async fn supervise(args: ShimArgs, control: Option<std::fs::File>) -> i32 {
         .id()
         .and_then(|p| i32::try_from(p).ok())
         .map(nix::unistd::Pid::from_raw);
-    if let Some(child) = child_pid {
-        forward(forwarded, child);
-    }
+    let forwarding = match child_pid {
+        Some(child) => forward(forwarded, (!args.tty).then_some(child)),
+        None => Vec::new(),
+    };
     let closed = closed(control);
     tokio::pin!(closed);
     let ended = loop {
@@ -173,6 +180,10 @@ async fn supervise(args: ShimArgs, control: Option<std::fs::File>) -> i32 {
             Some(()) = exited.recv() => tree::reap_children_except(child_pid),
         }
     };
+    // The child is reaped (or about to be killed): its pid may be reused.
+    for task in &forwarding {
+        task.abort();
+    }
     let status = match ended {
         Ended::Exited(s) => s.ok(),
         Ended::ControlClosed => None,
@@ -221,16 +232,25 @@ fn catch_forwarded() -> Vec<(Signal, tokio::signal::unix::Signal)> {
         .collect()
 }
 
-/// Passes each signal of `caught` the shim receives on to `child`.
-fn forward(caught: Vec<(Signal, tokio::signal::unix::Signal)>, child: nix::unistd::Pid) {
-    for (sig, mut stream) in caught {
-        tokio::spawn(async move {
-            while stream.recv().await.is_some() {
-                // ESRCH: the child is gone; its wait ends the shim.
-                let _ = nix::sys::signal::kill(child, sig);
-            }
-        });
-    }
+/// Passes each signal of `caught` the shim receives on to `child` (with
+/// none, swallows them); the tasks, to stop once the child is gone.
+fn forward(
+    caught: Vec<(Signal, tokio::signal::unix::Signal)>,
+    child: Option<nix::unistd::Pid>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    caught
+        .into_iter()
+        .map(|(sig, mut stream)| {
+            tokio::spawn(async move {
+                while stream.recv().await.is_some() {
+                    if let Some(child) = child {
+                        // ESRCH: the child is gone; its wait ends the shim.
+                        let _ = nix::sys::signal::kill(child, sig);
+                    }
+                }
+            })
+        })
+        .collect()
 }
 
 /// Runs the shim; returns its exit code.

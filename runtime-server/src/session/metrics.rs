@@ -24,8 +24,8 @@ pub fn trees(
     let (mut ticks, mut pages, mut count) = (0u64, 0u64, 0u32);
     for shim in shims {
         let root = *shim as i32;
-        // The shim reaps what its tree leaves behind: their CPU is its
-        // children's.
+        // The shim reaps what its tree leaves behind (orphans): their CPU
+        // is its children's.
         if let Some(u) = usage(root) {
             ticks += u.cpu + u.children_cpu;
         }
@@ -33,8 +33,10 @@ pub fn trees(
             if p.dead {
                 continue;
             }
+            // Its own CPU and that of the children it reaped (a shell's
+            // commands, a build's compilers): those left the table.
             if let Some(u) = usage(p.pid) {
-                ticks += u.cpu;
+                ticks += u.cpu + u.children_cpu;
                 pages += u.rss_pages;
                 count += 1;
             }
@@ -136,13 +138,18 @@ mod tests {
         let usage = |pid: i32| {
             Some(tree::Usage {
                 cpu: pid as u64,
-                children_cpu: if pid == 10 { 1000 } else { 0 },
+                children_cpu: match pid {
+                    10 => 1000,
+                    11 => 500,
+                    _ => 0,
+                },
                 rss_pages: 1,
             })
         };
-        // Shim 10 (10 + its reaped 1000) with 11 and 12; shim 20 with 21.
+        // Shim 10 (10 + its reaped 1000) with 11 (and what 11 reaped) and
+        // 12; shim 20 with 21.
         let (ticks, pages, count) = trees(&procs, &[10, 20], usage);
-        assert_eq!(ticks, 10 + 1000 + 11 + 12 + 20 + 21);
+        assert_eq!(ticks, 10 + 1000 + 11 + 500 + 12 + 20 + 21);
         assert_eq!((pages, count), (3, 3));
         assert_eq!(trees(&procs, &[], usage), (0, 0, 0));
         // A process gone between the table and its stat counts nothing.

@@ -34,6 +34,8 @@ pub const MAX_ENDED: usize = 64;
 pub const INPUT_WITHIN: Duration = Duration::from_secs(10);
 /// Grace between SIGTERM and SIGKILL.
 pub const KILL_GRACE: Duration = super::exec::KILL_GRACE;
+/// Clients that may follow one process's output at once.
+pub const MAX_FOLLOWERS: usize = 16;
 
 /// Which stream a chunk came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,6 +176,10 @@ pub struct Process {
     exit: watch::Sender<Option<Exit>>,
     input: tokio::sync::Mutex<Option<Input>>,
     control: mpsc::UnboundedSender<Control>,
+    /// The terminal's controlling side, for its foreground process group.
+    terminal: Option<std::os::fd::OwnedFd>,
+    /// Clients following its output now.
+    followers: std::sync::atomic::AtomicUsize,
 }
 
 impl std::fmt::Debug for Process {
@@ -216,48 +222,80 @@ impl Process {
         self.changed.send_replace(total);
     }
 
+    /// Counts a client that follows the output; refused past
+    /// [`MAX_FOLLOWERS`].
+    pub fn follower(self: &Arc<Self>) -> Result<Follower> {
+        use std::sync::atomic::Ordering;
+        if self.followers.fetch_add(1, Ordering::AcqRel) >= MAX_FOLLOWERS {
+            self.followers.fetch_sub(1, Ordering::AcqRel);
+            return Err(Error::Exhausted(format!(
+                "{MAX_FOLLOWERS} clients already follow process {}",
+                self.pid
+            )));
+        }
+        Ok(Follower(self.clone()))
+    }
+}
+
+/// A client following a process's output ([`Process::follower`]).
+pub struct Follower(Arc<Process>);
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        self.0
+            .followers
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+impl Follower {
     /// Streams the ring, then what comes, then the exit, into `events`
-    /// until the process has ended or the receiver is gone.
-    pub async fn follow(self: Arc<Self>, events: mpsc::Sender<Result<pb::ProcessEvent, Status>>) {
-        let mut changed = self.changed.subscribe();
+    /// until the process has ended or the receiver is gone. One chunk is
+    /// copied at a time: a client holds at most the channel's worth.
+    pub async fn follow(self, events: mpsc::Sender<Result<pb::ProcessEvent, Status>>) {
+        let process = &self.0;
+        let mut changed = process.changed.subscribe();
         let mut offset = 0u64;
+        let send = |event| {
+            let events = events.clone();
+            async move {
+                let event = pb::ProcessEvent { event: Some(event) };
+                events.send(Ok(event)).await.is_ok()
+            }
+        };
         loop {
             changed.borrow_and_update();
             // The exit is set after the last output: read it first.
-            let exit = *self.exit.borrow();
-            let since = self
+            let exit = *process.exit.borrow();
+            let since = process
                 .ring
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .since(offset);
-            let mut out = Vec::with_capacity(since.chunks.len() + 2);
             if since.lost > 0 {
                 offset += since.lost;
-                out.push(pb::process_event::Event::Lost(pb::ProcessLost {
-                    bytes: since.lost,
-                }));
-            }
-            for (stream, data, end) in since.chunks {
-                offset = end;
-                out.push(pb::process_event::Event::Output(pb::ProcessOutput {
-                    stream: stream.wire() as i32,
-                    data: data.to_vec(),
-                    offset: end,
-                }));
-            }
-            if let Some(e) = exit {
-                out.push(pb::process_event::Event::Exited(pb::ProcessExited {
-                    exit_code: e.code,
-                    signal: None,
-                }));
-            }
-            for event in out {
-                let event = pb::ProcessEvent { event: Some(event) };
-                if events.send(Ok(event)).await.is_err() {
+                let lost = pb::ProcessLost { bytes: since.lost };
+                if !send(pb::process_event::Event::Lost(lost)).await {
                     return;
                 }
             }
-            if exit.is_some() {
+            for (stream, data, end) in since.chunks {
+                offset = end;
+                let output = pb::ProcessOutput {
+                    stream: stream.wire() as i32,
+                    data: data.to_vec(),
+                    offset: end,
+                };
+                if !send(pb::process_event::Event::Output(output)).await {
+                    return;
+                }
+            }
+            if let Some(e) = exit {
+                let exited = pb::ProcessExited {
+                    exit_code: e.code,
+                    signal: None,
+                };
+                send(pb::process_event::Event::Exited(exited)).await;
                 return;
             }
             tokio::select! {
@@ -266,11 +304,13 @@ impl Process {
             }
         }
     }
+}
 
+impl Process {
     /// Writes `data` to its stdin or terminal, then closes stdin when
     /// `close`.
     pub async fn input(&self, data: &[u8], close: bool) -> Result<()> {
-        let mut input = self.input.lock().await;
+        let mut input = self.lock_input().await?;
         if self.exit.borrow().is_some() {
             return Err(Error::Conflict(format!("process {} has ended", self.pid)));
         }
@@ -278,6 +318,10 @@ impl Process {
             return Err(Error::Conflict(
                 "a terminal has no stdin to close: send ^D (\\u0004) instead".into(),
             ));
+        }
+        if close && data.is_empty() && input.is_none() {
+            // Closing what is closed: done already.
+            return Ok(());
         }
         let Some(sink) = input.as_mut() else {
             return Err(Error::Conflict(format!(
@@ -313,9 +357,23 @@ impl Process {
         Ok(())
     }
 
+    /// Its input, once the write before is done ([`INPUT_WITHIN`] at most:
+    /// callers never queue without bound behind a process that does not
+    /// read).
+    async fn lock_input(&self) -> Result<tokio::sync::MutexGuard<'_, Option<Input>>> {
+        tokio::time::timeout(INPUT_WITHIN, self.input.lock())
+            .await
+            .map_err(|_| {
+                Error::Conflict(format!(
+                    "an earlier input to process {} is still being written",
+                    self.pid
+                ))
+            })
+    }
+
     /// Sets its terminal's size.
     pub async fn resize(&self, rows: u16, cols: u16) -> Result<()> {
-        let input = self.input.lock().await;
+        let input = self.lock_input().await?;
         match (&*input, self.exit.borrow().is_some()) {
             (_, true) => Err(Error::Conflict(format!("process {} has ended", self.pid))),
             (Some(Input::Terminal(t)), false) => t
@@ -341,6 +399,15 @@ impl Process {
         };
         if self.exit.borrow().is_some() {
             return Err(Error::Conflict(format!("process {} has ended", self.pid)));
+        }
+        // On a terminal, a signal goes where the terminal's own would: to its
+        // foreground process group (the shim there passes nothing on).
+        if let (Control::Forward(sig), Some(terminal)) = (control, &self.terminal) {
+            let group = nix::unistd::tcgetpgrp(terminal)
+                .map_err(|e| Error::Conflict(format!("process {}: {e}", self.pid)))?;
+            // ESRCH: the group just ended.
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(-group.as_raw()), sig);
+            return Ok(());
         }
         // The supervisor is gone only once the process has ended.
         let _ = self.control.send(control);
@@ -410,10 +477,15 @@ impl Processes {
             .count()
     }
 
-    /// Records that `pid` ended, forgetting the oldest ended past
-    /// [`MAX_ENDED`].
-    fn ended(&self, pid: u32) {
+    /// Records that `process` ended, forgetting the oldest ended past
+    /// [`MAX_ENDED`]. A process whose pid was already reused (and whose
+    /// entry replaced) is not recorded.
+    fn ended(&self, process: &Arc<Process>) {
         let mut t = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        let pid = process.pid;
+        if !t.by_pid.get(&pid).is_some_and(|p| Arc::ptr_eq(p, process)) {
+            return;
+        }
         t.ended.push_back(pid);
         while t.ended.len() > MAX_ENDED {
             if let Some(old) = t.ended.pop_front() {
@@ -456,7 +528,7 @@ pub fn start(shim: &Shim, session: &Arc<Session>, req: Start) -> Result<u32> {
         Err(e) => return Err(Error::Conflict(format!("cwd {}: {e}", req.cwd))),
     };
     let mut env = session.command_env(req.env);
-    let (input, tree, outputs): (Option<Input>, _, Vec<Output>) = match req.pty {
+    let (input, terminal, tree, outputs): (Option<Input>, _, _, Vec<Output>) = match req.pty {
         Some((rows, cols)) => {
             env.entry("TERM".into())
                 .or_insert_with(|| "xterm-256color".into());
@@ -471,9 +543,11 @@ pub fn start(shim: &Shim, session: &Arc<Session>, req: Start) -> Result<u32> {
             let (tree, pty) = shim
                 .spawn_on_terminal(launch, pty_process::Size::new(rows, cols))
                 .map_err(|e| Error::Conflict(format!("start {}: {e}", req.argv[0])))?;
+            let master = std::os::fd::AsFd::as_fd(&pty).try_clone_to_owned()?;
             let (read, write) = pty.into_split();
             (
                 Some(Input::Terminal(write)),
+                Some(master),
                 tree,
                 vec![(Stream::Pty, Box::new(read) as Reader)],
             )
@@ -504,7 +578,7 @@ pub fn start(shim: &Shim, session: &Arc<Session>, req: Start) -> Result<u32> {
             if let Some(e) = child.stderr.take() {
                 outputs.push((Stream::Stderr, Box::new(e)));
             }
-            (input, tree, outputs)
+            (input, None, tree, outputs)
         }
     };
     let pid = tree.id().unwrap_or_default();
@@ -520,6 +594,8 @@ pub fn start(shim: &Shim, session: &Arc<Session>, req: Start) -> Result<u32> {
         exit: watch::channel(None).0,
         input: tokio::sync::Mutex::new(input),
         control,
+        terminal,
+        followers: std::sync::atomic::AtomicUsize::new(0),
     });
     {
         let mut t = session
@@ -598,7 +674,7 @@ async fn supervise(
     }));
     // Wakes the followers, who read the exit.
     process.changed.send_modify(|_| {});
-    session.processes.ended(process.pid);
+    session.processes.ended(&process);
     tracing::info!(run_uid = %session.run_uid, pid = process.pid, exit_code = code, "background process ended");
 }
 

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use kruntimes_proto::runtime::v1 as pb;
-use notify::event::{EventKind, ModifyKind};
+use notify::event::{EventKind, ModifyKind, RenameMode};
 use notify::{RecursiveMode, Watcher as _};
 use tokio::sync::mpsc;
 use tonic::Status;
@@ -33,6 +33,9 @@ pub fn change(kind: &EventKind) -> Option<pb::FileChange> {
     match kind {
         EventKind::Create(_) => Some(pb::FileChange::Create),
         EventKind::Remove(_) => Some(pb::FileChange::Remove),
+        // A rename comes as `From` (the old name) and `To` (the new one),
+        // and again as `Both` with the two: that one would say it twice.
+        EventKind::Modify(ModifyKind::Name(RenameMode::Both)) => None,
         EventKind::Modify(ModifyKind::Name(_)) => Some(pb::FileChange::Rename),
         EventKind::Modify(ModifyKind::Metadata(_)) => Some(pb::FileChange::Chmod),
         EventKind::Modify(_) => Some(pb::FileChange::Write),
@@ -46,6 +49,30 @@ pub fn relative(root: &Path, path: &Path) -> Option<String> {
     let rel = path.strip_prefix(root).ok()?;
     let parts: Option<Vec<&str>> = rel.components().map(|c| c.as_os_str().to_str()).collect();
     Some(parts?.join("/"))
+}
+
+/// The error a watch that could not start answers with: the kernel's
+/// bounds (inotify instances, `max_user_watches`) are exhausted, a
+/// directory that went meanwhile is not found, anything else internal.
+fn watch_error(rel: &str, e: notify::Error) -> Error {
+    use notify::ErrorKind as K;
+    let exhausted = || Error::Exhausted(format!("watch {rel}: {e} (the kernel's inotify limits)"));
+    match &e.kind {
+        K::MaxFilesWatch => exhausted(),
+        K::PathNotFound => Error::NotFound(format!("directory {rel}")),
+        K::Io(io)
+            if matches!(
+                io.raw_os_error(),
+                Some(nix::libc::ENOSPC | nix::libc::EMFILE)
+            ) =>
+        {
+            exhausted()
+        }
+        K::Io(io) if io.kind() == std::io::ErrorKind::NotFound => {
+            Error::NotFound(format!("directory {rel}"))
+        }
+        _ => Error::Io(std::io::Error::other(format!("watch {rel}: {e}"))),
+    }
 }
 
 /// Queues one event for the reader, or counts it lost when the queue is
@@ -104,7 +131,19 @@ pub fn start(
     let dropped = lost.clone();
     let watcher = notify::RecommendedWatcher::new(
         move |res: notify::Result<notify::Event>| {
-            let Ok(event) = res else { return };
+            // An error, or the kernel's queue overflowing (a rescan
+            // flag): events were lost, how many is unknown — at least one.
+            let event = match res {
+                Ok(e) if e.need_rescan() => {
+                    dropped.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                Ok(e) => e,
+                Err(_) => {
+                    dropped.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+            };
             let Some(c) = change(&event.kind) else { return };
             for p in event.paths {
                 offer(&tx, &dropped, c, p);
@@ -116,7 +155,7 @@ pub fn start(
         Ok(w) => w,
         Err(e) => {
             session.watches.fetch_sub(1, Ordering::AcqRel);
-            return Err(Error::Io(std::io::Error::other(e.to_string())));
+            return Err(watch_error(rel, e));
         }
     };
     let mode = if recursive {
@@ -126,8 +165,7 @@ pub fn start(
     };
     if let Err(e) = watcher.watch(&dir, mode) {
         session.watches.fetch_sub(1, Ordering::AcqRel);
-        // inotify's own bound (max_user_watches): a tree too big to watch.
-        return Err(Error::Exhausted(format!("watch {rel}: {e}")));
+        return Err(watch_error(rel, e));
     }
     let task = tokio::spawn(forward(session.clone(), watcher, rx, lost, events));
     session.track(task);
@@ -149,6 +187,19 @@ fn lost_event(n: u64) -> pb::WatchEvent {
     }
 }
 
+/// Sends `event`, unless the session closes first: a reader that stopped
+/// reading never holds a closing session up. `false` when it was not sent.
+async fn send(
+    events: &mpsc::Sender<Result<pb::WatchEvent, Status>>,
+    closing: &mut tokio::sync::watch::Receiver<bool>,
+    event: pb::WatchEvent,
+) -> bool {
+    tokio::select! {
+        r = events.send(Ok(event)) => r.is_ok(),
+        _ = closing.wait_for(|c| *c) => false,
+    }
+}
+
 /// Passes the watch's events on until the reader or the session goes.
 async fn forward(
     session: Arc<Session>,
@@ -164,7 +215,7 @@ async fn forward(
     let ready = pb::WatchEvent {
         event: Some(pb::watch_event::Event::Ready(true)),
     };
-    if events.send(Ok(ready)).await.is_err() {
+    if !send(&events, &mut closing, ready).await {
         return;
     }
     let mut tick = tokio::time::interval(LOST_EVERY);
@@ -179,12 +230,12 @@ async fn forward(
             () = events.closed() => return,
         };
         let n = lost.swap(0, Ordering::Relaxed);
-        if n > 0 && events.send(Ok(lost_event(n))).await.is_err() {
+        if n > 0 && !send(&events, &mut closing, lost_event(n)).await {
             return;
         }
         if let Some((change, p)) = next
             && let Some(rel) = relative(&root, &p)
-            && events.send(Ok(file_event(change, rel))).await.is_err()
+            && !send(&events, &mut closing, file_event(change, rel)).await
         {
             return;
         }
@@ -193,7 +244,7 @@ async fn forward(
 
 #[cfg(test)]
 mod tests {
-    use notify::event::{CreateKind, DataChange, MetadataKind, RemoveKind, RenameMode};
+    use notify::event::{CreateKind, DataChange, MetadataKind, RemoveKind};
 
     use super::*;
 

@@ -28,12 +28,14 @@ pub fn line(v: &Value) -> Bytes {
 
 /// Streams `events` as NDJSON: `line_of` turns each into its line and
 /// says whether it is the last (`None`: nothing to send); a stream that
-/// ends or breaks before its last event ends with a `failed` line (saying
-/// `cut_short` when it just ended). Stops when the client goes away.
+/// breaks ends with a `failed` line, and one that ends before its last
+/// event too when `cut_short` says why that is a failure (`None`: a stream
+/// that may just end, as a watch does when its session closes). Stops when
+/// the client goes away.
 pub fn stream<T, F>(
     mut events: tonic::Streaming<T>,
     line_of: F,
-    cut_short: &'static str,
+    cut_short: Option<&'static str>,
     invocation_id: String,
 ) -> Response
 where
@@ -64,7 +66,10 @@ where
                     continue;
                 }
                 Some(Err(s)) => super::process::api_error(s.into()),
-                None => ApiError::new(ErrorCode::Internal, cut_short),
+                None => match cut_short {
+                    Some(why) => ApiError::new(ErrorCode::Internal, why),
+                    None => return,
+                },
             };
             let failed = json!({
                 "type": "failed",

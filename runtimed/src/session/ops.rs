@@ -191,19 +191,10 @@ pub struct PtySize {
     pub cols: u32,
 }
 
-/// Most rows or columns of a terminal.
-pub const MAX_TERMINAL_SIDE: u32 = 1000;
-
 impl PtySize {
-    /// Checks both sides are 1 to [`MAX_TERMINAL_SIDE`].
+    /// Checks both sides ([`kruntimes_proto::runtime::terminal_size`]).
     pub fn check(self) -> Result<Self, String> {
-        for (n, what) in [(self.rows, "rows"), (self.cols, "cols")] {
-            if !(1..=MAX_TERMINAL_SIDE).contains(&n) {
-                return Err(format!(
-                    "pty.{what} must be 1 to {MAX_TERMINAL_SIDE}, not {n}"
-                ));
-            }
-        }
+        kruntimes_proto::runtime::terminal_size(self.rows, self.cols)?;
         Ok(self)
     }
 }

@@ -48,24 +48,7 @@ pub fn api_error(e: ServerError) -> ApiError {
     ApiError::new(code, message)
 }
 
-/// A signal a process may be sent, by name (`SIGINT` or `INT`): its
-/// number.
-pub fn signal_number(name: &str) -> Option<i32> {
-    let name = name.strip_prefix("SIG").unwrap_or(name);
-    Some(match name {
-        "HUP" => 1,
-        "INT" => 2,
-        "QUIT" => 3,
-        "KILL" => 9,
-        "USR1" => 10,
-        "USR2" => 12,
-        "TERM" => 15,
-        "CONT" => 18,
-        "TSTP" => 20,
-        "WINCH" => 28,
-        _ => return None,
-    })
-}
+pub use kruntimes_proto::runtime::signal_number;
 
 fn json_response(status: StatusCode, v: &Value) -> Response {
     (
@@ -143,6 +126,7 @@ pub async fn handle(
     body: Body,
     invocation_id: &str,
 ) -> Result<Response, ApiError> {
+    h.session.touch();
     let mut client = h.session.runtime();
     let run_uid = h.run.uid.clone();
     let no_content = || StatusCode::NO_CONTENT.into_response();
@@ -200,7 +184,7 @@ pub async fn handle(
                     let last = matches!(e, rt::process_event::Event::Exited(_));
                     Some((event_line(e), last))
                 },
-                "the process's output ended before its exit",
+                Some("the process's output ended before its exit"),
                 invocation_id.to_owned(),
             ))
         }
@@ -241,18 +225,13 @@ pub async fn handle(
                 data: Vec::new(),
                 close: true,
             };
-            match client.sessions.process_input(req).await {
-                Ok(_) => Ok(no_content()),
-                Err(s) => {
-                    let e = api_error(s.into());
-                    // Closing what is closed is done already.
-                    if e.code == ErrorCode::Conflict && e.message.contains("is closed") {
-                        Ok(no_content())
-                    } else {
-                        Err(e)
-                    }
-                }
-            }
+            // Closing what is closed succeeds (the server's rule).
+            client
+                .sessions
+                .process_input(req)
+                .await
+                .map_err(|s| api_error(s.into()))?;
+            Ok(no_content())
         }
         SessionOp::SignalProcess(pid) => {
             #[derive(Deserialize)]
@@ -262,12 +241,13 @@ pub async fn handle(
             }
             let sig: Sig = read_json(body, MAX_SMALL_BODY, "signal").await?;
             let signal = signal_number(&sig.signal).ok_or_else(|| {
+                let names: Vec<&str> = kruntimes_proto::runtime::PROCESS_SIGNALS
+                    .iter()
+                    .map(|(name, _)| *name)
+                    .collect();
                 ApiError::new(
                     ErrorCode::BadRequest,
-                    format!(
-                        "signal {:?}: one of SIGTERM, SIGKILL, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIGCONT, SIGTSTP",
-                        sig.signal
-                    ),
+                    format!("signal {:?}: one of {}", sig.signal, names.join(", ")),
                 )
             })?;
             let req = rt::SignalProcessRequest {
@@ -309,17 +289,6 @@ pub async fn handle(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn signals_go_by_name_with_or_without_sig() {
-        assert_eq!(signal_number("SIGINT"), Some(2));
-        assert_eq!(signal_number("INT"), Some(2));
-        assert_eq!(signal_number("SIGKILL"), Some(9));
-        assert_eq!(signal_number("SIGWINCH"), Some(28));
-        for bad in ["sigint", "SIGSTOP", "SIGSEGV", "9", "", "SIG"] {
-            assert_eq!(signal_number(bad), None, "{bad:?}");
-        }
-    }
 
     #[test]
     fn server_refusals_map_onto_the_public_codes() {

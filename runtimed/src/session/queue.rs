@@ -203,6 +203,13 @@ impl Session {
         })
     }
 
+    /// Marks the session active now: a call that bypasses the queue but is
+    /// someone at work (typing into a terminal, following a process) keeps
+    /// the idle timeout away as an operation does.
+    pub fn touch(&self) {
+        *self.last_activity.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+    }
+
     /// A client of the Runtime Server that holds the session, for the calls
     /// that bypass the queue.
     pub fn runtime(&self) -> crate::runtime::Client {

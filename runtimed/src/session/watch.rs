@@ -54,7 +54,8 @@ pub async fn handle(
 ) -> Result<Response, ApiError> {
     let q: std::collections::HashMap<String, String> = axum::extract::Query::try_from_uri(uri)
         .map(|q| q.0)
-        .unwrap_or_default();
+        .map_err(|e| ApiError::new(ErrorCode::BadRequest, format!("query: {e}")))?;
+    h.session.touch();
     let path = q.get("path").map(String::as_str).unwrap_or("");
     kruntimes_proto::runtime::path::normalize(path)
         .map_err(|e| ApiError::new(ErrorCode::InvalidPath, format!("{path}: {e}")))?;
@@ -81,7 +82,7 @@ pub async fn handle(
     Ok(super::ndjson::stream(
         events,
         |e: rt::WatchEvent| Some((event_line(e.event?), false)),
-        "the watch ended",
+        None,
         invocation_id.to_owned(),
     ))
 }
