@@ -122,7 +122,7 @@ impl Session {
             self.processes
                 .list()
                 .iter()
-                .filter(|p| p.info().running)
+                .filter(|p| p.running())
                 .map(|p| p.pid),
         );
         pids

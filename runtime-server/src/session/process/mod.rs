@@ -100,6 +100,11 @@ fn millis(t: SystemTime) -> u64 {
 }
 
 impl Process {
+    /// Whether it still runs.
+    pub fn running(&self) -> bool {
+        self.exit.borrow().is_none()
+    }
+
     /// Its listing entry.
     pub fn info(&self) -> pb::ProcessInfo {
         let exit = *self.exit.borrow();
@@ -376,7 +381,7 @@ impl Processes {
             .unwrap_or_else(|p| p.into_inner())
             .by_pid
             .values()
-            .filter(|p| p.exit.borrow().is_none())
+            .filter(|p| p.running())
             .count()
     }
 
